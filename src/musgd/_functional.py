@@ -1,0 +1,235 @@
+"""The functional MuSGD step: routing, bucketing, and the per-tensor and foreach bodies.
+
+Notation follows docs (spec §1): parameter W, gradient g, momentum buffer m, learning rate lr,
+momentum mu, weight decay wd, mix weights w_muon and w_sgd.
+
+    m <- mu*m + g
+    n <- g + mu*m            (Nesterov)   or   n <- m
+    U <- w_muon*0.2*sqrt(max(rows, cols))*NS(n) + w_sgd*n + wd*W     (matrices)
+    U <- n + wd*W                                                     (vectors)
+    W <- W - lr*U
+
+Steps 1–4 (everything up to U) are the *update preparation*; the write is separate so that the
+preparation can be replayed from a CUDA graph while the learning-rate read stays outside it.
+Hyperparameters enter only through multiplications by a scalar and additions of two tensors, so
+a Python float and a float32 0-d CUDA tensor holding the same value give the same bits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from musgd._newton_schulz import Triple, orthogonalize, orthogonalize_batched
+
+MOMENTUM_BUFFER = "momentum_buffer"
+# Muon's RMS-matching factor: 0.2*sqrt(max(rows, cols)) gives the orthogonalized update about
+# the RMS of an Adam/SGD update (Moonshot's "Muon is Scalable", arXiv 2502.16982; R3).
+MUON_RMS_SCALE = 0.2
+
+Scalar = float | Tensor
+
+
+@dataclass(frozen=True)
+class NSSettings:
+    """The Newton–Schulz settings of one param group."""
+
+    steps: int
+    coefficients: tuple[Triple, ...]
+    eps: float
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """Per-step hyperparameter values: Python floats (eager) or 0-d device tensors (replay)."""
+
+    momentum: Scalar
+    weight_decay: Scalar
+    w_muon: Scalar
+    w_sgd: Scalar
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What decides which operations run (as opposed to the values they run with)."""
+
+    nesterov: bool
+    decay: bool  # weight_decay != 0
+    muon: bool  # w_muon != 0; False skips Newton–Schulz entirely
+    ns: NSSettings
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Matrices of one (rows, cols, dtype, device): orthogonalized in one batched call."""
+
+    rows: int
+    cols: int
+    indices: tuple[int, ...]
+
+    @property
+    def scale(self) -> float:
+        return MUON_RMS_SCALE * math.sqrt(max(self.rows, self.cols))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a group's parameters (those with gradients, in group order) are routed."""
+
+    matrices: tuple[int, ...]
+    vectors: tuple[int, ...]
+    buckets: tuple[Bucket, ...]
+    shapes: tuple[tuple[int, int] | None, ...]
+
+
+class Orthogonalizer(Protocol):
+    """Runs Newton–Schulz on one matrix or on a stack; eager or replayed."""
+
+    def single(self, G: Tensor, ns: NSSettings) -> Tensor: ...
+
+    def batched(self, G: Tensor, ns: NSSettings) -> Tensor: ...
+
+
+class EagerOrthogonalizer:
+    """Calls the Newton–Schulz functions directly."""
+
+    def single(self, G: Tensor, ns: NSSettings) -> Tensor:
+        return orthogonalize(
+            G, steps=ns.steps, coefficients=ns.coefficients, eps=ns.eps, dtype=ns.dtype
+        )
+
+    def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
+        return orthogonalize_batched(
+            G, steps=ns.steps, coefficients=ns.coefficients, eps=ns.eps, dtype=ns.dtype
+        )
+
+
+def matrix_shape(shape: Sequence[int], use_muon: bool | None = None) -> tuple[int, int] | None:
+    """Return the ``(rows, cols)`` view of a parameter routed to Newton–Schulz, else None.
+
+    ``(rows, cols) = (shape[0], numel / shape[0])``; both must be at least 2 unless ``use_muon``
+    forces the route (True) or forbids it (False).
+    """
+    if use_muon is False:
+        return None
+    numel = math.prod(shape)
+    rows = shape[0] if len(shape) else 1
+    if numel == 0 or rows == 0:
+        return None
+    cols = numel // rows
+    if use_muon or (rows >= 2 and cols >= 2):
+        return rows, cols
+    return None
+
+
+def build_layout(params: Sequence[Tensor], use_muon: bool | None) -> Layout:
+    """Route each parameter and bucket equal (rows, cols, dtype, device) matrices together."""
+    shapes = tuple(matrix_shape(p.shape, use_muon) for p in params)
+    groups: dict[tuple[int, int, torch.dtype, torch.device], list[int]] = {}
+    for i, (p, rc) in enumerate(zip(params, shapes, strict=True)):
+        if rc is not None:
+            groups.setdefault((*rc, p.dtype, p.device), []).append(i)
+    buckets = tuple(Bucket(r, c, tuple(idx)) for (r, c, _, _), idx in groups.items())
+    return Layout(
+        matrices=tuple(i for i, rc in enumerate(shapes) if rc is not None),
+        vectors=tuple(i for i, rc in enumerate(shapes) if rc is None),
+        buckets=buckets,
+        shapes=shapes,
+    )
+
+
+def _pick(items: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
+    return [items[i] for i in idx]
+
+
+def prepare_updates_foreach(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    bufs: Sequence[Tensor],
+    layout: Layout,
+    hyper: Hyper,
+    structure: Structure,
+    orth: Orthogonalizer,
+) -> list[Tensor]:
+    """Steps 1–4 over a whole group with ``torch._foreach_*``; returns U in group order.
+
+    Momentum buffers are updated in place. Returned tensors are fresh except where U equals m
+    exactly (vectors, no Nesterov, no decay), where the buffer itself is returned.
+    """
+    bufs = list(bufs)
+    torch._foreach_mul_(bufs, hyper.momentum)
+    torch._foreach_add_(bufs, grads)
+    if structure.nesterov:
+        n = torch._foreach_mul(bufs, hyper.momentum)
+        torch._foreach_add_(n, grads)
+    else:
+        n = bufs
+    updates: list[Tensor] = list(n)
+    mats = layout.matrices
+    if mats:
+        u_mat = torch._foreach_mul(_pick(n, mats), hyper.w_sgd)
+        for i, u in zip(mats, u_mat, strict=True):
+            updates[i] = u
+        if structure.muon:
+            for bucket in layout.buckets:
+                stack = torch.stack([n[i].reshape(bucket.rows, bucket.cols) for i in bucket.indices])
+                O = orth.batched(stack, structure.ns)
+                O.mul_(bucket.scale)
+                O.mul_(hyper.w_muon)
+                targets = _pick(updates, bucket.indices)
+                torch._foreach_add_(targets, [o.reshape_as(t) for o, t in zip(O, targets, strict=True)])
+    if structure.decay:
+        decay = torch._foreach_mul(list(params), hyper.weight_decay)
+        if mats:
+            torch._foreach_add_(_pick(updates, mats), _pick(decay, mats))
+        vecs = layout.vectors
+        if vecs:
+            summed = torch._foreach_add(_pick(updates, vecs), _pick(decay, vecs))
+            for i, u in zip(vecs, summed, strict=True):
+                updates[i] = u
+    return updates
+
+
+def prepare_updates_per_tensor(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    bufs: Sequence[Tensor],
+    layout: Layout,
+    hyper: Hyper,
+    structure: Structure,
+    orth: Orthogonalizer,
+) -> list[Tensor]:
+    """Steps 1–4 one parameter at a time, one Newton–Schulz call per matrix (same arithmetic)."""
+    updates: list[Tensor] = []
+    for W, g, m, rc in zip(params, grads, bufs, layout.shapes, strict=True):
+        m.mul_(hyper.momentum).add_(g)
+        n = m.mul(hyper.momentum).add_(g) if structure.nesterov else m
+        if rc is None:
+            u = n
+        else:
+            u = n.mul(hyper.w_sgd)
+            if structure.muon:
+                O = orth.single(n.reshape(rc), structure.ns)
+                O.mul_(MUON_RMS_SCALE * math.sqrt(max(rc))).mul_(hyper.w_muon)
+                u.add_(O.reshape_as(u))
+        if structure.decay:
+            u = u.add(W.mul(hyper.weight_decay))
+        updates.append(u)
+    return updates
+
+
+PrepareFn = Callable[
+    [Sequence[Tensor], Sequence[Tensor], Sequence[Tensor], Layout, Hyper, Structure, Orthogonalizer],
+    list[Tensor],
+]
+
+
+def apply_updates(params: Sequence[Tensor], updates: Sequence[Tensor], lr: float) -> None:
+    """Step 5, the write: ``W <- W - lr*U`` as one foreach call over the group."""
+    torch._foreach_add_(list(params), list(updates), alpha=-lr)

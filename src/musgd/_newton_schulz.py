@@ -1,0 +1,124 @@
+"""Quintic Newton–Schulz orthogonalization: tensor in, tensor out.
+
+This module is pure math. It never imports the replay machinery; the optimizer chooses whether
+these functions run eagerly or are replayed from a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+# (a, b, c) of the quintic iteration X <- a*X + (b*A + c*A*A)*X with A = X*X^T, as published in
+# the Muon write-up (Jordan et al., 2024; docs/PROVENANCE.md R1). Tuned for five iterations.
+DEFAULT_COEFFICIENTS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
+DEFAULT_STEPS = 5
+DEFAULT_EPS = 1e-7
+DEFAULT_NS_DTYPE = torch.bfloat16
+MAX_STEPS = 100
+SUPPORTED_NS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+Triple = tuple[float, float, float]
+Coefficients = Triple | Sequence[Triple]
+
+
+def resolve_coefficients(coefficients: Coefficients, steps: int) -> tuple[Triple, ...]:
+    """Expand `coefficients` into exactly `steps` (a, b, c) triples.
+
+    A single triple is used for every iteration; a sequence gives one triple per iteration and a
+    shorter sequence repeats its last triple (e.g. the Polar Express schedule, arXiv 2505.16932).
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise ValueError(f"ns_steps must be an int in 1..{MAX_STEPS}, got {steps!r}")
+    seq = _as_triples(coefficients)
+    if not seq:
+        raise ValueError("ns_coefficients must hold at least one (a, b, c) triple, got none")
+    return tuple(seq[min(i, len(seq) - 1)] for i in range(steps))
+
+
+def _as_triples(coefficients: Coefficients) -> list[Triple]:
+    """Return `coefficients` as a list of validated float triples."""
+    items: Sequence[object] = coefficients
+    if len(coefficients) == 3 and all(_is_number(v) for v in coefficients):
+        items = [coefficients]
+    triples: list[Triple] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Sequence) or len(item) != 3 or not all(map(_is_number, item)):
+            raise ValueError(
+                f"ns_coefficients[{i}] must be an (a, b, c) triple of finite numbers, got {item!r}"
+            )
+        a, b, c = (float(v) for v in item)
+        if not all(math.isfinite(v) for v in (a, b, c)):
+            raise ValueError(f"ns_coefficients[{i}] must be finite, got {item!r}")
+        triples.append((a, b, c))
+    return triples
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_dtype(dtype: torch.dtype) -> None:
+    if dtype not in SUPPORTED_NS_DTYPES:
+        names = ", ".join(str(d) for d in SUPPORTED_NS_DTYPES)
+        raise ValueError(f"ns_dtype must be one of {names}, got {dtype!r}")
+
+
+def _newton_schulz(X: Tensor, triples: tuple[Triple, ...], eps: float) -> Tensor:
+    """Run the iteration on a (B, rows, cols) stack already in the working dtype."""
+    transposed = X.size(-2) > X.size(-1)
+    if transposed:
+        X = X.mT
+    # Per-matrix Frobenius normalization puts every singular value in (0, 1].
+    X = X / (torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True) + eps)
+    for a, b, c in triples:
+        A = X @ X.mT
+        B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b*A + c*A@A
+        X = torch.baddbmm(X, B, X, beta=a, alpha=1.0)  # a*X + B@X
+    if transposed:
+        X = X.mT
+    return X
+
+
+def orthogonalize_batched(
+    G: Tensor,
+    *,
+    steps: int = DEFAULT_STEPS,
+    coefficients: Coefficients = DEFAULT_COEFFICIENTS,
+    eps: float = DEFAULT_EPS,
+    dtype: torch.dtype = DEFAULT_NS_DTYPE,
+) -> Tensor:
+    """Approximately orthogonalize each matrix of a ``(B, rows, cols)`` stack.
+
+    Each matrix is normalized by its own Frobenius norm, then ``steps`` quintic Newton–Schulz
+    iterations run in ``dtype``. The result has ``G``'s shape and dtype; ``G`` is not modified.
+    """
+    if G.dim() != 3:
+        raise ValueError(f"orthogonalize_batched expects a (B, rows, cols) tensor, got {tuple(G.shape)}")
+    _check_dtype(dtype)
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps!r}")
+    triples = resolve_coefficients(coefficients, steps)
+    return _newton_schulz(G.to(dtype), triples, eps).to(G.dtype)
+
+
+def orthogonalize(
+    G: Tensor,
+    *,
+    steps: int = DEFAULT_STEPS,
+    coefficients: Coefficients = DEFAULT_COEFFICIENTS,
+    eps: float = DEFAULT_EPS,
+    dtype: torch.dtype = DEFAULT_NS_DTYPE,
+) -> Tensor:
+    """Approximately orthogonalize one ``(rows, cols)`` matrix (its polar factor ``U·Vᵀ``).
+
+    The result has ``G``'s shape and dtype; ``G`` is not modified.
+    """
+    if G.dim() != 2:
+        raise ValueError(f"orthogonalize expects a (rows, cols) tensor, got {tuple(G.shape)}")
+    return orthogonalize_batched(
+        G.unsqueeze(0), steps=steps, coefficients=coefficients, eps=eps, dtype=dtype
+    ).squeeze(0)

@@ -1,0 +1,251 @@
+"""The MuSGD optimizer class: validates hyperparameters, gathers state, dispatches the step."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from musgd._functional import (
+    MOMENTUM_BUFFER,
+    EagerOrthogonalizer,
+    Hyper,
+    NSSettings,
+    Orthogonalizer,
+    PrepareFn,
+    Structure,
+    apply_updates,
+    build_layout,
+    prepare_updates_foreach,
+    prepare_updates_per_tensor,
+)
+from musgd._newton_schulz import (
+    DEFAULT_COEFFICIENTS,
+    DEFAULT_EPS,
+    DEFAULT_NS_DTYPE,
+    DEFAULT_STEPS,
+    SUPPORTED_NS_DTYPES,
+    Coefficients,
+    resolve_coefficients,
+)
+
+DEFAULT_MOMENTUM = 0.95
+DEFAULT_W_MUON = 0.5
+DEFAULT_W_SGD = 0.5
+
+ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
+
+
+class MuSGD(Optimizer):
+    r"""Muon's Newton–Schulz orthogonalization mixed with SGD momentum.
+
+    For each parameter ``W`` with gradient ``g`` and momentum buffer ``m``::
+
+        m <- momentum*m + g
+        n <- g + momentum*m            (nesterov=True)   or   n <- m
+        matrices:  U <- w_muon*0.2*sqrt(max(rows, cols))*NS(n) + w_sgd*n + weight_decay*W
+        vectors:   U <- n + weight_decay*W
+        W <- W - lr*U
+
+    A parameter is a *matrix* when its view ``(shape[0], numel/shape[0])`` has at least two rows
+    and two columns (a conv kernel ``(O, I, kh, kw)`` becomes ``(O, I*kh*kw)``); everything else
+    is a *vector*. A group may force either route with ``use_muon=True/False``. ``NS`` is the
+    quintic Newton–Schulz iteration (:func:`musgd.orthogonalize`); same-shape matrices of a group
+    are orthogonalized in one batched call.
+
+    Args:
+        params: parameters or param groups (see :func:`musgd.param_groups`).
+        lr: learning rate (required, >= 0).
+        momentum: momentum factor in [0, 1). Default 0.95.
+        nesterov: use Nesterov momentum. Default True.
+        weight_decay: decoupled-into-the-update L2 factor (>= 0). Default 0.
+        w_muon: weight of the orthogonalized term (>= 0); 0 skips Newton–Schulz. Default 0.5.
+        w_sgd: weight of the SGD term for matrices (>= 0). Default 0.5.
+        ns_steps: Newton–Schulz iterations, 1..100. Default 5.
+        ns_coefficients: one (a, b, c) triple, or one per iteration (a shorter sequence repeats
+            its last triple). Default (3.4445, -4.7750, 2.0315).
+        eps: added to the Frobenius norm before normalizing (> 0). Default 1e-7.
+        ns_dtype: Newton–Schulz working dtype (bf16, fp16 or fp32). Default ``torch.bfloat16``.
+        use_muon: force (True) or forbid (False) the matrix route; None routes by shape.
+        foreach: use the ``torch._foreach_*`` body (default) or the per-tensor body.
+    """
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float,
+        momentum: float = DEFAULT_MOMENTUM,
+        nesterov: bool = True,
+        weight_decay: float = 0.0,
+        w_muon: float = DEFAULT_W_MUON,
+        w_sgd: float = DEFAULT_W_SGD,
+        ns_steps: int = DEFAULT_STEPS,
+        ns_coefficients: Coefficients = DEFAULT_COEFFICIENTS,
+        eps: float = DEFAULT_EPS,
+        ns_dtype: torch.dtype = DEFAULT_NS_DTYPE,
+        use_muon: bool | None = None,
+        *,
+        foreach: bool | None = None,
+    ) -> None:
+        defaults: dict[str, Any] = {
+            "lr": lr,
+            "momentum": momentum,
+            "nesterov": nesterov,
+            "weight_decay": weight_decay,
+            "w_muon": w_muon,
+            "w_sgd": w_sgd,
+            "ns_steps": ns_steps,
+            "ns_coefficients": ns_coefficients,
+            "eps": eps,
+            "ns_dtype": ns_dtype,
+            "use_muon": use_muon,
+        }
+        _validate_group(defaults, where="MuSGD")
+        defaults["ns_coefficients"] = resolve_coefficients(ns_coefficients, ns_steps)
+        super().__init__(params, defaults)
+        # The execution strategy is chosen once (house style): bodies and orthogonalizer.
+        self._prepare: PrepareFn = (
+            prepare_updates_per_tensor if foreach is False else prepare_updates_foreach
+        )
+        self._orth: Orthogonalizer = EagerOrthogonalizer()
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Validate the group's hyperparameters (before anything is stored), then add it."""
+        merged = {**self.defaults, **param_group}
+        where = f"param_groups[{len(self.param_groups)}]"
+        _validate_group(merged, where=where)
+        if "ns_coefficients" in param_group or "ns_steps" in param_group:
+            param_group = dict(param_group)
+            param_group["ns_coefficients"] = resolve_coefficients(
+                merged["ns_coefficients"], merged["ns_steps"]
+            )
+        super().add_param_group(param_group)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load state; keys a older state dict lacks take this optimizer's constructor values."""
+        groups = state_dict.get("param_groups")
+        if isinstance(groups, list):
+            state_dict = dict(state_dict)
+            state_dict["param_groups"] = [
+                {**{k: v for k, v in self.defaults.items() if k not in g}, **g}
+                if isinstance(g, dict)
+                else g
+                for g in groups
+            ]
+        super().load_state_dict(state_dict)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for index, group in enumerate(self.param_groups):
+            self._step_group(index, group)
+        return loss
+
+    def _step_group(self, index: int, group: dict[str, Any]) -> None:
+        params, grads, bufs = self._gather(index, group)
+        if not params:
+            return
+        layout = build_layout(params, group["use_muon"])
+        structure = group_structure(group)
+        hyper = Hyper(
+            momentum=float(group["momentum"]),
+            weight_decay=float(group["weight_decay"]),
+            w_muon=float(group["w_muon"]),
+            w_sgd=float(group["w_sgd"]),
+        )
+        updates = self._prepare(params, grads, bufs, layout, hyper, structure, self._orth)
+        apply_updates(params, updates, float(group["lr"]))
+
+    def _gather(
+        self, index: int, group: dict[str, Any]
+    ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+        """Parameters with gradients, their gradients and momentum buffers (created lazily)."""
+        params: list[Tensor] = []
+        grads: list[Tensor] = []
+        bufs: list[Tensor] = []
+        for j, p in enumerate(group["params"]):
+            g = p.grad
+            if g is None:
+                continue
+            if g.is_sparse:
+                raise RuntimeError(
+                    f"MuSGD does not support sparse gradients (param_groups[{index}], "
+                    f"params[{j}]); use a dense embedding or another optimizer for it"
+                )
+            if g.is_complex() or p.is_complex():
+                raise RuntimeError(
+                    f"MuSGD does not support complex parameters or gradients "
+                    f"(param_groups[{index}], params[{j}]); view them as real with "
+                    "torch.view_as_real before optimizing"
+                )
+            state = self.state[p]
+            if MOMENTUM_BUFFER not in state:
+                state[MOMENTUM_BUFFER] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            params.append(p)
+            grads.append(g)
+            bufs.append(cast(Tensor, state[MOMENTUM_BUFFER]))
+        return params, grads, bufs
+
+
+def group_structure(group: dict[str, Any]) -> Structure:
+    """The operation-deciding part of a group's settings."""
+    return Structure(
+        nesterov=bool(group["nesterov"]),
+        decay=float(group["weight_decay"]) != 0.0,
+        muon=float(group["w_muon"]) != 0.0,
+        ns=NSSettings(
+            steps=int(group["ns_steps"]),
+            coefficients=tuple(tuple(t) for t in group["ns_coefficients"]),  # type: ignore[misc]
+            eps=float(group["eps"]),
+            dtype=group["ns_dtype"],
+        ),
+    )
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _validate_group(group: dict[str, Any], *, where: str) -> None:
+    """Raise ValueError naming the argument when a hyperparameter is out of range."""
+
+    def fail(name: str, rule: str) -> None:
+        raise ValueError(f"{where}: {name} must be {rule}, got {group[name]!r}")
+
+    lr = group["lr"]
+    if isinstance(lr, Tensor):
+        if lr.numel() != 1:
+            fail("lr", "a number or a one-element tensor")
+        lr = float(lr)
+    if not _real(lr) or not math.isfinite(lr) or lr < 0:
+        fail("lr", "a finite number >= 0")
+    mu = group["momentum"]
+    if not _real(mu) or not 0.0 <= mu < 1.0:
+        fail("momentum", "a number in [0, 1)")
+    if not isinstance(group["nesterov"], bool):
+        fail("nesterov", "True or False")
+    for name in ("weight_decay", "w_muon", "w_sgd"):
+        v = group[name]
+        if not _real(v) or not math.isfinite(v) or v < 0:
+            fail(name, "a finite number >= 0")
+    eps = group["eps"]
+    if not _real(eps) or not math.isfinite(eps) or eps <= 0:
+        fail("eps", "a finite number > 0")
+    if group["ns_dtype"] not in SUPPORTED_NS_DTYPES:
+        fail("ns_dtype", "torch.bfloat16, torch.float16 or torch.float32")
+    if group["use_muon"] not in (None, True, False):
+        fail("use_muon", "None, True or False")
+    try:
+        resolve_coefficients(group["ns_coefficients"], group["ns_steps"])
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+

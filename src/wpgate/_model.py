@@ -1,0 +1,63 @@
+"""Records shared by every wpgate linter: findings and the rule registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """One problem: which rule, what is wrong and how to fix it, and where.
+
+    ``path`` is a file path relative to the repository root, or a commit's 12-character sha in
+    history mode; ``line`` is 1-based (0 when the finding is about the whole file or message).
+    """
+
+    path: str
+    line: int
+    rule_id: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A lint rule with a stable id (``WPG101``), a kebab-case name and a one-line summary."""
+
+    rule_id: str
+    name: str
+    summary: str
+    check: Callable[..., Iterator[Finding]] = field(compare=False, repr=False)
+    enabled_by_default: bool = True
+    options: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+class RuleRegistry:
+    """Rules by id and by name; ids and names are unique."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Rule] = {}
+        self._by_name: dict[str, Rule] = {}
+
+    def register(self, rule: Rule) -> Rule:
+        """Add ``rule``; a duplicate id or name is a programming error."""
+        if rule.rule_id in self._by_id or rule.name in self._by_name:
+            raise ValueError(f"duplicate rule {rule.rule_id} ({rule.name})")
+        self._by_id[rule.rule_id] = rule
+        self._by_name[rule.name] = rule
+        return rule
+
+    def get(self, key: str) -> Rule | None:
+        """Look a rule up by id (case-insensitive) or by name."""
+        return self._by_id.get(key.upper()) or self._by_name.get(key.lower())
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(sorted(self._by_id.values(), key=lambda r: r.rule_id))
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+# The one registry every rule module registers into at import time.
+RULES = RuleRegistry()
