@@ -12,7 +12,10 @@ momentum mu, weight decay wd, mix weights w_muon and w_sgd.
 Steps 1–4 (everything up to U) are the *update preparation*; the write is separate so that the
 preparation can be replayed from a CUDA graph while the learning-rate read stays outside it.
 Hyperparameters enter only through multiplications by a scalar and additions of two tensors, so
-a Python float and a float32 0-d CUDA tensor holding the same value give the same bits.
+a Python float and a float32 0-d CUDA tensor holding the same value give the same bits -- for
+float32 tensors only: measured on an H200, a 0-d tensor scalar is rounded to bf16/fp16 before
+scaling a bf16/fp16 tensor while a Python float is not (docs/ASSUMPTIONS.md A1). Replay that holds
+hyperparameters in device tensors must therefore fall back to eager for non-float32 parameters.
 """
 
 from __future__ import annotations
