@@ -166,10 +166,12 @@ def prepare_updates_foreach(
     exactly (vectors, no Nesterov, no decay), where the buffer itself is returned.
     """
     bufs = list(bufs)
+    grads = list(grads)
     torch._foreach_mul_(bufs, hyper.momentum)
     torch._foreach_add_(bufs, grads)
+    n: list[Tensor]
     if structure.nesterov:
-        n = torch._foreach_mul(bufs, hyper.momentum)
+        n = list(torch._foreach_mul(bufs, hyper.momentum))
         torch._foreach_add_(n, grads)
     else:
         n = bufs
@@ -181,12 +183,16 @@ def prepare_updates_foreach(
             updates[i] = u
         if structure.muon:
             for bucket in layout.buckets:
-                stack = torch.stack([n[i].reshape(bucket.rows, bucket.cols) for i in bucket.indices])
+                stack = torch.stack(
+                    [n[i].reshape(bucket.rows, bucket.cols) for i in bucket.indices]
+                )
                 O = orth.batched(stack, structure.ns)
                 O.mul_(bucket.scale)
                 O.mul_(hyper.w_muon)
                 targets = _pick(updates, bucket.indices)
-                torch._foreach_add_(targets, [o.reshape_as(t) for o, t in zip(O, targets, strict=True)])
+                torch._foreach_add_(
+                    targets, [o.reshape_as(t) for o, t in zip(O, targets, strict=True)]
+                )
     if structure.decay:
         decay = torch._foreach_mul(list(params), hyper.weight_decay)
         if mats:
@@ -228,7 +234,15 @@ def prepare_updates_per_tensor(
 
 
 PrepareFn = Callable[
-    [Sequence[Tensor], Sequence[Tensor], Sequence[Tensor], Layout, Hyper, Structure, Orthogonalizer],
+    [
+        Sequence[Tensor],
+        Sequence[Tensor],
+        Sequence[Tensor],
+        Layout,
+        Hyper,
+        Structure,
+        Orthogonalizer,
+    ],
     list[Tensor],
 ]
 

@@ -18,7 +18,8 @@ def param_groups(
     ``weight_decay``; vectors (biases, norm weights, ``(C, 1, 1)`` gains) get none. Extra keyword
     arguments (``lr``, ``momentum``, ...) are copied into both groups. Empty groups are left out.
     """
-    matrices, vectors = [], []
+    matrices: list[nn.Parameter] = []
+    vectors: list[nn.Parameter] = []
     for p in model.parameters():
         if not p.requires_grad:
             continue

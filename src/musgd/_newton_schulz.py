@@ -41,6 +41,12 @@ def resolve_coefficients(coefficients: Coefficients, steps: int) -> tuple[Triple
 
 def _as_triples(coefficients: Coefficients) -> list[Triple]:
     """Return `coefficients` as a list of validated float triples."""
+    if not isinstance(coefficients, Sequence):
+        # Without this, len() below raises a TypeError that names no argument.
+        raise ValueError(
+            "ns_coefficients must be an (a, b, c) triple or a sequence of triples, "
+            f"got {coefficients!r}"
+        )
     items: Sequence[object] = coefficients
     if len(coefficients) == 3 and all(_is_number(v) for v in coefficients):
         items = [coefficients]
@@ -97,7 +103,9 @@ def orthogonalize_batched(
     iterations run in ``dtype``. The result has ``G``'s shape and dtype; ``G`` is not modified.
     """
     if G.dim() != 3:
-        raise ValueError(f"orthogonalize_batched expects a (B, rows, cols) tensor, got {tuple(G.shape)}")
+        raise ValueError(
+            f"orthogonalize_batched expects a (B, rows, cols) tensor, got {tuple(G.shape)}"
+        )
     _check_dtype(dtype)
     if not eps > 0:
         raise ValueError(f"eps must be > 0, got {eps!r}")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from musgd._distributed import ShardedStep
 from musgd._functional import (
     MOMENTUM_BUFFER,
     EagerOrthogonalizer,
@@ -20,6 +21,7 @@ from musgd._functional import (
     Structure,
     apply_updates,
     build_layout,
+    matrix_shape,
     prepare_updates_foreach,
     prepare_updates_per_tensor,
 )
@@ -32,6 +34,11 @@ from musgd._newton_schulz import (
     Coefficients,
     resolve_coefficients,
 )
+from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
+from musgd._update_replay import UpdateReplayer
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 DEFAULT_MOMENTUM = 0.95
 DEFAULT_W_MUON = 0.5
@@ -57,6 +64,12 @@ class MuSGD(Optimizer):
     quintic Newton–Schulz iteration (:func:`musgd.orthogonalize`); same-shape matrices of a group
     are orthogonalized in one batched call.
 
+    Non-finite gradients are not hidden, as with ``torch.optim.SGD``: a NaN or inf in a gradient
+    enters that parameter's momentum buffer (in that entry) and its value; for a matrix it spreads
+    through the Frobenius norm of Newton–Schulz to the whole matrix. Other parameters, including
+    matrices stacked in the same batched call, are unaffected. To skip such steps, use
+    ``torch.amp.GradScaler`` (it skips ``step()`` when it finds inf/NaN) or check the gradients.
+
     Args:
         params: parameters or param groups (see :func:`musgd.param_groups`).
         lr: learning rate (required, >= 0).
@@ -72,6 +85,24 @@ class MuSGD(Optimizer):
         ns_dtype: Newton–Schulz working dtype (bf16, fp16 or fp32). Default ``torch.bfloat16``.
         use_muon: force (True) or forbid (False) the matrix route; None routes by shape.
         foreach: use the ``torch._foreach_*`` body (default) or the per-tensor body.
+        capture_orthogonalization: replay Newton-Schulz calls from CUDA graphs, recorded once
+            per matrix signature; results are bit-identical to eager. Off by default. Lives in
+            each param group. Inputs it cannot replay (CPU, MPS, autocast, enclosing capture,
+            compile trace, non-contiguous) run eagerly; so do new signatures once the number
+            of recordings reaches the number of matrix parameters.
+        capture_updates: replay each group's whole update preparation (momentum, Nesterov,
+            Newton-Schulz and the mix; not the learning-rate write) from one CUDA graph per
+            group layout, with momentum, weight_decay, w_muon and w_sgd read from device
+            tensors so schedules keep working. Bit-identical to eager; float32 parameters only
+            (other dtypes run eagerly). Off by default. Lives in each param group.
+        process_group: share the Newton-Schulz work of DDP training across this group's ranks
+            (e.g. ``torch.distributed.group.WORLD``): a FLOP-balanced plan gives each rank
+            its matrices and ``all_gather`` shares the results; parameters stay identical on
+            every rank. FSDP2 (``fully_shard``) DTensor parameters are handled without it
+            (their mesh's group is used): full matrices are gathered on owner ranks, never
+            orthogonalized as shards. Tensor parallel and HSDP meshes raise an error. With a
+            group, ``capture_updates`` records no whole-group graph (collectives run inside
+            the step); ``capture_orthogonalization`` replays each rank's share.
     """
 
     def __init__(
@@ -90,6 +121,9 @@ class MuSGD(Optimizer):
         use_muon: bool | None = None,
         *,
         foreach: bool | None = None,
+        capture_orthogonalization: bool = False,
+        capture_updates: bool = False,
+        process_group: ProcessGroup | None = None,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -103,6 +137,8 @@ class MuSGD(Optimizer):
             "eps": eps,
             "ns_dtype": ns_dtype,
             "use_muon": use_muon,
+            "capture_orthogonalization": capture_orthogonalization,
+            "capture_updates": capture_updates,
         }
         _validate_group(defaults, where="MuSGD")
         defaults["ns_coefficients"] = resolve_coefficients(ns_coefficients, ns_steps)
@@ -112,6 +148,24 @@ class MuSGD(Optimizer):
             prepare_updates_per_tensor if foreach is False else prepare_updates_foreach
         )
         self._orth: Orthogonalizer = EagerOrthogonalizer()
+        # Replay (spec §2): recordings are bounded by the number of matrix parameters.
+        self._replay = ReplayState(
+            CudaGraphRecorder(),
+            orth_bound=self._count_matrices,
+            update_bound=lambda: max(self._count_matrices(), len(self.param_groups)),
+        )
+        self._orth_replay: Orthogonalizer = ReplayOrthogonalizer(self._replay)
+        self._update_replay = UpdateReplayer(self._replay)
+        # Distributed (DDP with process_group, or FSDP2 DTensor parameters): NS work is shared.
+        self._sharded = ShardedStep(process_group)
+
+    def _count_matrices(self) -> int:
+        """The number of parameters routed to Newton-Schulz: the bound on recordings."""
+        return sum(
+            matrix_shape(p.shape, group["use_muon"]) is not None
+            for group in self.param_groups
+            for p in group["params"]
+        )
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate the group's hyperparameters (before anything is stored), then add it."""
@@ -137,10 +191,12 @@ class MuSGD(Optimizer):
                 for g in groups
             ]
         super().load_state_dict(state_dict)
+        # Recordings read and write the old momentum buffers by address: drop them all.
+        self._replay.clear()
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
+        """Perform one step; ``closure`` re-evaluates the model and returns the loss."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -161,7 +217,35 @@ class MuSGD(Optimizer):
             w_muon=float(group["w_muon"]),
             w_sgd=float(group["w_sgd"]),
         )
-        updates = self._prepare(params, grads, bufs, layout, hyper, structure, self._orth)
+        orth = self._orth_replay if group["capture_orthogonalization"] else self._orth
+        if self._sharded.applies(params):
+            # Collectives sit inside this step, so no whole-group recording: each rank replays
+            # only its own Newton-Schulz share (through `orth`).
+            self._sharded.step(
+                params=params,
+                grads=grads,
+                bufs=bufs,
+                layout=layout,
+                hyper=hyper,
+                structure=structure,
+                orth=orth,
+                lr=float(group["lr"]),
+            )
+            return
+        if group["capture_updates"]:
+            updates = self._update_replay.prepare(
+                index,
+                params=params,
+                grads=grads,
+                bufs=bufs,
+                layout=layout,
+                hyper=hyper,
+                structure=structure,
+                prepare=self._prepare,
+                orth=orth,
+            )
+        else:
+            updates = self._prepare(params, grads, bufs, layout, hyper, structure, orth)
         apply_updates(params, updates, float(group["lr"]))
 
     def _gather(
@@ -203,7 +287,7 @@ def group_structure(group: dict[str, Any]) -> Structure:
         muon=float(group["w_muon"]) != 0.0,
         ns=NSSettings(
             steps=int(group["ns_steps"]),
-            coefficients=tuple(tuple(t) for t in group["ns_coefficients"]),  # type: ignore[misc]
+            coefficients=tuple(tuple(t) for t in group["ns_coefficients"]),
             eps=float(group["eps"]),
             dtype=group["ns_dtype"],
         ),
@@ -243,9 +327,10 @@ def _validate_group(group: dict[str, Any], *, where: str) -> None:
         fail("ns_dtype", "torch.bfloat16, torch.float16 or torch.float32")
     if group["use_muon"] not in (None, True, False):
         fail("use_muon", "None, True or False")
+    for name in ("capture_orthogonalization", "capture_updates"):
+        if not isinstance(group[name], bool):
+            fail(name, "True or False")
     try:
         resolve_coefficients(group["ns_coefficients"], group["ns_steps"])
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{where}: {exc}") from None
-
-

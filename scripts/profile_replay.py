@@ -1,0 +1,154 @@
+"""Where does an optimizer step's time go? Host work against device work, per replay variant.
+
+For each variant on one parameter set (default: the nano detector's) this measures, after a
+warm-up that makes any recordings:
+
+- ``step_ms``: CUDA-event time of ``step()`` (what the optimizer benchmark reports);
+- ``host_ms``: wall time of the ``step()`` call itself, without synchronizing (Python + launches);
+- ``device_busy_ms``: the summed time of the step's GPU kernels (``torch.profiler``, CUDA only);
+- ``host_top``: the host functions with the most cumulative time per step (``cProfile``).
+
+A step whose ``host_ms`` exceeds its ``device_busy_ms`` is host-bound: the GPU idles while
+Python prepares the next launch. Writes an evidence JSON (``--out``) like the benchmarks do.
+
+    PYTHONPATH=src python scripts/profile_replay.py --device cuda --out out/
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from musgd.bench._evidence import build_evidence, write_evidence
+from musgd.bench._models import PARAMETER_SETS, make_parameters
+from musgd.bench._optimizer_bench import _operands
+from musgd.bench._timing import time_steps
+from musgd.bench._variants import Variant, select_variants
+
+DEFAULT_VARIANTS = ["bucketed eager", "capture_orthogonalization", "capture_updates", "both"]
+
+
+def _host_ms(step: Any, steps: int, device: torch.device) -> list[float]:
+    samples = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        samples.append((time.perf_counter() - start) * 1e3)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return samples
+
+
+def _device_busy_ms(step: Any, steps: int, device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize(device)
+    total_us = 0.0
+    for event in prof.key_averages():
+        # Kernel and memcpy/memset rows; their device time is what the GPU spent busy.
+        total_us += float(getattr(event, "self_device_time_total", 0.0) or 0.0)
+    return total_us / 1e3 / steps
+
+
+def _host_top(step: Any, steps: int, top: int) -> list[dict[str, Any]]:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    rows = []
+    for (filename, line, name), (_, calls, _, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append(
+            {
+                "function": f"{Path(filename).name}:{line}({name})",
+                "calls_per_step": calls / steps,
+                "cumulative_ms_per_step": cumulative * 1e3 / steps,
+            }
+        )
+    rows.sort(key=lambda r: -r["cumulative_ms_per_step"])
+    return rows[:top]
+
+
+def profile_variant(
+    variant: Variant, params: list[torch.Tensor], grads: list[torch.Tensor], args: Any
+) -> dict[str, Any]:
+    """Time and profile one variant's step on fresh copies of ``params`` and ``grads``."""
+    device = torch.device(args.device)
+    operands = _operands(variant, params, grads)
+    optimizer = variant.build(operands)
+    timing = time_steps(optimizer.step, steps=args.steps, warmup=args.warmup, device=device)
+    host = _host_ms(optimizer.step, args.steps, device)
+    busy = _device_busy_ms(optimizer.step, min(args.steps, 20), device)
+    replay = getattr(optimizer, "_replay", None)
+    stats = getattr(replay, "stats", None)
+    return {
+        "variant": variant.name,
+        "step_ms": timing.as_dict(),
+        "host_ms": {"median": statistics.median(host), "min": min(host), "max": max(host)},
+        "device_busy_ms": busy,
+        "host_bound": busy is not None and statistics.median(host) > busy,
+        "replay": None
+        if stats is None
+        else {
+            "recordings": stats.recordings,
+            "replays": stats.replays,
+            "failures": stats.failures,
+            "fallbacks": dict(stats.fallbacks),
+        },
+        "host_top": _host_top(optimizer.step, min(args.steps, 20), args.top),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Profile the variants; print a summary and write the evidence JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--set", default="nano", choices=sorted(PARAMETER_SETS))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--no-evidence", action="store_true")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    try:
+        variants = select_variants(names, device)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    params, grads = make_parameters(PARAMETER_SETS[args.set](), device=device, seed=0)
+    rows = [profile_variant(v, params, grads, args) for v in variants]
+    for row in rows:
+        busy = row["device_busy_ms"]
+        print(
+            f"{row['variant']:<26} step {row['step_ms']['median_ms']:8.3f} ms  "
+            f"host {row['host_ms']['median']:8.3f} ms  "
+            f"device busy {'-' if busy is None else f'{busy:8.3f}'} ms"
+        )
+    if not args.no_evidence:
+        results = {"benchmark": "replay-profile", "set": args.set, "variants": rows}
+        argv_used = ["profile_replay", *(argv if argv is not None else sys.argv[1:])]
+        evidence = build_evidence("replay-profile", results, device=device, argv=argv_used)
+        print(f"evidence: {write_evidence(evidence, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""Replay of recorded work: the recorder interface, the CUDA-graph recorder, keys and the cache.
+
+Spec §2. The math (``_newton_schulz``, ``_functional``) never imports this module; the optimizer
+chooses once whether its orthogonalizer and update preparation run eagerly or through here.
+
+A *recorder* turns a zero-argument function into a *recording* whose ``replay()`` re-runs the same
+device work on the same memory. Everything else here -- keys, the bounded cache, the eager
+fallbacks, failure handling -- is recorder-agnostic, so it is unit-tested on CPU with a fake
+recorder; :class:`CudaGraphRecorder` (``torch.cuda.CUDAGraph``) is tested on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+import torch
+from torch import Tensor
+
+from musgd._functional import EagerOrthogonalizer, NSSettings
+
+E = TypeVar("E")
+
+
+class Recording(Protocol):
+    """Recorded device work: ``replay()`` re-runs it, writing into ``outputs``."""
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]: ...
+
+    def replay(self) -> None: ...
+
+
+class Recorder(Protocol):
+    """Records a function's device work for replay; says which devices it can record on."""
+
+    def supports(self, device: torch.device) -> bool: ...
+
+    def capturing(self, device: torch.device) -> bool: ...
+
+    def stream_key(self, device: torch.device) -> Hashable: ...
+
+    def record(self, fn: Callable[[], Sequence[Tensor]], device: torch.device) -> Recording: ...
+
+
+@dataclass(frozen=True)
+class CudaGraphRecording:
+    """One captured ``torch.cuda.CUDAGraph`` and the static tensors its replay writes."""
+
+    graph: torch.cuda.CUDAGraph
+    outputs: tuple[Tensor, ...]
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+class CudaGraphRecorder:
+    """Records with ``torch.cuda.CUDAGraph``: side-stream warm-up, then capture into a private pool.
+
+    The warm-up pass runs the function once on the side stream that then captures it, so that
+    lazily created library state (cuBLAS handles and per-stream workspaces) exists before
+    capture, as the PyTorch CUDA-graph documentation requires (docs/PROVENANCE.md R5, R123). The
+    capture gets its own graph memory pool (no ``pool`` argument), and replay runs on whichever
+    stream is current when it is called.
+    """
+
+    def __init__(self) -> None:
+        self._side: dict[int, torch.cuda.Stream] = {}
+
+    def supports(self, device: torch.device) -> bool:
+        return device.type == "cuda"
+
+    def _side_stream(self) -> torch.cuda.Stream:
+        """One side stream per device for every warm-up and capture.
+
+        cuBLAS keeps a workspace per stream; warming up on the capture stream creates it before
+        capture, and reusing one stream keeps it to one workspace instead of one per recording.
+        """
+        index = torch.cuda.current_device()
+        if index not in self._side:
+            self._side[index] = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
+        return self._side[index]
+
+    def capturing(self, device: torch.device) -> bool:
+        # The current device's current stream: where an enclosing capture would be recording.
+        return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+    def stream_key(self, device: torch.device) -> Hashable:
+        stream = torch.cuda.current_stream(device)
+        return ("cuda-stream", stream.device_index, stream.stream_id)
+
+    def record(self, fn: Callable[[], Sequence[Tensor]], device: torch.device) -> Recording:
+        with torch.cuda.device(device):
+            current = torch.cuda.current_stream()
+            side = self._side_stream()
+            side.wait_stream(current)
+            try:
+                with torch.cuda.stream(side):
+                    fn()
+            finally:
+                # Also after a failed warm-up: the caller restores state on `current` next, and
+                # that must not race the side stream's writes.
+                current.wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            torch.cuda.synchronize()
+            # capture_begin/end by hand rather than `torch.cuda.graph`: when a capture is
+            # invalidated its exit raises before restoring the current stream, and every later
+            # operation would run on the side stream. Here the stream context always unwinds.
+            with torch.cuda.stream(side):
+                # thread_local: a data-loader pin-memory thread allocating host memory meanwhile
+                # must not invalidate this capture (the default "global" mode would).
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
+                    outputs = tuple(fn())
+                finally:
+                    graph.capture_end()  # raises when the capture was invalidated
+            return CudaGraphRecording(graph, outputs)
+
+
+def typed(value: object) -> Hashable:
+    """A hashable form of ``value`` that also carries its type, so ``5`` never matches ``5.0``.
+
+    Floats are kept as their exact bits (``float.hex``): ``-0.0`` and ``0.0`` differ too.
+    """
+    if isinstance(value, tuple | list):
+        return (type(value).__name__, tuple(typed(v) for v in value))
+    if isinstance(value, float):
+        return ("float", value.hex())
+    if isinstance(value, bool | int | str | torch.dtype | torch.device) or value is None:
+        return (type(value).__name__, value)
+    return (type(value).__qualname__, repr(value))
+
+
+def environment_key(recorder: Recorder, device: torch.device) -> Hashable:
+    """The process-wide settings that change which kernels run: part of every recording's key.
+
+    Current stream, float32 matmul precision (TF32), reduced-precision reductions, the
+    preferred BLAS backend and deterministic algorithms (spec §2).
+    """
+    matmul = torch.backends.cuda.matmul
+    return (
+        recorder.stream_key(device),
+        torch.get_float32_matmul_precision(),
+        typed(getattr(matmul, "fp32_precision", None)),
+        typed(matmul.allow_tf32),
+        typed(matmul.allow_fp16_reduced_precision_reduction),
+        typed(matmul.allow_bf16_reduced_precision_reduction),
+        str(torch.backends.cuda.preferred_blas_library()),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+
+
+def _autocast_active(device: torch.device) -> bool:
+    return torch.is_autocast_enabled(device.type)
+
+
+def context_fallback(recorder: Recorder, device: torch.device) -> str | None:
+    """Why the surrounding context forbids recording on ``device``, or None when it allows it."""
+    if not recorder.supports(device):
+        return f"device:{device.type}"
+    if torch.compiler.is_compiling():
+        return "compile"
+    if recorder.capturing(device):
+        return "capture"
+    if _autocast_active(device):
+        return "autocast"
+    return None
+
+
+def tensor_fallback(t: Tensor, device: torch.device) -> str | None:
+    """Why one input tensor must run eagerly, or None when it can be replayed."""
+    if t.device != device:
+        return "mixed-devices"
+    if t.requires_grad:
+        return "requires-grad"
+    if not t.is_contiguous():
+        return "non-contiguous"
+    if t.storage_offset() != 0:
+        return "storage-offset"
+    return None
+
+
+@dataclass
+class ReplayStats:
+    """Counters for tests and benchmarks: recordings, replays, eager fallbacks by reason."""
+
+    recordings: int = 0
+    replays: int = 0
+    failures: int = 0
+    fallbacks: Counter[str] = field(default_factory=Counter)
+
+
+class RecordingCache(Generic[E]):
+    """Published recordings by key, bounded; keys whose recording failed are never retried."""
+
+    def __init__(self, bound: Callable[[], int]) -> None:
+        self._bound = bound
+        self._entries: dict[Hashable, E] = {}
+        self._refused: set[Hashable] = set()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> E | None:
+        return self._entries.get(key)
+
+    def admits(self, key: Hashable) -> str | None:
+        """Why a new recording for ``key`` may not be made, or None when it may."""
+        if key in self._refused:
+            return "not-recordable"
+        if len(self._entries) >= self._bound():
+            return "bound"
+        return None
+
+    def publish(self, key: Hashable, entry: E) -> None:
+        self._entries[key] = entry
+
+    def refuse(self, key: Hashable) -> None:
+        self._refused.add(key)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._refused.clear()
+
+
+@dataclass
+class _OrthEntry:
+    """A recorded Newton-Schulz call: its static input and the recording."""
+
+    static: Tensor
+    recording: Recording
+
+
+class ReplayState:
+    """Everything one optimizer owns for replay: the recorder, both caches, stats, the warning."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        *,
+        orth_bound: Callable[[], int],
+        update_bound: Callable[[], int],
+    ) -> None:
+        self.recorder = recorder
+        self.stats = ReplayStats()
+        self.orth_cache: RecordingCache[_OrthEntry] = RecordingCache(orth_bound)
+        self.update_cache: RecordingCache[object] = RecordingCache(update_bound)
+        self._warned = False
+
+    def clear(self) -> None:
+        """Drop every recording and every not-recordable mark (``load_state_dict`` calls this)."""
+        self.orth_cache.clear()
+        self.update_cache.clear()
+
+    def fallback(self, reason: str) -> None:
+        self.stats.fallbacks[reason] += 1
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        """Count a failed recording; warn about the first one only."""
+        self.stats.failures += 1
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"MuSGD could not record {what} for replay ({type(exc).__name__}: {exc}); that "
+                "work runs eagerly from now on, with identical results. Further failures are "
+                "not reported.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+
+class ReplayOrthogonalizer:
+    """The ``Orthogonalizer`` that replays recorded Newton-Schulz calls.
+
+    Used for param groups with ``capture_orthogonalization``.
+
+    Each call's matrix is copied into the recording's static input and the result is copied out
+    into a fresh tensor, so two calls never alias. A key's first call runs the eager function
+    (whose errors, such as an invalid step count, surface unchanged) and then records it.
+    """
+
+    def __init__(self, state: ReplayState) -> None:
+        self._state = state
+        self._eager = EagerOrthogonalizer()
+
+    def single(self, G: Tensor, ns: NSSettings) -> Tensor:
+        return self._run("single", G, ns)
+
+    def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
+        return self._run("batched", G, ns)
+
+    def _call_eager(self, kind: str, G: Tensor, ns: NSSettings) -> Tensor:
+        return self._eager.single(G, ns) if kind == "single" else self._eager.batched(G, ns)
+
+    def _run(self, kind: str, G: Tensor, ns: NSSettings) -> Tensor:
+        state = self._state
+        recorder = state.recorder
+        device = G.device
+        reason = context_fallback(recorder, device) or tensor_fallback(G, device)
+        if reason is not None:
+            state.fallback(reason)
+            return self._call_eager(kind, G, ns)
+        key = (
+            kind,
+            tuple(G.shape),
+            G.stride(),
+            G.dtype,
+            device,
+            typed(ns.steps),
+            typed(ns.coefficients),
+            typed(ns.eps),
+            ns.dtype,
+            environment_key(recorder, device),
+        )
+        entry = state.orth_cache.get(key)
+        if entry is not None:
+            entry.static.copy_(G)
+            entry.recording.replay()
+            state.stats.replays += 1
+            return entry.recording.outputs[0].clone()
+        result = self._call_eager(kind, G, ns)
+        refusal = state.orth_cache.admits(key)
+        if refusal is not None:
+            state.fallback(refusal)
+            return result
+        static = torch.empty_like(G)
+        static.copy_(G)
+        try:
+            recording = recorder.record(lambda: (self._call_eager(kind, static, ns),), device)
+        except Exception as exc:  # any failure: nothing published, this key stays eager
+            state.orth_cache.refuse(key)
+            state.failed(f"the {kind} orthogonalization of a {tuple(G.shape)} matrix", exc)
+            return result
+        state.orth_cache.publish(key, _OrthEntry(static, recording))
+        state.stats.recordings += 1
+        return result
+
+
+def is_float32(tensors: Sequence[Tensor]) -> bool:
+    """True when every tensor is float32 (assumption A1 holds for device-tensor scalars)."""
+    return all(t.dtype == torch.float32 for t in tensors)
+
+
+def same_float(a: float | None, b: float) -> bool:
+    """Exact float equality that also tells ``-0.0`` from ``0.0``."""
+    return a is not None and a == b and math.copysign(1.0, a) == math.copysign(1.0, b)

@@ -1,0 +1,260 @@
+"""Replay of a param group's update preparation (spec §1 steps 1-4; ``capture_updates``).
+
+One recording per group layout runs momentum, Nesterov, Newton-Schulz (recorded inside the same
+recording, so a group costs one replay per step) and the mix into static update tensors; the
+learning-rate read and the write (step 5) stay outside as one foreach call.
+
+Hyperparameters that schedules change every step (``momentum``, ``weight_decay``, ``w_muon``,
+``w_sgd``) are held in float32 0-d device tensors that the recording reads, refilled outside it
+whenever their value changes: no stale value is ever replayed and no re-recording is needed.
+That a float32 0-d tensor and a Python float scale a float32 tensor to the same bits is
+assumption A1, which does not hold for bfloat16/float16 tensors, so only all-float32 groups are
+replayed. Whether a hyperparameter is zero changes which operations run (``Structure``) and so
+is part of the key instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+
+import torch
+from torch import Tensor
+
+from musgd._functional import (
+    EagerOrthogonalizer,
+    Hyper,
+    Layout,
+    Orthogonalizer,
+    PrepareFn,
+    Structure,
+)
+from musgd._replay import (
+    Recording,
+    ReplayState,
+    context_fallback,
+    environment_key,
+    is_float32,
+    same_float,
+    tensor_fallback,
+    typed,
+)
+
+_HYPER_FIELDS = ("momentum", "weight_decay", "w_muon", "w_sgd")
+
+
+class HyperSlots:
+    """Four float32 0-d device tensors a recording reads its hyperparameters from."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.tensors = tuple(
+            torch.zeros((), dtype=torch.float32, device=device) for _ in _HYPER_FIELDS
+        )
+        self._values: list[float | None] = [None] * len(_HYPER_FIELDS)
+
+    @property
+    def hyper(self) -> Hyper:
+        return Hyper(*self.tensors)
+
+    def fill(self, hyper: Hyper) -> None:
+        """Write each value that changed since the last fill (outside any recording)."""
+        for i, name in enumerate(_HYPER_FIELDS):
+            value = float(getattr(hyper, name))
+            if not same_float(self._values[i], value):
+                self.tensors[i].fill_(value)
+                self._values[i] = value
+
+
+@dataclass
+class _UpdateEntry:
+    """A recorded update preparation: owned gradient inputs, hyperparameter slots, recording."""
+
+    grads: list[Tensor]
+    slots: HyperSlots
+    recording: Recording
+
+
+_requires_grad = attrgetter("requires_grad")
+
+
+def _gradient_fallback(grads: Sequence[Tensor]) -> str | None:
+    """Why this step's gradients must run eagerly (checked every step, cheaply), or None."""
+    if any(map(_requires_grad, grads)):
+        return "requires-grad"
+    if not all(map(Tensor.is_contiguous, grads)):
+        return "non-contiguous"
+    if any(map(Tensor.storage_offset, grads)):
+        return "storage-offset"
+    return None
+
+
+def _storage_fallback(
+    params: Sequence[Tensor], grads: Sequence[Tensor], bufs: Sequence[Tensor], device: torch.device
+) -> str | None:
+    """Why a group's parameters and buffers cannot be recorded, or None (checked on new keys)."""
+    if not (is_float32(params) and is_float32(grads) and is_float32(bufs)):
+        return "not-float32"
+    for t in (*params, *bufs):
+        # Parameters require grad by nature; only their placement and layout matter here.
+        reason = tensor_fallback(t.detach(), device)
+        if reason is not None:
+            return reason
+    return None
+
+
+class UpdateReplayer:
+    """Runs a group's update preparation from a recording when it can, eagerly otherwise.
+
+    Parameters and momentum buffers are read and written in place by address, so their
+    addresses are part of the key; gradients are copied into owned static inputs.
+    """
+
+    def __init__(self, state: ReplayState) -> None:
+        self._state = state
+        self._eager_orth = EagerOrthogonalizer()
+
+    def prepare(
+        self,
+        index: int,
+        *,
+        params: Sequence[Tensor],
+        grads: Sequence[Tensor],
+        bufs: Sequence[Tensor],
+        layout: Layout,
+        hyper: Hyper,
+        structure: Structure,
+        prepare: PrepareFn,
+        orth: Orthogonalizer,
+    ) -> list[Tensor]:
+        """Steps 1-4 for one group; same results, bit for bit, as ``prepare(...)`` eagerly.
+
+        Every step checks the context and the new gradients; parameters and buffers are checked
+        when their storage is first seen (a new key), since only new storage can change them.
+        """
+        state = self._state
+        device = params[0].device
+        reason = context_fallback(state.recorder, device) or _gradient_fallback(grads)
+        if reason is None:
+            key = self._key(
+                index,
+                params=params,
+                bufs=bufs,
+                layout=layout,
+                structure=structure,
+                prepare=prepare,
+                device=device,
+            )
+            entry = state.update_cache.get(key)
+            if isinstance(entry, _UpdateEntry):
+                return self._replay(entry, grads, hyper)
+            reason = _storage_fallback(params, grads, bufs, device)
+            reason = reason or state.update_cache.admits(key)
+        if reason is not None:
+            state.fallback(reason)
+            return prepare(params, grads, bufs, layout, hyper, structure, orth)
+        recorded = self._record(
+            key,
+            params=params,
+            grads=grads,
+            bufs=bufs,
+            layout=layout,
+            hyper=hyper,
+            structure=structure,
+            prepare=prepare,
+        )
+        if recorded is None:
+            return prepare(params, grads, bufs, layout, hyper, structure, orth)
+        return recorded
+
+    def _key(
+        self,
+        index: int,
+        *,
+        params: Sequence[Tensor],
+        bufs: Sequence[Tensor],
+        layout: Layout,
+        structure: Structure,
+        prepare: PrepareFn,
+        device: torch.device,
+    ) -> Hashable:
+        """What selects a recording: the group's operations, layout, storage and environment.
+
+        Gradients need no entry: PyTorch makes a gradient match its parameter's shape, dtype
+        and device, and :func:`_gradient_fallback` admits only contiguous ones.
+        """
+        ns = structure.ns
+        return (
+            "prepare",
+            prepare,
+            index,
+            device,
+            layout,
+            structure.nesterov,
+            structure.decay,
+            structure.muon,
+            typed(ns.steps),
+            typed(ns.coefficients),
+            typed(ns.eps),
+            ns.dtype,
+            tuple(map(Tensor.data_ptr, params)),
+            tuple(map(Tensor.data_ptr, bufs)),
+            environment_key(self._state.recorder, device),
+        )
+
+    def _replay(self, entry: _UpdateEntry, grads: Sequence[Tensor], hyper: Hyper) -> list[Tensor]:
+        entry.slots.fill(hyper)
+        torch._foreach_copy_(entry.grads, list(grads))
+        entry.recording.replay()
+        self._state.stats.replays += 1
+        return list(entry.recording.outputs)
+
+    def _record(
+        self,
+        key: Hashable,
+        *,
+        params: Sequence[Tensor],
+        grads: Sequence[Tensor],
+        bufs: Sequence[Tensor],
+        layout: Layout,
+        hyper: Hyper,
+        structure: Structure,
+        prepare: PrepareFn,
+    ) -> list[Tensor] | None:
+        """Record, publish and replay once; on any failure restore grads and momentum, return None.
+
+        The warm-up pass really runs the preparation (momentum moves), the capture pass may fail
+        half-way, and the first replay moves momentum again: every one of these is covered by
+        the same snapshot, taken before anything runs (the gap seed 003's review found).
+        """
+        state = self._state
+        device = params[0].device
+        saved_grads = [g.clone() for g in grads]
+        saved_bufs = [m.clone() for m in bufs]
+        param_list, buf_list = list(params), list(bufs)
+        try:
+            slots = HyperSlots(device)
+            slots.fill(hyper)
+            static = [torch.empty_like(g) for g in grads]
+            torch._foreach_copy_(static, list(grads))
+            eager_orth = self._eager_orth
+
+            def run() -> list[Tensor]:
+                return prepare(
+                    param_list, static, buf_list, layout, slots.hyper, structure, eager_orth
+                )
+
+            recording = state.recorder.record(run, device)
+            # Warm-up moved momentum (capture did not); put it back before the real replay.
+            torch._foreach_copy_(buf_list, saved_bufs)
+            entry = _UpdateEntry(static, slots, recording)
+            updates = self._replay(entry, grads, hyper)
+        except Exception as exc:  # any failure: restore, publish nothing, this key stays eager
+            torch._foreach_copy_(list(grads), saved_grads)
+            torch._foreach_copy_(buf_list, saved_bufs)
+            state.update_cache.refuse(key)
+            state.failed(f"the update preparation of a group of {len(params)} tensors", exc)
+            return None
+        state.update_cache.publish(key, entry)
+        state.stats.recordings += 1
+        return updates

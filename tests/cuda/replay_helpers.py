@@ -1,0 +1,103 @@
+"""Shared pieces of the CUDA replay tests: comparisons, determinism and a detector training run."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+
+from musgd import MuSGD, param_groups
+
+T = TypeVar("T")
+DEVICE = torch.device("cuda")
+
+
+def assert_same(pa: Sequence[Tensor], pb: Sequence[Tensor], oa: MuSGD, ob: MuSGD) -> None:
+    """Parameters and every state tensor are bit-identical (``torch.equal``)."""
+    for a, b in zip(pa, pb, strict=True):
+        assert torch.equal(a, b)
+        sa, sb = oa.state.get(a, {}), ob.state.get(b, {})
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            assert torch.equal(sa[k], sb[k])
+
+
+def deterministic(fn: Callable[[], T]) -> T:
+    """Run ``fn`` with deterministic cuDNN and deterministic algorithms (warn-only for cuBLAS).
+
+    The detector's loss indexes boxes by grid cell; two boxes in one cell make the backward an
+    accumulating ``index_put_``, whose default CUDA kernel uses atomics (run-to-run bit noise).
+    """
+    saved = (
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return fn()
+    finally:
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[:2]
+        torch.use_deterministic_algorithms(saved[2], warn_only=saved[3])
+
+
+@dataclass(frozen=True)
+class DetectorRun:
+    """What a training run ends with: parameters, momentum buffers, the loss of every step."""
+
+    params: list[Tensor]
+    momentum: list[Tensor]
+    losses: list[Tensor]
+    stats: Any
+
+
+def train_detector(
+    *, steps: int, image_size: int, batch: int, warmup_schedule: bool = False, **flags: bool
+) -> DetectorRun:
+    """Train the built-in nano detector with MuSGD under bf16 autocast; ``flags`` pick replay.
+
+    ``warmup_schedule`` ramps momentum every step (as detector warm-ups do) and decays the
+    learning rate with a scheduler, so replay must honour changing hyperparameters.
+    """
+    from musgd.bench import NanoDetector, detection_loss, synthetic_batch
+
+    torch.manual_seed(0)
+    model = NanoDetector().to(DEVICE).train()
+    opt = MuSGD(param_groups(model, weight_decay=5e-4), lr=0.01, momentum=0.9, **flags)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1.0 + 0.01 * s))
+    gen = torch.Generator().manual_seed(0)
+    batches = [synthetic_batch(batch, image_size, generator=gen, device=DEVICE) for _ in range(4)]
+    losses = []
+    for i in range(steps):
+        if warmup_schedule:
+            for group in opt.param_groups:
+                group["momentum"] = 0.8 + 0.15 * min(1.0, i / max(1, steps // 2))
+        b = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            predictions = model(b.images)
+        loss = detection_loss(predictions, b.boxes)
+        loss.backward()
+        opt.step()
+        if warmup_schedule:
+            sched.step()
+        losses.append(loss.detach())
+    params = [p.detach().clone() for p in model.parameters()]
+    momentum = [opt.state[p]["momentum_buffer"].clone() for p in model.parameters()]
+    return DetectorRun(params, momentum, losses, opt._replay.stats)
+
+
+def assert_runs_identical(a: DetectorRun, b: DetectorRun) -> None:
+    """Byte-identical parameters, momentum buffers and losses."""
+    for xs, ys in ((a.params, b.params), (a.momentum, b.momentum), (a.losses, b.losses)):
+        assert len(xs) == len(ys)
+        for x, y in zip(xs, ys, strict=True):
+            assert torch.equal(x, y)

@@ -1,0 +1,451 @@
+"""Update-preparation replay (``capture_updates``) with the real CUDA-graph recorder.
+
+Every comparison is ``torch.equal`` against an eager twin fed the same gradients.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+import musgd._newton_schulz as ns_module
+from musgd import MuSGD, orthogonalize_batched
+from musgd._functional import Hyper, build_layout
+from musgd._optimizer import group_structure
+from musgd._update_replay import UpdateReplayer
+
+# The shared helper module sits beside this file; make it importable in any import mode.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_helpers import (
+    DEVICE,
+    assert_runs_identical,
+    assert_same,
+    deterministic,
+    train_detector,
+)
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+MATRICES = [(16, 3, 3, 3), (32, 16, 3, 3), (32, 32, 3, 3), (32, 32, 3, 3), (48, 96), (96, 48)]
+VECTORS = [(16,), (32,), (32,), (48,)]
+
+
+def make_params(seed: int = 0, dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(seed)
+    return [
+        torch.nn.Parameter(torch.randn(s, generator=gen).to(DEVICE, dtype))
+        for s in MATRICES + VECTORS
+    ]
+
+
+def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any]]:
+    n = len(MATRICES)
+    return [
+        {"params": params[:n], "weight_decay": 0.01, **extra},
+        {"params": params[n:], "weight_decay": 0.0, **extra},
+    ]
+
+
+def set_grads(params: Sequence[Tensor], step: int, skip: frozenset[int] = frozenset()) -> None:
+    gen = torch.Generator().manual_seed(1000 + step)
+    for i, p in enumerate(params):
+        g = torch.randn(p.shape, generator=gen).to(DEVICE, p.dtype)
+        p.grad = None if i in skip else g
+
+
+def twins(
+    *, flags: dict[str, bool] | None = None, dtype: torch.dtype = torch.float32, **options: Any
+) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD]:
+    flags = {"capture_updates": True} if flags is None else flags
+    ref_p, rep_p = make_params(dtype=dtype), make_params(dtype=dtype)
+    return (
+        ref_p,
+        MuSGD(groups(ref_p), lr=0.02, **options),
+        rep_p,
+        MuSGD(groups(rep_p), lr=0.02, **options, **flags),
+    )
+
+
+def step_both(
+    ref_p: list[torch.nn.Parameter],
+    ref: MuSGD,
+    rep_p: list[torch.nn.Parameter],
+    rep: MuSGD,
+    step: int,
+    *,
+    skip: frozenset[int] = frozenset(),
+) -> None:
+    for ps, opt in ((ref_p, ref), (rep_p, rep)):
+        set_grads(ps, step, skip)
+        opt.step()
+
+
+CONFIGS = [
+    {},
+    {"nesterov": False},
+    {"w_muon": 0.0},
+    {"foreach": False},
+    {"ns_dtype": torch.float32},
+    {"momentum": 0.0, "ns_steps": 3},
+]
+
+
+@pytest.mark.parametrize("options", CONFIGS)
+@pytest.mark.parametrize("both", [False, True])
+def test_replayed_steps_are_bit_identical_with_one_replay_per_group(
+    options: dict[str, Any], both: bool
+) -> None:
+    ref_p, ref, rep_p, rep = twins(
+        flags={"capture_updates": True, "capture_orthogonalization": both}, **options
+    )
+    for step in range(6):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    stats = rep._replay.stats
+    assert stats.recordings == 2
+    assert stats.replays == 6 * 2
+    assert stats.failures == 0
+    assert len(rep._replay.orth_cache) == 0
+
+
+def test_hyperparameter_schedules_and_lr_scheduler_without_rerecording() -> None:
+    ref_p, ref, rep_p, rep = twins()
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s)) for o in (ref, rep)]
+    for step in range(8):
+        for opt in (ref, rep):
+            for group in opt.param_groups:
+                group["momentum"] = 0.8 + 0.02 * step
+                group["w_muon"] = 0.3 + 0.05 * step
+                group["w_sgd"] = 0.7 - 0.05 * step
+                if group["weight_decay"]:
+                    group["weight_decay"] = 0.01 * (step + 1)
+        step_both(ref_p, ref, rep_p, rep, step)
+        for sched in scheds:
+            sched.step()
+        assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.recordings == 2
+
+
+def test_structural_changes_record_new_keys() -> None:
+    ref_p, ref, rep_p, rep = twins()
+    changes: list[dict[str, Any]] = [
+        {},
+        {"weight_decay": 0.0},
+        {"w_muon": 0.0},
+        {"nesterov": False},
+    ]
+    for step, change in enumerate(changes):
+        for opt in (ref, rep):
+            opt.param_groups[0].update(change)
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.recordings == 4 + 1
+
+
+def test_skipped_gradients_and_changing_bucket_order() -> None:
+    ref_p, ref, rep_p, rep = twins(
+        flags={"capture_updates": True, "capture_orthogonalization": True}
+    )
+    skips = [frozenset(), frozenset({0, 7}), frozenset({2}), frozenset(), frozenset({0, 7})]
+    for step in range(10):
+        step_both(ref_p, ref, rep_p, rep, step, skip=skips[step % len(skips)])
+        assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.failures == 0
+
+
+def test_resume_mid_run_matches_an_uninterrupted_run() -> None:
+    ref_p, ref, first_p, first = twins()
+    for step in range(4):
+        step_both(ref_p, ref, first_p, first, step)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    resumed_p = [torch.nn.Parameter(p.detach().clone()) for p in first_p]
+    resumed = MuSGD(groups(resumed_p), lr=0.02, capture_updates=True)
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    for step in range(4, 8):
+        step_both(ref_p, ref, resumed_p, resumed, step)
+    assert_same(ref_p, resumed_p, ref, resumed)
+
+
+def test_load_state_dict_drops_recordings_and_keeps_types_and_bits() -> None:
+    ref_p, ref, rep_p, rep = twins()
+    for step in range(3):
+        step_both(ref_p, ref, rep_p, rep, step)
+    saved = rep.state_dict()
+    kinds = [{k: type(v) for k, v in g.items()} for g in saved["param_groups"]]
+    bufs = {i: s["momentum_buffer"].clone() for i, s in saved["state"].items()}
+    rep.load_state_dict(saved)
+    assert len(rep._replay.update_cache) == 0
+    again = rep.state_dict()
+    assert [{k: type(v) for k, v in g.items()} for g in again["param_groups"]] == kinds
+    for i, s in again["state"].items():
+        assert torch.equal(s["momentum_buffer"], bufs[i])
+    for step in range(3, 5):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+
+
+def test_non_float32_and_cpu_groups_fall_back() -> None:
+    ref_p, ref, rep_p, rep = twins(dtype=torch.bfloat16)
+    for step in range(2):
+        step_both(ref_p, ref, rep_p, rep, step)
+    assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.fallbacks["not-float32"] == 4
+    cpu = [torch.nn.Parameter(torch.randn(8, 8))]
+    opt = MuSGD(cpu, lr=0.1, capture_updates=True)
+    cpu[0].grad = torch.randn(8, 8)
+    opt.step()
+    assert opt._replay.stats.fallbacks["device:cpu"] == 1
+
+
+def test_autocast_requires_grad_and_channels_last_fall_back() -> None:
+    ref_p, ref, rep_p, rep = twins()
+    for ps, opt in ((ref_p, ref), (rep_p, rep)):
+        set_grads(ps, 0)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            opt.step()
+        set_grads(ps, 1)
+        for p in ps:
+            assert p.grad is not None
+            p.grad.requires_grad_(True)
+        opt.step()
+    assert_same(ref_p, rep_p, ref, rep)
+    fallbacks = rep._replay.stats.fallbacks
+    assert fallbacks["autocast"] == 2
+    assert fallbacks["requires-grad"] == 2
+    cl_ref, cl_rep = make_params(), make_params()
+    for ps in (cl_ref, cl_rep):
+        ps[1] = torch.nn.Parameter(ps[1].detach().to(memory_format=torch.channels_last))
+    ref, rep = MuSGD(groups(cl_ref), lr=0.02), MuSGD(groups(cl_rep), lr=0.02, capture_updates=True)
+    for step in range(2):
+        step_both(cl_ref, ref, cl_rep, rep, step)
+    assert_same(cl_ref, cl_rep, ref, rep)
+    assert rep._replay.stats.fallbacks["non-contiguous"] == 2
+
+
+def test_compile_trace_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    ref_p, ref, rep_p, rep = twins()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    step_both(ref_p, ref, rep_p, rep, 0)
+    assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.fallbacks["compile"] == 2
+    assert rep._replay.stats.recordings == 0
+
+
+def test_enclosing_capture_of_the_whole_step_runs_eagerly_inside_it() -> None:
+    ref_p, ref, rep_p, rep = twins()
+    step_both(ref_p, ref, rep_p, rep, 0)  # state exists before the user's capture
+    set_grads(rep_p, 1)
+    static_grads = [p.grad for p in rep_p]
+    capture_stream = torch.cuda.Stream()
+    capture_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(capture_stream):
+        # Warm up cuBLAS on the capture stream (its workspace is per stream) without touching
+        # the optimizer's state.
+        orthogonalize_batched(torch.randn(2, 32, 144, device=DEVICE))
+    torch.cuda.current_stream().wait_stream(capture_stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=capture_stream):
+        rep.step()
+    assert rep._replay.stats.fallbacks["capture"] == 2
+    for step in range(1, 4):
+        set_grads(ref_p, step)
+        ref.step()
+        set_grads(rep_p, step)
+        for static, p in zip(static_grads, rep_p, strict=True):
+            assert static is not None
+            assert p.grad is not None
+            static.copy_(p.grad)
+            p.grad = static
+        graph.replay()
+    assert_same(ref_p, rep_p, ref, rep)
+
+
+def _failing_prepare(opt: MuSGD, where: str) -> None:
+    real = opt._prepare
+
+    def failing(*args: Any) -> list[Tensor]:
+        out = real(*args)  # momentum moves first, as a half-finished pass would move it
+        capturing = torch.cuda.is_current_stream_capturing()
+        warmup = torch.cuda.current_stream() != torch.cuda.default_stream() and not capturing
+        if (where == "capture" and capturing) or (where == "warmup" and warmup):
+            raise RuntimeError(f"injected failure in the {where} pass")
+        return out
+
+    opt._prepare = failing
+
+
+@pytest.mark.parametrize("where", ["warmup", "capture"])
+def test_failure_in_either_pass_restores_every_tensor(where: str) -> None:
+    params = make_params()
+    opt = MuSGD(groups(params), lr=0.02, capture_updates=True)
+    set_grads(params, 0)
+    opt.step()  # non-zero momentum from here on
+    opt._replay.clear()
+    _failing_prepare(opt, where)
+    set_grads(params, 1)
+    group = opt.param_groups[0]
+    ps, grads, bufs = opt._gather(0, group)
+    before = [t.clone() for t in (*ps, *grads, *bufs)]
+    replayer: UpdateReplayer = opt._update_replay
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = replayer._record(
+            ("test-key",),
+            params=ps,
+            grads=grads,
+            bufs=bufs,
+            layout=build_layout(ps, None),
+            hyper=Hyper(0.95, 0.01, 0.5, 0.5),
+            structure=group_structure(group),
+            prepare=opt._prepare,
+        )
+    torch.cuda.synchronize()
+    assert torch.cuda.current_stream() == torch.cuda.default_stream(), "stream not restored"
+    assert result is None
+    for b, a in zip(before, [*ps, *grads, *bufs], strict=True):
+        assert torch.equal(b, a)
+    ours = [str(w.message) for w in caught if "could not record" in str(w.message)]
+    assert len(ours) == 1
+    assert f"injected failure in the {where} pass" in ours[0]
+
+
+@pytest.mark.parametrize("where", ["warmup", "capture"])
+def test_failed_recording_continues_eagerly_and_exactly(where: str) -> None:
+    ref_p, ref, rep_p, rep = twins()
+    _failing_prepare(rep, where)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(4):
+            step_both(ref_p, ref, rep_p, rep, step)
+            assert_same(ref_p, rep_p, ref, rep)
+    assert len([w for w in caught if "could not record" in str(w.message)]) == 1
+    assert rep._replay.stats.failures == 2
+    assert len(rep._replay.update_cache) == 0
+
+
+def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None:
+    ref_p, ref, rep_p, rep = twins(
+        flags={"capture_updates": True, "capture_orthogonalization": True}
+    )
+    scalers = [torch.amp.GradScaler("cuda", init_scale=2.0**8) for _ in range(2)]
+    gen = torch.Generator().manual_seed(5)
+    weights = [torch.randn(p.shape, generator=gen).to(DEVICE) for p in ref_p]
+    for step in range(5):
+        poisoned = step == 2
+        for ps, opt, scaler in ((ref_p, ref, scalers[0]), (rep_p, rep, scalers[1])):
+            opt.zero_grad(set_to_none=True)
+            ws = [w * (step + 1) for w in weights]
+            if poisoned:
+                ws[3] = torch.full_like(ws[3], float("inf"))
+            loss = sum((p * w).sum() for p, w in zip(ps, ws, strict=True))
+            before = [p.detach().clone() for p in ps] + [
+                opt.state[p]["momentum_buffer"].clone() for p in ps if p in opt.state
+            ]
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            if poisoned:
+                now = [p.detach() for p in ps] + [
+                    opt.state[p]["momentum_buffer"] for p in ps if p in opt.state
+                ]
+                assert all(torch.equal(a, b) for a, b in zip(before, now, strict=True))
+        assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.replays == 4 * 2
+
+
+def test_count_regression_zero_eager_bodies_during_replayed_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ns_calls = [0]
+    body = ns_module._newton_schulz
+
+    def counting_ns(*args: Any, **kwargs: Any) -> Tensor:
+        ns_calls[0] += 1
+        return body(*args, **kwargs)
+
+    monkeypatch.setattr(ns_module, "_newton_schulz", counting_ns)
+    ref_p, ref, rep_p, rep = twins(
+        flags={"capture_updates": True, "capture_orthogonalization": True}
+    )
+    prep_calls = [0]
+    real = rep._prepare
+
+    def counting_prepare(*args: Any) -> list[Tensor]:
+        prep_calls[0] += 1
+        return real(*args)
+
+    rep._prepare = counting_prepare
+    step_both(ref_p, ref, rep_p, rep, 0)
+    assert prep_calls[0] > 0
+    assert ns_calls[0] > 0
+    prep_calls[0] = ns_calls[0] = 0
+    for step in range(1, 6):
+        set_grads(rep_p, step)
+        rep.step()
+    assert prep_calls[0] == 0, "replayed steps ran the eager update preparation"
+    assert ns_calls[0] == 0, "replayed steps ran the eager Newton-Schulz body"
+    for step in range(1, 6):
+        set_grads(ref_p, step)
+        ref.step()
+    assert_same(ref_p, rep_p, ref, rep)
+
+
+def _peaks(flags: dict[str, bool]) -> tuple[float, float]:
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    params = make_params()
+    opt = MuSGD(groups(params), lr=0.02, **flags)
+    for step in range(5):
+        set_grads(params, step)
+        opt.step()
+    torch.cuda.synchronize()
+    mib = 2.0**20
+    peaks = torch.cuda.max_memory_allocated() / mib, torch.cuda.max_memory_reserved() / mib
+    del opt, params
+    return peaks
+
+
+def test_memory_with_the_flags_off_and_on() -> None:
+    variants: dict[str, dict[str, bool]] = {
+        "off": {},
+        "capture_updates": {"capture_updates": True},
+        "both": {"capture_updates": True, "capture_orthogonalization": True},
+    }
+    peaks = {name: _peaks(flags) for name, flags in variants.items()}
+    print(
+        "peak allocated/reserved MiB: "
+        + ", ".join(f"{n}: {a:.1f}/{r:.1f}" for n, (a, r) in peaks.items())
+    )
+    assert peaks["both"][0] - peaks["off"][0] < 256
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags",
+    [{"capture_updates": True}, {"capture_updates": True, "capture_orthogonalization": True}],
+)
+def test_200_step_nano_detector_run_is_byte_identical(flags: dict[str, bool]) -> None:
+    def runs() -> tuple[Any, Any]:
+        kw: dict[str, Any] = {"steps": 200, "image_size": 128, "batch": 4, "warmup_schedule": True}
+        return train_detector(**kw), train_detector(**kw, **flags)
+
+    eager_run, replay_run = deterministic(runs)
+    assert replay_run.stats.recordings == 2
+    assert replay_run.stats.failures == 0
+    assert replay_run.stats.replays == 2 * 200  # two groups, every step
+    assert_runs_identical(eager_run, replay_run)

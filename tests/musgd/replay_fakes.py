@@ -1,0 +1,113 @@
+"""A CPU recorder with CUDA-graph semantics, for testing the replay machinery without a GPU.
+
+Recording runs the function once as a warm-up, then once more under a dispatch mode that logs
+every ATen operation with the tensors it touched. ``replay()`` re-runs the logged operations on
+the *same* tensor objects and copies each result into the tensor recorded for it -- as a CUDA
+graph re-runs its kernels on the same addresses. Python scalars are therefore frozen at record
+time while 0-d tensors are re-read, exactly the property the replay design depends on, and no
+Python function body runs during replay (what the count regressions check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class InjectedFailureError(RuntimeError):
+    """Raised by the fake recorder where a test asked it to fail."""
+
+
+@dataclass
+class _Op:
+    func: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    out: Any
+
+
+class _Log(TorchDispatchMode):
+    """Logs every ATen call; refuses host syncs as CUDA stream capture does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[_Op] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise InjectedFailureError("host synchronization (.item()) is not allowed in a capture")
+        out = func(*args, **kwargs)
+        self.ops.append(_Op(func, args, kwargs, out))
+        return out
+
+
+def _copy_into(recorded: Any, fresh: Any) -> None:
+    if isinstance(recorded, Tensor):
+        if recorded.data_ptr() != fresh.data_ptr():
+            recorded.copy_(fresh)
+    elif isinstance(recorded, tuple | list):
+        for r, f in zip(recorded, fresh, strict=True):
+            _copy_into(r, f)
+
+
+@dataclass
+class FakeRecording:
+    """The logged operations of one recording and the tensors its replay writes."""
+
+    ops: list[_Op]
+    outputs: tuple[Tensor, ...]
+    owner: FakeRecorder
+
+    def replay(self) -> None:
+        self.owner.replays += 1
+        for op in self.ops:
+            if op.func.is_view:
+                continue  # the recorded view already aliases its (recorded) base
+            fresh = op.func(*op.args, **op.kwargs)
+            if not op.func._schema.is_mutable:
+                _copy_into(op.out, fresh)
+
+
+@dataclass
+class FakeRecorder:
+    """Records on ``device_type`` tensors; can be told to fail, or to claim a capture is underway.
+
+    ``fail_in`` is ``"warmup"`` or ``"capture"``: that pass runs the function fully (so state
+    moves, as a half-finished real pass would move it) and then raises ``InjectedFailureError``.
+    """
+
+    device_type: str = "cpu"
+    fail_in: str | None = None
+    capture_underway: bool = False
+    stream: Hashable = "stream-0"
+    records: int = 0
+    replays: int = 0
+    recordings: list[FakeRecording] = field(default_factory=list)
+
+    def supports(self, device: torch.device) -> bool:
+        return device.type == self.device_type
+
+    def capturing(self, device: torch.device) -> bool:
+        return self.capture_underway
+
+    def stream_key(self, device: torch.device) -> Hashable:
+        return self.stream
+
+    def record(self, fn: Callable[[], Sequence[Tensor]], device: torch.device) -> FakeRecording:
+        self.records += 1
+        fn()
+        if self.fail_in == "warmup":
+            raise InjectedFailureError("injected failure in the warm-up pass")
+        with _Log() as log:
+            outputs = tuple(fn())
+        if self.fail_in == "capture":
+            raise InjectedFailureError("injected failure in the capture pass")
+        recording = FakeRecording(log.ops, outputs, self)
+        self.recordings.append(recording)
+        return recording

@@ -1,0 +1,505 @@
+"""Orthogonalization replay (``capture_orthogonalization``) on CPU, through a fake recorder.
+
+The fake recorder (``replay_fakes.py``) has CUDA-graph semantics: it re-runs logged ATen
+operations on fixed tensors, so keys, the bound, fallbacks, failures and the count regression
+are all exercised here; tests/cuda/test_replay_cuda.py checks the real CUDA recorder.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+import musgd._newton_schulz as ns_module
+from musgd import MuSGD
+from musgd._functional import EagerOrthogonalizer, NSSettings
+from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
+from musgd._replay import (
+    CudaGraphRecorder,
+    ReplayOrthogonalizer,
+    ReplayState,
+    same_float,
+    tensor_fallback,
+    typed,
+)
+
+# The shared helper module sits beside this file; make it importable in any import mode.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_fakes import FakeRecorder, InjectedFailureError
+
+NS = NSSettings(
+    steps=5,
+    coefficients=resolve_coefficients(DEFAULT_COEFFICIENTS, 5),
+    eps=1e-7,
+    dtype=torch.bfloat16,
+)
+SHAPES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (16, 16, 3, 3), (16,), (32, 16), (16, 32)]
+
+
+def make_state(recorder: FakeRecorder, bound: int = 100) -> ReplayState:
+    return ReplayState(recorder, orth_bound=lambda: bound, update_bound=lambda: bound)
+
+
+def eager(kind: str, G: Tensor, ns: NSSettings = NS) -> Tensor:
+    orth = EagerOrthogonalizer()
+    return orth.single(G, ns) if kind == "single" else orth.batched(G, ns)
+
+
+def replayed(orth: ReplayOrthogonalizer, kind: str, G: Tensor, ns: NSSettings = NS) -> Tensor:
+    return orth.single(G, ns) if kind == "single" else orth.batched(G, ns)
+
+
+@pytest.fixture
+def counted_bodies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count executions of the eager Newton-Schulz body (the count regression's probe)."""
+    calls = [0]
+    body = ns_module._newton_schulz
+
+    def counting(*args: Any, **kwargs: Any) -> Tensor:
+        calls[0] += 1
+        return body(*args, **kwargs)
+
+    monkeypatch.setattr(ns_module, "_newton_schulz", counting)
+    return calls
+
+
+# --- the orthogonalizer on its own -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "shape"), [("single", (12, 20)), ("batched", (3, 20, 12))])
+def test_replay_is_bit_identical_with_fresh_inputs_and_owned_outputs(
+    kind: str, shape: tuple[int, ...]
+) -> None:
+    recorder = FakeRecorder()
+    state = make_state(recorder)
+    orth = ReplayOrthogonalizer(state)
+    gen = torch.Generator().manual_seed(0)
+    results = []
+    for _ in range(4):
+        G = torch.randn(shape, generator=gen)
+        before = G.clone()
+        out = replayed(orth, kind, G)
+        assert torch.equal(out, eager(kind, before))
+        assert torch.equal(G, before), "the input must not be modified"
+        results.append(out)
+    assert (recorder.records, state.stats.recordings, state.stats.replays) == (1, 1, 3)
+    # Owned storage: no two results alias each other or the recording's output.
+    ptrs = {r.data_ptr() for r in results} | {recorder.recordings[0].outputs[0].data_ptr()}
+    assert len(ptrs) == len(results) + 1
+    kept = results[1].clone()
+    results[2].zero_()
+    replayed(orth, kind, torch.randn(shape, generator=gen))
+    assert torch.equal(results[1], kept)
+
+
+def test_key_separates_shape_dtype_and_ns_settings() -> None:
+    recorder = FakeRecorder()
+    orth = ReplayOrthogonalizer(make_state(recorder))
+    G = torch.randn(2, 6, 10)
+    variants = [
+        (G, NS),
+        (G[:1].clone(), NS),
+        (G.double(), NS),
+        (G, NSSettings(4, NS.coefficients[:4], NS.eps, NS.dtype)),
+        (G, NSSettings(5, ((3.0, -3.2, 1.2),) * 5, NS.eps, NS.dtype)),
+        (G, NSSettings(5, NS.coefficients, 1e-6, NS.dtype)),
+        (G, NSSettings(5, NS.coefficients, NS.eps, torch.float32)),
+    ]
+    for X, ns in variants:
+        assert torch.equal(orth.batched(X, ns), eager("batched", X, ns))
+    assert recorder.records == len(variants)
+    for X, ns in variants:  # every variant now replays its own recording
+        assert torch.equal(orth.batched(X, ns), eager("batched", X, ns))
+    assert recorder.records == len(variants)
+    assert recorder.replays == len(variants)
+
+
+def test_single_and_batched_are_different_functions_in_the_key() -> None:
+    recorder = FakeRecorder()
+    orth = ReplayOrthogonalizer(make_state(recorder))
+    G = torch.randn(6, 10)
+    orth.single(G, NS)
+    orth.batched(G.unsqueeze(0).clone(), NS)
+    assert recorder.records == 2
+
+
+def test_environment_changes_make_new_keys_never_a_stale_recording() -> None:
+    recorder = FakeRecorder()
+    orth = ReplayOrthogonalizer(make_state(recorder))
+    G = torch.randn(1, 8, 8)
+    precision = torch.get_float32_matmul_precision()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    # Setting a precision also pins the finer-grained fp32_precision setting ("none" becomes
+    # "ieee"), itself part of the key; set it once first so the restore lands on the same key.
+    torch.set_float32_matmul_precision(precision)
+    try:
+        orth.batched(G, NS)
+        torch.set_float32_matmul_precision("medium" if precision != "medium" else "high")
+        orth.batched(G, NS)
+        torch.use_deterministic_algorithms(not deterministic)
+        orth.batched(G, NS)
+        recorder.stream = "stream-1"
+        assert torch.equal(orth.batched(G, NS), eager("batched", G))
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        torch.use_deterministic_algorithms(deterministic)
+    assert recorder.records == 4
+    recorder.stream = "stream-0"
+    orth.batched(G, NS)  # back to the first settings: its recording replays
+    assert recorder.records == 4
+
+
+def test_typed_keys_refuse_int_for_float_and_signed_zero() -> None:
+    assert typed(5) != typed(5.0)
+    assert typed(True) != typed(1)
+    assert typed(0.0) != typed(-0.0)
+    assert typed((1, 2.0)) != typed((1.0, 2.0))
+    assert typed([1]) != typed((1,))
+    assert same_float(0.5, 0.5)
+    assert not same_float(0.0, -0.0)
+    assert not same_float(None, 0.0)
+
+
+def test_float_step_count_is_refused_through_the_eager_error() -> None:
+    recorder = FakeRecorder()
+    orth = ReplayOrthogonalizer(make_state(recorder))
+    G = torch.randn(1, 8, 8)
+    orth.batched(G, NS)
+    float_steps = NSSettings(5.0, NS.coefficients, NS.eps, NS.dtype)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ns_steps must be an int"):
+        orth.batched(G, float_steps)
+    assert recorder.records == 1
+
+
+def test_bound_reached_runs_new_keys_eagerly_and_correctly() -> None:
+    recorder = FakeRecorder()
+    state = make_state(recorder, bound=2)
+    orth = ReplayOrthogonalizer(state)
+    shapes = [(1, 4, 6), (1, 6, 4), (1, 5, 5), (2, 5, 5)]
+    for _ in range(2):
+        for shape in shapes:
+            G = torch.randn(shape)
+            assert torch.equal(orth.batched(G, NS), eager("batched", G))
+    assert recorder.records == 2
+    assert len(state.orth_cache) == 2
+    assert state.stats.fallbacks["bound"] == 4
+    assert state.stats.replays == 2
+
+
+def _fallback_cases() -> list[tuple[str, Callable[[FakeRecorder, pytest.MonkeyPatch], Any]]]:
+    def unsupported_device(rec: FakeRecorder, mp: pytest.MonkeyPatch) -> None:
+        rec.device_type = "cuda"
+
+    def capture_underway(rec: FakeRecorder, mp: pytest.MonkeyPatch) -> None:
+        rec.capture_underway = True
+
+    def compiling(rec: FakeRecorder, mp: pytest.MonkeyPatch) -> None:
+        mp.setattr(torch.compiler, "is_compiling", lambda: True)
+
+    return [
+        ("device:cpu", unsupported_device),
+        ("capture", capture_underway),
+        ("compile", compiling),
+    ]
+
+
+@pytest.mark.parametrize(("reason", "setup"), _fallback_cases())
+def test_context_fallbacks_run_eagerly(
+    reason: str,
+    setup: Callable[[FakeRecorder, pytest.MonkeyPatch], Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recorder = FakeRecorder()
+    state = make_state(recorder)
+    orth = ReplayOrthogonalizer(state)
+    setup(recorder, monkeypatch)
+    G = torch.randn(2, 6, 9)
+    expected = eager("batched", G)
+    monkeypatch.undo()  # the reference ran without the patch; the replayer runs with it
+    setup(recorder, monkeypatch)
+    assert torch.equal(orth.batched(G, NS), expected)
+    assert recorder.records == 0
+    assert state.stats.fallbacks[reason] == 1
+
+
+def test_autocast_falls_back() -> None:
+    recorder = FakeRecorder()
+    state = make_state(recorder)
+    orth = ReplayOrthogonalizer(state)
+    G = torch.randn(2, 6, 9)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = eager("batched", G)
+        out = orth.batched(G, NS)
+    assert torch.equal(out, expected)
+    assert recorder.records == 0
+    assert state.stats.fallbacks["autocast"] == 1
+
+
+@pytest.mark.parametrize(
+    ("reason", "make"),
+    [
+        ("requires-grad", lambda: torch.randn(2, 6, 9, requires_grad=True)),
+        ("non-contiguous", lambda: torch.randn(2, 9, 6).mT),
+        ("storage-offset", lambda: torch.randn(3, 6, 9)[1:]),
+    ],
+)
+def test_input_fallbacks_run_eagerly(reason: str, make: Callable[[], Tensor]) -> None:
+    recorder = FakeRecorder()
+    state = make_state(recorder)
+    orth = ReplayOrthogonalizer(state)
+    G = make()
+    with torch.no_grad():
+        assert torch.equal(orth.batched(G, NS), eager("batched", G))
+    assert recorder.records == 0
+    assert state.stats.fallbacks[reason] == 1
+
+
+def test_tensor_fallback_reports_mixed_devices() -> None:
+    assert tensor_fallback(torch.empty(2, 2, device="meta"), torch.device("cpu")) == (
+        "mixed-devices"
+    )
+    assert tensor_fallback(torch.empty(2, 2), torch.device("cpu")) is None
+
+
+def test_cuda_recorder_refuses_cpu_tensors() -> None:
+    state = ReplayState(CudaGraphRecorder(), orth_bound=lambda: 10, update_bound=lambda: 10)
+    orth = ReplayOrthogonalizer(state)
+    G = torch.randn(2, 6, 9)
+    assert torch.equal(orth.batched(G, NS), eager("batched", G))
+    assert state.stats.fallbacks["device:cpu"] == 1
+    assert len(state.orth_cache) == 0
+
+
+@pytest.mark.parametrize("fail_in", ["warmup", "capture"])
+def test_failed_recording_publishes_nothing_warns_once_and_runs_eagerly(fail_in: str) -> None:
+    recorder = FakeRecorder(fail_in=fail_in)
+    state = make_state(recorder)
+    orth = ReplayOrthogonalizer(state)
+    inputs = [torch.randn(1, 6, 9), torch.randn(1, 9, 6)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            for G in inputs:
+                before = G.clone()
+                assert torch.equal(orth.batched(G, NS), eager("batched", before))
+                assert torch.equal(G, before)
+    assert len(caught) == 1
+    assert str(caught[0].message).startswith(
+        "MuSGD could not record the batched orthogonalization of a (1, 6, 9) matrix for replay "
+        f"(InjectedFailureError: injected failure in the {fail_in.replace('warmup', 'warm-up')}"
+    )
+    assert issubclass(caught[0].category, RuntimeWarning)
+    assert recorder.records == 2, "a key whose recording failed is never retried"
+    assert len(state.orth_cache) == 0
+    assert state.stats.failures == 2
+    assert state.stats.fallbacks["not-recordable"] == 4
+
+
+def test_capture_refuses_host_synchronization() -> None:
+    """The fake recorder enforces capture rules: a host sync fails the recording."""
+    recorder = FakeRecorder()
+    with pytest.raises(InjectedFailureError, match="host synchronization"):
+        recorder.record(lambda: (torch.ones(1) * torch.ones(1).sum().item(),), torch.device("cpu"))
+
+
+# --- inside the optimizer --------------------------------------------------------------------
+
+
+def make_params(seed: int = 0) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
+
+
+def fake_replay(opt: MuSGD) -> FakeRecorder:
+    recorder = FakeRecorder()
+    opt._replay.recorder = recorder
+    return recorder
+
+
+def set_grads(params: list[torch.nn.Parameter], step: int, skip: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+    gen = torch.Generator().manual_seed(1000 + step)
+    for i, p in enumerate(params):
+        g = torch.randn(p.shape, generator=gen)
+        p.grad = None if i in skip else g
+
+
+def assert_same(
+    a: list[torch.nn.Parameter], b: list[torch.nn.Parameter], oa: MuSGD, ob: MuSGD
+) -> None:
+    for pa, pb in zip(a, b, strict=True):
+        assert torch.equal(pa, pb)
+        sa, sb = oa.state.get(pa, {}), ob.state.get(pb, {})
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            assert torch.equal(sa[k], sb[k])
+
+
+@pytest.mark.parametrize("foreach", [True, False])
+def test_optimizer_steps_match_eager_with_skipped_grads_and_changing_buckets(
+    foreach: bool,
+) -> None:
+    ref_params, rep_params = make_params(), make_params()
+    ref = MuSGD(ref_params, lr=0.02, weight_decay=0.01, foreach=foreach)
+    rep = MuSGD(
+        rep_params, lr=0.02, weight_decay=0.01, foreach=foreach, capture_orthogonalization=True
+    )
+    recorder = fake_replay(rep)
+    # Skipping grads changes which buckets exist and their order within the group.
+    skips: list[set[int]] = [set(), {1}, {0, 2}, set(), {3, 5}, set()]
+    for step, skip in enumerate(skips):
+        set_grads(ref_params, step, skip)
+        set_grads(rep_params, step, skip)
+        ref.step()
+        rep.step()
+        assert_same(ref_params, rep_params, ref, rep)
+    assert recorder.records > 0
+    assert rep._replay.stats.replays > 0
+    assert len(rep._replay.orth_cache) <= rep._count_matrices()
+
+
+def test_count_regression_no_eager_body_runs_during_replayed_steps(
+    counted_bodies: list[int],
+) -> None:
+    params = make_params()
+    opt = MuSGD(params, lr=0.02, capture_orthogonalization=True)
+    fake_replay(opt)
+    set_grads(params, 0)
+    opt.step()
+    assert counted_bodies[0] > 0  # recording ran the bodies (eager result, warm-up, capture)
+    counted_bodies[0] = 0
+    for step in range(1, 4):
+        set_grads(params, step)
+        opt.step()
+    assert counted_bodies[0] == 0, "replayed steps must not run the eager Newton-Schulz body"
+    assert opt._replay.stats.replays == 3 * 5  # five buckets per step
+
+
+def test_count_regression_fails_when_replay_turns_eager(
+    counted_bodies: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The regression's probe sees a replay that silently became eager."""
+    monkeypatch.setattr(
+        ReplayOrthogonalizer, "_run", lambda self, kind, G, ns: self._call_eager(kind, G, ns)
+    )
+    params = make_params()
+    opt = MuSGD(params, lr=0.02, capture_orthogonalization=True)
+    fake_replay(opt)
+    for step in range(2):
+        set_grads(params, step)
+        opt.step()
+    assert counted_bodies[0] == 2 * 5
+
+
+def test_bound_is_the_number_of_matrix_parameters() -> None:
+    params = make_params()
+    opt = MuSGD(params, lr=0.02, foreach=False, capture_orthogonalization=True)
+    recorder = fake_replay(opt)
+    assert opt._count_matrices() == 6
+    opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(4, 4))]})
+    assert opt._count_matrices() == 7
+    for p in opt.param_groups[1]["params"]:
+        p.grad = torch.randn(4, 4)
+    set_grads(params, 0)
+    opt.step()
+    # Per-tensor mode records one signature per distinct matrix shape: 5 + the new (4, 4).
+    assert recorder.records == 6
+
+
+def test_load_state_dict_drops_recordings_and_results_stay_exact() -> None:
+    ref_params, rep_params = make_params(), make_params()
+    ref = MuSGD(ref_params, lr=0.02)
+    rep = MuSGD(rep_params, lr=0.02, capture_orthogonalization=True)
+    recorder = fake_replay(rep)
+    for step in range(2):
+        set_grads(ref_params, step)
+        set_grads(rep_params, step)
+        ref.step()
+        rep.step()
+    assert len(rep._replay.orth_cache) == 5
+    rep.load_state_dict(rep.state_dict())
+    assert len(rep._replay.orth_cache) == 0
+    set_grads(ref_params, 2)
+    set_grads(rep_params, 2)
+    ref.step()
+    rep.step()
+    assert recorder.records == 10
+    assert_same(ref_params, rep_params, ref, rep)
+
+
+def test_resume_mid_run_matches_an_uninterrupted_run() -> None:
+    ref_params = make_params()
+    ref = MuSGD(ref_params, lr=0.02, capture_orthogonalization=True)
+    fake_replay(ref)
+    first_params = make_params()
+    first = MuSGD(first_params, lr=0.02, capture_orthogonalization=True)
+    fake_replay(first)
+    for step in range(3):
+        set_grads(ref_params, step)
+        set_grads(first_params, step)
+        ref.step()
+        first.step()
+    saved = first.state_dict()
+    resumed_params = [torch.nn.Parameter(p.detach().clone()) for p in first_params]
+    resumed = MuSGD(resumed_params, lr=0.02, capture_orthogonalization=True)
+    fake_replay(resumed)
+    resumed.load_state_dict(saved)
+    for step in range(3, 6):
+        set_grads(ref_params, step)
+        set_grads(resumed_params, step)
+        ref.step()
+        resumed.step()
+    assert_same(ref_params, resumed_params, ref, resumed)
+
+
+@pytest.mark.parametrize("requested", [True, False])
+def test_flag_lives_in_groups_and_legacy_state_takes_the_constructor_mode(requested: bool) -> None:
+    params = make_params()
+    opt = MuSGD(params, lr=0.02, capture_orthogonalization=not requested)
+    saved = opt.state_dict()
+    assert all(g["capture_orthogonalization"] is (not requested) for g in saved["param_groups"])
+    legacy = {
+        "state": saved["state"],
+        "param_groups": [
+            {
+                k: v
+                for k, v in g.items()
+                if k not in ("capture_orthogonalization", "capture_updates")
+            }
+            for g in saved["param_groups"]
+        ],
+    }
+    fresh = MuSGD(make_params(), lr=0.02, capture_orthogonalization=requested)
+    fresh.load_state_dict(legacy)
+    assert [g["capture_orthogonalization"] for g in fresh.param_groups] == [requested]
+    fresh.load_state_dict(saved)  # a state dict that has the field keeps its own value
+    assert [g["capture_orthogonalization"] for g in fresh.param_groups] == [not requested]
+
+
+@pytest.mark.parametrize("name", ["capture_orthogonalization", "capture_updates"])
+def test_flags_must_be_bools(name: str) -> None:
+    with pytest.raises(ValueError, match=f"{name} must be True or False, got 'yes'"):
+        MuSGD(make_params(), lr=0.02, **{name: "yes"})
+    opt = MuSGD(make_params(), lr=0.02)
+    with pytest.raises(ValueError, match=rf"param_groups\[1\]: {name} must be True or False"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(3))], name: 1})
+
+
+def test_cpu_optimizer_with_the_real_recorder_runs_eagerly() -> None:
+    ref_params, rep_params = make_params(), make_params()
+    ref = MuSGD(ref_params, lr=0.02)
+    rep = MuSGD(rep_params, lr=0.02, capture_orthogonalization=True)
+    for step in range(2):
+        set_grads(ref_params, step)
+        set_grads(rep_params, step)
+        ref.step()
+        rep.step()
+    assert_same(ref_params, rep_params, ref, rep)
+    assert rep._replay.stats.fallbacks["device:cpu"] == 10
+    assert len(rep._replay.orth_cache) == 0

@@ -1,0 +1,501 @@
+"""Update-preparation replay (``capture_updates``) on CPU, through a fake recorder.
+
+The fake recorder re-runs logged ATen operations on the recorded tensors, so a Python scalar
+frozen into a recording would replay a stale value here exactly as in a CUDA graph: the
+hyperparameter-schedule tests below would catch it. tests/cuda/test_update_replay_cuda.py runs
+the same contracts with real CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from musgd import MuSGD
+from musgd._functional import Hyper, build_layout
+from musgd._optimizer import group_structure
+from musgd._update_replay import HyperSlots, UpdateReplayer
+
+# The shared helper module sits beside this file; make it importable in any import mode.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_fakes import FakeRecorder
+
+MATRICES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (16, 16, 3, 3), (24, 16), (16, 24)]
+VECTORS = [(8,), (16,), (16,), (24,)]
+
+
+def make_params(seed: int = 0, dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=gen).to(dtype)) for s in MATRICES + VECTORS]
+
+
+def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any]]:
+    """A matrix group with weight decay and a vector group without, as ``param_groups`` makes."""
+    n = len(MATRICES)
+    return [
+        {"params": params[:n], "weight_decay": 0.01, **extra},
+        {"params": params[n:], "weight_decay": 0.0, **extra},
+    ]
+
+
+def set_grads(params: Sequence[Tensor], step: int, skip: frozenset[int] = frozenset()) -> None:
+    gen = torch.Generator().manual_seed(1000 + step)
+    for i, p in enumerate(params):
+        g = torch.randn(p.shape, generator=gen).to(p.dtype)
+        p.grad = None if i in skip else g
+
+
+def with_fake(opt: MuSGD, **options: Any) -> FakeRecorder:
+    recorder = FakeRecorder(**options)
+    opt._replay.recorder = recorder
+    return recorder
+
+
+def assert_same(pa: Sequence[Tensor], pb: Sequence[Tensor], oa: MuSGD, ob: MuSGD) -> None:
+    for a, b in zip(pa, pb, strict=True):
+        assert torch.equal(a, b)
+        sa, sb = oa.state.get(a, {}), ob.state.get(b, {})
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            assert torch.equal(sa[k], sb[k])
+
+
+def twins(
+    *, flags: dict[str, bool] | None = None, **options: Any
+) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD, FakeRecorder]:
+    """An eager optimizer and a replaying one (fake recorder) over identical parameters."""
+    flags = {"capture_updates": True} if flags is None else flags
+    ref_p, rep_p = make_params(), make_params()
+    ref = MuSGD(groups(ref_p), lr=0.02, **options)
+    rep = MuSGD(groups(rep_p), lr=0.02, **options, **flags)
+    return ref_p, ref, rep_p, rep, with_fake(rep)
+
+
+def step_both(
+    ref_p: list[torch.nn.Parameter],
+    ref: MuSGD,
+    rep_p: list[torch.nn.Parameter],
+    rep: MuSGD,
+    step: int,
+    *,
+    skip: frozenset[int] = frozenset(),
+) -> None:
+    for ps, opt in ((ref_p, ref), (rep_p, rep)):
+        set_grads(ps, step, skip)
+        opt.step()
+
+
+CONFIGS = [
+    {},
+    {"nesterov": False},
+    {"w_muon": 0.0},
+    {"nesterov": False, "w_sgd": 0.0},
+    {"foreach": False},
+    {"momentum": 0.0, "w_muon": 1.0, "ns_steps": 3},
+]
+
+
+@pytest.mark.parametrize("options", CONFIGS)
+@pytest.mark.parametrize("both", [False, True])
+def test_replayed_steps_match_eager_with_one_replay_per_group(
+    options: dict[str, Any], both: bool
+) -> None:
+    flags = {"capture_updates": True, "capture_orthogonalization": both}
+    ref_p, ref, rep_p, rep, recorder = twins(flags=flags, **options)
+    for step in range(4):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 2, "one recording per group"
+    assert recorder.replays == 4 * 2, "one replay per group per step"
+    assert len(rep._replay.orth_cache) == 0, "Newton-Schulz runs inside the group's recording"
+
+
+def test_hyperparameter_schedules_are_honoured_without_rerecording() -> None:
+    ref_p, ref, rep_p, rep, recorder = twins()
+    scheds = [torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s)) for opt in (ref, rep)]
+    for step in range(6):
+        for opt in (ref, rep):
+            for group in opt.param_groups:
+                # A warm-up schedule: every value changes every iteration.
+                group["momentum"] = 0.8 + 0.02 * step
+                group["w_muon"] = 0.3 + 0.05 * step
+                group["w_sgd"] = 0.7 - 0.05 * step
+                if group["weight_decay"]:
+                    group["weight_decay"] = 0.01 * (step + 1)
+        step_both(ref_p, ref, rep_p, rep, step)
+        for sched in scheds:
+            sched.step()
+        assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 2
+    assert rep._replay.stats.replays == 6 * 2
+
+
+def test_hyperparameter_types_in_groups_stay_native() -> None:
+    """Replay never writes tensors (or anything) back into the param groups."""
+    ref_p, ref, rep_p, rep, _ = twins(momentum=0, w_sgd=1)
+    for step in range(3):
+        step_both(ref_p, ref, rep_p, rep, step)
+    for group in rep.param_groups:
+        assert type(group["momentum"]) is int
+        assert type(group["w_sgd"]) is int
+        assert type(group["lr"]) is float
+    assert_same(ref_p, rep_p, ref, rep)
+
+
+def test_structural_changes_record_new_keys_and_stay_exact() -> None:
+    ref_p, ref, rep_p, rep, recorder = twins()
+    changes: list[dict[str, Any]] = [
+        {},
+        {"weight_decay": 0.0},
+        {"w_muon": 0.0},
+        {"nesterov": False},
+        {"ns_steps": 4, "ns_coefficients": ((3.4445, -4.7750, 2.0315),) * 4},
+    ]
+    for step, change in enumerate(changes):
+        for opt in (ref, rep):
+            opt.param_groups[0].update(change)
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    # Group 0 records once per structure; group 1 (vectors) only when its own structure changes.
+    assert recorder.records == 5 + 1
+
+
+def test_skipped_gradients_change_the_key_and_stay_exact() -> None:
+    ref_p, ref, rep_p, rep, recorder = twins()
+    skips = [frozenset(), frozenset({0, 7}), frozenset(), frozenset({2, 3}), frozenset({0, 7})]
+    for step, skip in enumerate(skips):
+        step_both(ref_p, ref, rep_p, rep, step, skip=skip)
+        assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 3 * 2 - 1  # the two {2, 3} group-1 layouts equal the full one
+    assert rep._replay.stats.replays == 5 * 2
+
+
+def test_replaced_parameter_or_buffer_storage_is_a_new_key() -> None:
+    """Recordings address parameters and buffers by storage: new storage must not be missed."""
+    ref_p, ref, rep_p, rep, recorder = twins()
+    step_both(ref_p, ref, rep_p, rep, 0)
+    for ps, opt in ((ref_p, ref), (rep_p, rep)):
+        ps[2].data = ps[2].data.clone()  # as model.to() or weight swapping does
+        opt.state[ps[8]]["momentum_buffer"] = opt.state[ps[8]]["momentum_buffer"].clone()
+    for step in range(1, 3):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 4
+
+
+def test_bound_reached_runs_new_groups_eagerly() -> None:
+    ref_p, ref, rep_p, rep, recorder = twins()
+    rep._replay.update_cache._bound = lambda: 1
+    for step in range(3):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 1
+    assert rep._replay.stats.fallbacks["bound"] == 3
+
+
+def test_default_bound_covers_every_group() -> None:
+    params = [torch.nn.Parameter(torch.randn(4)) for _ in range(3)]
+    opt = MuSGD([{"params": [p]} for p in params], lr=0.1, capture_updates=True)
+    assert opt._count_matrices() == 0
+    assert opt._replay.update_cache._bound() == 3
+
+
+def _fallback_params(kind: str) -> list[torch.nn.Parameter]:
+    params = make_params()
+    if kind == "non-contiguous":
+        params[1] = torch.nn.Parameter(params[1].detach().to(memory_format=torch.channels_last))
+    if kind == "storage-offset":
+        flat = torch.cat([torch.zeros(1), params[-1].detach().reshape(-1)])
+        params[-1] = torch.nn.Parameter(flat[1:].view(params[-1].shape))
+    return params
+
+
+@pytest.mark.parametrize("kind", ["non-contiguous", "storage-offset"])
+def test_parameter_layout_fallbacks(kind: str) -> None:
+    ref_p, rep_p = _fallback_params(kind), _fallback_params(kind)
+    ref = MuSGD(groups(ref_p), lr=0.02)
+    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True)
+    recorder = with_fake(rep)
+    for step in range(2):
+        step_both(ref_p, ref, rep_p, rep, step)
+    assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.fallbacks[kind] == 2
+    assert recorder.records == 1, "the other group still replays"
+
+
+def test_non_float32_groups_fall_back() -> None:
+    ref_p, rep_p = make_params(dtype=torch.bfloat16), make_params(dtype=torch.bfloat16)
+    ref = MuSGD(groups(ref_p), lr=0.02)
+    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True)
+    recorder = with_fake(rep)
+    for step in range(2):
+        step_both(ref_p, ref, rep_p, rep, step)
+    assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 0
+    assert rep._replay.stats.fallbacks["not-float32"] == 4
+
+
+def _context_cases() -> list[tuple[str, Callable[[FakeRecorder, pytest.MonkeyPatch], None]]]:
+    def device(rec: FakeRecorder, mp: pytest.MonkeyPatch) -> None:
+        rec.device_type = "cuda"
+
+    def capture(rec: FakeRecorder, mp: pytest.MonkeyPatch) -> None:
+        rec.capture_underway = True
+
+    def compiling(rec: FakeRecorder, mp: pytest.MonkeyPatch) -> None:
+        mp.setattr(torch.compiler, "is_compiling", lambda: True)
+
+    return [("device:cpu", device), ("capture", capture), ("compile", compiling)]
+
+
+@pytest.mark.parametrize(("reason", "setup"), _context_cases())
+def test_context_fallbacks(
+    reason: str,
+    setup: Callable[[FakeRecorder, pytest.MonkeyPatch], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ref_p, ref, rep_p, rep, recorder = twins()
+    for step in range(2):
+        set_grads(ref_p, step)
+        ref.step()
+        set_grads(rep_p, step)
+        with monkeypatch.context() as mp:
+            setup(recorder, mp)
+            rep.step()
+    assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 0
+    assert rep._replay.stats.fallbacks[reason] == 4
+
+
+def test_autocast_and_requires_grad_gradients_fall_back() -> None:
+    ref_p, ref, rep_p, rep, recorder = twins()
+    for ps, opt in ((ref_p, ref), (rep_p, rep)):
+        set_grads(ps, 0)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            opt.step()
+        set_grads(ps, 1)
+        for p in ps:
+            assert p.grad is not None
+            p.grad.requires_grad_(True)
+        opt.step()
+    assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 0
+    assert rep._replay.stats.fallbacks["autocast"] == 2
+    assert rep._replay.stats.fallbacks["requires-grad"] == 2
+
+
+@pytest.mark.parametrize("fail_in", ["warmup", "capture"])
+def test_failed_pass_restores_every_tensor_before_continuing(fail_in: str) -> None:
+    """Seed 003's review: a failure in the warm-up pass must restore state as the capture's does."""
+    params = make_params()
+    opt = MuSGD(groups(params), lr=0.02, capture_updates=True)
+    with_fake(opt)
+    set_grads(params, 0)
+    opt.step()  # momentum is non-zero from here on, so a missing restore would show
+    opt._replay.recorder = FakeRecorder(fail_in=fail_in)
+    opt._replay.clear()
+    set_grads(params, 1)
+    group = opt.param_groups[0]
+    ps, grads, bufs = opt._gather(0, group)
+    before = [t.clone() for t in (*ps, *grads, *bufs)]
+    replayer: UpdateReplayer = opt._update_replay
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = replayer._record(
+            ("test-key",),
+            params=ps,
+            grads=grads,
+            bufs=bufs,
+            layout=build_layout(ps, None),
+            hyper=Hyper(0.95, 0.01, 0.5, 0.5),
+            structure=group_structure(group),
+            prepare=opt._prepare,
+        )
+    assert result is None
+    after = [*ps, *grads, *bufs]
+    for b, a in zip(before, after, strict=True):
+        assert torch.equal(b, a), "every tensor must be back to its value before the call"
+    assert len(caught) == 1
+    assert opt._replay.update_cache.admits(("test-key",)) == "not-recordable"
+
+
+@pytest.mark.parametrize("fail_in", ["warmup", "capture"])
+def test_failed_recording_continues_eagerly_warns_once_and_never_retries(fail_in: str) -> None:
+    ref_p, ref, rep_p, rep, _ = twins()
+    recorder = with_fake(rep, fail_in=fail_in)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(4):
+            step_both(ref_p, ref, rep_p, rep, step)
+            assert_same(ref_p, rep_p, ref, rep)
+    runtime = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(runtime) == 1
+    assert f"injected failure in the {fail_in.replace('warmup', 'warm-up')} pass" in str(
+        runtime[0].message
+    )
+    assert recorder.records == 2, "each group's key failed once and was never retried"
+    assert len(rep._replay.update_cache) == 0
+
+
+def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None:
+    ref_p, ref, rep_p, rep, recorder = twins()
+    scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**8) for _ in range(2)]
+    gen = torch.Generator().manual_seed(5)
+    weights = [torch.randn(p.shape, generator=gen) for p in ref_p]
+    for step in range(4):
+        poisoned = step == 2
+        snapshots = []
+        for ps, opt, scaler in ((ref_p, ref, scalers[0]), (rep_p, rep, scalers[1])):
+            opt.zero_grad(set_to_none=True)
+            ws = [w * (step + 1) for w in weights]
+            if poisoned:
+                ws[3] = ws[3].clone().fill_(float("inf"))
+            loss = sum((p * w).sum() for p, w in zip(ps, ws, strict=True))
+            snapshots.append(
+                [p.detach().clone() for p in ps]
+                + [opt.state[p]["momentum_buffer"].clone() for p in ps if p in opt.state]
+            )
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            if poisoned:
+                now = [p.detach() for p in ps] + [
+                    opt.state[p]["momentum_buffer"] for p in ps if p in opt.state
+                ]
+                assert all(torch.equal(a, b) for a, b in zip(snapshots[-1], now, strict=True))
+        assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 2
+    assert rep._replay.stats.replays == 3 * 2
+
+
+def test_state_dict_round_trip_keeps_types_and_bits_and_drops_recordings() -> None:
+    ref_p, ref, rep_p, rep, recorder = twins()
+    for step in range(3):
+        step_both(ref_p, ref, rep_p, rep, step)
+    saved = rep.state_dict()
+    assert all(set(s) == {"momentum_buffer"} for s in saved["state"].values())
+    buffer = io.BytesIO()
+    torch.save(saved, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+    for key, group in zip(loaded["param_groups"], saved["param_groups"], strict=True):
+        assert {k: type(v) for k, v in key.items()} == {k: type(v) for k, v in group.items()}
+    for i, s in saved["state"].items():
+        assert torch.equal(loaded["state"][i]["momentum_buffer"], s["momentum_buffer"])
+        assert loaded["state"][i]["momentum_buffer"].dtype == s["momentum_buffer"].dtype
+    assert len(rep._replay.update_cache) == 2
+    rep.load_state_dict(loaded)
+    assert len(rep._replay.update_cache) == 0
+    for step in range(3, 5):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 4
+
+
+def test_resume_mid_run_matches_an_uninterrupted_run() -> None:
+    ref_p, ref, first_p, first, _ = twins()
+    for step in range(3):
+        step_both(ref_p, ref, first_p, first, step)
+    resumed_p = [torch.nn.Parameter(p.detach().clone()) for p in first_p]
+    resumed = MuSGD(groups(resumed_p), lr=0.02, capture_updates=True)
+    with_fake(resumed)
+    resumed.load_state_dict(first.state_dict())
+    for step in range(3, 6):
+        step_both(ref_p, ref, resumed_p, resumed, step)
+    assert_same(ref_p, resumed_p, ref, resumed)
+
+
+@pytest.mark.parametrize("requested", [True, False])
+def test_legacy_state_without_the_flag_takes_the_constructor_mode(requested: bool) -> None:
+    opt = MuSGD(groups(make_params()), lr=0.02)
+    saved = opt.state_dict()
+    for group in saved["param_groups"]:
+        del group["capture_updates"]
+    fresh = MuSGD(groups(make_params()), lr=0.02, capture_updates=requested)
+    fresh.load_state_dict(saved)
+    assert [g["capture_updates"] for g in fresh.param_groups] == [requested, requested]
+
+
+def _count_prepare(opt: MuSGD) -> list[int]:
+    calls = [0]
+    body = opt._prepare
+
+    def counting(*args: Any) -> list[Tensor]:
+        calls[0] += 1
+        return body(*args)
+
+    opt._prepare = counting
+    return calls
+
+
+def test_count_regression_no_eager_preparation_during_replayed_steps() -> None:
+    params = make_params()
+    opt = MuSGD(groups(params), lr=0.02, capture_updates=True, capture_orthogonalization=True)
+    with_fake(opt)
+    calls = _count_prepare(opt)
+    set_grads(params, 0)
+    opt.step()
+    assert calls[0] > 0  # the recording's warm-up and capture passes
+    calls[0] = 0
+    for step in range(1, 4):
+        set_grads(params, step)
+        opt.step()
+    assert calls[0] == 0, "replayed steps must not run the eager update preparation"
+
+
+def test_count_regression_fails_when_replay_turns_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe sees an update replay that silently became eager."""
+
+    def eager_only(self: UpdateReplayer, index: int, **kw: Any) -> list[Tensor]:
+        return kw["prepare"](
+            kw["params"],
+            kw["grads"],
+            kw["bufs"],
+            kw["layout"],
+            kw["hyper"],
+            kw["structure"],
+            kw["orth"],
+        )
+
+    monkeypatch.setattr(UpdateReplayer, "prepare", eager_only)
+    params = make_params()
+    opt = MuSGD(groups(params), lr=0.02, capture_updates=True)
+    with_fake(opt)
+    calls = _count_prepare(opt)
+    for step in range(3):
+        set_grads(params, step)
+        opt.step()
+    assert calls[0] == 3 * 2
+
+
+class _CountFills(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fills = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func.overloadpacket is torch.ops.aten.fill_:
+            self.fills += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_hyper_slots_refill_only_changed_values() -> None:
+    slots = HyperSlots(torch.device("cpu"))
+    with _CountFills() as counter:
+        slots.fill(Hyper(0.9, 0.0, 0.5, 0.5))
+        slots.fill(Hyper(0.9, 0.0, 0.5, 0.5))
+        slots.fill(Hyper(0.9, -0.0, 0.5, 0.25))
+    assert counter.fills == 4 + 0 + 2
+    expected = torch.tensor([0.9, -0.0, 0.5, 0.25], dtype=torch.float32)
+    assert torch.equal(torch.stack(slots.tensors), expected)
+    assert torch.signbit(slots.tensors[1]), "-0.0 is a change from 0.0 (it flips signed zeros)"
+    assert all(t.dtype == torch.float32 and t.dim() == 0 for t in slots.tensors)
