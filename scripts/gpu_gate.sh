@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU gate: CUDA tests and the optimizer benchmarks in one call on a GPU machine.
+# Runs from source (PYTHONPATH=src); writes logs and evidence JSON under $OUT (default ./out).
+#   scripts/gpu_gate.sh [tests] [optimizer] [train] [quick]    (no argument: all three)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(tests optimizer train)
+quick=""
+# The machine's copy has no git history: pass the commit the tree came from (GATE_COMMIT).
+commit=()
+[ -n "${GATE_COMMIT:-}" ] && commit=(--commit "$GATE_COMMIT")
+for s in "${stages[@]}"; do [ "$s" = quick ] && quick="--quick"; done
+rc=0
+{
+  echo "== $(date -u +%FT%TZ) $(git rev-parse HEAD 2>/dev/null || echo no-git)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+} 2>&1 | tee "$OUT/gate.log"
+for s in "${stages[@]}"; do
+  case "$s" in
+    tests)
+      $PY -m pytest -q -p no:cacheprovider -m cuda tests/cuda 2>&1 | tee "$OUT/cuda_tests.log" | tail -n 40
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    optimizer)
+      $PY -m musgd.bench optimizer --device cuda $quick "${commit[@]}" --out "$OUT/optimizer-step-h200.json" \
+        2>&1 | tee -a "$OUT/gate.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    train)
+      $PY -m musgd.bench train --device cuda $quick "${commit[@]}" --batch-sizes 4,16 --pairs 5 \
+        --steps "${TRAIN_STEPS:-30}" --warmup "${TRAIN_WARMUP:-5}" \
+        --arms "bucketed eager,capture_orthogonalization,capture_updates,both" \
+        --out "$OUT/train-step-h200.json" 2>&1 | tee -a "$OUT/gate.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    quick) ;;
+    *) echo "unknown stage: $s (use tests, optimizer, train, quick)" >&2; exit 2 ;;
+  esac
+done
+echo "gpu_gate rc=$rc" | tee -a "$OUT/gate.log"
+exit $rc

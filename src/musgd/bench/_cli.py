@@ -1,0 +1,275 @@
+"""``python -m musgd.bench``: the demo, the optimizer-step benchmark and the training benchmark.
+
+``main(argv) -> int`` is a thin shell over the benchmark functions: it parses, picks defaults by
+device (``--quick`` for CI-sized runs), prints a table and writes the evidence JSON. Exit codes:
+0 done, 1 the demo's loss did not go down, 2 bad usage (the message says how to fix it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from musgd.bench._demo import format_demo, run_demo
+from musgd.bench._evidence import build_evidence, check_commit, write_evidence
+from musgd.bench._models import PARAMETER_SETS, ParamSpec
+from musgd.bench._optimizer_bench import format_optimizer_table, run_optimizer_benchmark
+from musgd.bench._train_bench import TrainConfig, format_training_table, run_training_benchmark
+from musgd.bench._variants import all_variants, select_variants
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message says what is wrong and how to fix it."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _image_size(text: str) -> int:
+    value = _positive_int(text)
+    if value < 32 or value % 32:
+        raise argparse.ArgumentTypeError(
+            f"image size must be a multiple of 32 (the detector's largest stride), got {value}"
+        )
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    return [_positive_int(part) for part in text.split(",") if part.strip()]
+
+
+def _name_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m musgd.bench``."""
+    variants = ", ".join(v.name for v in all_variants())
+    parser = argparse.ArgumentParser(
+        prog="python -m musgd.bench",
+        description="MuSGD benchmarks: a demo, optimizer-step timings and training-step timings.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{demo,optimizer,train}")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--device",
+            choices=("auto", "cuda", "cpu"),
+            default="auto",
+            help="where to run (default: cuda when available, else cpu)",
+        )
+        p.add_argument("--seed", type=_non_negative_int, default=0, help="seed (default 0)")
+        p.add_argument(
+            "--quick", action="store_true", help="tiny sizes and few steps (CI smoke runs)"
+        )
+        p.add_argument("--steps", type=_positive_int, help="timed steps per run")
+        p.add_argument("--warmup", type=_non_negative_int, help="untimed warm-up steps per run")
+        p.add_argument(
+            "--commit",
+            help="the commit this tree came from, recorded when git cannot read it (a copy "
+            "without .git history); refused if it disagrees with a readable HEAD",
+        )
+
+    demo = sub.add_parser("demo", help="short nano-detector training per MuSGD variant")
+    common(demo)
+    demo.add_argument("--batch-size", type=_positive_int, help="images per batch")
+    demo.add_argument("--image-size", type=_image_size, help="image side in pixels")
+    demo.add_argument("--out", type=Path, help="also write an evidence JSON here (file or dir)")
+
+    opt = sub.add_parser("optimizer", help="optimizer-step variants side by side")
+    common(opt)
+    opt.add_argument(
+        "--sets",
+        type=_name_list,
+        help=f"parameter sets, comma-separated, of {', '.join(PARAMETER_SETS)} "
+        "(default: nano on cpu, all on cuda)",
+    )
+    opt.add_argument("--variants", type=_name_list, help=f"comma-separated, of: {variants}")
+    opt.add_argument("--out", type=Path, help="evidence JSON path or directory")
+    opt.add_argument("--no-evidence", action="store_true", help="do not write evidence JSON")
+
+    train = sub.add_parser("train", help="complete training steps, paired arms, byte hashes")
+    common(train)
+    train.add_argument("--arms", type=_name_list, help=f"comma-separated, of: {variants}")
+    train.add_argument("--batch-sizes", type=_int_list, help="comma-separated (default 4,16)")
+    train.add_argument("--image-size", type=_image_size, help="image side (default 640 on cuda)")
+    train.add_argument("--pairs", type=_positive_int, help="paired runs per arm")
+    train.add_argument("--out", type=Path, help="evidence JSON path or directory")
+    train.add_argument("--no-evidence", action="store_true", help="do not write evidence JSON")
+    return parser
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when available; ``cuda`` without a GPU is a usage error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError(
+            "--device cuda was requested but this torch sees no CUDA GPU "
+            f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); "
+            "use --device cpu or install a CUDA build of torch"
+        )
+    return torch.device(name)
+
+
+def _pick(
+    value: Any, args: argparse.Namespace, device: torch.device, *, quick: Any, cuda: Any, cpu: Any
+) -> Any:
+    """An explicit option wins; else the ``--quick``, CUDA or CPU default."""
+    if value is not None:
+        return value
+    if args.quick:
+        return quick
+    return cuda if device.type == "cuda" else cpu
+
+
+def _demo(args: argparse.Namespace, device: torch.device, argv: list[str]) -> int:
+    config = TrainConfig(
+        batch_size=_pick(args.batch_size, args, device, quick=2, cuda=16, cpu=4),
+        image_size=_pick(args.image_size, args, device, quick=64, cuda=640, cpu=128),
+        steps=_pick(args.steps, args, device, quick=4, cuda=40, cpu=12),
+        warmup=_pick(args.warmup, args, device, quick=1, cuda=5, cpu=2),
+        seed=args.seed,
+        autocast=device.type == "cuda",
+    )
+    variants = select_variants(None, device, trainable=True)
+    rows = run_demo(variants, config, device)
+    print(format_demo(rows, config, device))
+    if args.out is not None:
+        results = {
+            "benchmark": "demo",
+            "config": {**config.__dict__},
+            "rows": [
+                {
+                    "variant": r.variant,
+                    "step_median_ms": r.step.median,
+                    "step_min_ms": r.step.min,
+                    "step_max_ms": r.step.max,
+                    "optimizer_median_ms": r.optimizer.median,
+                    "loss_first": r.loss_first,
+                    "loss_last": r.loss_last,
+                }
+                for r in rows
+            ],
+        }
+        _write(
+            build_evidence("demo", results, device=device, argv=argv, commit=args.commit), args.out
+        )
+    return EXIT_OK if all(r.improved for r in rows) else EXIT_FINDINGS
+
+
+def _sets(names: list[str] | None, device: torch.device, quick: bool) -> dict[str, list[ParamSpec]]:
+    if names is None:
+        names = ["nano"] if quick or device.type != "cuda" else list(PARAMETER_SETS)
+    unknown = [n for n in names if n not in PARAMETER_SETS]
+    if unknown or not names:
+        raise UsageError(
+            f"unknown parameter set {unknown[0] if unknown else '(none)'!r}; "
+            f"choose from {', '.join(PARAMETER_SETS)}"
+        )
+    return {name: PARAMETER_SETS[name]() for name in names}
+
+
+def _optimizer(args: argparse.Namespace, device: torch.device, argv: list[str]) -> int:
+    sets = _sets(args.sets, device, args.quick)
+    variants = _variants(args.variants, device, trainable=False)
+    results = run_optimizer_benchmark(
+        sets,
+        variants,
+        device=device,
+        steps=_pick(args.steps, args, device, quick=2, cuda=100, cpu=10),
+        warmup=_pick(args.warmup, args, device, quick=1, cuda=10, cpu=2),
+        seed=args.seed,
+    )
+    print(format_optimizer_table(results))
+    if not args.no_evidence:
+        _write(
+            build_evidence("optimizer-step", results, device=device, argv=argv, commit=args.commit),
+            args.out,
+        )
+    return EXIT_OK
+
+
+def _train(args: argparse.Namespace, device: torch.device, argv: list[str]) -> int:
+    variants = _variants(args.arms, device, trainable=True)
+    results = run_training_benchmark(
+        variants,
+        device=device,
+        batch_sizes=_pick(args.batch_sizes, args, device, quick=[2], cuda=[4, 16], cpu=[2]),
+        image_size=_pick(args.image_size, args, device, quick=64, cuda=640, cpu=128),
+        pairs=_pick(args.pairs, args, device, quick=1, cuda=3, cpu=2),
+        steps=_pick(args.steps, args, device, quick=2, cuda=50, cpu=5),
+        warmup=_pick(args.warmup, args, device, quick=1, cuda=10, cpu=2),
+        seed=args.seed,
+    )
+    print(format_training_table(results))
+    if not args.no_evidence:
+        _write(
+            build_evidence("training-step", results, device=device, argv=argv, commit=args.commit),
+            args.out,
+        )
+    return EXIT_OK
+
+
+def _variants(names: list[str] | None, device: torch.device, *, trainable: bool) -> list[Any]:
+    try:
+        return select_variants(names, device, trainable=trainable)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _write(evidence: dict[str, Any], out: Path | None) -> None:
+    try:
+        path = write_evidence(evidence, out)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write the evidence file ({exc.strerror or exc}: {exc.filename}); "
+            "pass --out with a writable file or directory"
+        ) from None
+    print(f"evidence: {path}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``python -m musgd.bench`` with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:  # argparse has printed usage and the error
+        return EXIT_OK if exc.code == 0 else EXIT_USAGE
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    commands = {"demo": _demo, "optimizer": _optimizer, "train": _train}
+    try:
+        device = resolve_device(args.device)
+        if args.commit is not None:
+            check_commit(args.commit)  # before the run, not after it
+        return commands[args.command](args, device, args_list)
+    except (UsageError, ValueError) as exc:  # ValueError: option values that do not fit
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,216 @@
+"""Evidence files: what ran, on what, from which source, with which numbers.
+
+A benchmark writes one JSON document (``"schema": "wpgate-evidence/1"``) holding the
+environment, the git commit and whether the tree was dirty, the sha256 of each optimizer source
+file (``src/musgd/*.py``) and the results. Documentation claims cite these files; the governance
+checker (``wpgate evidence``) compares the recorded hashes with the files at the recorded commit.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SCHEMA = "wpgate-evidence/1"
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # src/musgd
+_GIT_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class GitState:
+    """HEAD of the repository a benchmark ran from, or None outside a git checkout."""
+
+    commit: str | None
+    dirty: bool | None
+
+
+def find_repo_root(start: Path = _PACKAGE_DIR) -> Path | None:
+    """The nearest directory at or above ``start`` holding both ``.git`` and ``pyproject.toml``."""
+    for candidate in (start, *start.parents):
+        if (candidate / ".git").exists() and (candidate / "pyproject.toml").is_file():
+            return candidate
+    return None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """Run a read-only git command in ``root``; None when git is missing or fails."""
+    if shutil.which("git") is None:
+        return None
+    try:
+        done = subprocess.run(
+            # safe.directory: a copied or mounted checkout owned by another user is still ours
+            # to read; git refuses it otherwise and the evidence would lose its commit.
+            ["git", "-c", f"safe.directory={root}", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=_GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_state(root: Path | None) -> GitState:
+    """HEAD's sha and whether tracked files differ from it (untracked files do not count)."""
+    if root is None:
+        return GitState(None, None)
+    head = _git(root, "rev-parse", "HEAD")
+    if head is None:
+        return GitState(None, None)
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return GitState(head.strip(), None if status is None else bool(status.strip()))
+
+
+def source_hashes(root: Path | None = None, package_dir: Path = _PACKAGE_DIR) -> dict[str, str]:
+    """sha256 of each optimizer source file ``<package_dir>/*.py``, keyed by relative path.
+
+    Paths are relative to the repository root (``src/musgd/_functional.py``) when the package
+    lives inside it, else to the package's parent (``musgd/_functional.py``, an installed copy).
+    The benchmark sub-package is not an optimizer source and is not hashed.
+    """
+    base = root if root is not None and package_dir.is_relative_to(root) else package_dir.parent
+    return {
+        path.relative_to(base).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(package_dir.glob("*.py"))
+    }
+
+
+def _driver_version() -> str | None:
+    """The NVIDIA driver version from ``nvidia-smi``, when it is installed."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=_GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None
+
+
+def _cpu_name() -> str:
+    """The CPU model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def collect_environment(device: torch.device) -> dict[str, Any]:
+    """Python, torch, CUDA, GPU, driver, CPU and platform of this run."""
+    on_cuda = device.type == "cuda"
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if on_cuda else None,  # type: ignore[no-untyped-call]
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if on_cuda else None,
+        "driver": _driver_version() if on_cuda else None,
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+    }
+
+
+def check_commit(commit: str, state: GitState | None = None) -> None:
+    """Raise ValueError unless ``commit`` is a hex sha that agrees with a readable HEAD."""
+    if not re.fullmatch(r"[0-9a-f]{7,64}", commit):
+        raise ValueError(f"commit must be a hex git sha (7-64 digits), got {commit!r}")
+    head = (state if state is not None else git_state(find_repo_root())).commit
+    if head is not None and not head.startswith(commit):
+        raise ValueError(
+            f"commit {commit} disagrees with this checkout's HEAD {head}; "
+            "drop the option or run from the named commit"
+        )
+
+
+def build_evidence(
+    kind: str,
+    results: Mapping[str, Any],
+    *,
+    device: torch.device,
+    argv: list[str],
+    commit: str | None = None,
+) -> dict[str, Any]:
+    """The evidence document for one benchmark run.
+
+    ``commit`` names the commit a copied tree came from when git cannot tell (a checkout
+    without its ``.git`` history, e.g. on a remote GPU machine); ``git_commit_source`` records
+    which of the two it is, and ``git_dirty`` is then unknown (None).
+    """
+    root = find_repo_root()
+    state = git_state(root)
+    source = "git" if state.commit is not None else None
+    if commit is not None:
+        check_commit(commit, state)
+        if state.commit is None:
+            state, source = GitState(commit, None), "argument"
+    return {
+        "schema": SCHEMA,
+        "kind": kind,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": [Path(sys.executable).name, "-m", "musgd.bench", *argv],
+        "environment": collect_environment(device),
+        "git_commit": state.commit,
+        "git_dirty": state.dirty,
+        "git_commit_source": source,
+        "sources": source_hashes(root),
+        "results": dict(results),
+    }
+
+
+def _slug(text: str) -> str:
+    """Lower-case ``text`` with runs of other characters turned into one ``-``."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def default_evidence_path(evidence: Mapping[str, Any]) -> Path:
+    """``docs/evidence/musgd-<kind>-<device>-<timestamp>[-<commit8>].json`` in the repository.
+
+    Outside a repository the file goes to ``./evidence/`` under the working directory.
+    """
+    root = find_repo_root()
+    folder = root / "docs" / "evidence" if root is not None else Path.cwd() / "evidence"
+    env = evidence["environment"]
+    device = env["gpu"] or f"cpu-{env['cpu']}"
+    stamp = str(evidence["created"]).replace(":", "").replace("-", "")[:15]
+    commit = evidence.get("git_commit")
+    tail = f"-{str(commit)[:8]}" if commit else ""
+    return folder / f"musgd-{_slug(evidence['kind'])}-{_slug(device)[:40]}-{stamp}{tail}.json"
+
+
+def write_evidence(evidence: Mapping[str, Any], out: Path | None = None) -> Path:
+    """Write ``evidence`` as indented JSON to ``out`` (a file, or a directory) or the default.
+
+    Returns the path written. Raises OSError when the location cannot be written.
+    """
+    path = default_evidence_path(evidence)
+    if out is not None:
+        path = out / path.name if out.is_dir() or str(out).endswith(("/", os.sep)) else out
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(evidence, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,152 @@
+"""Optimizer-step benchmark: every variant, side by side, on the same parameters and gradients."""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from musgd._functional import matrix_shape
+from musgd.bench._models import ParamSpec, make_parameters
+from musgd.bench._timing import Timing, time_steps
+from musgd.bench._variants import LR, MOMENTUM, NS_STEPS, Variant
+
+BASELINE = "per-matrix eager"
+
+
+def _operands(variant: Variant, params: Sequence[Tensor], grads: Sequence[Tensor]) -> list[Tensor]:
+    """Fresh copies of the parameters with their gradients attached, shaped as ``variant`` takes.
+
+    A matrices-only peer gets the matrix parameters viewed as ``(rows, cols)``.
+    """
+    out = []
+    for p, g in zip(params, grads, strict=True):
+        shape = p.shape
+        if variant.matrices_only:
+            rc = matrix_shape(p.shape)
+            if rc is None:
+                continue
+            shape = torch.Size(rc)
+        q = p.detach().reshape(shape).clone()
+        q.grad = g.detach().reshape(shape).clone()
+        out.append(q)
+    return out
+
+
+def time_variant(
+    variant: Variant,
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    *,
+    steps: int,
+    warmup: int,
+    device: torch.device,
+) -> tuple[Timing, int, dict[str, float | None]]:
+    """Time ``variant``'s ``step()``; returns the timing, how many tensors it stepped, and extras.
+
+    The extras are the first step's wall time (``setup_ms``: it makes any replay recordings, so
+    it is timed apart from the steady state) and, on CUDA, the peak allocated and reserved
+    memory over the whole run in MiB (``None`` elsewhere).
+    """
+    operands = _operands(variant, params, grads)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    optimizer = variant.build(operands)
+    setup_ms = _wall_ms(optimizer.step, device)
+    timing = time_steps(optimizer.step, steps=steps, warmup=warmup, device=device)
+    extras: dict[str, float | None] = {
+        "setup_ms": setup_ms,
+        "peak_allocated_mib": None,
+        "peak_reserved_mib": None,
+    }
+    if device.type == "cuda":
+        extras["peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        extras["peak_reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
+    count = len(operands)
+    del optimizer, operands
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return timing, count, extras
+
+
+def _wall_ms(step: Callable[[], object], device: torch.device) -> float:
+    """Wall-clock milliseconds of one call, device work included."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) * 1e3
+
+
+def run_optimizer_benchmark(
+    sets: dict[str, list[ParamSpec]],
+    variants: Sequence[Variant],
+    *,
+    device: torch.device,
+    steps: int,
+    warmup: int,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Time each variant's step on each parameter set; JSON-ready results.
+
+    Every variant of a set starts from the same seeded parameters and gradients. Speed-ups are
+    ``baseline median / variant median`` against ``per-matrix eager`` when it ran.
+    """
+    out: dict[str, Any] = {
+        "benchmark": "optimizer-step",
+        "hyperparameters": {"lr": LR, "momentum": MOMENTUM, "ns_steps": NS_STEPS},
+        "seed": seed,
+        "sets": {},
+    }
+    for set_name, specs in sets.items():
+        params, grads = make_parameters(specs, device=device, seed=seed)
+        matrices = sum(matrix_shape(s.shape) is not None for s in specs)
+        rows: list[dict[str, Any]] = []
+        for variant in variants:
+            timing, count, extras = time_variant(
+                variant, params, grads, steps=steps, warmup=warmup, device=device
+            )
+            rows.append(
+                {
+                    "variant": variant.name,
+                    "tensors": count,
+                    "matrices_only": variant.matrices_only,
+                    **timing.as_dict(),
+                    **extras,
+                }
+            )
+        base = next((r["median_ms"] for r in rows if r["variant"] == BASELINE), None)
+        for row in rows:
+            row["speedup_vs_per_matrix"] = None if base is None else base / row["median_ms"]
+        out["sets"][set_name] = {
+            "parameters": len(specs),
+            "matrices": matrices,
+            "numel": sum(torch.Size(s.shape).numel() for s in specs),
+            "distinct_matrix_shapes": len({matrix_shape(s.shape) for s in specs} - {None}),
+            "variants": rows,
+        }
+        del params, grads
+    return out
+
+
+def format_optimizer_table(results: dict[str, Any]) -> str:
+    """A plain-text table: set, variant, tensors, median (min-max) ms, speed-up."""
+    lines = [
+        f"{'set':<12} {'variant':<26} {'tensors':>7}  {'step ms, median (range)':<28} speed-up"
+    ]
+    for set_name, entry in results["sets"].items():
+        for row in entry["variants"]:
+            stats = f"{row['median_ms']:.3f} ({row['min_ms']:.3f}\u2013{row['max_ms']:.3f})"
+            speed = row["speedup_vs_per_matrix"]
+            speed_text = "-" if speed is None else f"{speed:.2f}x"
+            lines.append(
+                f"{set_name:<12} {row['variant']:<26} {row['tensors']:>7}  {stats:<28} {speed_text}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,53 @@
+"""The benchmark harness on a real GPU: CUDA-event timing, the CLI, repeatable training hashes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from musgd.bench._cli import EXIT_OK, main
+from musgd.bench._timing import CUDA_CLOCK, time_steps
+from musgd.bench._train_bench import TrainConfig, make_batches, train_run
+from musgd.bench._variants import select_variants
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def test_cuda_events_time_gpu_work() -> None:
+    device = torch.device("cuda")
+    x = torch.randn(2048, 2048, device=device)
+    timing = time_steps(lambda: x @ x, steps=5, warmup=1, device=device)
+    assert timing.clock == CUDA_CLOCK
+    assert len(timing.samples_ms) == 5
+    assert all(v > 0 for v in timing.samples_ms)
+
+
+def test_optimizer_cli_on_cuda(tmp_path: Path) -> None:
+    out = tmp_path / "e.json"
+    argv = ["optimizer", "--device", "cuda", "--quick", "--steps", "3", "--out", str(out)]
+    assert main(argv) == EXIT_OK
+    doc = json.loads(out.read_text())
+    assert doc["environment"]["gpu"]
+    rows = doc["results"]["sets"]["nano"]["variants"]
+    assert all(r["clock"] == CUDA_CLOCK for r in rows)
+
+
+def test_bf16_training_run_is_repeatable_on_cuda() -> None:
+    device = torch.device("cuda")
+    config = TrainConfig(batch_size=2, image_size=64, steps=2, warmup=1, autocast=True)
+    variant = select_variants(["bucketed eager"], device)[0]
+    batches = make_batches(config, device)
+    torch.backends.cudnn.deterministic = True
+    try:
+        a = train_run(variant, batches, config, device)
+        b = train_run(variant, batches, config, device)
+    finally:
+        torch.backends.cudnn.deterministic = False
+    assert a.sha256 == b.sha256
+    assert a.losses[-1] < a.losses[0]
