@@ -1,0 +1,192 @@
+"""Worker processes for tests/musgd/test_distributed.py (spawned; gloo on CPU).
+
+Each rank trains a small model with DDP and with FSDP2 ``fully_shard`` for a few steps, records
+the gradients each step actually used, saves a ``torch.distributed.checkpoint`` half-way and
+resumes from it, and writes everything the parent test compares to ``<out>/rank<k>.pt``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+import musgd._functional as functional
+from musgd import MuSGD, param_groups
+
+STEPS = 4
+SAVE_AFTER = 2
+LR = 0.05
+WEIGHT_DECAY = 0.01
+
+
+class Net(nn.Module):
+    """Matrices of awkward shapes: rows below and not divisible by the world size, a bucket."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 5, 3)  # (5, 3, 3, 3) -> 5 x 27: 5 rows split 2/2/1 or 3/2
+        self.conv2 = nn.Conv2d(5, 2, 1, bias=False)  # 2 x 5: an empty shard at world size 3
+        self.gain = nn.Parameter(torch.ones(2, 1, 1))  # a vector
+        self.proj = nn.Linear(32, 8)
+        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))  # one bucket of three
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.conv2(torch.relu(self.conv1(x))) * self.gain
+        h = self.proj(h.flatten(1))
+        for block in self.blocks:
+            h = torch.tanh(block(h))
+        return self.head(h)
+
+
+def batch(step: int, rank: int) -> tuple[Tensor, Tensor]:
+    """This rank's data for ``step`` (the same on every run)."""
+    gen = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(4, 3, 6, 6, generator=gen), torch.randn(4, 4, generator=gen)
+
+
+def make_optimizer(model: nn.Module, group: dist.ProcessGroup | None) -> MuSGD:
+    return MuSGD(
+        param_groups(model, weight_decay=WEIGHT_DECAY),
+        lr=LR,
+        process_group=group,
+        capture_orthogonalization=True,  # CPU: the replay orthogonalizer runs eagerly
+    )
+
+
+def full(t: Tensor) -> Tensor:
+    """The whole tensor of a DTensor (a collective), else a copy."""
+    gather = getattr(t, "full_tensor", None)
+    return (gather() if callable(gather) else t).detach().clone()
+
+
+def train(model: nn.Module, opt: MuSGD, steps: range, grads_log: list[list[Tensor]] | None) -> None:
+    """Run ``steps``; log the full gradients each step used when ``grads_log`` is given."""
+    rank = dist.get_rank()
+    for step in steps:
+        x, y = batch(step, rank)
+        loss = (model(x) - y).square().mean()
+        loss.backward()
+        if grads_log is not None:
+            grads_log.append([full(p.grad) for p in model.parameters() if p.grad is not None])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def replay(model: nn.Module, opt: MuSGD, grads_log: list[list[Tensor]]) -> None:
+    """Step ``opt`` on recorded gradients (plain tensors: the DDP case)."""
+    params = list(model.parameters())
+    for grads in grads_log:
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def reference(init: nn.Module, grads_log: list[list[Tensor]]) -> list[Tensor]:
+    """Single-process MuSGD fed the recorded gradients; returns params then momentum buffers."""
+    model = copy.deepcopy(init)
+    opt = MuSGD(param_groups(model, weight_decay=WEIGHT_DECAY), lr=LR)
+    params = list(model.parameters())
+    for grads in grads_log:
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        opt.step()
+    return [p.detach().clone() for p in params] + [
+        opt.state[p]["momentum_buffer"].clone() for p in params
+    ]
+
+
+def snapshot(model: nn.Module, opt: MuSGD) -> list[Tensor]:
+    params = list(model.parameters())
+    return [full(p) for p in params] + [full(opt.state[p]["momentum_buffer"]) for p in params]
+
+
+def wrap(kind: str, init: nn.Module) -> tuple[nn.Module, nn.Module, dist.ProcessGroup | None]:
+    """(training module, module holding the parameters, process group for MuSGD)."""
+    model = copy.deepcopy(init)
+    if kind == "ddp":
+        return DistributedDataParallel(model), model, dist.group.WORLD
+    # An explicit CPU mesh: on a machine with a GPU, fully_shard would otherwise pick CUDA.
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, model, None
+
+
+def run_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
+    """Train, checkpoint half-way, resume; return the snapshots and the reference."""
+    trained, inner, group = wrap(kind, init)
+    opt = make_optimizer(inner, group)
+    grads_log: list[list[Tensor]] = []
+    counts_before = COUNTS["matrices"]
+    train(trained, opt, range(SAVE_AFTER), grads_log)
+    model_sd, optim_sd = get_state_dict(inner, opt)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(ckpt))
+    train(trained, opt, range(SAVE_AFTER, STEPS), grads_log)
+    orthogonalized = COUNTS["matrices"] - counts_before
+    final = snapshot(inner, opt)
+
+    resumed, inner2, group2 = wrap(kind, init)
+    opt2 = make_optimizer(inner2, group2)
+    model_sd, optim_sd = get_state_dict(inner2, opt2)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=str(ckpt))
+    set_state_dict(inner2, opt2, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    if kind == "ddp":
+        # A fresh DDP wrapper rebuilds its gradient buckets after its first iteration, so at
+        # world size 3 gloo's ring all-reduce sums in another order and the gradients differ in
+        # the last bit. The optimizer is what is under test: replay the gradients it was given.
+        replay(inner2, opt2, grads_log[SAVE_AFTER:])
+    else:
+        train(resumed, opt2, range(SAVE_AFTER, STEPS), None)
+    return {
+        "final": final,
+        "resumed": snapshot(inner2, opt2),
+        "reference": reference(init, grads_log),
+        "orthogonalized": orthogonalized,
+    }
+
+
+COUNTS = {"matrices": 0}
+
+
+def count_matrices() -> None:
+    """Count the matrices this rank orthogonalizes (every path ends in the eager batched call)."""
+    original = functional.EagerOrthogonalizer.batched
+
+    def counted(self: functional.EagerOrthogonalizer, G: Tensor, ns: Any) -> Tensor:
+        COUNTS["matrices"] += G.shape[0]
+        return original(self, G, ns)
+
+    functional.EagerOrthogonalizer.batched = counted  # type: ignore[method-assign]
+
+
+def main(rank: int, world: int, port: int, out: str) -> None:
+    """Spawn target: both cases on this rank, results to ``<out>/rank<rank>.pt``."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        count_matrices()
+        torch.manual_seed(0)
+        init = Net()
+        results = {
+            kind: run_case(kind, init, Path(out) / f"ckpt-{kind}") for kind in ("ddp", "fsdp")
+        }
+        torch.save(results, Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
