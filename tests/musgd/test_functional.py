@@ -1,0 +1,223 @@
+"""The functional layer: routing, bucketing, and the foreach body against the per-tensor body."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from musgd_reference import route
+from torch import Tensor
+
+from musgd._functional import (
+    EagerOrthogonalizer,
+    Hyper,
+    NSSettings,
+    Structure,
+    apply_updates,
+    build_layout,
+    matrix_shape,
+    prepare_updates_foreach,
+    prepare_updates_per_tensor,
+)
+from musgd._newton_schulz import resolve_coefficients
+
+NS32 = NSSettings(
+    steps=5,
+    coefficients=resolve_coefficients((3.4445, -4.7750, 2.0315), 5),
+    eps=1e-7,
+    dtype=torch.float32,
+)
+
+
+class RecordingOrthogonalizer:
+    """Eager NS, one matrix at a time (so both bodies see identical bits), recording the calls."""
+
+    def __init__(self) -> None:
+        self.inner = EagerOrthogonalizer()
+        self.batched_shapes: list[tuple[int, ...]] = []
+        self.single_shapes: list[tuple[int, ...]] = []
+
+    def single(self, G: Tensor, ns: NSSettings) -> Tensor:
+        self.single_shapes.append(tuple(G.shape))
+        return self.inner.single(G, ns)
+
+    def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
+        self.batched_shapes.append(tuple(G.shape))
+        return torch.stack([self.inner.single(g, ns) for g in G])
+
+
+@pytest.mark.parametrize(
+    ("shape", "use_muon", "expected"),
+    [
+        ((16, 3, 3, 3), None, (16, 27)),  # conv kernel (O, I, kh, kw) -> (O, I*kh*kw)
+        ((64, 32, 1, 1), None, (64, 32)),  # 1x1 conv
+        ((8, 12), None, (8, 12)),
+        ((12, 8), None, (12, 8)),
+        ((8, 1, 1), None, None),  # (C, 1, 1) gain: one column, a vector
+        ((8,), None, None),  # bias
+        ((1, 5), None, None),  # one row
+        ((5, 1), None, None),  # one column
+        ((), None, None),  # 0-d scalar
+        ((0, 4), None, None),  # empty
+        ((8, 1, 1), True, (8, 1)),  # forced onto the matrix route
+        ((8,), True, (8, 1)),
+        ((16, 3, 3, 3), False, None),  # forced onto the vector route
+        ((0, 4), True, None),  # nothing to orthogonalize even when forced
+    ],
+)
+def test_matrix_shape_routes_as_specified(
+    shape: tuple[int, ...], use_muon: bool | None, expected: tuple[int, int] | None
+) -> None:
+    assert matrix_shape(shape, use_muon) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shape=st.lists(st.integers(min_value=1, max_value=6), min_size=0, max_size=4),
+    use_muon=st.sampled_from([None, True, False]),
+)
+def test_matrix_shape_agrees_with_the_spec_rule(shape: list[int], use_muon: bool | None) -> None:
+    got = matrix_shape(tuple(shape), use_muon)
+    assert got == route(tuple(shape), use_muon)
+    if got is not None:
+        # The view covers the parameter exactly: a reshape, never padding.
+        assert got[0] * got[1] == math.prod(shape)
+
+
+def _params(shapes_dtypes: list[tuple[tuple[int, ...], torch.dtype]]) -> list[Tensor]:
+    return [torch.zeros(shape, dtype=dtype) for shape, dtype in shapes_dtypes]
+
+
+def test_layout_buckets_equal_rows_cols_dtype_device() -> None:
+    params = _params(
+        [
+            ((8, 4, 3, 3), torch.float32),  # 0: (8, 36)
+            ((8,), torch.float32),  # 1: vector
+            ((8, 36), torch.float32),  # 2: (8, 36), same bucket as 0
+            ((36, 8), torch.float32),  # 3: transposed shape, own bucket
+            ((8, 36), torch.float64),  # 4: other dtype, own bucket
+            ((8, 1, 1), torch.float32),  # 5: gain, vector
+            ((8, 4, 3, 3), torch.float32),  # 6: (8, 36) again
+        ]
+    )
+    params.append(torch.zeros(8, 36, device="meta"))  # 7: other device, own bucket
+    layout = build_layout(params, None)
+    assert layout.matrices == (0, 2, 3, 4, 6, 7)
+    assert layout.vectors == (1, 5)
+    assert {b.indices: (b.rows, b.cols) for b in layout.buckets} == {
+        (0, 2, 6): (8, 36),
+        (3,): (36, 8),
+        (4,): (8, 36),
+        (7,): (8, 36),
+    }
+    assert layout.shapes[1] is None
+    assert layout.shapes[0] == (8, 36)
+
+
+def test_layout_respects_use_muon() -> None:
+    params = _params([((8, 36), torch.float32), ((8,), torch.float32)])
+    assert build_layout(params, False).matrices == ()
+    forced = build_layout(params, True)
+    assert forced.matrices == (0, 1)
+    assert {b.indices for b in forced.buckets} == {(0,), (1,)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(min_value=1, max_value=4), min_size=1, max_size=3),
+            st.sampled_from([torch.float32, torch.float64]),
+        ),
+        max_size=10,
+    )
+)
+def test_buckets_partition_the_matrices(
+    spec: list[tuple[list[int], torch.dtype]],
+) -> None:
+    params = _params([(tuple(s), d) for s, d in spec])
+    layout = build_layout(params, None)
+    flat = sorted(i for b in layout.buckets for i in b.indices)
+    assert flat == list(layout.matrices)
+    keys = set()
+    for bucket in layout.buckets:
+        members = {(*layout.shapes[i], params[i].dtype) for i in bucket.indices}  # type: ignore[misc]
+        assert members == {(bucket.rows, bucket.cols, params[bucket.indices[0]].dtype)}
+        assert list(bucket.indices) == sorted(bucket.indices)  # group order kept
+        keys.add((bucket.rows, bucket.cols, params[bucket.indices[0]].dtype))
+    assert len(keys) == len(layout.buckets)  # one bucket per key
+
+
+GROUP_SHAPES = [(8, 4, 3, 3), (8, 36), (8,), (36, 8), (8, 4, 3, 3), (8, 1, 1), (6, 6)]
+
+
+def _group(seed: int) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    params = [torch.randn(s, generator=gen) for s in GROUP_SHAPES]
+    grads = [torch.randn(s, generator=gen) for s in GROUP_SHAPES]
+    bufs = [torch.randn(s, generator=gen) for s in GROUP_SHAPES]
+    return params, grads, bufs
+
+
+STRUCTURES = [
+    Structure(nesterov=n, decay=d, muon=m, ns=NS32)
+    for n, d, m in itertools.product([True, False], repeat=3)
+]
+
+
+@pytest.mark.parametrize("structure", STRUCTURES, ids=str)
+def test_foreach_body_equals_per_tensor_body_bit_for_bit(structure: Structure) -> None:
+    hyper = Hyper(momentum=0.9, weight_decay=0.1 if structure.decay else 0.0, w_muon=0.7, w_sgd=0.3)
+    params, grads, bufs = _group(1)
+    layout = build_layout(params, None)
+    bufs_a = [b.clone() for b in bufs]
+    bufs_b = [b.clone() for b in bufs]
+    orth_a, orth_b = RecordingOrthogonalizer(), RecordingOrthogonalizer()
+    u_a = prepare_updates_foreach(params, grads, bufs_a, layout, hyper, structure, orth_a)
+    u_b = prepare_updates_per_tensor(params, grads, bufs_b, layout, hyper, structure, orth_b)
+    for a, b in itertools.chain(zip(u_a, u_b, strict=True), zip(bufs_a, bufs_b, strict=True)):
+        assert torch.equal(a, b)
+    # The foreach body stacks same-shape matrices: one batched call per bucket, no padding.
+    if structure.muon:
+        assert sorted(orth_a.batched_shapes) == [(1, 6, 6), (1, 36, 8), (3, 8, 36)]
+        assert orth_a.single_shapes == []
+        assert sorted(orth_b.single_shapes) == [(6, 6), (8, 36), (8, 36), (8, 36), (36, 8)]
+    else:
+        assert orth_a.batched_shapes == orth_a.single_shapes == orth_b.single_shapes == []
+
+
+def test_foreach_body_with_real_batched_ns_matches_per_tensor() -> None:
+    structure = Structure(nesterov=True, decay=True, muon=True, ns=NS32)
+    hyper = Hyper(momentum=0.95, weight_decay=0.05, w_muon=0.5, w_sgd=0.5)
+    params, grads, bufs = _group(2)
+    layout = build_layout(params, None)
+    orth = EagerOrthogonalizer()
+    bufs_b = [b.clone() for b in bufs]
+    u_a = prepare_updates_foreach(params, grads, bufs, layout, hyper, structure, orth)
+    u_b = prepare_updates_per_tensor(params, grads, bufs_b, layout, hyper, structure, orth)
+    for a, b in zip(u_a, u_b, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_bodies_do_not_write_params_or_grads() -> None:
+    structure = Structure(nesterov=True, decay=True, muon=True, ns=NS32)
+    hyper = Hyper(momentum=0.9, weight_decay=0.1, w_muon=0.5, w_sgd=0.5)
+    for body in (prepare_updates_foreach, prepare_updates_per_tensor):
+        params, grads, bufs = _group(3)
+        before = [t.clone() for t in params + grads]
+        body(
+            params, grads, bufs, build_layout(params, None), hyper, structure, EagerOrthogonalizer()
+        )
+        assert all(torch.equal(a, b) for a, b in zip(params + grads, before, strict=True))
+
+
+def test_apply_updates_writes_w_minus_lr_u() -> None:
+    params, updates, _ = _group(4)
+    expected = [p - 0.25 * u for p, u in zip(params, updates, strict=True)]
+    apply_updates(params, updates, 0.25)
+    for p, e in zip(params, expected, strict=True):
+        torch.testing.assert_close(p, e, atol=1e-6, rtol=0)
