@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 
-.PHONY: setup test test-cuda lint gate demo bench docs serve clean
+.PHONY: setup test test-cuda lint check gate demo bench docs serve clean
 
 setup: $(STAMP)
 
@@ -28,10 +28,25 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests scripts
 	$(VENV)/bin/mypy --strict src
 
-gate: lint test
+# The governance linters on this repository: trailers of the governed history, provenance, work
+# packages, evidence claims and the changelog's promises.
+check: $(STAMP)
+	$(VENV)/bin/wpgate check
+
+gate: lint test docs check
+
+# The documentation site (mkdocs-material and the wpgate plugin); --strict turns every warning,
+# a broken link or an unrenderable evidence block included, into a failure.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 demo: $(STAMP)
 	$(PY) -m musgd.bench demo
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@echo "Site built in $(CURDIR)/site/ - browse it with: make serve, then open http://127.0.0.1:8000/"
 
 bench: $(STAMP)
 	$(PY) scripts/bench_musgd.py

@@ -1,0 +1,412 @@
+"""Benchmark the sharded MuSGD step (DDP and FSDP2) against every rank doing all the NS work.
+
+Two ways to run it:
+
+* CPU, one machine: ``python scripts/bench_distributed.py --worlds 1 2 3`` spawns each world
+  size with gloo (one thread per rank) and writes one evidence file under ``docs/evidence/``.
+* GPUs: ``torchrun --nproc-per-node N scripts/bench_distributed.py`` (see
+  scripts/gpu_distributed.sh) times the launched world size with NCCL; rank 0 writes the file.
+
+Per world size it reports the median (min-max) step time of the *sharded* step
+(``MuSGD(..., process_group=WORLD)``), of the *fsdp* step (the same parameters sharded by FSDP2
+``fully_shard``) and of the *replicated* one (``process_group=None``: each rank orthogonalizes
+every matrix, the redundant baseline), the plan's Newton-Schulz FLOPs per rank, the bytes each
+rank receives in the result ``all_gather``, and whether the arms agree bitwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from musgd import MuSGD
+from musgd._distributed import plan_buckets, wire_dtype
+from musgd._functional import build_layout
+from musgd.bench._evidence import (
+    SCHEMA,
+    collect_environment,
+    find_repo_root,
+    git_state,
+    source_hashes,
+)
+from musgd.bench._models import PARAMETER_SETS, ParamSpec, make_parameters, transformer_parameters
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def vit_b_parameters() -> list[ParamSpec]:
+    """ViT-B/16 (Dosovitskiy et al., 2020): 12 blocks, width 768, MLP 3072, 1000 classes."""
+    return [
+        ParamSpec("patch_embed.weight", (768, 3, 16, 16)),
+        ParamSpec("patch_embed.bias", (768,)),
+        *transformer_parameters(blocks=12, width=768),
+        ParamSpec("head.weight", (1000, 768)),
+        ParamSpec("head.bias", (1000,)),
+    ]
+
+
+def one_b_parameters() -> list[ParamSpec]:
+    """A 1.2 B-parameter decoder: 24 blocks at width 2048 (embeddings excluded, as in SETS)."""
+    return transformer_parameters(blocks=24, width=2048)
+
+
+SETS = {**PARAMETER_SETS, "vit-b": vit_b_parameters, "1b": one_b_parameters}
+NS_STEPS = 5
+
+# Scaling-model assumptions (docs/engineering/distributed-scaling.md): stated, not measured here.
+H200_BF16_FLOPS = 790e12  # measured dense bf16 GEMM peak on this project's H200
+# Fraction of that peak a Newton-Schulz GEMM reaches: 0.53 measured for the 1 B set on one H200
+# (57.7 TFLOP in 138 ms); width-768 GEMMs reach only about 0.25 (ViT-B: 1.55 TFLOP in 7.8 ms).
+GEMM_EFFICIENCY = 0.5
+# Eager floor of one batched NS call with its share of the step's host work; calibrated on the
+# 1-GPU H200 run (nano: 22.0 ms for 34 batched calls, docs/evidence/musgd-distributed-cuda-*).
+CALL_FLOOR_S = 600e-6
+COLLECTIVE_LATENCY_S = 30e-6  # one NCCL collective across 8 GPUs of one NVLink host
+NVLINK_BYTES_PER_S = 300e9  # effective NCCL bus bandwidth per GPU on NVLink 4 (900 GB/s raw)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=sorted(SETS), default="nano")
+    parser.add_argument(
+        "--predict",
+        type=int,
+        metavar="WORLD",
+        default=None,
+        help="print the scaling model for every set at this world size and exit (no timing)",
+    )
+    parser.add_argument("--worlds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per arm")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--ns-dtype", choices=sorted(DTYPES), default="bf16")
+    parser.add_argument("--out", type=Path, default=None, help="evidence file or directory")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or any(w < 1 for w in args.worlds):
+        parser.error("--steps must be >= 1, --warmup >= 0 and every world size >= 1")
+    return args
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    dist.barrier()
+
+
+def _optimizer(args: argparse.Namespace, device: torch.device, *, sharded: bool) -> MuSGD:
+    """MuSGD over seeded parameters with gradients (the same on every rank)."""
+    params, grads = make_parameters(SETS[args.set](), device=device, seed=0)
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g
+    return MuSGD(
+        params,
+        lr=1e-3,
+        ns_dtype=DTYPES[args.ns_dtype],
+        process_group=dist.group.WORLD if sharded else None,
+    )
+
+
+def _fsdp_optimizer(args: argparse.Namespace, device: torch.device) -> MuSGD:
+    """The same parameters and gradients, sharded on dim 0 by FSDP2 ``fully_shard``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    params, grads = make_parameters(SETS[args.set](), device=device, seed=0)
+    holder = nn.Module()
+    holder.params = nn.ParameterList(params)
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    fully_shard(holder, mesh=mesh)
+    sharded = list(holder.parameters())
+    for p, g in zip(sharded, grads, strict=True):
+        p.grad = distribute_tensor(g, mesh, [Shard(0)])
+    return MuSGD(sharded, lr=1e-3, ns_dtype=DTYPES[args.ns_dtype])
+
+
+def _time_arms(
+    args: argparse.Namespace, device: torch.device
+) -> tuple[dict[str, list[float]], dict[str, MuSGD]]:
+    """Seconds per step (this rank's view, between barriers) for every arm, interleaved.
+
+    Arms: ``sharded`` (DDP mode), ``replicated`` (every rank does all NS work) and ``fsdp``
+    (FSDP2 parameters). Alternating them step by step spreads any outside load over all three.
+    """
+    arms = {
+        "sharded": _optimizer(args, device, sharded=True),
+        "replicated": _optimizer(args, device, sharded=False),
+        "fsdp": _fsdp_optimizer(args, device),
+    }
+    times: dict[str, list[float]] = {name: [] for name in arms}
+    for k in range(args.warmup + args.steps):
+        for name, opt in arms.items():
+            _sync(device)
+            start = time.perf_counter()
+            opt.step()
+            _sync(device)
+            if k >= args.warmup:
+                times[name].append(time.perf_counter() - start)
+    return times, arms
+
+
+def _agreement(arms: dict[str, MuSGD], device: torch.device) -> dict[str, Any]:
+    """Do ranks hold the same sharded parameters, and how far are they from the replicated arm?"""
+    sharded = [p for g in arms["sharded"].param_groups for p in g["params"]]
+    replicated = [p for g in arms["replicated"].param_groups for p in g["params"]]
+    flat = torch.cat([p.detach().reshape(-1) for p in sharded])
+    # Ranks agree bitwise when the element-wise max and min over ranks coincide everywhere.
+    high, low = flat.clone(), flat.clone()
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    agree = torch.tensor(float(torch.equal(high, low)), device=device)
+    dist.all_reduce(agree, op=dist.ReduceOp.MIN)
+    diff = max(float((a - b).abs().max()) for a, b in zip(sharded, replicated, strict=True))
+    same = all(torch.equal(a, b) for a, b in zip(sharded, replicated, strict=True))
+    fsdp = [p.full_tensor().detach() for g in arms["fsdp"].param_groups for p in g["params"]]
+    fsdp_diff = max(float((a - b).abs().max()) for a, b in zip(fsdp, replicated, strict=True))
+    fsdp_same = all(torch.equal(a, b) for a, b in zip(fsdp, replicated, strict=True))
+    return {
+        "ranks_agree_bitwise": bool(agree.item()),
+        "sharded_equals_replicated_bitwise": same,
+        "max_abs_diff_vs_replicated": diff,
+        "fsdp_equals_replicated_bitwise": fsdp_same,
+        "fsdp_max_abs_diff_vs_replicated": fsdp_diff,
+    }
+
+
+def _plan_numbers(args: argparse.Namespace, world: int) -> dict[str, Any]:
+    """FLOPs per rank and all_gather bytes per rank and step, from the plan alone."""
+    specs = SETS[args.set]()
+    params = [torch.empty(s.shape, device="meta") for s in specs]
+    layout = build_layout(params, None)
+    plan = plan_buckets(layout.buckets, world)
+    steps = 5
+    per_rank = [0] * world
+    for item in plan.items:
+        b = layout.buckets[item.bucket]
+        per_rank[item.owner] += (item.stop - item.start) * b.rows * b.cols
+    width = max(per_rank)
+    # float32 parameters: results travel in ns_dtype when narrower (lossless, wire_dtype).
+    itemsize = wire_dtype(torch.float32, DTYPES[args.ns_dtype]).itemsize
+    return {
+        "matrices": len(layout.matrices),
+        "buckets": len(layout.buckets),
+        "work_items": len(plan.items),
+        "ns_flops_per_rank": [steps * f for f in plan.loads],
+        "ns_flops_total": steps * sum(plan.loads),
+        "all_gather_bytes_received_per_rank": (world - 1) * width * itemsize,
+    }
+
+
+def _summary(times: list[float]) -> dict[str, float]:
+    return {
+        "median_ms": 1e3 * statistics.median(times),
+        "min_ms": 1e3 * min(times),
+        "max_ms": 1e3 * max(times),
+    }
+
+
+def run_rank(args: argparse.Namespace, device: torch.device) -> dict[str, Any] | None:
+    """Both arms on this rank; rank 0 returns the world's results (max over ranks per step)."""
+    world = dist.get_world_size()
+    arms: dict[str, Any] = {}
+    times, optimizers = _time_arms(args, device)
+    agreement = _agreement(optimizers, device)
+    for name, seconds in times.items():
+        local = torch.tensor(seconds, dtype=torch.float64)
+        # A step is as slow as its slowest rank.
+        slowest = local.to(device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        arms[name] = _summary(slowest.cpu().tolist())
+    if dist.get_rank() != 0:
+        return None
+    return {
+        "world_size": world,
+        **arms,
+        "speedup_median": arms["replicated"]["median_ms"] / arms["sharded"]["median_ms"],
+        "fsdp_speedup_median": arms["replicated"]["median_ms"] / arms["fsdp"]["median_ms"],
+        "plan": _plan_numbers(args, world),
+        **agreement,
+    }
+
+
+def _spawned(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        result = run_rank(args, torch.device("cpu"))
+        if result is not None:
+            Path(out).write_text(json.dumps(result), encoding="utf-8")
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def evidence(results: dict[str, Any], device: torch.device, argv: list[str]) -> dict[str, Any]:
+    """The wpgate-evidence/1 document for this run."""
+    root = find_repo_root()
+    state = git_state(root)
+    return {
+        "schema": SCHEMA,
+        "kind": "distributed",
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": [Path(sys.executable).name, "scripts/bench_distributed.py", *argv],
+        "environment": collect_environment(device),
+        "git_commit": state.commit,
+        "git_dirty": state.dirty,
+        "sources": source_hashes(root),
+        "results": results,
+    }
+
+
+def write(doc: dict[str, Any], out: Path | None) -> Path:
+    root = find_repo_root()
+    folder = root / "docs" / "evidence" if root is not None else Path.cwd()
+    env = doc["environment"]
+    where = "cuda" if env["gpu"] else "cpu"
+    stamp = str(doc["created"]).replace(":", "").replace("-", "")[:15]
+    name = f"musgd-distributed-{where}-{stamp}.json"
+    path = folder / name if out is None else (out / name if out.is_dir() else out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _call_seconds(flops: int) -> float:
+    return max(flops / (H200_BF16_FLOPS * GEMM_EFFICIENCY), CALL_FLOOR_S)
+
+
+def predict(name: str, world: int) -> dict[str, Any]:
+    """The scaling model of one parameter set at ``world`` ranks (pure arithmetic)."""
+    specs = SETS[name]()
+    params = [torch.empty(s.shape, device="meta") for s in specs]
+    layout = build_layout(params, None)
+    plan = plan_buckets(layout.buckets, world)
+    whole = plan_buckets(layout.buckets, 1)
+    numel = sum(math.prod(s.shape) for s in specs)
+    matrix_numel = sum(math.prod(params[i].shape) for i in layout.matrices)
+    ns_rank = [0.0] * world
+    for item in plan.items:
+        ns_rank[item.owner] += _call_seconds(NS_STEPS * item.flops)
+    ns_replicated = sum(_call_seconds(NS_STEPS * i.flops) for i in whole.items)
+    owned = [0] * world
+    fsdp = [0] * world  # elements a rank receives: gathered inputs plus its rows of results
+    for item in plan.items:
+        b = layout.buckets[item.bucket]
+        count = item.stop - item.start
+        owned[item.owner] += count * b.rows * b.cols
+        size = -(-b.rows // world)
+        for r in range(world):
+            rows = max(0, min(size, b.rows - r * size))
+            if r == item.owner:
+                fsdp[r] += count * (b.rows - rows) * b.cols
+            else:
+                fsdp[r] += count * rows * b.cols
+    wire = 2  # bytes: float32 parameters, bf16 Newton-Schulz -> matrices travel in bf16
+    ddp_bytes = wire * (world - 1) * max(owned)
+    fsdp_bytes = wire * max(fsdp)
+    bw = NVLINK_BYTES_PER_S
+    return {
+        "set": name,
+        "world": world,
+        "params": numel,
+        "matrix_params": matrix_numel,
+        "matrices": len(layout.matrices),
+        "buckets": len(layout.buckets),
+        "ns_gflop_step": NS_STEPS * sum(i.flops for i in whole.items) / 1e9,
+        "ns_gflop_max_rank": NS_STEPS * max(plan.loads) / 1e9,
+        "ns_ms_replicated": 1e3 * ns_replicated,
+        "ns_ms_sharded_max_rank": 1e3 * max(ns_rank),
+        "ddp_result_mb_per_rank": ddp_bytes / 1e6,
+        "ddp_exchange_ms": 1e3 * (COLLECTIVE_LATENCY_S + ddp_bytes / bw),
+        "fsdp_mb_per_rank": fsdp_bytes / 1e6,
+        "fsdp_exchange_ms": 1e3 * (2 * COLLECTIVE_LATENCY_S + fsdp_bytes / bw),
+        "grad_allreduce_mb_per_rank": 2 * 4 * numel * (world - 1) / world / 1e6,
+    }
+
+
+def print_predictions(world: int) -> None:
+    """A markdown table of :func:`predict` for every set."""
+    rows = [predict(name, world) for name in ("nano", "vit-b", "1b")]
+    keys = list(rows[0])[2:]
+    print("| quantity | " + " | ".join(r["set"] for r in rows) + " |")
+    print("| --- |" + " --- |" * len(rows))
+    for key in keys:
+        cells = [f"{r[key]:,.3g}" if isinstance(r[key], float) else f"{r[key]:,}" for r in rows]
+        print(f"| {key} | " + " | ".join(cells) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.predict is not None:
+        print_predictions(args.predict)
+        return 0
+    common = {"set": args.set, "ns_dtype": args.ns_dtype, "steps": args.steps}
+    if "RANK" in os.environ:  # launched by torchrun: time this world size only
+        cuda = torch.cuda.is_available()
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(device)
+        if cuda:
+            dist.init_process_group("nccl", device_id=device)
+        else:
+            dist.init_process_group("gloo")
+        try:
+            result = run_rank(args, device)
+        finally:
+            dist.destroy_process_group()
+        if result is None:
+            return 0
+        doc = evidence({**common, "worlds": {str(result["world_size"]): result}}, device, argv)
+    else:
+        worlds: dict[str, Any] = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for world in args.worlds:
+                out = Path(tmp) / f"world{world}.json"
+                spawn_args = (world, _free_port(), args, str(out))
+                mp.spawn(_spawned, args=spawn_args, nprocs=world)  # type: ignore[attr-defined,no-untyped-call]
+                worlds[str(world)] = json.loads(out.read_text(encoding="utf-8"))
+                w = worlds[str(world)]
+                print(
+                    f"world {world}: sharded {w['sharded']['median_ms']:.1f} ms, fsdp "
+                    f"{w['fsdp']['median_ms']:.1f} ms, replicated "
+                    f"{w['replicated']['median_ms']:.1f} ms ({w['speedup_median']:.2f}x)"
+                )
+        device = torch.device("cpu")
+        doc = evidence({**common, "worlds": worlds, "note": _cpu_note()}, device, argv)
+    print(f"wrote {write(doc, args.out)}")
+    return 0
+
+
+def _cpu_note() -> str:
+    cores = os.cpu_count() or 1
+    return (
+        f"gloo on {cores} CPU core(s), one thread per rank: world sizes above {cores} "
+        "oversubscribe the cores, so their times measure contention, not scaling"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""The commit-message linter's shell: reads messages (file, stdin, git range, PR text), parses
+them and runs the WPG1xx rules with the repository's references loaded once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from wpgate._config import Config
+from wpgate._git import Commit, RevisionRange, read_commits
+from wpgate._output import LinterRun, Summary
+from wpgate.references import GateResolver, References
+from wpgate.rules.trailers import CommitMessage, TrailerOptions, lint_messages
+from wpgate.trailers import decode_message, parse_message
+
+__all__ = ["lint_message", "lint_range", "load_references"]
+
+
+def load_references(root: Path, config: Config) -> References:
+    """The ids trailers may cite, read from the repository's governance documents."""
+    from wpgate._docs import load_references as read
+
+    return read(root, config)
+
+
+def _run(
+    messages: Iterable[CommitMessage], options: TrailerOptions, config: Config, kind: str
+) -> LinterRun:
+    """Lint ``messages`` and summarise the run."""
+    result = lint_messages(messages, options, config.enabled)
+    summary = Summary("trailers", result.checked, kind, result.exempt)
+    return LinterRun(result.findings, summary)
+
+
+def lint_message(
+    data: bytes,
+    path: str,
+    config: Config,
+    *,
+    comment_char: str | None = "#",
+    pr_mode: bool = False,
+    author: str | None = None,
+    merging: bool = False,
+) -> LinterRun:
+    """Lint one message: a commit-msg file (cleanup on) or, with ``pr_mode``, a PR text."""
+    root = config.root
+    decoded = decode_message(data)
+    message = parse_message(
+        decoded.text,
+        comment_char=None if pr_mode else comment_char,
+        cleanup=not pr_mode,
+        encoding_error_line=decoded.error_line,
+    )
+    parsed = CommitMessage(
+        message=message,
+        path=path,
+        references=load_references(root, config),
+        resolve_gate=GateResolver(root).resolve,
+        author=author,
+        parents=2 if merging else 1,
+        pr_mode=pr_mode,
+    )
+    options = TrailerOptions.from_config(config)
+    return _run([parsed], options, config, "pull request" if pr_mode else "message")
+
+
+def _commit_messages(
+    commits: Iterable[Commit],
+    references: References,
+    resolve: Callable[[str], str | None],
+    comment_char: str,
+) -> Iterator[CommitMessage]:
+    """Each commit parsed as git stores it (no commit-msg cleanup)."""
+    for commit in commits:
+        try:
+            text, error_line = commit.message.decode("utf-8"), None
+        except UnicodeDecodeError:
+            decoded = decode_message(commit.message)
+            text, error_line = decoded.text, decoded.error_line
+        yield CommitMessage(
+            message=parse_message(text, comment_char=comment_char, encoding_error_line=error_line),
+            path=commit.sha[:12],
+            references=references,
+            resolve_gate=resolve,
+            author=commit.author,
+            parents=len(commit.parents),
+        )
+
+
+def lint_range(config: Config, revisions: RevisionRange, *, comment_char: str = "#") -> LinterRun:
+    """Lint every commit of ``revisions`` (one git process reads them all)."""
+    options = TrailerOptions.from_config(config)
+    commits = read_commits(config.root, revisions)
+    references = load_references(config.root, config)
+    resolve = GateResolver(config.root).resolve
+    messages = _commit_messages(commits, references, resolve, comment_char)
+    return _run(messages, options, config, "commit")

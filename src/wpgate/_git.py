@@ -1,0 +1,316 @@
+"""All of wpgate's git access for commit linting: ranges, commits and settings.
+
+A revision range is read by ONE ``git log`` process however long it is: each commit is a
+NUL-terminated record (``-z``) whose fields (sha, parents, author, raw message) are separated by
+the unit separator. Messages stay bytes until the parser decodes them, so invalid UTF-8 becomes
+a finding. A range that cannot be read (not a repository, an unknown revision, a shallow clone
+that does not hold the range, an empty range) is a :class:`GitError` whose message says how to
+fix it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "Commit",
+    "GitError",
+    "RevisionRange",
+    "blob_hashes_at",
+    "comment_char",
+    "first_citing_commits",
+    "is_work_tree",
+    "parse_range",
+    "paths_identical",
+    "pushed_range",
+    "read_commits",
+    "resolve_commits",
+]
+
+_FIELD = "\x1f"
+# %B is the raw body; `%an <%ae>` is the author as `Name <email>` (what Signed-off-by holds).
+_FORMAT = f"--format=%H{_FIELD}%P{_FIELD}%an <%ae>{_FIELD}%B"
+_NULL_SHA = "0" * 40
+
+
+class GitError(Exception):
+    """git could not answer; the message says what is wrong and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of a range: sha, parent shas, ``Name <email>`` author and raw message."""
+
+    sha: str
+    parents: tuple[str, ...]
+    author: str
+    message: bytes
+
+
+@dataclass(frozen=True)
+class RevisionRange:
+    """Commits reachable from ``include`` but not from any of ``exclude`` (git's ``A..B``)."""
+
+    include: str
+    exclude: tuple[str, ...] = ()
+    label: str = ""
+    allow_empty: bool = False
+
+    def describe(self) -> str:
+        """The range as the user wrote it."""
+        return self.label or " ".join([self.include, *(f"^{e}" for e in self.exclude)])
+
+
+def _run(
+    root: Path, args: Sequence[str], data: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run git in ``root``; a missing git binary is a :class:`GitError`."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], input=data, capture_output=True, check=False
+        )
+    except OSError as exc:
+        raise GitError(f"cannot run git ({exc.strerror}); install git and put it on PATH") from exc
+
+
+def parse_range(spec: str) -> RevisionRange:
+    """``A..B`` (B defaults to HEAD) or a single revision (its whole history)."""
+    text = spec.strip()
+    if not text:
+        raise GitError("the revision range is empty; pass `--range OLDER..NEWER`")
+    if "..." in text:
+        raise GitError(
+            f"`{text}` is a symmetric difference; pass `OLDER..NEWER` (two dots) instead"
+        )
+    if ".." in text:
+        older, newer = text.split("..", 1)
+        if not older:
+            raise GitError(f"`{text}` has no start; pass `OLDER..NEWER`, e.g. `origin/main..HEAD`")
+        return RevisionRange(newer or "HEAD", (older,), label=text)
+    return RevisionRange(text, (), label=text)
+
+
+def pushed_range(environ: dict[str, str] | None = None, history_start: str = "") -> RevisionRange:
+    """The range a pre-push hook checks: pre-commit's ``PRE_COMMIT_FROM_REF..TO_REF``.
+
+    Without those variables (pre-commit leaves them unset when a new branch shares no history
+    with the remote) every commit not on any remote is checked. Commits before the first
+    governed commit (``history_start``) are never checked.
+    """
+    env = os.environ if environ is None else environ
+    from_ref = env.get("PRE_COMMIT_FROM_REF", "")
+    to_ref = env.get("PRE_COMMIT_TO_REF", "")
+    floor = (f"{history_start}^@",) if history_start else ()
+    if to_ref and to_ref != _NULL_SHA:
+        exclude = (from_ref,) if from_ref and from_ref != _NULL_SHA else ("--remotes",)
+        label = f"{from_ref or '--remotes'}..{to_ref}"
+        return RevisionRange(to_ref, exclude + floor, label=label, allow_empty=True)
+    return RevisionRange("HEAD", ("--remotes", *floor), "HEAD ^--remotes", allow_empty=True)
+
+
+def history_range(history_start: str) -> RevisionRange:
+    """The governed history: ``history_start`` and every later commit up to HEAD."""
+    # `^X^@` excludes X's parents, so X itself is included, and works for a root commit.
+    return RevisionRange("HEAD", (f"{history_start}^@",), label=f"{history_start}^..HEAD")
+
+
+def comment_char(root: Path) -> str:
+    """``core.commentChar`` (``#`` when unset or ``auto``)."""
+    done = _run(root, ["config", "--get", "core.commentChar"])
+    value = done.stdout.decode("utf-8", "replace").strip()
+    return value[:1] if done.returncode == 0 and value and value != "auto" else "#"
+
+
+def _repository_state(root: Path) -> tuple[bool, Path]:
+    """Whether the clone is shallow, and the path of its ``shallow`` file."""
+    done = _run(root, ["rev-parse", "--is-shallow-repository", "--git-path", "shallow"])
+    if done.returncode != 0:
+        raise GitError(
+            f"{root} is not inside a git repository; run wpgate in a clone, or pass a message "
+            "file instead of a range"
+        )
+    lines = done.stdout.decode().splitlines()
+    shallow_file = Path(lines[1]) if len(lines) > 1 else Path(".git/shallow")
+    return lines[
+        0
+    ].strip() == "true", shallow_file if shallow_file.is_absolute() else root / shallow_file
+
+
+def _verify(root: Path, revisions: Sequence[str], shallow: bool) -> None:
+    """Every named endpoint is a commit (one ``cat-file`` process for all of them)."""
+    names = [r[:-3] if r.endswith("^@") else r for r in revisions if not r.startswith("--")]
+    if not names:
+        return
+    request = "".join(f"{name}^{{commit}}\n" for name in names).encode()
+    done = _run(root, ["cat-file", "--batch-check=%(objectname)"], request)
+    answers = done.stdout.decode("utf-8", "replace").splitlines()
+    for name, answer in zip(names, answers + [""] * len(names), strict=False):
+        if answer.strip() and not answer.endswith("missing") and "ambiguous" not in answer:
+            continue
+        if shallow:
+            raise GitError(
+                f"revision `{name}` is not in this shallow clone; fetch the history first "
+                "(`git fetch --unshallow`, or `fetch-depth: 0` in actions/checkout)"
+            )
+        raise GitError(
+            f"unknown revision `{name}`; check the name (`git log --oneline`), or fetch it "
+            "(`git fetch origin`)"
+        )
+
+
+def read_commits(root: Path, revisions: RevisionRange) -> list[Commit]:
+    """The commits of ``revisions``, newest first, read by one ``git log`` process."""
+    shallow, shallow_file = _repository_state(root)
+    _verify(root, [revisions.include, *revisions.exclude], shallow)
+    args = ["log", "-z", _FORMAT, revisions.include]
+    args += [f"^{e}" for e in revisions.exclude if not e.startswith("--")]
+    # A ref pattern such as `--remotes` is negated by `--not`, which must therefore come last.
+    patterns = [e for e in revisions.exclude if e.startswith("--")]
+    if patterns:
+        args += ["--not", *patterns]
+    done = _run(root, [*args, "--"])
+    if done.returncode != 0:
+        detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GitError(
+            f"git log {revisions.describe()} failed ({detail[-1] if detail else 'no detail'}); "
+            "check the range"
+        )
+    commits = [_parse_record(record) for record in done.stdout.split(b"\0") if record.strip()]
+    if shallow and commits:
+        boundary = _shallow_boundary(shallow_file)
+        cut = [c.sha for c in commits if c.sha in boundary]
+        if cut:
+            raise GitError(
+                f"range {revisions.describe()} reaches the shallow-clone boundary at "
+                f"{cut[0][:12]}, so older commits are missing; fetch the history "
+                "(`git fetch --unshallow`, or `fetch-depth: 0` in actions/checkout)"
+            )
+    if not commits and not revisions.allow_empty:
+        raise GitError(
+            f"range {revisions.describe()} contains no commits; write it OLDER..NEWER "
+            "(e.g. `origin/main..HEAD`) and check that NEWER has commits OLDER lacks"
+        )
+    return commits
+
+
+def _shallow_boundary(path: Path) -> frozenset[str]:
+    """The commits a shallow clone was cut at (``.git/shallow``)."""
+    try:
+        return frozenset(path.read_text(encoding="ascii").split())
+    except OSError:
+        return frozenset()
+
+
+def _parse_record(record: bytes) -> Commit:
+    """One ``git log -z`` record: sha, parents, author, message."""
+    sha, parents, author, message = record.split(_FIELD.encode(), 3)
+    return Commit(
+        sha=sha.decode("ascii").strip(),
+        parents=tuple(parents.decode("ascii").split()),
+        author=author.decode("utf-8", "replace"),
+        message=message,
+    )
+
+
+# --------------------------------------------------------------------------- docs linters
+# Read-only questions the provenance and evidence linters ask. They answer "unknown" (None, an
+# empty result) rather than raise: a docs check without git degrades to the checks it can do.
+
+
+def _ask(
+    root: Path, args: Sequence[str], data: bytes | None = None
+) -> subprocess.CompletedProcess[bytes] | None:
+    """Run git; None when git itself cannot run."""
+    try:
+        return _run(root, args, data)
+    except GitError:
+        return None
+
+
+def is_work_tree(root: Path) -> bool:
+    """Whether ``root`` is inside a git work tree."""
+    done = _ask(root, ["rev-parse", "--is-inside-work-tree"])
+    return done is not None and done.returncode == 0 and done.stdout.strip() == b"true"
+
+
+def resolve_commits(root: Path, revisions: Iterable[str]) -> dict[str, str | None]:
+    """Each revision's full commit sha, or None when git does not know it (one git process)."""
+    revs = sorted(set(revisions))
+    out: dict[str, str | None] = dict.fromkeys(revs)
+    if not revs:
+        return out
+    request = "".join(f"{rev}^{{commit}}\n" for rev in revs).encode()
+    done = _ask(root, ["cat-file", "--batch-check=%(objectname) %(objecttype)"], request)
+    if done is None or done.returncode != 0:
+        return out
+    for rev, line in zip(revs, done.stdout.decode().splitlines(), strict=False):
+        parts = line.split()
+        out[rev] = parts[0] if len(parts) == 2 and parts[1] == "commit" else None
+    return out
+
+
+def blob_hashes_at(
+    root: Path, requests: Iterable[tuple[str, str]]
+) -> dict[tuple[str, str], str | None]:
+    """sha256 of each ``(commit, path)`` file (None when absent), read by one ``cat-file``."""
+    wanted = sorted(set(requests))
+    out: dict[tuple[str, str], str | None] = dict.fromkeys(wanted)
+    if not wanted:
+        return out
+    request = "".join(f"{commit}:{path}\n" for commit, path in wanted).encode()
+    done = _ask(root, ["cat-file", "--batch"], request)
+    if done is None or done.returncode != 0:
+        return out
+    stream, position = done.stdout, 0
+    for key in wanted:
+        end = stream.find(b"\n", position)
+        if end < 0:
+            break
+        header = stream[position:end].split()
+        position = end + 1
+        if len(header) == 3:  # "<sha> <type> <size>", then the body and a newline
+            size = int(header[2])
+            if header[1] == b"blob":
+                out[key] = hashlib.sha256(stream[position : position + size]).hexdigest()
+            position += size + 1
+    return out
+
+
+def paths_identical(root: Path, base: str, head: str, paths: Sequence[str]) -> bool | None:
+    """Whether ``paths`` do not differ between commits ``base`` and ``head`` (None: git error)."""
+    done = _ask(root, ["diff", "--quiet", "--no-ext-diff", base, head, "--", *paths])
+    if done is None or done.returncode not in (0, 1):
+        return None
+    return done.returncode == 0
+
+
+def first_citing_commits(
+    root: Path, revision: str = "HEAD", key: str = "Provenance"
+) -> dict[str, tuple[str, str]]:
+    """For each source id cited in a ``key:`` trailer on ``revision``: first commit and its date.
+
+    Dates are committer dates (``YYYY-MM-DD`` in the committer's zone); git itself finds the
+    trailer block (``%(trailers:key=...)``), so its trailer rules apply.
+    """
+    from wpgate.parsers.provenance import expand_ids
+
+    fmt = f"--format=%H{_FIELD}%cs{_FIELD}%(trailers:key={key},valueonly,separator=%x2C)%x1e"
+    done = _ask(root, ["log", "--reverse", fmt, revision, "--"])
+    out: dict[str, tuple[str, str]] = {}
+    if done is None or done.returncode != 0:
+        return out
+    for record in done.stdout.decode("utf-8", "replace").split("\x1e"):
+        fields = record.strip("\n").split(_FIELD)
+        if len(fields) != 3:
+            continue
+        sha, date, value = fields
+        for part in re.findall(r"R\d+(?:\s*[\u2013\u2014-]\s*R?\d+)?", value):
+            for source_id in expand_ids(part)[0]:
+                out.setdefault(source_id, (sha, date))
+    return out

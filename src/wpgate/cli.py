@@ -1,0 +1,363 @@
+"""The ``wpgate`` command line: a thin click shell over the linters.
+
+Exit status: 0 clean, 1 findings, 2 usage, configuration or git error. Each command is a small
+function returning its exit status; ``check`` runs every linter in :data:`CHECK_LINTERS`, so a
+new linter is one function appended there.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import click
+
+from wpgate import __version__
+from wpgate._config import Config, ConfigError, load_config
+from wpgate._git import GitError, RevisionRange, comment_char, history_range, pushed_range
+from wpgate._git import parse_range as parse_revision_range
+from wpgate._model import RULES
+from wpgate._output import FORMATS, LinterRun, Summary, format_report
+
+__all__ = ["CHECK_LINTERS", "cli", "main"]
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+#: ``check`` runs each of these: ``(name, linter(config) -> LinterRun)``.
+Linter = Callable[[Config], LinterRun]
+
+
+class InvocationError(Exception):
+    """A wrong invocation detected after click parsed it (exit 2)."""
+
+
+def _emit(runs: Sequence[LinterRun], fmt: str) -> int:
+    """Print the report of ``runs``; the exit status for their findings."""
+    findings = [f for run in runs for f in run.findings]
+    click.echo(format_report(findings, [run.summary for run in runs], fmt), nl=False)
+    return EXIT_FINDINGS if findings else EXIT_CLEAN
+
+
+def _root(path: str | None) -> Path:
+    """The repository root: ``--root``, else the current directory."""
+    return Path(path).resolve() if path else Path.cwd()
+
+
+_root_option = click.option(
+    "--root",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="Repository root (default: the current directory).",
+)
+_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="Report format: text, json, or GitHub workflow annotations.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="wpgate")
+def cli() -> None:
+    """Evidence-gated governance linters for research repositories."""
+
+
+# --------------------------------------------------------------------------- trailers
+
+
+def _read_input(source: str) -> bytes:
+    """The bytes of a file, or of stdin for ``-``."""
+    if source == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(source).read_bytes()
+    except OSError as exc:
+        raise InvocationError(f"cannot read {source} ({exc.strerror}); check the path") from exc
+
+
+def _git_context(root: Path) -> tuple[str, str | None, bool]:
+    """Comment character, author ident and whether a merge is in progress, for commit-msg."""
+    import subprocess
+
+    def ask(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False)
+        except OSError:
+            return None
+        return done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else None
+
+    ident = ask("var", "GIT_AUTHOR_IDENT")
+    # "Name <email> 1700000000 +0000": the author is everything before the timestamp.
+    author = ident.rsplit(" ", 2)[0] if ident and ident.count(" ") >= 2 else None
+    merge_head = ask("rev-parse", "--git-path", "MERGE_HEAD")
+    merging = bool(merge_head) and (root / str(merge_head)).exists()
+    return comment_char(root), author, merging
+
+
+def run_trailers(
+    config: Config,
+    *,
+    message_file: str | None,
+    rev_range: str | None,
+    history: bool,
+    pushed: bool,
+    pr: str | None,
+) -> LinterRun:
+    """Lint the one input the options select."""
+    from wpgate._commits import lint_message, lint_range
+
+    chosen = [
+        name
+        for name, on in (
+            ("MESSAGE_FILE", message_file is not None),
+            ("--range", rev_range is not None),
+            ("--history", history),
+            ("--pushed", pushed),
+            ("--pr", pr is not None),
+        )
+        if on
+    ]
+    if len(chosen) != 1:
+        given = f" (got {', '.join(chosen)})" if chosen else ""
+        raise InvocationError(
+            "pass exactly one input: a MESSAGE_FILE (or - for stdin), --range OLDER..NEWER, "
+            f"--history, --pushed or --pr FILE{given}"
+        )
+    root = config.root
+    if pr is not None:
+        label = "<pr>" if pr == "-" else pr
+        return lint_message(_read_input(pr), label, config, pr_mode=True)
+    if message_file is not None:
+        data = _read_input(message_file)
+        char, author, merging = _git_context(root)
+        label = "<stdin>" if message_file == "-" else message_file
+        return lint_message(data, label, config, comment_char=char, author=author, merging=merging)
+    revisions: RevisionRange
+    if rev_range is not None:
+        revisions = parse_revision_range(rev_range)
+    elif pushed:
+        revisions = pushed_range(history_start=config.history_start)
+    else:
+        if not config.history_start:
+            raise InvocationError(
+                "--history needs `history_start` (the first governed commit) in "
+                "[tool.wpgate] of pyproject.toml"
+            )
+        revisions = history_range(config.history_start)
+    return lint_range(config, revisions, comment_char=comment_char(root))
+
+
+@cli.command()
+@click.argument("message_file", required=False)
+@click.option("--range", "rev_range", metavar="OLDER..NEWER", help="Lint every commit of a range.")
+@click.option("--history", is_flag=True, help="Lint the governed history (history_start..HEAD).")
+@click.option("--pushed", is_flag=True, help="Lint the range being pushed (pre-push hook).")
+@click.option("--pr", metavar="FILE", help="Lint a PR title + blank line + body (- for stdin).")
+@_format_option
+@_root_option
+def trailers(
+    *,
+    message_file: str | None,
+    rev_range: str | None,
+    history: bool,
+    pushed: bool,
+    pr: str | None,
+    fmt: str,
+    root: str | None,
+) -> int:
+    """Lint commit messages: subject and the WP/Provenance/Assumptions/Gate trailers.
+
+    MESSAGE_FILE is the commit-msg hook's file (comments and the scissors part are dropped);
+    `-` reads stdin.
+    """
+    config = load_config(_root(root))
+    run = run_trailers(
+        config,
+        message_file=message_file,
+        rev_range=rev_range,
+        history=history,
+        pushed=pushed,
+        pr=pr,
+    )
+    return _emit([run], fmt)
+
+
+# --------------------------------------------------------------------------- explain
+
+
+@cli.command()
+@click.argument("rule", required=False)
+@click.option("--list", "list_all", is_flag=True, help="List every rule.")
+def explain(rule: str | None, list_all: bool) -> int:
+    """Explain RULE (an id such as WPG104 or a name such as wp-trailer)."""
+    import wpgate.rules  # noqa: F401  (registers every rule)
+
+    if list_all or rule is None:
+        for known in RULES:
+            state = "" if known.enabled_by_default else "  (off by default)"
+            click.echo(f"{known.rule_id}  {known.name:<24} {known.summary}{state}")
+        return EXIT_CLEAN
+    found = RULES.get(rule)
+    if found is None:
+        raise InvocationError(f"unknown rule {rule!r}; `wpgate explain --list` lists every rule")
+    click.echo(f"{found.rule_id} {found.name}")
+    click.echo(f"  {found.summary}")
+    click.echo(f"  enabled by default: {'yes' if found.enabled_by_default else 'no'}")
+    click.echo(f"  switch: [tool.wpgate.rules] {found.name} = true|false")
+    for key, value in found.options.items():
+        click.echo(f"  option: {key} = {value!r}")
+    doc = (found.check.__doc__ or "").strip()
+    if doc:
+        click.echo(f"  checks: {doc.splitlines()[0]}")
+    return EXIT_CLEAN
+
+
+# --------------------------------------------------------------------------- check
+
+
+def _check_trailers(config: Config) -> LinterRun:
+    """The governed history, when ``history_start`` is configured."""
+    if not config.history_start:
+        return LinterRun((), Summary("trailers (history_start not set)", 0, "commit"))
+    return run_trailers(
+        config, message_file=None, rev_range=None, history=True, pushed=False, pr=None
+    )
+
+
+CHECK_LINTERS: list[tuple[str, Linter]] = [("trailers", _check_trailers)]
+
+
+# --------------------------------------------------------------------------- docs linters
+
+
+def _docs_linters() -> list[tuple[str, Linter]]:
+    """The provenance, work-package, evidence and changelog linters (``wpgate._docs``)."""
+    from wpgate import _docs
+
+    return [
+        ("provenance", _docs.run_provenance),
+        ("wp", _docs.run_work_packages),
+        ("evidence", _docs.run_evidence),
+        ("changelog", _docs.run_changelog),
+    ]
+
+
+CHECK_LINTERS.extend(_docs_linters())
+_history_option = click.option(
+    "--history/--no-history",
+    default=None,
+    help="Check first-use dates against the first commit citing each source "
+    "(default: on when [tool.wpgate] history_start or [tool.wpgate.provenance] history is set).",
+)
+
+
+@cli.command()
+@_history_option
+@_format_option
+@_root_option
+def provenance(history: bool | None, fmt: str, root: str | None) -> int:
+    """Lint docs/PROVENANCE.md: ids, licences, the first-use log."""
+    from wpgate._docs import run_provenance
+
+    return _emit([run_provenance(load_config(_root(root)), history=history)], fmt)
+
+
+@cli.command()
+@_format_option
+@_root_option
+def wp(fmt: str, root: str | None) -> int:
+    """Lint the work-package registry (docs/work_packages/wp-*.md)."""
+    from wpgate._docs import run_work_packages
+
+    return _emit([run_work_packages(load_config(_root(root)))], fmt)
+
+
+@cli.command()
+@click.option("--git/--no-git", default=True, help="Verify commits, hashes and markers with git.")
+@click.option("--collect/--no-collect", default=True, help="Verify `collected N` markers.")
+@_format_option
+@_root_option
+def evidence(git: bool, collect: bool, fmt: str, root: str | None) -> int:
+    """Lint [MEASURED] claims and the evidence files under docs/evidence/."""
+    from wpgate._docs import run_evidence
+
+    return _emit([run_evidence(load_config(_root(root)), git=git, collect=collect)], fmt)
+
+
+@cli.command()
+@_format_option
+@_root_option
+def changelog(fmt: str, root: str | None) -> int:
+    """Check that the backticked names of CHANGELOG.md's Unreleased section exist."""
+    from wpgate._docs import run_changelog
+
+    return _emit([run_changelog(load_config(_root(root)))], fmt)
+
+
+@cli.command()
+@_format_option
+@_root_option
+def docs(fmt: str, root: str | None) -> int:
+    """Run the docs linters (provenance, wp, evidence, changelog): the wpgate-docs hook."""
+    config = load_config(_root(root))
+    return _emit([linter(config) for _, linter in _docs_linters()], fmt)
+
+
+@cli.command("new-wp")
+@click.argument("wp_id", metavar="ID")
+@click.option("--title", required=True, help="One-line title.")
+@click.option("--phase", type=click.IntRange(min=0), required=True, help="Phase number.")
+@_root_option
+def new_wp(wp_id: str, title: str, phase: int, root: str | None) -> int:
+    """Scaffold docs/work_packages/wp-ID.md (status todo) that passes `wpgate wp`."""
+    from wpgate._docs import new_work_package
+
+    base = _root(root)
+    try:
+        path = new_work_package(base, load_config(base), wp_id, title, phase)
+    except ValueError as exc:
+        raise InvocationError(str(exc)) from exc
+    click.echo(path)
+    return EXIT_CLEAN
+
+
+@cli.command()
+@_format_option
+@_root_option
+def check(fmt: str, root: str | None) -> int:
+    """Run every linter the configuration enables."""
+    config = load_config(_root(root))
+    return _emit([linter(config) for _, linter in CHECK_LINTERS], fmt)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 clean, 1 findings, 2 usage or git error)."""
+    try:
+        result = cli.main(
+            args=list(sys.argv[1:] if argv is None else argv),
+            prog_name="wpgate",
+            standalone_mode=False,
+        )
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE
+    except click.exceptions.Abort:
+        click.echo("wpgate: aborted", err=True)
+        return EXIT_USAGE
+    except (ConfigError, GitError, InvocationError) as exc:
+        click.echo(f"wpgate: error: {exc}", err=True)
+        return EXIT_USAGE
+    return int(result) if isinstance(result, int) else EXIT_CLEAN
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

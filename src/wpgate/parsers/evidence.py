@@ -1,0 +1,422 @@
+"""Evidence files (``wpgate-evidence/1`` JSON) and ``[MEASURED]`` claims in Markdown.
+
+Evidence file schema - one JSON object, written by a benchmark under ``docs/evidence/``:
+
+``schema`` (required)
+    ``"wpgate-evidence/1"``.
+``environment`` (required)
+    an object describing where it ran (Python, torch, GPU, driver, CPU, ...).
+``git_commit`` (required)
+    the 40-hex commit the benchmark ran from, or ``null`` when unknown. When the tree was dirty
+    the writer either records ``null`` or the HEAD commit together with ``"git_dirty": true``;
+    then the source hashes, not the commit, are what binds the numbers to code.
+``git_dirty`` (optional)
+    ``true``, ``false`` or ``null``.
+``sources`` (required)
+    ``{"repository/relative/path.py": "<sha256 hex>"}`` - each file the measurement ran on.
+``results`` (required)
+    any JSON: the numbers.
+
+Other keys (``kind``, ``created``, ``command``, ...) are allowed and ignored.
+
+A claim is the text from a ``[MEASURED]`` tag (outside code) to the next tag or the end of its
+paragraph. Inside a claim:
+
+- a Markdown link ``[text](target)`` or an inline-code path ending in ``.json`` cites a file;
+  links are relative to the page, inline-code paths to the repository root;
+- every number in the prose must be found in the cited evidence (inline code is exempt: it holds
+  names and markers, not measurements);
+- ``covers <commit>`` names the commit the measurement covers (a stale claim stays valid);
+- the inline-code marker ```identical A..B -- path ...``` says the paths do not differ between
+  commits A and B (verified with ``git diff``);
+- the inline-code marker ```collected N -- path ...``` says pytest collects N tests from the
+  paths (verified by collecting).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from wpgate._model import Finding
+
+SCHEMA = "wpgate-evidence/1"
+TAG = "[MEASURED]"
+#: Rule id of evidence-file schema findings.
+FILE_RULE_ID = "WPG404"
+
+_HEX40_RE = re.compile(r"^[0-9a-f]{40}$")
+_HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
+_LINK_RE = re.compile(r"!?\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]*)(?:\s+\"[^\"]*\")?\)")
+_COVERS_RE = re.compile(r"\bcovers\s+`?([0-9a-f]{7,40})\b`?", re.IGNORECASE)
+_IDENTICAL_RE = re.compile(r"^identical\s+(\S+?)\.\.(\S+)\s+--\s+(.+)$")
+_COLLECTED_RE = re.compile(r"^collected\s+(\d+)\s+--\s+(.+)$")
+_DATE_RE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ][\d:.]+Z?)?\b")
+_NUMBER_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)*")
+_HEXISH_RE = re.compile(r"^[0-9a-f]{7,40}$")
+_URL_PREFIXES = ("http://", "https://", "mailto:", "ftp://", "#")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A valid evidence file: what it ran on and everything it recorded."""
+
+    path: str
+    git_commit: str | None
+    git_dirty: bool | None
+    environment: Mapping[str, Any]
+    sources: Mapping[str, str]
+    results: Any
+    document: Mapping[str, Any] = field(repr=False, compare=False)
+    source_lines: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def line_of(self, source: str) -> int:
+        """The line of ``source``'s entry in the file (1 when unknown)."""
+        return self.source_lines.get(source, 1)
+
+
+@dataclass(frozen=True)
+class EvidenceParse:
+    """An evidence file's record (None when invalid) and the problems with it."""
+
+    path: str
+    evidence: Evidence | None
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class Citation:
+    """A file a claim cites: the target as written and whether it is page- or root-relative."""
+
+    target: str
+    page_relative: bool
+    line: int
+
+
+@dataclass(frozen=True)
+class Number:
+    """A number written in a claim's prose: its text, value, decimals and percent sign."""
+
+    text: str
+    value: Decimal
+    decimals: int
+    percent: bool
+    line: int
+
+
+@dataclass(frozen=True)
+class IdenticalMarker:
+    """``identical A..B -- paths``: the paths do not differ between commits A and B."""
+
+    base: str
+    head: str
+    paths: tuple[str, ...]
+    line: int
+
+
+@dataclass(frozen=True)
+class CountMarker:
+    """``collected N -- paths``: pytest collects N tests from the paths."""
+
+    count: int
+    paths: tuple[str, ...]
+    line: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One ``[MEASURED]`` claim: where it is, what it cites, its numbers and its markers."""
+
+    path: str
+    line: int
+    text: str
+    citations: tuple[Citation, ...]
+    numbers: tuple[Number, ...]
+    versions: tuple[Number, ...]
+    covers: tuple[str, ...]
+    identical: tuple[IdenticalMarker, ...]
+    counts: tuple[CountMarker, ...]
+
+
+def parse_evidence(text: str, path: str) -> EvidenceParse:
+    """Parse and validate the evidence JSON ``text`` of the file at repository-relative ``path``."""
+
+    def bad(message: str, line: int = 1) -> EvidenceParse:
+        return EvidenceParse(path, None, (Finding(path, line, FILE_RULE_ID, message),))
+
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return bad(f"not valid JSON ({exc.msg}, column {exc.colno}); rewrite the file", exc.lineno)
+    except RecursionError:
+        return bad("the JSON nests too deeply to read; rewrite the file")
+    if not isinstance(document, dict):
+        return bad("an evidence file must hold one JSON object")
+    problems: list[str] = []
+    if document.get("schema") != SCHEMA:
+        problems.append(f'`schema` must be "{SCHEMA}", not {document.get("schema")!r}')
+    environment = document.get("environment")
+    if not isinstance(environment, dict):
+        problems.append("`environment` must be an object describing where the benchmark ran")
+    commit = document.get("git_commit", ...)
+    if commit is ...:
+        problems.append("`git_commit` is missing; record the 40-hex commit, or null when unknown")
+    elif commit is not None and not (isinstance(commit, str) and _HEX40_RE.match(commit)):
+        problems.append(f"`git_commit` must be a 40-hex commit or null, not {commit!r}")
+    dirty = document.get("git_dirty")
+    if dirty is not None and not isinstance(dirty, bool):
+        problems.append(f"`git_dirty` must be true, false or null, not {dirty!r}")
+    sources = document.get("sources")
+    if not isinstance(sources, dict):
+        problems.append("`sources` must map each measured file's path to its sha256 hex")
+        sources = {}
+    for source, digest in sources.items():
+        if source.startswith("/") or ".." in source.split("/") or "\\" in source:
+            problems.append(f"`sources` path {source!r} must be repository-relative, without `..`")
+        if not (isinstance(digest, str) and _HEX64_RE.match(digest)):
+            problems.append(f"`sources[{source!r}]` must be a 64-hex sha256, not {digest!r}")
+    if "results" not in document:
+        problems.append("`results` is missing; record the measured numbers under `results`")
+    if problems:
+        return EvidenceParse(
+            path,
+            None,
+            tuple(Finding(path, 1, FILE_RULE_ID, f"invalid evidence file: {p}") for p in problems),
+        )
+    return EvidenceParse(
+        path,
+        Evidence(
+            path=path,
+            git_commit=commit if isinstance(commit, str) else None,
+            git_dirty=dirty,
+            environment=environment,  # type: ignore[arg-type]
+            sources={str(k): str(v) for k, v in sources.items()},
+            results=document["results"],
+            document=document,
+            source_lines=_key_lines(text, sources),
+        ),
+        (),
+    )
+
+
+def _key_lines(text: str, keys: Mapping[str, Any]) -> dict[str, int]:
+    """The 1-based line of each key's first ``"key":`` occurrence in the JSON ``text``."""
+    lines: dict[str, int] = {}
+    for key in keys:
+        index = text.find(json.dumps(key))
+        if index >= 0:
+            lines[str(key)] = text.count("\n", 0, index) + 1
+    return lines
+
+
+def iter_values(document: Any) -> Iterator[Any]:
+    """Every scalar in a JSON document, keys included (depth-first)."""
+    stack = [document]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, dict):
+            stack.extend(current.keys())
+            stack.extend(current.values())
+        elif isinstance(current, list):
+            stack.extend(current)
+        else:
+            yield current
+
+
+def evidence_numbers(document: Any) -> tuple[frozenset[Decimal], tuple[str, ...]]:
+    """The numbers a document records (JSON numbers and numbers inside strings) and its strings."""
+    numbers: set[Decimal] = set()
+    strings: list[str] = []
+    for value in iter_values(document):
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, (int, float)):
+            try:
+                numbers.add(Decimal(repr(value)) if isinstance(value, float) else Decimal(value))
+            except InvalidOperation:  # inf and nan are not numbers a claim can quote
+                continue
+        elif isinstance(value, str):
+            strings.append(value)
+            for match in _NUMBER_RE.finditer(value):
+                parsed = _decimal(match.group(0))
+                if parsed is not None:
+                    numbers.add(parsed)
+    return frozenset(numbers), tuple(strings)
+
+
+def _decimal(text: str) -> Decimal | None:
+    """``text`` (``1,834``, ``188.1``) as a Decimal, or None for versions like ``2.9.1``."""
+    plain = text.replace(",", "")
+    if plain.count(".") > 1:
+        return None
+    try:
+        return Decimal(plain)
+    except InvalidOperation:
+        return None
+
+
+def _paragraphs(text: str) -> Iterator[tuple[int, list[str]]]:
+    """Paragraphs (runs of non-blank lines outside fenced code) with their first line number."""
+    fence: str | None = None
+    start = 0
+    current: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _FENCE_RE.match(line)
+        if fence is not None:
+            if match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence):
+                fence = None
+            continue
+        if match or not line.strip():
+            if current:
+                yield start, current
+            current = []
+            if match:
+                fence = match.group(1)
+            continue
+        if not current:
+            start = number
+        current.append(line)
+    if current:
+        yield start, current
+
+
+def _line_at(offsets: list[int], first_line: int, position: int) -> int:
+    """The file line holding character ``position`` of a paragraph."""
+    line = first_line
+    for offset in offsets[1:]:
+        if offset > position:
+            break
+        line += 1
+    return line
+
+
+def parse_claims(text: str, path: str) -> tuple[Claim, ...]:
+    """Every ``[MEASURED]`` claim in the Markdown ``text`` of the page at ``path``."""
+    if TAG not in text:
+        return ()
+    claims: list[Claim] = []
+    for first_line, lines in _paragraphs(text):
+        paragraph = "\n".join(lines)
+        if TAG not in paragraph:
+            continue
+        offsets = [0]
+        for text_line in lines[:-1]:
+            offsets.append(offsets[-1] + len(text_line) + 1)
+        spans = [(m.start(), m.end()) for m in _CODE_SPAN_RE.finditer(paragraph)]
+        tags = [
+            m.start()
+            for m in re.finditer(re.escape(TAG), paragraph)
+            if not any(a <= m.start() < b for a, b in spans)
+        ]
+        for index, start in enumerate(tags):
+            end = tags[index + 1] if index + 1 < len(tags) else len(paragraph)
+            line = _line_at(offsets, first_line, start)
+            segment = paragraph[start + len(TAG) : end]
+            claims.append(_parse_claim(path, line, segment))
+    return tuple(claims)
+
+
+def _parse_claim(path: str, line: int, segment: str) -> Claim:
+    """The citations, numbers and markers of one claim's text."""
+    citations: list[Citation] = []
+    identical: list[IdenticalMarker] = []
+    counts: list[CountMarker] = []
+
+    def line_of(position: int) -> int:
+        return line + segment.count("\n", 0, position)
+
+    for match in _LINK_RE.finditer(segment):
+        target = match.group("target").strip("<>")
+        if target and not target.lower().startswith(_URL_PREFIXES):
+            citations.append(Citation(target.split("#", 1)[0], True, line_of(match.start())))
+    for match in _CODE_SPAN_RE.finditer(segment):
+        code = match.group(2).strip()
+        if " " not in code and code.lower().endswith(".json"):
+            citations.append(Citation(code, False, line_of(match.start())))
+            continue
+        marker = _IDENTICAL_RE.match(code)
+        if marker:
+            identical.append(
+                IdenticalMarker(
+                    marker.group(1),
+                    marker.group(2),
+                    tuple(marker.group(3).split()),
+                    line_of(match.start()),
+                )
+            )
+            continue
+        marker = _COLLECTED_RE.match(code)
+        if marker:
+            counts.append(
+                CountMarker(
+                    int(marker.group(1)), tuple(marker.group(2).split()), line_of(match.start())
+                )
+            )
+    covers = tuple(m.group(1).lower() for m in _COVERS_RE.finditer(segment))
+    numbers, versions = _numbers(segment, line)
+    return Claim(
+        path=path,
+        line=line,
+        text=" ".join(segment.split()),
+        citations=tuple(citations),
+        numbers=numbers,
+        versions=versions,
+        covers=covers,
+        identical=tuple(identical),
+        counts=tuple(counts),
+    )
+
+
+def _blank(text: str, pattern: re.Pattern[str], group: int = 0) -> str:
+    """``text`` with every match of ``pattern`` (or of one group) replaced by spaces."""
+
+    def repl(match: re.Match[str]) -> str:
+        if group == 0:
+            return re.sub(r"[^\n]", " ", match.group(0))
+        whole = match.group(0)
+        start, end = match.start(group) - match.start(), match.end(group) - match.start()
+        return whole[:start] + re.sub(r"[^\n]", " ", whole[start:end]) + whole[end:]
+
+    return pattern.sub(repl, text)
+
+
+def _numbers(segment: str, line: int) -> tuple[tuple[Number, ...], tuple[Number, ...]]:
+    """The numbers and the dotted versions written in a claim's prose."""
+    prose = _blank(segment, _CODE_SPAN_RE)
+    prose = _blank(prose, _LINK_RE, group=2)
+    prose = _blank(prose, _COVERS_RE)
+    prose = _blank(prose, _DATE_RE)
+    numbers: list[Number] = []
+    versions: list[Number] = []
+    for match in _NUMBER_RE.finditer(prose):
+        start, end = match.span()
+        before = prose[start - 1] if start else " "
+        before2 = prose[start - 2] if start > 1 else " "
+        after = prose[end] if end < len(prose) else " "
+        word_start = start
+        while word_start and (prose[word_start - 1].isalnum() or prose[word_start - 1] == "_"):
+            word_start -= 1
+        word_end = end
+        while word_end < len(prose) and (prose[word_end].isalnum() or prose[word_end] == "_"):
+            word_end += 1
+        word = prose[word_start:word_end]
+        # Identifiers carry digits that are names, not measurements: R12, WP-197b, x86, #6, §3.
+        if before.isalpha() or before in "_#§" or (before == "-" and before2.isalnum()):
+            continue
+        if _HEXISH_RE.match(word) and not word.isdigit():
+            continue  # an abbreviated commit such as 623edc0
+        text = match.group(0).rstrip(".,")
+        where = line + segment.count("\n", 0, start)
+        value = _decimal(text)
+        if value is None:
+            versions.append(Number(text, Decimal(0), 0, False, where))
+            continue
+        fraction = text.replace(",", "").partition(".")[2]
+        numbers.append(Number(text, value, len(fraction), after == "%", where))
+    return tuple(numbers), tuple(versions)

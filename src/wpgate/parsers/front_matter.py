@@ -1,0 +1,182 @@
+"""YAML front matter: a ``---`` line, a YAML mapping, and a closing ``---`` (or ``...``) line.
+
+Parsed with PyYAML's safe loader (YAML 1.1, as PyYAML implements it), plus two strictness
+checks the loader lacks: a duplicate key is an error (YAML 1.2 §3.2.1.1 requires unique keys;
+PyYAML keeps the last one silently) and the document must be a mapping. Every problem becomes
+a finding with the file and the line in the file, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from wpgate._model import Finding
+
+#: Rule id of front-matter syntax findings (work-package pages use it).
+RULE_ID = "WPG301"
+# libyaml's parser when PyYAML was built with it: the same YAML and marks, ~10x faster, which
+# matters for a registry of a thousand pages; the pure-Python loader otherwise.
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class FrontMatter:
+    """A page's front matter, where each top-level key sits, and the body after it.
+
+    ``data`` is None when the page has no front matter or it does not parse; ``body_line`` is
+    the 1-based line the body starts on.
+    """
+
+    data: dict[str, Any] | None
+    key_lines: dict[str, int] = field(default_factory=dict, compare=False)
+    body: str = ""
+    body_line: int = 1
+    findings: tuple[Finding, ...] = ()
+
+
+def _split(text: str) -> tuple[list[str], int] | None:
+    """The front-matter lines and the index of the closing line, or None when there is none."""
+    lines = text.splitlines()
+    if not lines or lines[0].rstrip() != "---":
+        return None
+    for index in range(1, len(lines)):
+        if lines[index].rstrip() in ("---", "..."):
+            return lines, index
+    return lines, -1
+
+
+def parse_front_matter(  # noqa: PLR0911 - one early return per malformed shape
+    text: str, path: str, rule_id: str = RULE_ID
+) -> FrontMatter:
+    """Parse the front matter at the top of ``text`` (a file at repository-relative ``path``)."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    split = _split(text)
+    if split is None:
+        return FrontMatter(
+            None,
+            body=text,
+            findings=(
+                Finding(
+                    path,
+                    1,
+                    rule_id,
+                    "no YAML front matter; start the file with a `---` line, the keys, and a "
+                    "closing `---` line",
+                ),
+            ),
+        )
+    lines, end = split
+    if end < 0:
+        return FrontMatter(
+            None,
+            body=text,
+            findings=(
+                Finding(
+                    path,
+                    1,
+                    rule_id,
+                    "the front matter opened on line 1 is never closed; add a `---` line after "
+                    "the last key",
+                ),
+            ),
+        )
+    source = "\n".join(lines[1:end]) + "\n"
+    body = "\n".join(lines[end + 1 :])
+    body_line = end + 2
+    try:
+        loader = _LOADER(source)
+        try:
+            node = loader.get_single_node()
+            problem = _duplicate_key(node) if node is not None else None
+            if problem is not None:
+                key, line = problem
+                return FrontMatter(
+                    None,
+                    body=body,
+                    body_line=body_line,
+                    findings=(
+                        Finding(
+                            path,
+                            line + 2,
+                            rule_id,
+                            f"the key `{key}` appears twice in the front matter; keep one",
+                        ),
+                    ),
+                )
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 2 if mark is not None else 1
+        reason = exc.problem or exc.context or "invalid YAML"
+        return FrontMatter(
+            None,
+            body=body,
+            body_line=body_line,
+            findings=(
+                Finding(
+                    path,
+                    line,
+                    rule_id,
+                    f"the front matter is not valid YAML ({reason}); fix the syntax, quoting "
+                    "values that contain `:` or start with a special character",
+                ),
+            ),
+        )
+    except (yaml.YAMLError, RecursionError) as exc:
+        return FrontMatter(
+            None,
+            body=body,
+            body_line=body_line,
+            findings=(Finding(path, 1, rule_id, f"the front matter is not valid YAML ({exc})"),),
+        )
+    if not isinstance(data, dict):
+        return FrontMatter(
+            None,
+            body=body,
+            body_line=body_line,
+            findings=(
+                Finding(
+                    path,
+                    2,
+                    rule_id,
+                    "the front matter must be a YAML mapping of `key: value` lines, not "
+                    f"{type(data).__name__ if data is not None else 'empty'}",
+                ),
+            ),
+        )
+    key_lines = {
+        str(k.value): k.start_mark.line + 2
+        for k, _ in node.value  # type: ignore[union-attr]
+        if isinstance(k, yaml.ScalarNode)
+    }
+    return FrontMatter(
+        {str(k): v for k, v in data.items()}, key_lines, body=body, body_line=body_line
+    )
+
+
+def _duplicate_key(node: yaml.Node) -> tuple[str, int] | None:
+    """The first key repeated in any mapping under ``node`` and its 0-based line, or None."""
+    stack = [node]
+    seen_nodes: set[int] = set()  # aliases share nodes: visit each once (no alias bombs)
+    while stack:
+        current = stack.pop()
+        if id(current) in seen_nodes:
+            continue
+        seen_nodes.add(id(current))
+        if isinstance(current, yaml.MappingNode):
+            seen: set[str] = set()
+            for key, value in current.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in seen:
+                        return str(key.value), key.start_mark.line
+                    seen.add(key.value)
+                stack.append(value)
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+    return None

@@ -1,0 +1,240 @@
+"""GitHub-flavoured Markdown tables and headings, with 1-based line numbers.
+
+A table (GFM spec, "Tables (extension)") is a header row, a delimiter row (``| --- | :-: |``)
+and the body rows that follow until a blank line or a line that is not a row. Cells are split
+on unescaped ``|``; ``\\|`` stands for a literal pipe. Each table remembers the nearest heading
+above it, so a document's tables are found by their headings. Fenced code blocks are skipped.
+Everything here is pure: text in, records out. A row whose cell count differs from the header's
+is kept (GFM pads or drops cells) and reported, because in a governance table it is a typo.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from wpgate._model import Finding
+
+_HEADING_RE = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
+_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_DELIMITER_CELL_RE = re.compile(r"^:?-+:?$")
+_ROW_RE = re.compile(r"^ {0,3}\|")
+
+#: Rule id of the findings this parser reports (shared by every table-based document).
+TABLE_RULE_ID = "WPG201"
+
+
+@dataclass(frozen=True)
+class Heading:
+    """An ATX heading: its level (1-6), its text and its line."""
+
+    level: int
+    text: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Row:
+    """One body row: its cells (stripped, escapes resolved) and its line."""
+
+    cells: tuple[str, ...]
+    line: int
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table with the heading it sits under (None before any heading)."""
+
+    heading: Heading | None
+    header: tuple[str, ...]
+    rows: tuple[Row, ...]
+    line: int
+    problems: tuple[tuple[int, str], ...] = ()
+
+    def column(self, name: str) -> int | None:
+        """The index of the column called ``name`` (case-insensitive), or None."""
+        wanted = name.strip().lower()
+        for index, cell in enumerate(self.header):
+            if cell.lower() == wanted:
+                return index
+        return None
+
+
+@dataclass(frozen=True)
+class Document:
+    """The headings and tables of one Markdown text."""
+
+    headings: tuple[Heading, ...]
+    tables: tuple[Table, ...]
+
+    def tables_under(self, heading: str) -> tuple[Table, ...]:
+        """The tables whose nearest heading above reads ``heading`` (case-insensitive)."""
+        wanted = heading.strip().lower()
+        return tuple(t for t in self.tables if t.heading and t.heading.text.lower() == wanted)
+
+    def heading(self, text: str) -> Heading | None:
+        """The first heading reading ``text`` (case-insensitive), or None."""
+        wanted = text.strip().lower()
+        return next((h for h in self.headings if h.text.lower() == wanted), None)
+
+
+def split_row(line: str) -> tuple[str, ...]:
+    """The cells of a table row: split on unescaped pipes, outer pipes dropped, stripped."""
+    text = line.strip()
+    cells: list[str] = []
+    current: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\" and index + 1 < len(text) and text[index + 1] == "|":
+            current.append("|")
+            index += 2
+            continue
+        if char == "|":
+            cells.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        index += 1
+    cells.append("".join(current))
+    # A leading and a trailing pipe each leave one empty cell at the edge.
+    if text.startswith("|"):
+        cells = cells[1:]
+    if text.endswith("|") and not text.endswith("\\|") and cells:
+        cells = cells[:-1]
+    return tuple(cell.strip() for cell in cells)
+
+
+def _is_delimiter(cells: Sequence[str]) -> bool:
+    """Whether ``cells`` form a GFM delimiter row (``---``, ``:--``, ``--:``, ``:-:``)."""
+    return bool(cells) and all(_DELIMITER_CELL_RE.match(c.replace(" ", "")) for c in cells)
+
+
+def _lines_outside_fences(text: str) -> Iterator[tuple[int, str]]:
+    """Lines with their 1-based numbers, fenced code blocks left out."""
+    fence: str | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _FENCE_RE.match(line)
+        if fence is None:
+            if match:
+                fence = match.group(1)
+                continue
+            yield number, line
+        elif match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence):
+            fence = None
+
+
+def parse_markdown(text: str) -> Document:
+    """The headings and tables of ``text``."""
+    headings: list[Heading] = []
+    tables: list[Table] = []
+    lines = list(_lines_outside_fences(text))
+    index = 0
+    while index < len(lines):
+        number, line = lines[index]
+        heading = _HEADING_RE.match(line)
+        if heading:
+            headings.append(Heading(len(heading.group(1)), heading.group(2).strip(), number))
+            index += 1
+            continue
+        consecutive = index + 1 < len(lines) and lines[index + 1][0] == number + 1
+        if _ROW_RE.match(line) and consecutive and _is_delimiter(split_row(lines[index + 1][1])):
+            table, index = _read_table(lines, index, headings[-1] if headings else None)
+            tables.append(table)
+            continue
+        index += 1
+    return Document(tuple(headings), tuple(tables))
+
+
+def _read_table(
+    lines: Sequence[tuple[int, str]], start: int, heading: Heading | None
+) -> tuple[Table, int]:
+    """The table starting at ``lines[start]`` and the index just after it."""
+    number, line = lines[start]
+    header = split_row(line)
+    delimiter = split_row(lines[start + 1][1])
+    problems: list[tuple[int, str]] = []
+    if len(delimiter) != len(header):
+        problems.append(
+            (
+                lines[start + 1][0],
+                f"the delimiter row has {len(delimiter)} cells but the header has {len(header)}; "
+                "give every column one `---` cell",
+            )
+        )
+    rows: list[Row] = []
+    index = start + 2
+    previous = lines[start + 1][0]
+    while index < len(lines):
+        row_number, row_line = lines[index]
+        if row_number != previous + 1 or not _ROW_RE.match(row_line):
+            break
+        cells = split_row(row_line)
+        if len(cells) != len(header):
+            problems.append(
+                (
+                    row_number,
+                    f"this row has {len(cells)} cells but the header has {len(header)} "
+                    f"({' | '.join(header)}); escape a literal pipe as `\\|` or fix the row",
+                )
+            )
+        rows.append(Row(cells, row_number))
+        previous = row_number
+        index += 1
+    return Table(heading, header, tuple(rows), number, tuple(problems)), index
+
+
+def table_findings(path: str, table: Table, rule_id: str = TABLE_RULE_ID) -> Iterator[Finding]:
+    """The malformed-row problems of ``table`` as findings against ``path``."""
+    for line, message in table.problems:
+        yield Finding(path, line, rule_id, message)
+
+
+def find_table(
+    document: Document,
+    path: str,
+    heading: str,
+    columns: Sequence[str],
+    rule_id: str = TABLE_RULE_ID,
+) -> tuple[Table | None, list[Finding]]:
+    """The table under ``heading`` with the given leading ``columns``, or findings saying why not.
+
+    Extra columns after the expected ones are allowed; names compare case-insensitively.
+    """
+    candidates = document.tables_under(heading)
+    expected = " | ".join(columns)
+    if not candidates:
+        where = document.heading(heading)
+        if where is None:
+            return None, [
+                Finding(
+                    path,
+                    0,
+                    rule_id,
+                    f"no `{heading}` section; add a heading `## {heading}` followed by a table "
+                    f"`| {expected} |`",
+                )
+            ]
+        return None, [
+            Finding(
+                path,
+                where.line,
+                rule_id,
+                f"the `{heading}` section has no table; add one with the header `| {expected} |` "
+                "and a delimiter row `| --- |` per column",
+            )
+        ]
+    table = candidates[0]
+    found = [c.lower() for c in table.header[: len(columns)]]
+    if found != [c.lower() for c in columns]:
+        return None, [
+            Finding(
+                path,
+                table.line,
+                rule_id,
+                f"the `{heading}` table's header is `| {' | '.join(table.header)} |`; "
+                f"expected `| {expected} |`",
+            )
+        ]
+    return table, list(table_findings(path, table, rule_id))

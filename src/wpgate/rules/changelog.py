@@ -1,0 +1,216 @@
+"""Changelog rules (WPG5xx): the names the unreleased section promises exist in the tree.
+
+A backticked span is classified, then resolved against a :class:`ProjectIndex` built by
+``wpgate._docs.load_project_index``:
+
+- ``--flag`` (or ``--a/--b``): the literal appears in the project's Python sources;
+- ``wpgate check --format json``, ``make gate``, ``python -m pkg.mod``: the console script (or
+  Makefile target, or module) exists, and so do its subcommands and flags;
+- ``pkg.module`` / ``pkg.module.name`` / ``pkg.Class.method`` / ``name(...)``: the module is a
+  Python file of the project and the attributes are defined in it (AST, never imported);
+- a path (``src/x.py``, ``docs/evidence/``, ``tests/x.py::test_y``, globs): it exists;
+- ``snake_case`` / ``CamelCase`` identifiers: they appear in the project's Python sources.
+
+Anything else (prose in code, ``[tool.wpgate]``, ``WP:``) is not a name and is left alone.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wpgate._model import RULES, Finding, Rule
+from wpgate.parsers.changelog import CodeName, Unreleased
+
+_FLAG_RE = re.compile(r"^--[A-Za-z0-9][\w.-]*(?:=\S*)?(?:/--[A-Za-z0-9][\w.-]*)*$")
+_DOTTED_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(\(.*\))?$")
+_PATH_RE = re.compile(r"^[\w.\-/*?\[\]]+(?:::[\w\[\]\-.:]+)?$")
+_EXTENSIONS = (
+    ".py",
+    ".md",
+    ".json",
+    ".toml",
+    ".yaml",
+    ".yml",
+    ".cfg",
+    ".txt",
+    ".sh",
+    ".ini",
+    ".lock",
+)
+_KWARG_RE = re.compile(r"([A-Za-z_]\w*)\s*=")
+
+
+@dataclass(frozen=True)
+class ProjectIndex:
+    """What exists in the tree: files, Python modules and their names, flags, commands."""
+
+    files: frozenset[str]
+    directories: frozenset[str]
+    modules: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    members: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    identifiers: frozenset[str] = frozenset()
+    flags: frozenset[str] = frozenset()
+    commands: frozenset[str] = frozenset()
+    scripts: frozenset[str] = frozenset()
+    make_targets: frozenset[str] = frozenset()
+
+
+def _path_exists(index: ProjectIndex, text: str) -> bool:
+    """Whether a path (maybe a glob, a directory or a pytest node id) exists in the tree."""
+    path = text.split("::", 1)[0].rstrip("/")
+    if any(c in path for c in "*?["):
+        return any(fnmatch.fnmatch(f, path) for f in index.files) or any(
+            fnmatch.fnmatch(d, path) for d in index.directories
+        )
+    return path in index.files or path in index.directories
+
+
+def _looks_like_path(index: ProjectIndex, text: str) -> bool:
+    """Whether ``text`` is meant as a path: a known extension, or a first part that exists."""
+    if not _PATH_RE.match(text) or text.startswith("."):
+        return False
+    path = text.split("::", 1)[0]
+    if path.endswith(_EXTENSIONS):
+        return True
+    first = path.split("/", 1)[0]
+    return "/" in path and (first in index.directories or first in index.files)
+
+
+def _resolve_dotted(index: ProjectIndex, dotted: str) -> str | None:
+    """Why ``pkg.mod.attr`` does not resolve, None when it does or is not the project's."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = ".".join(parts[:cut])
+        if module not in index.modules:
+            continue
+        rest = parts[cut:]
+        if not rest:
+            return None
+        if rest[0] not in index.modules[module]:
+            return f"`{module}` defines no `{rest[0]}`"
+        owner = f"{module}.{rest[0]}"
+        if len(rest) > 1 and owner in index.members and rest[1] not in index.members[owner]:
+            return f"`{owner}` has no member `{rest[1]}`"
+        return None
+    if parts[0] in {m.split(".", 1)[0] for m in index.modules}:
+        return f"no module of the project is called `{'.'.join(parts[:-1]) or dotted}`"
+    return None  # another project's name (torch.optim.Muon): not ours to check
+
+
+def resolve_name(index: ProjectIndex, text: str) -> str | None:  # noqa: PLR0911 - a classifier
+    """Why the backticked ``text`` does not resolve in the tree, or None (resolves, or no name)."""
+    text = text.strip()
+    if not text or text.startswith(("[", "#", "<", "{", '"', "'")):
+        return None
+    if text.startswith("--"):
+        if not _FLAG_RE.match(text):
+            return None
+        missing = [f for f in (p.split("=", 1)[0] for p in text.split("/")) if f not in index.flags]
+        return f"no option {', '.join(missing)} is defined in the sources" if missing else None
+    if " " not in text and _looks_like_path(index, text):
+        return None if _path_exists(index, text) else f"the path `{text}` does not exist"
+    match = _DOTTED_RE.match(text)
+    if match is None or (" " in text and not match.group(2)):
+        return _resolve_command(index, text.split()) if " " in text else None
+    name, call = match.group(1), match.group(2)
+    if "." in name:
+        problem = _resolve_dotted(index, name)
+    elif "_" in name.strip("_") or re.match(r"^[A-Z][a-z]+[A-Z]", name) or call:
+        problem = None if name in index.identifiers else f"`{name}` is not defined in the sources"
+    else:
+        return None
+    if problem is None and call:
+        unknown = [k for k in _KWARG_RE.findall(call) if k not in index.identifiers]
+        if unknown:
+            problem = f"`{name}` takes no argument {', '.join(unknown)}"
+    return problem
+
+
+def _resolve_command(  # noqa: PLR0911 - one answer per command kind
+    index: ProjectIndex, words: list[str]
+) -> str | None:
+    """Why a command line (console script, ``make``, ``python -m``) does not resolve."""
+    head = words[0]
+    if head == "make":
+        missing = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        missing = [w for w in missing if w not in index.make_targets]
+        return f"the Makefile has no target {', '.join(missing)}" if missing else None
+    if head.startswith("python") and len(words) > 2 and words[1] == "-m":
+        module = words[2]
+        if module.split(".", 1)[0] not in {m.split(".", 1)[0] for m in index.modules}:
+            return None
+        return None if module in index.modules else f"no module `{module}` in the project"
+    if head not in index.scripts:
+        return None
+    options_started = False  # subcommands come first; later words are options and values
+    for word in words[1:]:
+        if word.startswith("--"):
+            options_started = True
+            flag = word.split("=", 1)[0]
+            if flag not in index.flags:
+                return f"`{head}` has no option {flag}"
+        elif word.startswith("-") or not re.match(r"^[a-z][\w-]*$", word):
+            options_started = True
+        elif not options_started and word not in index.commands:
+            return f"`{head}` has no subcommand `{word}`"
+    return None
+
+
+def check_unreleased_section(section: Unreleased, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG501: the changelog has an ``## [Unreleased]`` section (Keep a Changelog)."""
+    if section.line == 0:
+        yield Finding(
+            section.path,
+            0,
+            "WPG501",
+            "no `## [Unreleased]` section; add one above the latest release (Keep a Changelog)",
+        )
+
+
+def check_names(
+    section: Unreleased, index: ProjectIndex, options: Mapping[str, Any]
+) -> Iterator[Finding]:
+    """WPG502: every backticked name in the unreleased section resolves in the tree."""
+    raw = options.get("ignore", ())
+    ignored = frozenset(str(x) for x in ([raw] if isinstance(raw, str) else raw))
+    seen: set[tuple[str, int]] = set()
+    for name in section.names:
+        if name.text in ignored or (name.text, name.line) in seen:
+            continue
+        seen.add((name.text, name.line))
+        problem = resolve_name(index, name.text)
+        if problem is not None:
+            yield _finding(section, name, problem)
+
+
+def _finding(section: Unreleased, name: CodeName, problem: str) -> Finding:
+    """The finding for an unresolved changelog name."""
+    return Finding(
+        section.path,
+        name.line,
+        "WPG502",
+        f"the changelog promises `{name.text}` but {problem}; fix the entry or ship the name "
+        "(list deliberate exceptions in `[tool.wpgate.changelog] ignore`)",
+    )
+
+
+def _register() -> None:
+    """Add the changelog rules to the shared registry."""
+    for rule_id, name, summary, check in (
+        (
+            "WPG501",
+            "changelog-unreleased",
+            "the changelog has an Unreleased section",
+            check_unreleased_section,
+        ),
+        ("WPG502", "changelog-names-resolve", "backticked names in Unreleased exist", check_names),
+    ):
+        if RULES.get(rule_id) is None:
+            RULES.register(Rule(rule_id, name, summary, check))
+
+
+_register()

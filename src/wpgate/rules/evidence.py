@@ -1,0 +1,371 @@
+"""Evidence rules (WPG4xx, governance spec §4): pure checks over a loaded evidence tree.
+
+The tree (``wpgate._docs.EvidenceTree``) already holds every answer that needs the file system,
+git or pytest; these functions only compare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import TYPE_CHECKING, Any
+
+from wpgate._model import RULES, Finding, Rule
+from wpgate.parsers.evidence import Evidence, Number, evidence_numbers
+
+if TYPE_CHECKING:
+    from wpgate._docs import ClaimContext, EvidenceTree
+
+_HUNDRED = Decimal(100)
+
+
+def _cited(tree: EvidenceTree, context: ClaimContext) -> list[Evidence]:
+    """The valid evidence records a claim cites."""
+    out = []
+    for path in context.evidence_paths:
+        parse = tree.files.get(path)
+        if parse is not None and parse.evidence is not None:
+            out.append(parse.evidence)
+    return out
+
+
+def check_claim_cites(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG401: a claim cites at least one evidence file, kept under the evidence directory."""
+    yield from (f for f in tree.findings if f.rule_id == "WPG401")
+    for context in tree.claims:
+        claim = context.claim
+        evidence = [c for c in context.citations if c.is_evidence and c.path is not None]
+        if not evidence and not any(c.problem for c in context.citations):
+            yield Finding(
+                claim.path,
+                claim.line,
+                "WPG401",
+                "this [MEASURED] claim cites no evidence file; link the JSON the benchmark wrote "
+                f"(e.g. [evidence]({tree.evidence_dir}/<file>.json)) in the same paragraph",
+            )
+        for citation in evidence:
+            assert citation.path is not None  # narrowed above; mypy cannot see it
+            if not citation.path.startswith(f"{tree.evidence_dir}/"):
+                yield Finding(
+                    claim.path,
+                    citation.line,
+                    "WPG401",
+                    f"`{citation.target}` is not under {tree.evidence_dir}/; evidence files live "
+                    "there - move the file or cite the right one",
+                )
+
+
+def check_citations_inside(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG402: citations stay inside the repository (no absolute path, ``..`` or escaping link)."""
+    for context in tree.claims:
+        for citation in context.citations:
+            if citation.problem is not None:
+                yield Finding(
+                    context.claim.path,
+                    citation.line,
+                    "WPG402",
+                    f"citation refused: {citation.problem}",
+                )
+
+
+def check_citations_exist(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG403: every cited file exists."""
+    for context in tree.claims:
+        for citation in context.citations:
+            if citation.path is not None and not citation.exists:
+                yield Finding(
+                    context.claim.path,
+                    citation.line,
+                    "WPG403",
+                    f"the cited file `{citation.target}` ({citation.path}) does not exist; run "
+                    "the benchmark that writes it or fix the link",
+                )
+
+
+def check_files_valid(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG404: every evidence file is a ``wpgate-evidence/1`` JSON object."""
+    for parse in tree.files.values():
+        yield from parse.findings
+
+
+def check_source_hashes(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG405: an evidence file's source hashes equal those files at its recorded commit.
+
+    Skipped for files without a commit or marked ``git_dirty``: their hashes are the anchor.
+    """
+    if not tree.git:
+        return
+    for parse in tree.files.values():
+        evidence = parse.evidence
+        if evidence is None or evidence.git_commit is None or evidence.git_dirty:
+            continue
+        commit = evidence.git_commit
+        if tree.commits.get(commit) is None:
+            yield Finding(
+                evidence.path,
+                1,
+                "WPG405",
+                f"the recorded commit {commit[:12]} is not in this repository; fetch it (a "
+                "shallow clone needs `git fetch --unshallow`) or re-run the benchmark",
+            )
+            continue
+        for source, digest in sorted(evidence.sources.items()):
+            at_commit = tree.hashes_at.get((commit, source))
+            if at_commit is None:
+                yield Finding(
+                    evidence.path,
+                    evidence.line_of(source),
+                    "WPG405",
+                    f"{source} does not exist at the recorded commit {commit[:12]}; the evidence "
+                    "ran on uncommitted code - record `git_dirty: true` or re-run from a commit",
+                )
+            elif at_commit != digest:
+                yield Finding(
+                    evidence.path,
+                    evidence.line_of(source),
+                    "WPG405",
+                    f"{source}'s recorded sha256 differs from the file at the recorded commit "
+                    f"{commit[:12]}; the benchmark ran on modified code - record `git_dirty: "
+                    "true` or re-run it from a clean tree",
+                )
+
+
+def _rounded(value: Decimal, decimals: int) -> set[Decimal]:
+    """``value`` rounded to ``decimals`` places, half-up and half-even."""
+    quantum = Decimal(1).scaleb(-decimals)
+    try:
+        return {value.quantize(quantum, ROUND_HALF_UP), value.quantize(quantum, ROUND_HALF_EVEN)}
+    except InvalidOperation:
+        return set()
+
+
+class _Index:
+    """The numbers of the cited evidence files, rounded on demand and cached per file."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, tuple[frozenset[Decimal], tuple[str, ...]]] = {}
+        self._rounded: dict[tuple[str, int], frozenset[Decimal]] = {}
+
+    def _load(self, evidence: Evidence) -> tuple[frozenset[Decimal], tuple[str, ...]]:
+        if evidence.path not in self._values:
+            self._values[evidence.path] = evidence_numbers(evidence.document)
+        return self._values[evidence.path]
+
+    def rounded(self, evidence: Evidence, decimals: int) -> frozenset[Decimal]:
+        """Every number of ``evidence`` rounded to ``decimals`` places."""
+        key = (evidence.path, decimals)
+        if key not in self._rounded:
+            numbers, _ = self._load(evidence)
+            out: set[Decimal] = set()
+            for number in numbers:
+                out |= _rounded(number, decimals)
+            self._rounded[key] = frozenset(out)
+        return self._rounded[key]
+
+    def strings(self, evidence: Evidence) -> tuple[str, ...]:
+        """The strings of ``evidence``."""
+        return self._load(evidence)[1]
+
+    def holds(self, cited: Iterable[Evidence], number: Number) -> bool:
+        """Whether any cited file records ``number`` (to its written precision)."""
+        for evidence in cited:
+            if number.value in self.rounded(evidence, number.decimals):
+                return True
+            # A percentage may be stored as a fraction (0.1001 for 10.01%).
+            fraction = number.value / _HUNDRED
+            if number.percent and fraction in self.rounded(evidence, number.decimals + 2):
+                return True
+            if any(number.text in s for s in self.strings(evidence)):
+                return True
+        return False
+
+
+def check_numbers(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG406: every number in a claim's prose is recorded in a file the claim cites.
+
+    A number matches a recorded value rounded to the claim's decimals; a percentage also
+    matches a fraction; dotted versions (``2.9.1``) match text in the file. Inline code is exempt.
+    """
+    index = _Index()
+    for context in tree.claims:
+        cited = _cited(tree, context)
+        if not cited:
+            continue  # WPG401/WPG403/WPG404 already say why
+        names = ", ".join(e.path for e in cited)
+        for number in context.claim.numbers:
+            if not index.holds(cited, number):
+                yield Finding(
+                    context.claim.path,
+                    number.line,
+                    "WPG406",
+                    f"{number.text}{'%' if number.percent else ''} is not recorded in {names} "
+                    "(at that precision); quote the file's value, render it with a "
+                    "`wpgate-evidence` block, or put a number that is not a measurement in "
+                    "`code`",
+                )
+        for version in context.claim.versions:
+            if not any(version.text in s for e in cited for s in index.strings(e)):
+                yield Finding(
+                    context.claim.path,
+                    version.line,
+                    "WPG406",
+                    f"{version.text} does not appear in {names}; quote the environment as the "
+                    "file records it",
+                )
+
+
+def check_stale(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG407: a claim whose evidence no longer matches the tree names the commit it covers."""
+    for context in tree.claims:
+        claim = context.claim
+        for evidence in _cited(tree, context):
+            changed = sorted(
+                s for s, digest in evidence.sources.items() if tree.current_hashes.get(s) != digest
+            )
+            if not changed:
+                continue
+            shown = ", ".join(changed[:3]) + (
+                f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            )
+            if not claim.covers:
+                yield Finding(
+                    claim.path,
+                    claim.line,
+                    "WPG407",
+                    f"stale claim: {evidence.path} measured {shown} as they no longer are; "
+                    "re-run the benchmark, or write `covers <commit>` naming the commit the "
+                    "measurement covers",
+                )
+                continue
+            if not any(_covers(tree, evidence, sha) for sha in claim.covers):
+                yield Finding(
+                    claim.path,
+                    claim.line,
+                    "WPG407",
+                    f"the claim says it covers {', '.join(claim.covers)}, but {evidence.path}'s "
+                    "source hashes do not match the files at that commit; name the commit the "
+                    "benchmark ran on",
+                )
+
+
+def _covers(tree: EvidenceTree, evidence: Evidence, sha: str) -> bool:
+    """Whether commit ``sha`` holds exactly the sources ``evidence`` measured."""
+    if evidence.git_commit is not None and evidence.git_commit.startswith(sha) and not tree.git:
+        return True
+    full = tree.commits.get(sha)
+    if not tree.git or full is None:
+        return False
+    return all(tree.hashes_at.get((full, s)) == d for s, d in evidence.sources.items())
+
+
+def check_identical(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG408: ``identical A..B -- paths`` holds: git sees no difference in those paths."""
+    if not tree.git:
+        return
+    for context in tree.claims:
+        for marker in context.claim.identical:
+            where = (context.claim.path, marker.line, "WPG408")
+            result = tree.identical.get(marker)
+            unknown = [r for r in (marker.base, marker.head) if tree.commits.get(r) is None]
+            if isinstance(result, str):
+                yield Finding(*where, f"`identical {marker.base}..{marker.head}`: {result}")
+            elif unknown:
+                yield Finding(
+                    *where,
+                    f"`identical {marker.base}..{marker.head}` names {', '.join(unknown)}, which "
+                    "git does not know; fix the commit or fetch it",
+                )
+            elif result is False:
+                yield Finding(
+                    *where,
+                    f"{' '.join(marker.paths)} differ between {marker.base} and {marker.head} "
+                    f"(`git diff {marker.base} {marker.head} -- {' '.join(marker.paths)}`); the "
+                    "claim is false - drop it or name commits that match",
+                )
+
+
+def check_counts(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG409: ``collected N -- paths`` holds: pytest collects exactly N tests there."""
+    for context in tree.claims:
+        for marker in context.claim.counts:
+            result = tree.counts.get(marker)
+            if result is None:
+                continue  # collection was switched off
+            where = (context.claim.path, marker.line, "WPG409")
+            paths = " ".join(marker.paths)
+            if isinstance(result, str):
+                yield Finding(*where, f"`collected {marker.count} -- {paths}`: {result}")
+            elif result != marker.count:
+                yield Finding(
+                    *where,
+                    f"the claim says {marker.count} tests are collected from {paths}, pytest "
+                    f"collects {result}; update the number (and the sentence around it)",
+                )
+
+
+def _register() -> None:
+    """Add the evidence rules to the shared registry."""
+    for rule_id, name, summary, check in (
+        (
+            "WPG401",
+            "evidence-claim-cites",
+            "[MEASURED] claims cite an evidence file",
+            check_claim_cites,
+        ),
+        (
+            "WPG402",
+            "evidence-citation-inside",
+            "citations stay inside the repository",
+            check_citations_inside,
+        ),
+        ("WPG403", "evidence-citation-exists", "cited files exist", check_citations_exist),
+        (
+            "WPG404",
+            "evidence-file-valid",
+            "evidence files follow wpgate-evidence/1",
+            check_files_valid,
+        ),
+        (
+            "WPG405",
+            "evidence-source-hashes",
+            "recorded hashes match the recorded commit",
+            check_source_hashes,
+        ),
+        (
+            "WPG406",
+            "evidence-numbers",
+            "numbers in claims are recorded in the evidence",
+            check_numbers,
+        ),
+        (
+            "WPG407",
+            "evidence-stale",
+            "claims on changed code name the commit they cover",
+            check_stale,
+        ),
+        (
+            "WPG408",
+            "evidence-identical-marker",
+            "`identical A..B -- paths` holds in git",
+            check_identical,
+        ),
+        ("WPG409", "evidence-count-marker", "`collected N -- paths` matches pytest", check_counts),
+    ):
+        if RULES.get(rule_id) is None:
+            RULES.register(Rule(rule_id, name, summary, check))
+
+
+_register()
+
+#: Every evidence check, in rule-id order.
+CHECKS = (
+    check_claim_cites,
+    check_citations_inside,
+    check_citations_exist,
+    check_files_valid,
+    check_source_hashes,
+    check_numbers,
+    check_stale,
+    check_identical,
+    check_counts,
+)

@@ -1,0 +1,274 @@
+"""Provenance rules (WPG2xx, governance spec §2): pure checks over a parsed ``PROVENANCE.md``.
+
+Options (``[tool.wpgate.provenance]``): ``licences`` - the permissive licences a code source may
+carry (SPDX ids); ``code_roles`` - the *Role* values that mark a source whose code is used.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from wpgate._model import RULES, Finding, Rule
+from wpgate.parsers.provenance import Provenance, id_number
+
+DEFAULT_LICENCES = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "PSF-2.0")
+DEFAULT_CODE_ROLES = ("code", "library", "software", "source code")
+_ISO_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def check_tables(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG201: the three tables exist under their headings, with their columns and whole rows."""
+    yield from (f for f in provenance.findings if f.rule_id == "WPG201")
+
+
+def check_id_format(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG202: every id cell is ``R<n>``, a range ``R1-R20`` or a list of them."""
+    yield from (f for f in provenance.findings if f.rule_id == "WPG202")
+
+
+def check_unique_ids(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG203: an id appears once across the Sources and Placeholders tables (ranges expanded)."""
+    seen: dict[str, tuple[str, int]] = {}
+    rows = [(s.id, "Sources", s.line) for s in provenance.sources]
+    rows += [(p.id, "Placeholders", p.line) for p in provenance.placeholders]
+    for source_id, table, line in rows:
+        if source_id in seen:
+            first_table, first_line = seen[source_id]
+            yield Finding(
+                provenance.path,
+                line,
+                "WPG203",
+                f"{source_id} is already listed in the {first_table} table (line {first_line}); "
+                "give each source its own id and list it once",
+            )
+        else:
+            seen[source_id] = (table, line)
+
+
+def _licence_allowed(cell: str, allowed: frozenset[str]) -> bool:
+    """Whether an SPDX expression (``MIT``, ``MIT OR Apache-2.0``) is within ``allowed``."""
+    expression = re.sub(r"\([^)]*\)", " ", cell.replace("`", "")).strip()
+    if not expression:
+        return False
+    for alternative in re.split(r"\s+OR\s+", expression):
+        parts = [p.strip().lower() for p in re.split(r"\s+AND\s+", alternative)]
+        if parts and all(p in allowed for p in parts):
+            return True
+    return False
+
+
+def _lowered(value: Any) -> frozenset[str]:
+    """An option that is a string or a list of strings, lower-cased (a lone string is a list)."""
+    items = [value] if isinstance(value, str) else list(value or ())
+    return frozenset(str(item).strip().lower() for item in items)
+
+
+def check_licences(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG204: a code source carries a permissive licence; copyleft or unknown is refused."""
+    allowed = _lowered(options.get("licences", DEFAULT_LICENCES))
+    roles = _lowered(options.get("code_roles", DEFAULT_CODE_ROLES))
+    reported: set[int] = set()
+    for source in provenance.sources:
+        if source.role.strip("` ").lower() not in roles or source.line in reported:
+            continue
+        if not _licence_allowed(source.licence, allowed):
+            reported.add(source.line)
+            yield Finding(
+                provenance.path,
+                source.line,
+                "WPG204",
+                f"{source.id} is a code source under `{source.licence or 'no licence'}`, which is "
+                f"not on the permissive allowlist ({', '.join(sorted(allowed))}); drop the "
+                "source, or record its SPDX licence if it is in fact permissive",
+            )
+
+
+def check_first_use_once(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG205: every source has exactly one first-use row, and each row names known sources."""
+    sources = {s.id: s for s in provenance.sources}
+    placeholders = provenance.placeholder_ids
+    first: dict[str, int] = {}
+    for row in provenance.first_uses:
+        for source_id in row.ids:
+            if source_id in placeholders:
+                yield Finding(
+                    provenance.path,
+                    row.line,
+                    "WPG205",
+                    f"{source_id} is a withdrawn placeholder; a first-use row cannot name it",
+                )
+            elif source_id not in sources:
+                yield Finding(
+                    provenance.path,
+                    row.line,
+                    "WPG205",
+                    f"{source_id} is not in the Sources table; add it there or fix the id",
+                )
+            elif source_id in first:
+                yield Finding(
+                    provenance.path,
+                    row.line,
+                    "WPG205",
+                    f"a second first-use row for {source_id} (the first is at line "
+                    f"{first[source_id]}); the log records each source once, on the day it was "
+                    "first used - later uses are traced through `Provenance:` trailers; delete "
+                    "this row",
+                )
+            else:
+                first[source_id] = row.line
+    for source_id, source in sources.items():
+        if source_id not in first:
+            yield Finding(
+                provenance.path,
+                source.line,
+                "WPG205",
+                f"{source_id} has no first-use row; add `| YYYY-MM-DD | {source_id} | what it "
+                "was used for |` to the First-use log",
+            )
+
+
+def parse_iso_date(cell: str) -> dt.date | None:
+    """``YYYY-MM-DD`` as a date, or None when the cell is not a valid ISO date."""
+    text = cell.strip("` ")
+    if not _ISO_DATE_RE.match(text):
+        return None
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def check_first_use_dates(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG206: first-use dates are ISO (``YYYY-MM-DD``) and never decrease down the log."""
+    previous: tuple[dt.date, int] | None = None
+    for row in provenance.first_uses:
+        date = parse_iso_date(row.date)
+        if date is None:
+            yield Finding(
+                provenance.path,
+                row.line,
+                "WPG206",
+                f"the date `{row.date}` is not an ISO date; write it as YYYY-MM-DD",
+            )
+            continue
+        if previous is not None and date < previous[0]:
+            yield Finding(
+                provenance.path,
+                row.line,
+                "WPG206",
+                f"{date.isoformat()} is earlier than the row above it ({previous[0].isoformat()}, "
+                f"line {previous[1]}); keep the log in date order",
+            )
+        previous = (date, row.line)
+
+
+def check_first_use_history(
+    provenance: Provenance,
+    citations: Mapping[str, tuple[str, str]],
+    options: Mapping[str, Any],
+) -> Iterator[Finding]:
+    """WPG207: each source cited in a ``Provenance:`` trailer was logged on or before that commit.
+
+    ``citations`` maps a source id to the first commit citing it and that commit's date.
+    """
+    logged: dict[str, tuple[dt.date | None, int]] = {}
+    for row in provenance.first_uses:
+        for source_id in row.ids:
+            logged.setdefault(source_id, (parse_iso_date(row.date), row.line))
+    sources = provenance.source_ids
+    ordered = sorted(citations.items(), key=lambda item: (id_number(item[0]) or 0, item[0]))
+    for source_id, (sha, date_text) in ordered:
+        if source_id not in sources:
+            continue  # the trailer linter reports ids missing from the allowlist
+        commit_date = parse_iso_date(date_text)
+        if source_id not in logged:
+            yield Finding(
+                provenance.path,
+                0,
+                "WPG207",
+                f"{source_id} is first cited by commit {sha[:12]} ({date_text}) but has no "
+                f"first-use row; add `| {date_text} | {source_id} | ... |` to the First-use log",
+            )
+            continue
+        date, line = logged[source_id]
+        if date is not None and commit_date is not None and date > commit_date:
+            yield Finding(
+                provenance.path,
+                line,
+                "WPG207",
+                f"{source_id}'s first use is logged on {date.isoformat()}, after commit "
+                f"{sha[:12]} cited it on {date_text}; date the row {date_text} (and move it up)",
+            )
+
+
+def _register() -> None:
+    """Add the provenance rules to the shared registry."""
+    for rule_id, name, summary, check, default in (
+        (
+            "WPG201",
+            "provenance-tables",
+            "the provenance tables exist and are well formed",
+            check_tables,
+            True,
+        ),
+        (
+            "WPG202",
+            "provenance-id-format",
+            "source ids are R<n>, ranges or lists",
+            check_id_format,
+            True,
+        ),
+        (
+            "WPG203",
+            "provenance-unique-ids",
+            "each source id is listed once across tables",
+            check_unique_ids,
+            True,
+        ),
+        (
+            "WPG204",
+            "provenance-code-licence",
+            "code sources carry a permissive licence",
+            check_licences,
+            True,
+        ),
+        (
+            "WPG205",
+            "provenance-first-use-once",
+            "each source has exactly one first-use row",
+            check_first_use_once,
+            True,
+        ),
+        (
+            "WPG206",
+            "provenance-first-use-dates",
+            "first-use dates are ISO and in order",
+            check_first_use_dates,
+            True,
+        ),
+        (
+            "WPG207",
+            "provenance-first-use-history",
+            "first-use rows predate the first commit citing the source",
+            check_first_use_history,
+            True,
+        ),
+    ):
+        if RULES.get(rule_id) is None:
+            RULES.register(Rule(rule_id, name, summary, check, default))
+
+
+_register()
+
+#: The checks run on a parsed provenance document without history.
+CHECKS = (
+    check_tables,
+    check_id_format,
+    check_unique_ids,
+    check_licences,
+    check_first_use_once,
+    check_first_use_dates,
+)

@@ -1,0 +1,533 @@
+"""Commit-message rules (WPG1xx): the subject line and the governance trailers.
+
+Each rule is a pure ``check_x(parsed, options) -> Iterator[Finding]`` over a
+:class:`CommitMessage` (the parsed message with what it is checked against) and
+:class:`TrailerOptions` (``[tool.wpgate.trailers]``). :func:`lint_messages` runs the enabled
+rules over many messages and counts the exemptions.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from wpgate._config import Config, ConfigError
+from wpgate._model import RULES, Finding, Rule
+from wpgate.references import References, split_node_ids
+from wpgate.trailers import Message, Trailer
+
+__all__ = [
+    "DEFAULT_TYPES",
+    "CommitMessage",
+    "LintResult",
+    "TrailerOptions",
+    "exemption",
+    "lint_messages",
+]
+
+DEFAULT_TYPES = (
+    "feat",
+    "fix",
+    "perf",
+    "refactor",
+    "refine",
+    "test",
+    "docs",
+    "ci",
+    "chore",
+    "exp",
+    "release",
+)
+_SUBJECT = re.compile(r"^(?P<type>[A-Za-z][\w-]*)(?:\((?P<scope>[^()]*)\))?!?: (?P<text>\S.*)$")
+_WP_ID = re.compile(r"^(?:\d{3}[a-z]?|none)$")
+_SOURCE_ITEM = re.compile(r"^(?P<id>R\d+)(?:\s+(?P<locator>\S.*))?$")
+_NONE_WITH_REASON = re.compile(r"^none\s*\((?P<reason>.*)\)$", re.IGNORECASE)
+_ASSUMPTION_ID = re.compile(r"^A\d+$")
+_SIGN_OFF = re.compile(r"^[^<>]*\S[^<>]* <[^<>\s@]+@[^<>\s]+>$")
+_FIXUP_PREFIXES = ("fixup!", "squash!", "amend!")
+
+
+@dataclass(frozen=True)
+class TrailerOptions:
+    """``[tool.wpgate.trailers]``: what the commit rules accept."""
+
+    types: tuple[str, ...] = DEFAULT_TYPES
+    max_subject_length: int = 72
+    required: tuple[str, ...] = ("WP", "Provenance", "Gate")
+    # Regular expressions searched in the author's `Name <email>`.
+    bot_authors: tuple[str, ...] = (r"\[bot\]",)
+    signoff_matches_author: bool = False
+    clean_room_statement: str = "Clean-room acknowledged:"
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> TrailerOptions:
+        """Options from a config section; a wrong key or value is a :class:`ConfigError`."""
+        known = set(cls.__dataclass_fields__)
+        values: dict[str, Any] = {}
+        for key, value in section.items():
+            where = f"tool.wpgate.trailers.{key}"
+            if key not in known:
+                raise ConfigError(
+                    where, f"is not a known option; known: {', '.join(sorted(known))}"
+                )
+            default = getattr(cls, key)
+            if isinstance(default, tuple):
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ConfigError(where, "must be a list of strings")
+                values[key] = tuple(value)
+            elif isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise ConfigError(where, "must be true or false")
+                values[key] = value
+            elif isinstance(default, int):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ConfigError(where, "must be a positive integer")
+                values[key] = value
+            else:
+                if not isinstance(value, str) or not value:
+                    raise ConfigError(where, "must be a non-empty string")
+                values[key] = value
+        for pattern in values.get("bot_authors", ()):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(
+                    "tool.wpgate.trailers.bot_authors",
+                    f"{pattern!r} is not a regular expression ({exc}); escape [ ] as \\[ \\]",
+                ) from exc
+        unknown = [k for k in values.get("required", ()) if k not in _TRAILER_RULES]
+        if unknown:
+            raise ConfigError(
+                "tool.wpgate.trailers.required",
+                f"{unknown[0]!r} is not a governed trailer; use {', '.join(_TRAILER_RULES)}",
+            )
+        return cls(**values)
+
+    @classmethod
+    def from_config(cls, config: Config | None) -> TrailerOptions:
+        """Options from the loaded configuration (defaults when ``config`` is None)."""
+        return cls() if config is None else cls.from_section(config.section("trailers"))
+
+
+@dataclass(frozen=True)
+class CommitMessage:
+    """A parsed message with what it is checked against.
+
+    ``path`` is the commit's 12-character sha or the message file; ``author`` is
+    ``Name <email>`` when known; ``resolve_gate`` says why a node id does not resolve (None
+    when it does).
+    """
+
+    message: Message
+    path: str
+    references: References = field(default_factory=References)
+    resolve_gate: Callable[[str], str | None] = field(default=lambda _node: None, compare=False)
+    author: str | None = None
+    parents: int = 1
+    pr_mode: bool = False
+
+
+def _finding(parsed: CommitMessage, line: int, rule_id: str, message: str) -> Finding:
+    """A finding on ``parsed``."""
+    return Finding(parsed.path, line, rule_id, message)
+
+
+def _last_line(message: Message) -> int:
+    """The line a missing trailer should be added after."""
+    numbers = [n for n, line in message.text_lines() if line.strip()]
+    return numbers[-1] if numbers else 1
+
+
+def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """The message is valid UTF-8."""
+    line = parsed.message.encoding_error_line
+    if line is not None:
+        yield _finding(
+            parsed,
+            line,
+            "WPG100",
+            "the message is not valid UTF-8 (the first bad byte is on this line); re-encode it as "
+            "UTF-8 (`git commit --amend`, with i18n.commitEncoding unset)",
+        )
+
+
+def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """The subject reads ``type(scope): text`` with a configured type."""
+    subject, line = parsed.message.subject, parsed.message.subject_line
+    if not subject:
+        yield _finding(
+            parsed, line, "WPG101", "the message is empty; write a subject `type(scope): summary`"
+        )
+        return
+    match = _SUBJECT.match(subject)
+    if match is None:
+        yield _finding(
+            parsed,
+            line,
+            "WPG101",
+            f"subject {subject[:60]!r} is not `type(scope): summary`; start it with one of "
+            f"{', '.join(options.types)}, e.g. `fix(cli): handle an empty range`",
+        )
+    elif match["type"] not in options.types:
+        yield _finding(
+            parsed,
+            line,
+            "WPG101",
+            f"`{match['type']}` is not a commit type; use one of {', '.join(options.types)} "
+            "(configurable in [tool.wpgate.trailers] types)",
+        )
+    elif match["scope"] is not None and not match["scope"].strip():
+        yield _finding(parsed, line, "WPG101", "the scope `()` is empty; name it or drop it")
+
+
+def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """The subject is at most ``max_subject_length`` characters."""
+    subject = parsed.message.subject
+    if len(subject) > options.max_subject_length:
+        yield _finding(
+            parsed,
+            parsed.message.subject_line,
+            "WPG102",
+            f"the subject is {len(subject)} characters; shorten it to at most "
+            f"{options.max_subject_length} and move detail into the body",
+        )
+
+
+def check_subject_period(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """The subject does not end with a period."""
+    if parsed.message.subject.endswith("."):
+        yield _finding(
+            parsed,
+            parsed.message.subject_line,
+            "WPG103",
+            "the subject ends with a period; remove it",
+        )
+
+
+def _presence(
+    parsed: CommitMessage,
+    options: TrailerOptions,
+    key: str,
+    rule_id: str,
+    example: str,
+    *,
+    found: tuple[Trailer, ...],
+) -> Iterator[Finding]:
+    """Findings for a missing required trailer or a repeated one (``found``: its trailers)."""
+    if not found and key in options.required:
+        yield _finding(
+            parsed,
+            _last_line(parsed.message),
+            rule_id,
+            f"the `{key}:` trailer is missing; add `{example}` to the last paragraph of the "
+            "message (trailers follow a blank line)",
+        )
+    for extra in found[1:]:
+        yield _finding(
+            parsed,
+            extra.line,
+            rule_id,
+            f"`{key}:` appears {len(found)} times; keep exactly one (separate several ids "
+            "with commas)",
+        )
+
+
+def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """``WP:`` appears once and names a registered work package (or ``none``)."""
+    found = parsed.message.values("WP")
+    if len(found) != 1:
+        yield from _presence(parsed, options, "WP", "WPG104", "WP: NNN", found=found)
+    trailer = found[0] if len(found) == 1 else None
+    if trailer is None:
+        return
+    value = trailer.value
+    if not _WP_ID.match(value):
+        yield _finding(
+            parsed,
+            trailer.line,
+            "WPG104",
+            f"`WP: {value}` is not a work-package id; write three digits with an optional "
+            "letter (`WP: 004`, `WP: 197b`) or `WP: none`",
+        )
+    elif value != "none" and value not in parsed.references.wp_ids:
+        yield _finding(
+            parsed,
+            trailer.line,
+            "WPG104",
+            f"work package {value} is not in the registry (docs/work_packages/wp-{value}.md); "
+            "fix the id or create the package with `wpgate new-wp`",
+        )
+
+
+def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """``Provenance:`` cites allowlisted source ids (with locators) or says ``none (reason)``."""
+    found = parsed.message.values("Provenance")
+    if len(found) != 1:
+        yield from _presence(
+            parsed, options, "Provenance", "WPG105", "Provenance: R12", found=found
+        )
+    trailer = found[0] if len(found) == 1 else None
+    if trailer is None:
+        return
+    value = trailer.value
+    if value.lower().startswith("none"):
+        match = _NONE_WITH_REASON.match(value)
+        if match is None or not match["reason"].strip():
+            yield _finding(
+                parsed,
+                trailer.line,
+                "WPG105",
+                "`Provenance: none` needs a reason; write `Provenance: none (why no outside "
+                "source was used)`",
+            )
+        return
+    for item in (part.strip() for part in value.split(",")):
+        source = _SOURCE_ITEM.match(item)
+        if source is None:
+            yield _finding(
+                parsed,
+                trailer.line,
+                "WPG105",
+                f"`{item}` is not a source id; cite ids from docs/PROVENANCE.md such as `R12` "
+                "(a locator may follow: `R12 §3.2`), or write `none (reason)`",
+            )
+        elif source["id"] in parsed.references.placeholder_ids:
+            yield _finding(
+                parsed,
+                trailer.line,
+                "WPG105",
+                f"{source['id']} is a withdrawn placeholder id; cite the source's real id from "
+                "the Sources table",
+            )
+        elif source["id"] not in parsed.references.provenance_ids:
+            yield _finding(
+                parsed,
+                trailer.line,
+                "WPG105",
+                f"{source['id']} is not in the Sources table of docs/PROVENANCE.md; add the "
+                "source (with its first-use row) or fix the id",
+            )
+
+
+def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """``Assumptions:`` is ``none`` or ids from docs/ASSUMPTIONS.md."""
+    found = parsed.message.values("Assumptions")
+    if len(found) != 1:
+        yield from _presence(
+            parsed, options, "Assumptions", "WPG106", "Assumptions: none", found=found
+        )
+    trailer = found[0] if len(found) == 1 else None
+    if trailer is None or trailer.value == "none":
+        return
+    for item in (part.strip() for part in trailer.value.split(",")):
+        if not _ASSUMPTION_ID.match(item):
+            yield _finding(
+                parsed,
+                trailer.line,
+                "WPG106",
+                f"`{item}` is not an assumption id; write `none` or ids such as `A1, A2`",
+            )
+        elif item not in parsed.references.assumption_ids:
+            yield _finding(
+                parsed,
+                trailer.line,
+                "WPG106",
+                f"{item} is not in docs/ASSUMPTIONS.md; add the assumption or fix the id",
+            )
+
+
+def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """``Gate:`` names pytest node ids that resolve statically (file, class, function)."""
+    found = parsed.message.values("Gate")
+    if not found and "Gate" in options.required:
+        yield _finding(
+            parsed,
+            _last_line(parsed.message),
+            "WPG107",
+            "the `Gate:` trailer is missing; add `Gate: tests/path/test_x.py::test_y` naming "
+            "the tests that prove the change",
+        )
+    for trailer in found:
+        node_ids = split_node_ids(trailer.value)
+        if not node_ids:
+            yield _finding(
+                parsed,
+                trailer.line,
+                "WPG107",
+                "`Gate:` is empty; name at least one pytest node id",
+            )
+        for node_id in node_ids:
+            why = parsed.resolve_gate(node_id)
+            if why is not None:
+                yield _finding(parsed, trailer.line, "WPG107", f"gate {why}")
+
+
+def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """``Signed-off-by: Name <email>`` is present (and matches the author when configured)."""
+    found = parsed.message.values("Signed-off-by")
+    if not found:
+        yield _finding(
+            parsed,
+            _last_line(parsed.message),
+            "WPG108",
+            "the `Signed-off-by:` trailer is missing; commit with `git commit -s`",
+        )
+        return
+    for trailer in found:
+        if not _SIGN_OFF.match(trailer.value):
+            yield _finding(
+                parsed,
+                trailer.line,
+                "WPG108",
+                f"`Signed-off-by: {trailer.value}` is not `Name <email>`; fix it or use "
+                "`git commit -s`",
+            )
+    values = {t.value for t in found}
+    if options.signoff_matches_author and parsed.author and parsed.author not in values:
+        yield _finding(
+            parsed,
+            found[-1].line,
+            "WPG108",
+            f"no sign-off matches the author `{parsed.author}`; add `Signed-off-by: "
+            f"{parsed.author}` (`git commit -s`)",
+        )
+
+
+def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+    """PR mode: the description keeps the clean-room statement."""
+    if not parsed.pr_mode:
+        return
+    marker = options.clean_room_statement
+    for _, line in parsed.message.text_lines():
+        if line.startswith(marker) and line[len(marker) :].strip():
+            return
+    yield _finding(
+        parsed,
+        _last_line(parsed.message),
+        "WPG109",
+        f"the PR description must keep the `{marker}` statement; restore it from the template "
+        "and say which sources went into the change",
+    )
+
+
+_TRAILER_RULES = {"WP": "WPG104", "Provenance": "WPG105", "Assumptions": "WPG106", "Gate": "WPG107"}
+
+CHECKS: tuple[Rule, ...] = tuple(
+    RULES.get(rule.rule_id) or RULES.register(rule)
+    for rule in (
+        Rule("WPG100", "message-encoding", "The message is valid UTF-8.", check_encoding),
+        Rule(
+            "WPG101",
+            "subject-format",
+            "The subject reads `type(scope): summary` with a configured type.",
+            check_subject_format,
+        ),
+        Rule(
+            "WPG102",
+            "subject-length",
+            "The subject is at most `max_subject_length` (72) characters.",
+            check_subject_length,
+            options={"max_subject_length": 72},
+        ),
+        Rule(
+            "WPG103", "subject-period", "The subject has no trailing period.", check_subject_period
+        ),
+        Rule(
+            "WPG104",
+            "wp-trailer",
+            "`WP:` appears exactly once: `NNN`, `NNNx` or `none`, and the package exists.",
+            check_wp,
+        ),
+        Rule(
+            "WPG105",
+            "provenance-trailer",
+            "`Provenance:` cites allowlisted source ids (placeholders refused) or `none (reason)`.",
+            check_provenance,
+        ),
+        Rule(
+            "WPG106",
+            "assumptions-trailer",
+            "`Assumptions:` is `none` or ids that exist in docs/ASSUMPTIONS.md.",
+            check_assumptions,
+        ),
+        Rule(
+            "WPG107",
+            "gate-trailer",
+            "`Gate:` names pytest node ids whose file and test exist (static, by AST).",
+            check_gate,
+        ),
+        Rule(
+            "WPG108",
+            "signed-off-by",
+            "`Signed-off-by: Name <email>` is present; optionally it matches the author.",
+            check_sign_off,
+            enabled_by_default=False,
+            options={"signoff_matches_author": False},
+        ),
+        Rule(
+            "WPG109",
+            "clean-room-statement",
+            "PR mode: the description keeps the `Clean-room acknowledged:` statement.",
+            check_clean_room,
+        ),
+    )
+)
+
+
+@functools.lru_cache(maxsize=16)
+def _bot_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One compiled alternation of the bot-author patterns (never matches when empty)."""
+    return re.compile("|".join(f"(?:{p})" for p in patterns) or r"(?!)")
+
+
+def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
+    """Why this message is not checked (``merge``, ``bot``, ``fixup``), or None."""
+    if parsed.parents > 1:
+        return "merge"
+    if parsed.author and _bot_pattern(options.bot_authors).search(parsed.author):
+        return "bot"
+    if not parsed.pr_mode and parsed.message.subject.startswith(_FIXUP_PREFIXES):
+        return "fixup"
+    return None
+
+
+@dataclass(frozen=True)
+class LintResult:
+    """Findings of many messages, how many were checked, and the exemptions by reason."""
+
+    findings: tuple[Finding, ...]
+    checked: int
+    exempt: Mapping[str, int]
+
+
+def lint_messages(
+    messages: Iterable[CommitMessage],
+    options: TrailerOptions,
+    enabled: Callable[[str], bool] | None = None,
+) -> LintResult:
+    """Run every enabled WPG1xx rule over ``messages``; exempt messages are only counted.
+
+    ``enabled`` says whether a rule id is on (``Config.enabled``); by default each rule's own
+    default applies.
+    """
+    checks = [
+        rule.check
+        for rule in CHECKS
+        if (rule.enabled_by_default if enabled is None else enabled(rule.rule_id))
+    ]
+    findings: list[Finding] = []
+    exempt: Counter[str] = Counter()
+    checked = 0
+    for parsed in messages:
+        reason = exemption(parsed, options)
+        if reason is not None:
+            exempt[reason] += 1
+            continue
+        checked += 1
+        for check in checks:
+            findings.extend(check(parsed, options))
+    return LintResult(tuple(findings), checked, dict(sorted(exempt.items())))

@@ -1,0 +1,263 @@
+"""Work-package rules (WPG3xx, governance spec §3): pure checks over the parsed registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import PurePosixPath
+from typing import Any, Protocol
+
+from wpgate._model import RULES, Finding, Rule
+from wpgate.parsers.work_packages import WorkPackage, id_from_filename, sort_key
+
+
+class Registry(Protocol):
+    """What the rules read from a loaded registry (``wpgate._docs.WorkPackageRegistry``)."""
+
+    @property
+    def packages(self) -> tuple[WorkPackage, ...]: ...
+    @property
+    def findings(self) -> tuple[Finding, ...]: ...
+    @property
+    def phases(self) -> Mapping[int, Any]: ...
+
+
+#: A gate resolver: the reason a pytest node id does not resolve, or None when it does.
+GateResolver = Callable[[str], "str | None"]
+
+
+def check_front_matter(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG301: every page opens with valid YAML front matter holding a mapping."""
+    yield from (f for f in registry.findings if f.rule_id == "WPG301")
+
+
+def check_schema(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG302: the front matter has the required keys with the right types and vocabulary."""
+    yield from (f for f in registry.findings if f.rule_id == "WPG302")
+
+
+def check_ids(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG303: the page is ``wp-<id>.md`` for its own id, and no id is used twice."""
+    yield from (f for f in registry.findings if f.rule_id == "WPG303")
+    seen: dict[str, str] = {}
+    for package in registry.packages:
+        name = PurePosixPath(package.path).name
+        from_name = id_from_filename(name)
+        if from_name != package.id:
+            yield Finding(
+                package.path,
+                package.line_of("id"),
+                "WPG303",
+                f"the id {package.id!r} does not match the file name {name}; rename the file "
+                f"to wp-{package.id}.md or fix the id",
+            )
+        if package.id in seen:
+            yield Finding(
+                package.path,
+                package.line_of("id"),
+                "WPG303",
+                f"the id {package.id!r} is already used by {seen[package.id]}; give each "
+                "package its own id",
+            )
+        else:
+            seen[package.id] = package.path
+
+
+def check_dependencies_exist(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG304: every ``depends_on`` id names another package of the registry."""
+    ids = {p.id for p in registry.packages}
+    for package in registry.packages:
+        for dependency in package.depends_on:
+            if dependency == package.id:
+                yield Finding(
+                    package.path,
+                    package.line_of("depends_on"),
+                    "WPG304",
+                    f"WP-{package.id} depends on itself; remove {dependency!r} from depends_on",
+                )
+            elif dependency not in ids:
+                yield Finding(
+                    package.path,
+                    package.line_of("depends_on"),
+                    "WPG304",
+                    f"depends_on names WP-{dependency}, which has no page; create "
+                    f"wp-{dependency}.md (`wpgate new-wp`) or fix the id",
+                )
+
+
+def check_acyclic(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG305: the dependencies form no cycle (each cycle reported once, at its lowest id)."""
+    packages = {p.id: p for p in registry.packages}
+    edges = {
+        wp_id: sorted({d for d in p.depends_on if d in packages and d != wp_id}, key=sort_key)
+        for wp_id, p in packages.items()
+    }
+    state: dict[str, int] = {}  # 1 on the stack, 2 finished
+    cycles: set[tuple[str, ...]] = set()
+    for start in sorted(packages, key=sort_key):
+        if state.get(start):
+            continue
+        stack: list[tuple[str, Iterator[str]]] = [(start, iter(edges[start]))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+                continue
+            if state.get(child) == 1:
+                loop = path[path.index(child) :]
+                lowest = min(range(len(loop)), key=lambda i: sort_key(loop[i]))
+                cycles.add(tuple(loop[lowest:] + loop[:lowest]))
+            elif not state.get(child):
+                state[child] = 1
+                path.append(child)
+                stack.append((child, iter(edges[child])))
+    for cycle in sorted(cycles, key=lambda c: [sort_key(i) for i in c]):
+        package = packages[cycle[0]]
+        chain = " -> ".join(f"WP-{i}" for i in (*cycle, cycle[0]))
+        yield Finding(
+            package.path,
+            package.line_of("depends_on"),
+            "WPG305",
+            f"dependency cycle {chain}; a package cannot (indirectly) depend on itself - remove "
+            "one of these dependencies",
+        )
+
+
+def check_gates(
+    registry: Registry, resolve: GateResolver, options: Mapping[str, Any]
+) -> Iterator[Finding]:
+    """WPG306: a ``done`` package has at least one gate, and every gate resolves statically."""
+    for package in registry.packages:
+        if package.status != "done":
+            continue
+        if not package.gate:
+            yield Finding(
+                package.path,
+                package.line_of("gate"),
+                "WPG306",
+                f"WP-{package.id} is done but names no gate; list the pytest node ids that "
+                'prove it (`gate: ["tests/x/test_y.py::test_z"]`)',
+            )
+        for node_id in package.gate:
+            problem = resolve(node_id)
+            if problem is not None:
+                yield Finding(
+                    package.path,
+                    package.line_of("gate"),
+                    "WPG306",
+                    f"the gate {node_id!r} does not resolve: {problem}",
+                )
+
+
+def check_phases(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG307: each package's phase has a page ``docs/engineering/phase-NN*.md``."""
+    for package in registry.packages:
+        if package.phase not in registry.phases:
+            yield Finding(
+                package.path,
+                package.line_of("phase"),
+                "WPG307",
+                f"phase {package.phase} has no page; add docs/engineering/"
+                f"phase-{package.phase:02d}-<slug>.md or fix the phase",
+            )
+
+
+def check_reasons(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG308: a blocked or deferred package says why in ``reason``."""
+    for package in registry.packages:
+        if package.status in ("blocked", "deferred") and not package.reason:
+            yield Finding(
+                package.path,
+                package.line_of("status"),
+                "WPG308",
+                f'WP-{package.id} is {package.status} without a `reason`; add `reason: "..."` '
+                "saying what it waits for",
+            )
+
+
+def check_superseded(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+    """WPG309: ``superseded`` goes with ``superseded_by`` naming another existing package."""
+    ids = {p.id for p in registry.packages}
+    for package in registry.packages:
+        target = package.superseded_by
+        if package.status == "superseded":
+            if target is None:
+                yield Finding(
+                    package.path,
+                    package.line_of("status"),
+                    "WPG309",
+                    f"WP-{package.id} is superseded without `superseded_by`; name the package "
+                    "that replaces it",
+                )
+            elif target == package.id or target not in ids:
+                yield Finding(
+                    package.path,
+                    package.line_of("superseded_by"),
+                    "WPG309",
+                    f"superseded_by names WP-{target}, which is not another package of the "
+                    "registry; fix the id",
+                )
+        elif target is not None:
+            yield Finding(
+                package.path,
+                package.line_of("superseded_by"),
+                "WPG309",
+                f"`superseded_by` is set but the status is {package.status}; set `status: "
+                "superseded` or remove `superseded_by`",
+            )
+
+
+def _register() -> None:
+    """Add the work-package rules to the shared registry."""
+    for rule_id, name, summary, check in (
+        (
+            "WPG301",
+            "wp-front-matter",
+            "pages open with valid YAML front matter",
+            check_front_matter,
+        ),
+        ("WPG302", "wp-schema", "front matter keys, types and status vocabulary", check_schema),
+        ("WPG303", "wp-id-matches-file", "ids match file names and are unique", check_ids),
+        (
+            "WPG304",
+            "wp-dependencies-exist",
+            "depends_on names existing packages",
+            check_dependencies_exist,
+        ),
+        ("WPG305", "wp-dependencies-acyclic", "dependencies form no cycle", check_acyclic),
+        ("WPG306", "wp-done-gates-resolve", "done packages name gates that resolve", check_gates),
+        ("WPG307", "wp-phase-exists", "each phase has an engineering page", check_phases),
+        (
+            "WPG308",
+            "wp-status-reason",
+            "blocked and deferred packages give a reason",
+            check_reasons,
+        ),
+        (
+            "WPG309",
+            "wp-superseded-by",
+            "superseded packages name their replacement",
+            check_superseded,
+        ),
+    ):
+        if RULES.get(rule_id) is None:
+            RULES.register(Rule(rule_id, name, summary, check))
+
+
+_register()
+
+#: The checks that need nothing but the registry (WPG306 also needs a gate resolver).
+CHECKS = (
+    check_front_matter,
+    check_schema,
+    check_ids,
+    check_dependencies_exist,
+    check_acyclic,
+    check_phases,
+    check_reasons,
+    check_superseded,
+)

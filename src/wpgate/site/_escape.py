@@ -1,0 +1,44 @@
+"""Escaping of untrusted text (front matter, evidence labels) for Markdown and HTML output."""
+
+from __future__ import annotations
+
+import html
+import re
+
+# Left as they are: they can start neither Markdown syntax nor HTML markup.
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ,:;-.?/=%@'")
+
+
+def escape_markdown(text: str) -> str:
+    """``text`` as inline Markdown that renders literally.
+
+    Every ASCII character that is not a letter, a digit or plain punctuation becomes a numeric
+    character reference: Python-Markdown passes references through untouched, so neither HTML
+    (``<script>``) nor Markdown syntax (``*``, ``[``, ``|`` in a table cell) survives, and the
+    browser still shows the original characters. Newlines fold into spaces.
+    """
+    return _escape_chars(" ".join(text.split()))
+
+
+def _escape_chars(text: str) -> str:
+    """Each character of ``text`` that could start markup as a numeric character reference."""
+    return "".join(c if c in _SAFE or ord(c) > 127 else f"&#{ord(c)};" for c in text)
+
+
+def escape_html(text: str) -> str:
+    """``text`` escaped for an HTML text node or a quoted attribute, whitespace folded."""
+    return html.escape(" ".join(text.split()), quote=True)
+
+
+_CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1")
+
+
+def escape_markdown_keep_code(text: str) -> str:
+    """Like :func:`escape_markdown`, but inline code spans stay code (Markdown escapes them)."""
+    flat = " ".join(text.split())
+    out, last = [], 0
+    for match in _CODE_SPAN_RE.finditer(flat):
+        out.extend([_escape_chars(flat[last : match.start()]), match.group(0)])
+        last = match.end()
+    out.append(_escape_chars(flat[last:]))
+    return "".join(out)

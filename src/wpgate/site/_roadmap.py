@@ -1,0 +1,220 @@
+"""The registry as the site shows it: headers, the roadmap and phase sections, as Markdown.
+
+Pure functions over work-package records (``wpgate.parsers.work_packages.WorkPackage`` or any
+object with the same attributes). Links are written to the pages' source files (``*.md``,
+relative to the page that holds them), so mkdocs resolves them and ``--strict`` checks them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from wpgate.parsers.work_packages import sort_key
+from wpgate.site._escape import escape_markdown
+
+STATUSES = ("todo", "in-progress", "done", "blocked", "deferred", "superseded")
+_STATUS_ICONS = {
+    "todo": "⬜",
+    "in-progress": "🔄",
+    "done": "✅",
+    "blocked": "⛔",
+    "deferred": "⏸️",
+    "superseded": "♻️",
+}
+
+
+class WorkPackageLike(Protocol):
+    """The attributes of a work-package record the site reads."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def phase(self) -> int: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def depends_on(self) -> Sequence[str]: ...
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase: its number, its title and its page (docs-relative), when one exists."""
+
+    number: int
+    title: str
+    src_uri: str | None
+
+
+@dataclass(frozen=True)
+class SiteModel:
+    """Everything the site needs about the registry, computed once per build."""
+
+    packages: tuple[WorkPackageLike, ...]
+    phases: Mapping[int, Phase]
+    pages: Mapping[str, str]
+    needed_by: Mapping[str, tuple[str, ...]]
+    roadmap_src: str
+
+    def package(self, wp_id: str) -> WorkPackageLike | None:
+        """The record with id ``wp_id``, or None."""
+        return next((wp for wp in self.packages if wp.id == wp_id), None)
+
+    def neighbours(self, wp_id: str) -> tuple[str | None, str | None]:
+        """The previous and next work-package ids in registry order."""
+        ids = [wp.id for wp in self.packages]
+        index = ids.index(wp_id)
+        return (
+            ids[index - 1] if index > 0 else None,
+            ids[index + 1] if index + 1 < len(ids) else None,
+        )
+
+
+def compute_needed_by(packages: Iterable[WorkPackageLike]) -> dict[str, tuple[str, ...]]:
+    """For each id, the ids that list it in ``depends_on``, in registry order."""
+    needed: dict[str, list[str]] = {}
+    for wp in packages:
+        for dep in wp.depends_on:
+            needed.setdefault(str(dep), []).append(wp.id)
+    return {k: tuple(sorted(set(v), key=sort_key)) for k, v in needed.items()}
+
+
+def build_model(
+    packages: Iterable[WorkPackageLike],
+    phases: Iterable[Phase],
+    pages: Mapping[str, str],
+    roadmap_src: str,
+) -> SiteModel:
+    """The model of one build: records sorted, pages by id (docs-relative) and Needed-by."""
+    ordered = tuple(sorted(packages, key=lambda wp: sort_key(wp.id)))
+    return SiteModel(
+        packages=ordered,
+        phases={p.number: p for p in phases},
+        pages=dict(pages),
+        needed_by=compute_needed_by(ordered),
+        roadmap_src=roadmap_src,
+    )
+
+
+def relative_link(from_src: str, to_src: str) -> str:
+    """A Markdown link target from page ``from_src`` to file ``to_src`` (both docs-relative)."""
+    return posixpath.relpath(to_src, posixpath.dirname(from_src) or ".")
+
+
+def wp_label(wp_id: str) -> str:
+    """``WP-197b``."""
+    return f"WP-{escape_markdown(wp_id)}"
+
+
+def _wp_link(model: SiteModel, wp_id: str, from_src: str) -> str:
+    """A link to a work package's page, or its plain label when it has no page."""
+    target = model.pages.get(wp_id)
+    if target is None:
+        return f"{wp_label(wp_id)} (no page)"
+    return f"[{wp_label(wp_id)}]({relative_link(from_src, target)})"
+
+
+def phase_label(model: SiteModel, number: int) -> str:
+    """``Phase 3 — title`` (escaped)."""
+    phase = model.phases.get(number)
+    title = f" — {escape_markdown(phase.title)}" if phase is not None and phase.title else ""
+    return f"Phase {number}{title}"
+
+
+def _phase_link(model: SiteModel, number: int, from_src: str) -> str:
+    """A link to a phase's page, or its plain label when it has none."""
+    phase = model.phases.get(number)
+    label = phase_label(model, number)
+    if phase is None or phase.src_uri is None:
+        return label
+    return f"[{label}]({relative_link(from_src, phase.src_uri)})"
+
+
+def status_badge(status: str) -> str:
+    """The status with its icon, e.g. ``✅ done``."""
+    return f"{_STATUS_ICONS.get(status, '❔')} {escape_markdown(status)}"
+
+
+def render_header(model: SiteModel, wp_id: str, page_src: str) -> str:
+    """The header of a work-package page: phase, status, dependencies, neighbours, roadmap."""
+    wp = model.package(wp_id)
+    if wp is None:
+        raise KeyError(wp_id)
+    deps = ", ".join(_wp_link(model, str(d), page_src) for d in wp.depends_on) or "nothing"
+    needed = ", ".join(_wp_link(model, n, page_src) for n in model.needed_by.get(wp_id, ()))
+    status_line = f"Status: **{status_badge(wp.status)}**"
+    superseded_by = getattr(wp, "superseded_by", None)
+    if wp.status == "superseded" and superseded_by:
+        status_line += f" · Superseded by {_wp_link(model, str(superseded_by), page_src)}"
+    reason = getattr(wp, "reason", None)
+    if reason:
+        status_line += f" · Reason: {escape_markdown(str(reason))}"
+    previous, following = model.neighbours(wp_id)
+    nav = [f"⬅️ {_wp_link(model, previous, page_src)}"] if previous else []
+    nav.append(f"[Roadmap]({relative_link(page_src, model.roadmap_src)})")
+    if following:
+        nav.append(f"{_wp_link(model, following, page_src)} ➡️")
+    lines = [
+        f"> Engineering log · {_phase_link(model, wp.phase, page_src)} · {status_line}",
+        f"> 🔗 Depends on {deps} · Needed by {needed or 'nothing yet'}",
+        f"> {' · '.join(nav)}",
+    ]
+    return "\n>\n".join(lines) + "\n"
+
+
+def _packages_table(model: SiteModel, packages: Sequence[WorkPackageLike], page_src: str) -> str:
+    """A table of work packages: link, title, status, dependencies and dependants."""
+    rows = [
+        "| Work package | Title | Status | Depends on | Needed by |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for wp in packages:
+        deps = ", ".join(_wp_link(model, str(d), page_src) for d in wp.depends_on) or "—"
+        needed = ", ".join(_wp_link(model, n, page_src) for n in model.needed_by.get(wp.id, ()))
+        rows.append(
+            f"| {_wp_link(model, wp.id, page_src)} | {escape_markdown(wp.title)} "
+            f"| {status_badge(wp.status)} | {deps} | {needed or '—'} |"
+        )
+    return "\n".join(rows)
+
+
+def render_roadmap(model: SiteModel, page_src: str, intro: str = "") -> str:
+    """The roadmap: counts by status, then each phase with its work packages."""
+    counts = {s: sum(wp.status == s for wp in model.packages) for s in STATUSES}
+    extra = sorted({wp.status for wp in model.packages} - set(STATUSES))
+    summary = " · ".join(f"{status_badge(s)}: {n}" for s, n in counts.items() if n)
+    summary += "".join(
+        f" · {status_badge(s)}: {sum(wp.status == s for wp in model.packages)}" for s in extra
+    )
+    parts = [intro.rstrip() or "# Roadmap", ""]
+    parts.append(
+        "Generated from the work-package registry at build time; edit the work packages' "
+        "front matter, not this page.\n"
+    )
+    parts.append(f"{len(model.packages)} work packages: {summary or 'none yet'}.\n")
+    numbers = sorted({wp.phase for wp in model.packages} | set(model.phases))
+    for number in numbers:
+        members = [wp for wp in model.packages if wp.phase == number]
+        parts.append(f"## {_phase_link(model, number, page_src)}\n")
+        parts.append(
+            _packages_table(model, members, page_src) if members else "No work package yet."
+        )
+        parts.append("")
+    return "\n".join(parts)
+
+
+def render_phase_section(model: SiteModel, number: int, page_src: str) -> str:
+    """The work packages of one phase, appended to the phase's page."""
+    members = [wp for wp in model.packages if wp.phase == number]
+    table = _packages_table(model, members, page_src) if members else "No work package yet."
+    roadmap = relative_link(page_src, model.roadmap_src)
+    return f"## Work packages in this phase\n\n{table}\n\nSee also the [roadmap]({roadmap}).\n"
+
+
+def render_phase_page(model: SiteModel, number: int, page_src: str) -> str:
+    """A generated page for a phase that has no page of its own."""
+    return f"# {phase_label(model, number)}\n\n{render_phase_section(model, number, page_src)}"

@@ -1,0 +1,390 @@
+"""Commit-message parser with `git interpret-trailers` semantics.
+
+Pure functions: text (or bytes) in, records out. The trailer block is found the way git finds it
+(``trailer.c``, documented in git-interpret-trailers(1)): the message ends at a divider line that
+starts with ``---`` followed by whitespace or the end of the line; trailing comment and blank lines
+are ignored; the block is the last paragraph after the title, and it counts only if all of its
+lines are trailers, or it holds a git-generated trailer (``Signed-off-by: ``, ``(cherry picked
+from commit ``) and at least 25% of its lines are trailers. A trailer line starts with a key of
+ASCII letters, digits and ``-`` (whitespace allowed before the ``:``); lines that start with
+whitespace continue the previous trailer. One deliberate difference from git 2.39: a line whose
+separator is followed by ``//`` (``Key://x``, a URL) is not a trailer, as the governance spec
+requires.
+
+Every step is a single pass over the lines, so parsing is linear in the size of the message.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "DecodedText",
+    "Message",
+    "Trailer",
+    "decode_message",
+    "parse_message",
+    "parse_trailers",
+]
+
+# git's own isspace() (sane_ctype): only these four, never Unicode or \v / \f.
+_GIT_SPACE = " \t\n\r"
+_LINE_SPACE = " \t\r"
+_GIT_GENERATED_PREFIXES = ("Signed-off-by: ", "(cherry picked from commit ")
+_SCISSORS = "------------------------ >8 ------------------------"
+# A key is [A-Za-z0-9-]+ then optional spaces/tabs, then the separator; git's find_separator().
+_SEPARATOR = re.compile(r"[A-Za-z0-9-]+[ \t]*:(?!//)")
+_TRAILER_LINE = re.compile(
+    r"^([A-Za-z0-9-]+)[ \t]*:(?!//)([^\n]*(?:\n[ \t\r][^\n]*)*)", re.MULTILINE
+)
+_TRAILER_FAST = re.compile(r"([A-Za-z0-9-]+)[ \t]*:(?!//)(.*)")
+_CONTINUATION_FOLD = re.compile(r"\n[ \t\n\r]*")
+_BLANK_LINE = re.compile(r"^[ \t\r]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Trailer:
+    """One trailer: its key as written, its unfolded value and its 1-based line."""
+
+    key: str
+    value: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedText:
+    """Text decoded from bytes; ``error_line`` is the 1-based line of the first invalid byte."""
+
+    text: str
+    error_line: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A parsed commit message.
+
+    ``lines`` are the lines of the text (``lines[n - 1]`` is line ``n``; in commit-msg mode the
+    scissors line and what follows are cut). ``comment_char`` is set in commit-msg mode: lines
+    that start with it are git comments, not part of the message.
+    """
+
+    subject: str
+    subject_line: int
+    lines: tuple[str, ...]
+    trailers: tuple[Trailer, ...]
+    comment_char: str | None = None
+    encoding_error_line: int | None = None
+    by_key: Mapping[str, tuple[Trailer, ...]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def text_lines(self) -> Iterator[tuple[int, str]]:
+        """The message's own lines with their 1-based numbers, comment lines left out."""
+        for number, line in enumerate(self.lines, 1):
+            if self.comment_char is None or not line.startswith(self.comment_char):
+                yield number, line
+
+    def values(self, key: str) -> tuple[Trailer, ...]:
+        """The trailers whose key equals ``key``, ignoring case (git compares keys that way)."""
+        return self.by_key.get(key.lower(), ())
+
+
+def decode_message(data: bytes) -> DecodedText:
+    """Decode UTF-8, replacing invalid bytes, and report where the first invalid byte was."""
+    try:
+        return DecodedText(data.decode("utf-8"), None)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return DecodedText(data.decode("utf-8", errors="replace"), line)
+
+
+def _is_blank(line: str) -> bool:
+    """Whether a line holds only spaces, tabs and carriage returns (git's is_blank_line)."""
+    return not line.strip(_LINE_SPACE)
+
+
+def _line_index(text: str, offset: int) -> int:
+    """0-based index of the line that holds character ``offset``."""
+    return text.count("\n", 0, offset)
+
+
+def _scissors_index(text: str, comment_char: str) -> int | None:
+    """Index of the scissors line (git's wt_status_locate_end), or None."""
+    marker = f"{comment_char} {_SCISSORS}\n"
+    if text.startswith(marker):
+        return 0
+    offset = text.find("\n" + marker)
+    return None if offset < 0 else _line_index(text, offset + 1)
+
+
+def _divider_index(text: str, count: int) -> int:
+    """Index of the first ``---`` divider line, or ``count`` (the number of lines)."""
+    # git needs a whitespace byte after the dashes, so an unterminated final "---" is text.
+    offset = text.find("---")
+    while offset >= 0:
+        if (offset == 0 or text[offset - 1] == "\n") and text[offset + 3 : offset + 4] in (
+            " ",
+            "\t",
+            "\r",
+            "\n",
+        ):
+            return min(count, _line_index(text, offset))
+        offset = text.find("---", offset + 3)
+    return count
+
+
+def _ignored_tail(lines: list[str], end: int, comment_char: str | None) -> int:
+    """Index where the trailing run of comment lines, empty lines and old Conflicts: starts."""
+    # git's ignore_non_trailer(): the last run of lines that are empty, comments, or an old
+    # "Conflicts:" block with its tab-indented paths is not part of the message. Walk back over
+    # every line that could belong to the run, then forward over that suffix, because a tab line
+    # only belongs to the run after a "Conflicts:" line.
+    first = end
+    while first > 0:
+        line = lines[first - 1]
+        if (
+            line
+            and line != "Conflicts:"
+            and line[0] != "\t"
+            and (comment_char is None or not line.startswith(comment_char))
+        ):
+            break
+        first -= 1
+    start = first
+    in_conflicts = False
+    for index in range(first, end):
+        line = lines[index]
+        if line == "Conflicts:":
+            in_conflicts = True
+        elif line.startswith("\t") and not in_conflicts:
+            start = index + 1
+    return start
+
+
+def _title_end(text: str, lines: list[str], end: int, comment_char: str | None) -> int:
+    """Index of the first blank line (the end of the title paragraph), or ``end``."""
+    match = _BLANK_LINE.search(text)
+    if match is None:
+        return end
+    index = _line_index(text, match.start())
+    if comment_char is not None and comment_char in _LINE_SPACE:
+        # A whitespace comment character makes "blank" lines comments; take git's slow path.
+        index = next(
+            (
+                i
+                for i in range(end)
+                if not lines[i].startswith(comment_char) and _is_blank(lines[i])
+            ),
+            end,
+        )
+    return min(index, end)
+
+
+def _trailer_block_start(text: str, lines: list[str], end: int, comment_char: str | None) -> int:
+    """Index of the first line of the trailer block in ``lines[:end]``, or ``end`` if none."""
+    end_of_title = _title_end(text, lines, end, comment_char)
+    only_spaces = True
+    recognized_prefix = False
+    trailer_lines = non_trailer_lines = possible_continuation_lines = 0
+    comment = comment_char if comment_char is not None else "\0"
+    for index in range(end - 1, end_of_title - 1, -1):
+        line = lines[index]
+        first = line[:1]
+        if first == comment:
+            non_trailer_lines += possible_continuation_lines
+            possible_continuation_lines = 0
+            continue
+        if not first or first in _LINE_SPACE:
+            if line.strip(_LINE_SPACE):
+                only_spaces = False
+                possible_continuation_lines += 1
+                continue
+            if only_spaces:
+                continue
+            non_trailer_lines += possible_continuation_lines
+            if recognized_prefix and trailer_lines * 3 >= non_trailer_lines:
+                return index + 1
+            if trailer_lines and not non_trailer_lines:
+                return index + 1
+            return end
+        only_spaces = False
+        if line.startswith(_GIT_GENERATED_PREFIXES):
+            trailer_lines += 1
+            possible_continuation_lines = 0
+            recognized_prefix = True
+        elif _SEPARATOR.match(line):
+            trailer_lines += 1
+            possible_continuation_lines = 0
+        else:
+            non_trailer_lines += 1 + possible_continuation_lines
+            possible_continuation_lines = 0
+    return end
+
+
+def _collect(
+    lines: list[str], start: int, end: int, comment_char: str | None
+) -> tuple[Trailer, ...]:
+    """Trailers of ``lines[start:end]`` with continuation lines folded into their trailer."""
+    # One regex pass over the block: a trailer line and the whitespace-led lines under it. A
+    # whitespace-led line under a non-trailer line can never start a match, as in git.
+    block = "\n".join(lines[start:end])
+    trailers: list[Trailer] = []
+    number, counted = start + 1, 0
+    for match in _TRAILER_LINE.finditer(block):
+        number += block.count("\n", counted, match.start())
+        counted = match.start()
+        key = match.group(1)
+        if comment_char is not None and key.startswith(comment_char):
+            continue
+        value = match.group(2)
+        if "\n" in value:
+            value = _CONTINUATION_FOLD.sub(" ", value)
+        trailers.append(Trailer(key, value.strip(_GIT_SPACE), number))
+    return tuple(trailers)
+
+
+@functools.lru_cache(maxsize=8)
+def _text_line_pattern(comment_char: str | None) -> re.Pattern[str]:
+    """A line with a non-space character that is not a comment."""
+    skip = "" if comment_char is None else f"(?!{re.escape(comment_char)})"
+    return re.compile(rf"^{skip}[ \t\r]*[^ \t\r\n]", re.MULTILINE)
+
+
+def _first_text_line(text: str, count: int, comment_char: str | None) -> int:
+    """1-based number of the first non-blank, non-comment line, or ``count + 1``."""
+    match = _text_line_pattern(comment_char).search(text)
+    return count + 1 if match is None else min(count, _line_index(text, match.start())) + 1
+
+
+def _index(trailers: tuple[Trailer, ...]) -> dict[str, tuple[Trailer, ...]]:
+    """Trailers by lower-cased key, in message order."""
+    simple: dict[str, tuple[Trailer, ...]] = {t.key.lower(): (t,) for t in trailers}
+    if len(simple) == len(trailers):
+        return simple  # the usual case: every key appears once
+    by_key: dict[str, list[Trailer]] = {}
+    for trailer in trailers:
+        by_key.setdefault(trailer.key.lower(), []).append(trailer)
+    return {key: tuple(found) for key, found in by_key.items()}
+
+
+def _parse_plain(
+    core: str, comment_char: str | None, skip: str | None, encoding_error_line: int | None
+) -> Message | None:
+    """The common case without the general machinery, or None when the text needs it.
+
+    Applies when the message has a plain subject on line 1, no divider, no carriage return, and
+    a last paragraph whose lines are neither comments nor whitespace-led (so no continuation
+    and no whitespace-only line): then git's block rules reduce to "all lines are trailers, or a
+    git-generated prefix with at least 25% trailers".
+    """
+    cut = core.rfind("\n\n")
+    if (
+        cut < 0
+        or not core
+        or core[0] in _GIT_SPACE
+        or core[0] == comment_char
+        or "\r" in core
+        or "---" in core
+    ):
+        return None
+    paragraph = core[cut + 2 :]
+    if (
+        not paragraph
+        or paragraph[0] in _GIT_SPACE
+        or "\n " in paragraph
+        or "\n\t" in paragraph
+        or paragraph == "Conflicts:"
+        or paragraph.endswith("\nConflicts:")
+        or (
+            comment_char is not None
+            and (paragraph[0] == comment_char or f"\n{comment_char}" in paragraph)
+        )
+    ):
+        return None
+    lines = core.split("\n")
+    first = len(lines) - paragraph.count("\n") - 1
+    block = lines[first:]
+    matches = [_TRAILER_FAST.match(line) for line in block]
+    if None in matches:
+        generated = [line.startswith(_GIT_GENERATED_PREFIXES) for line in block]
+        counted = sum(1 for m, g in zip(matches, generated, strict=True) if m is not None or g)
+        if not (any(generated) and counted * 3 >= len(block) - counted):
+            matches = []
+    trailers = tuple(
+        [
+            Trailer(m[1], m[2].strip(_GIT_SPACE), number)
+            for number, m in enumerate(matches, first + 1)
+            if m is not None
+        ]
+    )
+    return Message(
+        subject=lines[0].rstrip(_LINE_SPACE),
+        subject_line=1,
+        lines=tuple(lines),
+        trailers=trailers,
+        comment_char=skip,
+        encoding_error_line=encoding_error_line,
+        by_key=_index(trailers),
+    )
+
+
+def parse_message(
+    text: str,
+    *,
+    comment_char: str | None = "#",
+    cleanup: bool = False,
+    encoding_error_line: int | None = None,
+) -> Message:
+    """Parse a commit message.
+
+    ``cleanup`` (commit-msg mode) first drops the scissors line with everything below it and all
+    comment lines, as ``git commit`` does. ``comment_char`` is ``core.commentChar``; ``None``
+    means no line is a comment.
+    """
+    # Trailing empty lines are always ignored (git's ignore_non_trailer), so one C-level rstrip
+    # drops them; line numbers are unchanged because only the end is cut.
+    core = text.rstrip("\n")
+    fast = _parse_plain(core, comment_char, comment_char if cleanup else None, encoding_error_line)
+    if fast is not None:
+        return fast
+    return _parse_general(text, core, comment_char, cleanup, encoding_error_line)
+
+
+def _parse_general(
+    text: str,
+    core: str,
+    comment_char: str | None,
+    cleanup: bool,
+    encoding_error_line: int | None,
+) -> Message:
+    """Every step of git's algorithm, for any text (``core`` is ``text`` without trailing LFs)."""
+    lines = core.split("\n") if core else []
+    end = _divider_index(text, len(lines))
+    if comment_char is not None:
+        scissors = _scissors_index(text, comment_char)
+        end = end if scissors is None else min(end, scissors)
+        if cleanup and scissors is not None:
+            del lines[scissors:]
+    end = _ignored_tail(lines, end, comment_char)
+    start = _trailer_block_start(core, lines, end, comment_char)
+    trailers = _collect(lines, start, end, comment_char)
+    skip = comment_char if cleanup else None
+    subject_line = _first_text_line(core, len(lines), skip)
+    subject = lines[subject_line - 1].rstrip(_LINE_SPACE) if subject_line <= len(lines) else ""
+    return Message(
+        by_key=_index(trailers),
+        subject=subject,
+        subject_line=subject_line,
+        lines=tuple(lines),
+        trailers=trailers,
+        comment_char=skip,
+        encoding_error_line=encoding_error_line,
+    )
+
+
+def parse_trailers(text: str, *, comment_char: str | None = "#") -> tuple[Trailer, ...]:
+    """The trailers of ``text``, as ``git interpret-trailers --parse`` reports them."""
+    return parse_message(text, comment_char=comment_char).trailers

@@ -1,0 +1,128 @@
+"""Tests for the evidence-file and claim parsers."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wpgate.parsers.evidence import evidence_numbers, parse_claims, parse_evidence
+
+SHA = "a" * 64
+COMMIT = "b" * 40
+
+
+def _document(**changes: object) -> str:
+    document: dict[str, object] = {
+        "schema": "wpgate-evidence/1",
+        "environment": {"torch": "2.9.1+cu129"},
+        "git_commit": COMMIT,
+        "sources": {"src/m.py": SHA},
+        "results": {"median_ms": 188.0952, "repeats": 5},
+    }
+    document.update(changes)
+    return json.dumps(document, indent=2)
+
+
+def test_valid_file() -> None:
+    parsed = parse_evidence(_document(), "docs/evidence/a.json")
+    assert parsed.findings == ()
+    assert parsed.evidence is not None
+    assert parsed.evidence.git_commit == COMMIT
+    assert parsed.evidence.sources == {"src/m.py": SHA}
+    assert parsed.evidence.line_of("src/m.py") == 8
+
+
+def test_invalid_files_say_what_is_wrong() -> None:
+    broken = parse_evidence("{\n  'x': 1\n}", "e.json")
+    assert (broken.findings[0].line, broken.findings[0].rule_id) == (2, "WPG404")
+    assert "not valid JSON" in broken.findings[0].message
+    bad = parse_evidence(
+        _document(schema="v0", git_commit="abc", sources={"../x.py": "zz"}), "e.json"
+    )
+    assert bad.evidence is None
+    assert [f.message for f in bad.findings] == [
+        "invalid evidence file: `schema` must be \"wpgate-evidence/1\", not 'v0'",
+        "invalid evidence file: `git_commit` must be a 40-hex commit or null, not 'abc'",
+        "invalid evidence file: `sources` path '../x.py' must be repository-relative, without `..`",
+        "invalid evidence file: `sources['../x.py']` must be a 64-hex sha256, not 'zz'",
+    ]
+    assert (
+        "`results` is missing"
+        in parse_evidence(
+            json.dumps(
+                {
+                    "schema": "wpgate-evidence/1",
+                    "environment": {},
+                    "git_commit": None,
+                    "sources": {},
+                }
+            ),
+            "e.json",
+        )
+        .findings[0]
+        .message
+    )
+    assert parse_evidence("[1]", "e.json").findings[0].message.startswith("an evidence file")
+
+
+def test_numbers_include_numbers_inside_strings() -> None:
+    numbers, strings = evidence_numbers(json.loads(_document()))
+    assert {Decimal("188.0952"), Decimal(5)} <= numbers
+    assert Decimal("2.9") not in numbers  # a version is text, not a number
+    assert "2.9.1+cu129" in strings
+
+
+PAGE = """# Page
+
+Intro with 99 numbers that are not claims and `[MEASURED]` in code.
+
+[MEASURED] Five runs on torch 2.9.1 take 188.1 ms (187.9–192.7), 10.01% saved,
+WP-197b R12 623edc0 on 2026-11-29 are not numbers; see [evidence](../evidence/a.json) and
+`docs/evidence/b.json`. `identical abc1234..def5678 -- src/m.py src/n.py` and
+`collected 228 -- tests/x`; covers 623edc0. [MEASURED] Second: 1,834 images
+[link](../../etc/passwd).
+
+```
+[MEASURED] inside a fence is not a claim
+```
+"""
+
+
+def test_claims_with_citations_numbers_and_markers() -> None:
+    first, second = parse_claims(PAGE, "docs/page/x.md")
+    assert (first.line, second.line) == (5, 8)
+    assert [(c.target, c.page_relative, c.line) for c in first.citations] == [
+        ("../evidence/a.json", True, 6),
+        ("docs/evidence/b.json", False, 7),
+    ]
+    assert [(n.text, n.decimals, n.percent, n.line) for n in first.numbers] == [
+        ("188.1", 1, False, 5),
+        ("187.9", 1, False, 5),
+        ("192.7", 1, False, 5),
+        ("10.01", 2, True, 5),
+    ]
+    assert [v.text for v in first.versions] == ["2.9.1"]
+    assert first.covers == ("623edc0",)
+    (marker,) = first.identical
+    assert (marker.base, marker.head, marker.paths, marker.line) == (
+        "abc1234",
+        "def5678",
+        ("src/m.py", "src/n.py"),
+        7,
+    )
+    (count,) = first.counts
+    assert (count.count, count.paths, count.line) == (228, ("tests/x",), 8)
+    assert [n.value for n in second.numbers] == [Decimal(1834)]
+    assert [c.target for c in second.citations] == ["../../etc/passwd"]
+
+
+def test_text_without_tag_has_no_claims() -> None:
+    assert parse_claims("plain 1 2 3\n", "x.md") == ()
+
+
+@given(st.text(max_size=300))
+def test_claim_parser_never_raises(text: str) -> None:
+    parse_claims("[MEASURED] " + text, "x.md")

@@ -1,0 +1,251 @@
+"""Evidence rules on fixture repositories: one test per rule, with exact findings."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from wpgate._docs import lint_evidence, load_evidence
+from wpgate._model import Finding
+from wpgate.rules import evidence as rules
+
+PAGE = "docs/page.md"
+
+
+def _git(root: Path, *args: str) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+        "HOME": str(root),
+        "PATH": os.environ["PATH"],
+    }
+    done = subprocess.run(
+        ["git", "-C", str(root), *args], check=True, env=env, capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
+def _commit(root: Path, message: str) -> str:
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", message)
+    return _git(root, "rev-parse", "HEAD")
+
+
+def _evidence(root: Path, commit: str | None, name: str = "a.json", **extra: object) -> None:
+    digest = hashlib.sha256((root / "src/m.py").read_bytes()).hexdigest()
+    document = {
+        "schema": "wpgate-evidence/1",
+        "environment": {"torch": "2.9.1+cu129", "gpu": "NVIDIA H200"},
+        "git_commit": commit,
+        "sources": {"src/m.py": digest},
+        "results": {
+            "step": {"median_ms": 188.0952, "min_ms": 187.93, "max_ms": 192.7},
+            "saved": 0.1001,
+            "repeats": 5,
+        },
+    }
+    document.update(extra)
+    (root / "docs/evidence").mkdir(parents=True, exist_ok=True)
+    (root / "docs/evidence" / name).write_text(json.dumps(document, indent=2), encoding="utf-8")
+
+
+def _page(root: Path, claim: str) -> None:
+    (root / PAGE).write_text(f"# Page\n\nIntro.\n\n{claim}\n", encoding="utf-8")
+
+
+CLAIM = (
+    "[MEASURED] Five runs on torch 2.9.1, an NVIDIA H200: 188.1 ms (187.9–192.7) per step, "
+    "10.01% saved ([evidence](evidence/a.json))."
+)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[Path, str]:
+    """A repository whose first commit holds the measured source, its evidence and a claim."""
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/m.py").write_text("X = 1\n", encoding="utf-8")
+    first = _commit(tmp_path, "feat: m")
+    _evidence(tmp_path, first)
+    _page(tmp_path, CLAIM)
+    _commit(tmp_path, "docs: evidence")
+    return tmp_path, first
+
+
+def _ids(findings: list[Finding]) -> list[tuple[str, int, str]]:
+    return [(f.path, f.line, f.rule_id) for f in findings]
+
+
+def test_clean_claim(repo: tuple[Path, str]) -> None:
+    root, _ = repo
+    assert lint_evidence(root) == []
+
+
+def test_wpg401_claim_without_evidence_and_json_outside_the_folder(repo: tuple[Path, str]) -> None:
+    root, _ = repo
+    (root / "other.json").write_text("{}", encoding="utf-8")
+    _page(root, "[MEASURED] No citation at all.\n\n[MEASURED] Wrong place `other.json`.")
+    findings = lint_evidence(root)
+    assert _ids(findings) == [(PAGE, 5, "WPG401"), (PAGE, 7, "WPG401")]
+    assert "cites no evidence file" in findings[0].message
+    assert "is not under docs/evidence/" in findings[1].message
+
+
+def test_wpg402_hostile_citations_are_refused(
+    repo: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root, _ = repo
+    outside = tmp_path_factory.mktemp("outside") / "secret.json"
+    outside.write_text("{}", encoding="utf-8")
+    (root / "docs/evidence/link.json").symlink_to(outside)
+    _page(
+        root,
+        "[MEASURED] 1 [a](../../etc/passwd)\n[b](/etc/passwd)\n[c](evidence/link.json)\n"
+        "`docs/../../x.json`",
+    )
+    findings = lint_evidence(root)
+    refused = [(f.line, f.message) for f in findings if f.rule_id == "WPG402"]
+    assert refused == [
+        (
+            5,
+            "citation refused: `../../etc/passwd` leads out of the repository; cite a file "
+            "inside it",
+        ),
+        (
+            6,
+            "citation refused: `/etc/passwd` is an absolute path; cite a path inside the "
+            "repository",
+        ),
+        (
+            7,
+            "citation refused: `evidence/link.json` is a link that leads out of the repository; "
+            "cite a real file",
+        ),
+        (
+            8,
+            "citation refused: `docs/../../x.json` uses `..`; cite the file without leaving its "
+            "directory tree",
+        ),
+    ]
+    tree = load_evidence(root)
+    assert "docs/evidence/link.json" not in tree.files  # never read through the link
+
+
+def test_wpg403_missing_file(repo: tuple[Path, str]) -> None:
+    root, _ = repo
+    _page(root, "[MEASURED] See [it](evidence/gone.json) and [ok](../docs/evidence/a.json).")
+    assert _ids(lint_evidence(root)) == [(PAGE, 5, "WPG403")]
+
+
+def test_wpg404_invalid_evidence_file(repo: tuple[Path, str]) -> None:
+    root, _ = repo
+    (root / "docs/evidence/bad.json").write_text('{"schema": "x"', encoding="utf-8")
+    assert _ids(lint_evidence(root)) == [("docs/evidence/bad.json", 1, "WPG404")]
+
+
+def test_wpg405_recorded_hashes_must_match_the_recorded_commit(repo: tuple[Path, str]) -> None:
+    root, first = repo
+    (root / "src/m.py").write_text("X = 2\n", encoding="utf-8")
+    _evidence(root, first)  # hashes the modified file but records the old commit
+    (root / "src/m.py").write_text("X = 1\n", encoding="utf-8")
+    findings = lint_evidence(root)
+    assert _ids(findings) == [("docs/evidence/a.json", 9, "WPG405"), (PAGE, 5, "WPG407")]
+    assert "differs from the file at the recorded commit" in findings[0].message
+    _evidence(root, first, git_dirty=True)  # declared dirty: the hashes are the anchor
+    (root / "src/m.py").write_text("X = 2\n", encoding="utf-8")
+    assert [f.rule_id for f in lint_evidence(root)] == ["WPG407"]
+    _evidence(root, "f" * 40)
+    assert "is not in this repository" in lint_evidence(root)[0].message
+
+
+def test_wpg406_numbers_come_from_the_evidence(repo: tuple[Path, str]) -> None:
+    root, _ = repo
+    _page(
+        root,
+        CLAIM.replace("188.1", "188.2").replace("2.9.1", "3.0.1")
+        + "\nBatch `640` px is code, so exempt.",
+    )
+    findings = lint_evidence(root)
+    assert [(f.line, f.rule_id, f.message.split(" (")[0].split(";")[0]) for f in findings] == [
+        (5, "WPG406", "188.2 is not recorded in docs/evidence/a.json"),
+        (5, "WPG406", "3.0.1 does not appear in docs/evidence/a.json"),
+    ]
+
+
+def test_wpg407_stale_claim_unless_it_names_the_commit(repo: tuple[Path, str]) -> None:
+    root, first = repo
+    (root / "src/m.py").write_text("X = 3\n", encoding="utf-8")
+    second = _commit(root, "perf: change m")
+    (finding,) = lint_evidence(root)
+    assert (finding.path, finding.line, finding.rule_id) == (PAGE, 5, "WPG407")
+    assert finding.message.startswith(
+        "stale claim: docs/evidence/a.json measured src/m.py as they no longer are"
+    )
+    _page(root, CLAIM + f" This covers {first[:7]}.")
+    assert lint_evidence(root) == []
+    _page(root, CLAIM + f" This covers {second[:9]}.")
+    (wrong,) = lint_evidence(root)
+    assert wrong.rule_id == "WPG407"
+    assert f"covers {second[:9]}, but docs/evidence/a.json's source hashes" in wrong.message
+
+
+def test_wpg408_identical_marker_verified_with_git(repo: tuple[Path, str]) -> None:
+    root, first = repo
+    (root / "src/m.py").write_text("X = 3\n", encoding="utf-8")
+    (root / "src/n.py").write_text("Y = 1\n", encoding="utf-8")
+    second = _commit(root, "perf: change m")
+    claim = CLAIM + f" covers {first[:7]}. `identical {first[:7]}..{second[:7]} -- src/m.py`"
+    _page(root, claim)
+    (finding,) = lint_evidence(root)
+    assert (finding.rule_id, finding.line) == ("WPG408", 5)
+    assert finding.message.startswith(f"src/m.py differ between {first[:7]} and {second[:7]}")
+    _page(root, claim.replace(f"{first[:7]}..{second[:7]}", f"{second[:7]}..HEAD"))
+    _commit(root, "docs: page")
+    assert lint_evidence(root) == []
+    _page(root, claim.replace(first[:7] + "..", "1234567.."))
+    assert "which git does not know" in lint_evidence(root)[0].message
+    _page(root, claim.replace("-- src/m.py", "-- ../../etc"))
+    assert "the marker path `../../etc` uses `..`" in lint_evidence(root)[0].message
+
+
+def test_wpg409_count_marker_verified_by_collecting(repo: tuple[Path, str]) -> None:
+    root, _ = repo
+    (root / "tests").mkdir()
+    (root / "tests/test_a.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('x', [1, 2])\ndef test_a(x):\n    pass\n\n"
+        "def test_b():\n    pass\n",
+        encoding="utf-8",
+    )
+    _page(
+        root,
+        CLAIM + "\n`collected 4 -- tests` and, one pytest run for both, `collected 3 -- tests`.",
+    )
+    findings = lint_evidence(root)
+    assert [(f.line, f.rule_id, f.message) for f in findings] == [
+        (
+            6,
+            "WPG409",
+            "the claim says 4 tests are collected from tests, pytest collects 3; "
+            "update the number (and the sentence around it)",
+        ),
+    ]
+    assert lint_evidence(root, collect=False) == []
+
+
+def test_checks_are_pure_over_a_tree_without_git(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/m.py").write_text("X = 1\n", encoding="utf-8")
+    _evidence(tmp_path, None)
+    _page(tmp_path, CLAIM)
+    tree = load_evidence(tmp_path)
+    assert tree.git is False
+    assert [f for check in rules.CHECKS for f in check(tree, {})] == []
+    (tmp_path / "src/m.py").write_text("X = 2\n", encoding="utf-8")
+    assert _ids(lint_evidence(tmp_path)) == [(PAGE, 5, "WPG407")]

@@ -1,0 +1,165 @@
+"""One test per work-package rule, with exact findings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wpgate._docs import Phase, WorkPackageRegistry, load_work_packages
+from wpgate._model import Finding
+from wpgate.parsers.work_packages import WorkPackage, format_work_package
+from wpgate.rules import work_packages as rules
+
+D = "docs/work_packages"
+LINES = {
+    "id": 2,
+    "title": 3,
+    "phase": 4,
+    "status": 5,
+    "depends_on": 6,
+    "gate": 7,
+    "reason": 8,
+    "superseded_by": 8,
+}
+
+
+def _wp(
+    wp_id: str,
+    *,
+    status: str = "todo",
+    depends_on: tuple[str, ...] = (),
+    phase: int = 1,
+    gate: tuple[str, ...] = (),
+    reason: str | None = None,
+    superseded_by: str | None = None,
+    name: str | None = None,
+) -> WorkPackage:
+    return WorkPackage(
+        wp_id,
+        f"WP {wp_id}",
+        phase,
+        status,
+        depends_on,
+        gate,
+        reason,
+        superseded_by,
+        f"{D}/{name or f'wp-{wp_id}.md'}",
+        key_lines=LINES,
+    )
+
+
+def _registry(*packages: WorkPackage, findings: tuple[Finding, ...] = ()) -> WorkPackageRegistry:
+    return WorkPackageRegistry(
+        packages, findings, {1: Phase(1, "One", "docs/engineering/phase-01.md")}
+    )
+
+
+def test_clean_registry() -> None:
+    registry = _registry(_wp("001"), _wp("002", depends_on=("001",)))
+    assert [f for check in rules.CHECKS for f in check(registry, {})] == []
+
+
+def test_wpg301_and_wpg302_pass_parse_findings_through(tmp_path: Path) -> None:
+    folder = tmp_path / D
+    folder.mkdir(parents=True)
+    (folder / "wp-001.md").write_text("---\ntitle: [oops\n---\n", encoding="utf-8")
+    (folder / "wp-002.md").write_text(
+        format_work_package("002", "ok", 1).replace("status: todo", "status: nope"),
+        encoding="utf-8",
+    )
+    (folder / "wp-003.md").write_bytes(b"---\nid: \xff\n---\n")
+    (folder / "index.md").write_text("not a package", encoding="utf-8")
+    registry = load_work_packages(tmp_path)
+    assert [(f.path, f.line, f.rule_id) for f in rules.check_front_matter(registry, {})] == [
+        (f"{D}/wp-001.md", 3, "WPG301"),
+        (f"{D}/wp-003.md", 2, "WPG301"),
+    ]
+    assert [(f.path, f.line) for f in rules.check_schema(registry, {})] == [(f"{D}/wp-002.md", 5)]
+    assert registry.packages == ()
+
+
+def test_wpg303_id_matches_file_and_is_unique() -> None:
+    registry = _registry(_wp("001"), _wp("002", name="wp-003.md"), _wp("001", name="wp-001b.md"))
+    assert [(f.path, f.message.split(";")[0]) for f in rules.check_ids(registry, {})] == [
+        (f"{D}/wp-003.md", "the id '002' does not match the file name wp-003.md"),
+        (f"{D}/wp-001b.md", "the id '001' does not match the file name wp-001b.md"),
+        (f"{D}/wp-001b.md", f"the id '001' is already used by {D}/wp-001.md"),
+    ]
+
+
+def test_wpg304_dependencies_exist() -> None:
+    registry = _registry(_wp("001", depends_on=("001", "009")))
+    assert [
+        (f.line, f.message.split(";")[0]) for f in rules.check_dependencies_exist(registry, {})
+    ] == [
+        (6, "WP-001 depends on itself"),
+        (6, "depends_on names WP-009, which has no page"),
+    ]
+
+
+def test_wpg305_cycles_reported_once() -> None:
+    registry = _registry(
+        _wp("001", depends_on=("003",)),
+        _wp("002", depends_on=("001",)),
+        _wp("003", depends_on=("002",)),
+        _wp("004", depends_on=("005",)),
+        _wp("005", depends_on=("004",)),
+        _wp("006", depends_on=("001",)),
+    )
+    assert [(f.path, f.message.split(";")[0]) for f in rules.check_acyclic(registry, {})] == [
+        (f"{D}/wp-001.md", "dependency cycle WP-001 -> WP-003 -> WP-002 -> WP-001"),
+        (f"{D}/wp-004.md", "dependency cycle WP-004 -> WP-005 -> WP-004"),
+    ]
+
+
+def test_wpg306_done_gates_resolve() -> None:
+    registry = _registry(
+        _wp("001", status="done"),
+        _wp("002", status="done", gate=("tests/a.py::test_ok", "tests/a.py::test_gone")),
+        _wp("003", status="todo", gate=("tests/a.py::test_gone",)),
+    )
+
+    def resolve(node_id: str) -> str | None:
+        return None if node_id.endswith("ok") else "no test function test_gone in tests/a.py"
+
+    assert [(f.path, f.message) for f in rules.check_gates(registry, resolve, {})] == [
+        (
+            f"{D}/wp-001.md",
+            "WP-001 is done but names no gate; list the pytest node ids that "
+            'prove it (`gate: ["tests/x/test_y.py::test_z"]`)',
+        ),
+        (
+            f"{D}/wp-002.md",
+            "the gate 'tests/a.py::test_gone' does not resolve: no test function "
+            "test_gone in tests/a.py",
+        ),
+    ]
+
+
+def test_wpg307_phase_exists() -> None:
+    (finding,) = rules.check_phases(_registry(_wp("001", phase=7)), {})
+    assert (finding.line, finding.message) == (
+        4,
+        "phase 7 has no page; add docs/engineering/phase-07-<slug>.md or fix the phase",
+    )
+
+
+def test_wpg308_reason_for_blocked_and_deferred() -> None:
+    registry = _registry(_wp("001", status="blocked"), _wp("002", status="deferred", reason="x"))
+    assert [(f.path, f.line) for f in rules.check_reasons(registry, {})] == [(f"{D}/wp-001.md", 5)]
+
+
+def test_wpg309_superseded_by() -> None:
+    registry = _registry(
+        _wp("001", status="superseded"),
+        _wp("002", status="superseded", superseded_by="009"),
+        _wp("003", status="superseded", superseded_by="004"),
+        _wp("004", superseded_by="003"),
+    )
+    assert [(f.path, f.message.split(";")[0]) for f in rules.check_superseded(registry, {})] == [
+        (f"{D}/wp-001.md", "WP-001 is superseded without `superseded_by`"),
+        (
+            f"{D}/wp-002.md",
+            "superseded_by names WP-009, which is not another package of the registry",
+        ),
+        (f"{D}/wp-004.md", "`superseded_by` is set but the status is todo"),
+    ]

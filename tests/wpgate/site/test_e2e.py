@@ -1,0 +1,183 @@
+"""End to end: build the project's site, serve it on loopback, browse it in headless Chromium.
+
+Follows every generated link on the roadmap and in each work-package header and fails on a
+broken link (any HTTP error the server answers) or a browser console error (SEVERE log entry).
+Skips, with the reason, only when Chromium is missing outside CI; in CI (``CI=true``) it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+_IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+pytestmark = pytest.mark.slow
+
+if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()) and not _IN_CI:
+    pytest.skip(
+        "headless Chromium is not installed (apt-get install chromium chromium-driver)",
+        allow_module_level=True,
+    )
+
+
+class _Recorder(http.server.SimpleHTTPRequestHandler):
+    """Serves the built site and records every request's status."""
+
+    statuses: list[tuple[str, int]]
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        self.statuses.append((self.path, int(code) if str(code).isdigit() else 0))
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the test reports failures itself."""
+
+
+@pytest.fixture(scope="module")
+def built_site() -> Iterator[Path]:
+    """The project's site, built with --strict into a temporary folder."""
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    with tempfile.TemporaryDirectory(prefix="wpgate-site-") as tmp:
+        config = load_config(str(REPO / "mkdocs.yml"), site_dir=tmp, strict=True)
+        build(config)
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
+def _serve(directory: Path) -> Iterator[tuple[str, list[tuple[str, int]]]]:
+    """An HTTP server for ``directory`` on 127.0.0.1 and a random free port."""
+    statuses: list[tuple[str, int]] = []
+    handler = type("Handler", (_Recorder,), {"statuses": statuses})
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), partial(handler, directory=str(directory))
+    )
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/", statuses
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server(built_site: Path) -> Iterator[tuple[str, list[tuple[str, int]]]]:
+    """The built site, served."""
+    with _serve(built_site) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """Headless Chromium through chromedriver, with a fresh profile and no outside traffic."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    with tempfile.TemporaryDirectory(prefix="wpgate-chromium-") as profile:
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for flag in (
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+        ):
+            options.add_argument(flag)
+        options.set_capability("goog:loggingOptions", {"browser": "ALL"})
+        driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+        driver.set_page_load_timeout(30)
+        try:
+            yield driver
+        finally:
+            driver.quit()
+
+
+def _visit(driver: object, url: str) -> list[str]:
+    """Open ``url``; the console errors it produced."""
+    driver.get(url)  # type: ignore[attr-defined]
+    return [
+        f"{url}: {entry['message']}"
+        for entry in driver.get_log("browser")  # type: ignore[attr-defined]
+        if entry.get("level") == "SEVERE"
+    ]
+
+
+def _hrefs(driver: object, css: str) -> list[str]:
+    """Absolute hrefs of the links matched by ``css``."""
+    from selenium.webdriver.common.by import By
+
+    elements = driver.find_elements(By.CSS_SELECTOR, css)  # type: ignore[attr-defined]
+    return [e.get_attribute("href") for e in elements if e.get_attribute("href")]
+
+
+def _same_site(base: str, href: str) -> bool:
+    """Whether ``href`` points into the served site (not an anchor-only or outside link)."""
+    return urlsplit(href).netloc == urlsplit(base).netloc
+
+
+def test_generated_links_resolve_without_console_errors(
+    server: tuple[str, list[tuple[str, int]]], browser: object
+) -> None:
+    base, statuses = server
+    errors = _visit(browser, urljoin(base, "roadmap/"))
+    assert "Roadmap" in browser.title  # type: ignore[attr-defined]
+    roadmap_links = [h for h in _hrefs(browser, "article a[href]") if _same_site(base, h)]
+    wp_pages = sorted({h.split("#")[0] for h in roadmap_links if "/work_packages/" in h})
+    assert wp_pages, "the roadmap links no work-package page"
+
+    header_links: set[str] = set()
+    for page in wp_pages:
+        errors += _visit(browser, page)
+        # The generated header is the first block quote of the article.
+        found = _hrefs(browser, "article blockquote:first-of-type a[href]")
+        assert any(h.rstrip("/").endswith("roadmap") for h in found), f"{page}: no roadmap link"
+        header_links.update(h for h in found if _same_site(base, h))
+
+    for href in sorted(set(roadmap_links) | header_links):
+        errors += _visit(browser, href.split("#")[0])
+        heading = browser.find_elements("css selector", "article h1")  # type: ignore[attr-defined]
+        assert heading, f"{href}: the page has no title heading"
+
+    broken = sorted({f"{path} -> HTTP {code}" for path, code in statuses if code >= 400})
+    assert not broken, "broken links or assets:\n" + "\n".join(broken)
+    assert not errors, "browser console errors:\n" + "\n".join(errors)
+    # Every page the links led to was actually requested.
+    requested = {path.split("?")[0] for path, _ in statuses}
+    assert "/roadmap/" in requested
+    assert len(requested) > len(wp_pages)
+
+
+def test_harness_reports_broken_links_and_console_errors(browser: object, tmp_path: Path) -> None:
+    # The checks above can fail: a page with a script error and a dead link trips both.
+    (tmp_path / "index.html").write_text(
+        '<!doctype html><title>t</title><a href="missing/">dead</a>'
+        '<script>throw new Error("wpgate-e2e-probe")</script>',
+        encoding="utf-8",
+    )
+    with _serve(tmp_path) as (base, statuses):
+        errors = _visit(browser, base)
+        for href in _hrefs(browser, "a[href]"):
+            _visit(browser, href)
+    assert any("wpgate-e2e-probe" in e for e in errors)
+    assert ("/missing/", 404) in statuses

@@ -1,0 +1,52 @@
+"""Escaping front-matter and evidence text for Markdown and HTML."""
+
+from __future__ import annotations
+
+import html
+
+import markdown
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wpgate.site._escape import escape_html, escape_markdown, escape_markdown_keep_code
+
+
+def _render_inline(text: str) -> str:
+    """``text`` through Python-Markdown (tables on, as on the site), unwrapped from ``<p>``."""
+    out = markdown.markdown(text, extensions=["tables", "attr_list", "admonition"])
+    assert out.startswith("<p>")
+    assert out.endswith("</p>")
+    return out[3:-4]
+
+
+def test_script_tag_and_markdown_specials_render_literally() -> None:
+    title = '<script>alert("x")</script> *bold* _em_ [link](http://x) `code` | a & b #1'
+    rendered = _render_inline(escape_markdown(title))
+    assert "<script" not in rendered
+    assert "<em>" not in rendered
+    assert "<strong>" not in rendered
+    assert "<a " not in rendered
+    assert "<code>" not in rendered
+    assert html.unescape(rendered) == title
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1))
+def test_any_text_renders_as_itself(text: str) -> None:
+    folded = " ".join(text.split())
+    if not folded:
+        return
+    rendered = _render_inline(escape_markdown(text))
+    assert "<" not in rendered.replace("&lt;", "")
+    assert html.unescape(rendered) == folded
+
+
+def test_escape_html_quotes_and_folds_whitespace() -> None:
+    assert escape_html("a <b>\n \"c\" & 'd'") == "a &lt;b&gt; &quot;c&quot; &amp; &#x27;d&#x27;"
+
+
+def test_keep_code_escapes_around_code_spans() -> None:
+    text = "Use `Name <email>` not <b>Name</b> * ``a`b``"
+    rendered = _render_inline(escape_markdown_keep_code(text))
+    assert rendered.startswith("Use <code>Name &lt;email&gt;</code> not &#60;b&#62;")
+    assert rendered.endswith("<code>a`b</code>")
+    assert "<b>" not in rendered

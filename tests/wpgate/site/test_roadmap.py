@@ -1,0 +1,162 @@
+"""Headers, Needed-by, the roadmap and phase sections, from plain records."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pytest
+
+from wpgate.site import _roadmap
+from wpgate.site._roadmap import Phase, build_model, compute_needed_by, render_header
+
+
+@dataclass(frozen=True)
+class WP:
+    id: str
+    title: str
+    phase: int
+    status: str
+    depends_on: tuple[str, ...] = ()
+    reason: str | None = None
+    superseded_by: str | None = None
+
+
+PACKAGES = [
+    WP("002", "Second", 1, "in-progress", ("001",)),
+    WP("001", "First", 1, "done"),
+    WP("003", "Third <b>", 2, "blocked", ("001", "002"), reason="waits for a GPU"),
+    WP("003b", "Third, part b", 2, "superseded", ("003",), superseded_by="004"),
+    WP("004", "Fourth", 3, "todo", ("003",)),
+]
+PHASES = [
+    Phase(1, "Foundation", "engineering/phase-01-foundation.md"),
+    Phase(2, "Replay", "engineering/phase-02-replay.md"),
+]
+PAGES = {wp.id: f"work_packages/wp-{wp.id}.md" for wp in PACKAGES}
+
+
+def _model() -> _roadmap.SiteModel:
+    return build_model(PACKAGES, PHASES, PAGES, "ROADMAP.md")
+
+
+def _links(markdown: str) -> list[tuple[str, str]]:
+    return re.findall(r"\[([^\]]+)\]\(([^)]+)\)", markdown)
+
+
+def test_packages_are_in_registry_order() -> None:
+    assert [wp.id for wp in _model().packages] == ["001", "002", "003", "003b", "004"]
+
+
+def test_needed_by_is_the_inverse_of_depends_on() -> None:
+    needed = compute_needed_by(PACKAGES)
+    assert needed == {"001": ("002", "003"), "002": ("003",), "003": ("003b", "004")}
+    # Both ways: every dependency edge shows up once on each side.
+    edges = {(d, wp.id) for wp in PACKAGES for d in wp.depends_on}
+    assert edges == {(k, v) for k, vs in needed.items() for v in vs}
+
+
+def test_header_of_a_dependency_lists_its_dependants() -> None:
+    header = render_header(_model(), "001", "work_packages/wp-001.md")
+    needed_part = header.split("Needed by", 1)[1].split("\n", 1)[0]
+    assert _links(needed_part) == [("WP-002", "wp-002.md"), ("WP-003", "wp-003.md")]
+    assert "Depends on nothing" in header
+
+
+def test_header_of_a_dependant_links_its_dependencies() -> None:
+    header = render_header(_model(), "003", "work_packages/wp-003.md")
+    depends_part = header.split("Depends on", 1)[1].split("Needed by", 1)[0]
+    assert _links(depends_part) == [("WP-001", "wp-001.md"), ("WP-002", "wp-002.md")]
+    assert "Reason: waits for a GPU" in header
+    assert "**⛔ blocked**" in header
+
+
+def test_header_links_phase_neighbours_and_roadmap() -> None:
+    header = render_header(_model(), "003", "work_packages/wp-003.md")
+    links = _links(header)
+    assert links[0] == ("Phase 2 — Replay", "../engineering/phase-02-replay.md")
+    nav = header.strip().splitlines()[-1]
+    assert _links(nav) == [
+        ("WP-002", "wp-002.md"),
+        ("Roadmap", "../ROADMAP.md"),
+        ("WP-003b", "wp-003b.md"),
+    ]
+    assert nav.index("⬅️") < nav.index("Roadmap") < nav.index("➡️")
+
+
+def test_first_and_last_have_one_neighbour() -> None:
+    first = render_header(_model(), "001", "work_packages/wp-001.md").strip().splitlines()[-1]
+    last = render_header(_model(), "004", "work_packages/wp-004.md").strip().splitlines()[-1]
+    assert "⬅️" not in first
+    assert "➡️" in first
+    assert "⬅️" in last
+    assert "➡️" not in last
+    # Phase 3 has no page: the header names it without a link.
+    assert "Engineering log · Phase 3 ·" in render_header(
+        _model(), "004", "work_packages/wp-004.md"
+    )
+
+
+def test_superseded_header_links_its_successor() -> None:
+    header = render_header(_model(), "003b", "work_packages/wp-003b.md")
+    assert "Superseded by [WP-004](wp-004.md)" in header
+
+
+def test_unknown_id_is_a_key_error() -> None:
+    with pytest.raises(KeyError):
+        render_header(_model(), "999", "work_packages/wp-999.md")
+
+
+def test_roadmap_groups_rows_by_phase_with_statuses() -> None:
+    text = _roadmap.render_roadmap(_model(), "ROADMAP.md")
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    assert [s.splitlines()[0] for s in sections] == [
+        "[Phase 1 — Foundation](engineering/phase-01-foundation.md)",
+        "[Phase 2 — Replay](engineering/phase-02-replay.md)",
+        "Phase 3",
+    ]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| [WP-")
+    ]
+    assert [(r[0], r[2]) for r in rows] == [
+        ("[WP-001](work_packages/wp-001.md)", "✅ done"),
+        ("[WP-002](work_packages/wp-002.md)", "🔄 in-progress"),
+        ("[WP-003](work_packages/wp-003.md)", "⛔ blocked"),
+        ("[WP-003b](work_packages/wp-003b.md)", "♻️ superseded"),
+        ("[WP-004](work_packages/wp-004.md)", "⬜ todo"),
+    ]
+    # The title's HTML is escaped, and the Needed-by column agrees with the headers.
+    assert rows[2][1] == "Third &#60;b&#62;"
+    assert rows[0][4] == "[WP-002](work_packages/wp-002.md), [WP-003](work_packages/wp-003.md)"
+    assert "5 work packages:" in text
+    assert "✅ done: 1" in text
+
+
+def test_roadmap_keeps_a_hand_written_intro() -> None:
+    text = _roadmap.render_roadmap(_model(), "ROADMAP.md", intro="# Our plan\n\nWhy we go.")
+    assert text.startswith("# Our plan\n\nWhy we go.")
+
+
+def test_phase_section_lists_only_its_packages() -> None:
+    text = _roadmap.render_phase_section(_model(), 2, "engineering/phase-02-replay.md")
+    assert [label for label, _ in _links(text) if label.startswith("WP-")][:2] == [
+        "WP-003",
+        "WP-001",
+    ]
+    ids = re.findall(r"^\| \[WP-(\w+)\]", text, flags=re.MULTILINE)
+    assert ids == ["003", "003b"]
+    assert "[roadmap](../ROADMAP.md)" in text
+
+
+def test_generated_phase_page_has_a_title() -> None:
+    text = _roadmap.render_phase_page(_model(), 3, "engineering/phase-03.md")
+    assert text.startswith("# Phase 3\n")
+    assert re.findall(r"^\| \[WP-(\w+)\]", text, flags=re.MULTILINE) == ["004"]
+
+
+def test_missing_page_is_named_not_linked() -> None:
+    model = build_model(PACKAGES, PHASES, {"001": "work_packages/wp-001.md"}, "ROADMAP.md")
+    header = render_header(model, "001", "work_packages/wp-001.md")
+    assert "WP-002 (no page)" in header

@@ -1,0 +1,158 @@
+"""Tests for git access: ranges, one process per range, and range errors with their fix."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from wpgate import _git
+from wpgate._git import (
+    GitError,
+    RevisionRange,
+    history_range,
+    parse_range,
+    pushed_range,
+    read_commits,
+)
+
+
+def git(root: Path, *args: str, data: bytes | None = None) -> str:
+    """Run git in ``root`` and return its stdout."""
+    done = subprocess.run(
+        ["git", "-C", str(root), *args], input=data, capture_output=True, check=True
+    )
+    return done.stdout.decode().strip()
+
+
+def commit(root: Path, message: bytes) -> str:
+    """An empty commit with a raw message; its sha."""
+    git(root, "commit", "-q", "--allow-empty", "--cleanup=verbatim", "-F", "-", data=message)
+    return git(root, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    git(tmp_path, "init", "-q", "-b", "main", str(root))
+    git(root, "config", "user.name", "Ada Lovelace")
+    git(root, "config", "user.email", "ada@example.org")
+    for index in range(4):
+        commit(root, f"fix: change {index}\n\nWP: 004\n".encode())
+    return root
+
+
+def test_parse_range() -> None:
+    assert parse_range("a..b") == RevisionRange("b", ("a",), label="a..b")
+    assert parse_range("a..") == RevisionRange("HEAD", ("a",), label="a..")
+    assert parse_range("HEAD") == RevisionRange("HEAD", (), label="HEAD")
+    for bad, hint in [("", "pass `--range"), ("a...b", "two dots"), ("..b", "has no start")]:
+        with pytest.raises(GitError, match=hint):
+            parse_range(bad)
+
+
+def test_reads_a_range_newest_first(repo: Path) -> None:
+    first = git(repo, "rev-list", "--max-parents=0", "HEAD")
+    commits = read_commits(repo, parse_range(f"{first}..HEAD"))
+    assert [c.message for c in commits] == [
+        f"fix: change {i}\n\nWP: 004\n".encode() for i in (3, 2, 1)
+    ]
+    assert commits[-1].parents == (first,)
+    assert commits[0].author == "Ada Lovelace <ada@example.org>"
+
+
+def test_history_range_includes_its_start(repo: Path) -> None:
+    first = git(repo, "rev-list", "--max-parents=0", "HEAD")
+    assert len(read_commits(repo, history_range(first))) == 4
+    second = git(repo, "rev-parse", "HEAD~2")
+    assert len(read_commits(repo, history_range(second))) == 3
+
+
+def raw_commit(root: Path, message: bytes) -> str:
+    """A commit object written byte for byte (git commit would re-encode invalid UTF-8)."""
+    tree = git(root, "rev-parse", "HEAD^{tree}")
+    parent = git(root, "rev-parse", "HEAD")
+    ident = b"Ada Lovelace <ada@example.org> 1760000000 +0000"
+    body = b"tree %s\nparent %s\nauthor %s\ncommitter %s\n\n" % (
+        tree.encode(),
+        parent.encode(),
+        ident,
+        ident,
+    )
+    sha = git(root, "hash-object", "-t", "commit", "-w", "--stdin", data=body + message)
+    git(root, "update-ref", "HEAD", sha)
+    return sha
+
+
+def test_messages_stay_bytes(repo: Path) -> None:
+    raw_commit(repo, b"fix: bad \xff byte\n\nWP: 004\n")
+    (latest,) = read_commits(repo, parse_range("HEAD~1..HEAD"))
+    assert latest.message == b"fix: bad \xff byte\n\nWP: 004\n"
+
+
+def test_one_git_log_process_for_the_whole_range(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for index in range(30):
+        commit(repo, f"fix: more {index}\n".encode())
+    calls: list[list[str]] = []
+    real = subprocess.run
+
+    def spy(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        calls.append(list(args))
+        return real(args, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    first = git(repo, "rev-list", "--max-parents=0", "HEAD")
+    monkeypatch.setattr(_git.subprocess, "run", spy)
+    assert len(read_commits(repo, parse_range(f"{first}..HEAD"))) == 33
+    assert sum("log" in call for call in calls) == 1
+    assert len(calls) <= 3  # repository state, endpoint check, the log
+
+
+def test_empty_range_is_an_error(repo: Path) -> None:
+    with pytest.raises(GitError, match=r"contains no commits; write it OLDER\.\.NEWER"):
+        read_commits(repo, parse_range("HEAD..HEAD~2"))
+
+
+def test_unknown_revision_is_an_error(repo: Path) -> None:
+    with pytest.raises(GitError, match=r"unknown revision `nope`; check the name"):
+        read_commits(repo, parse_range("nope..HEAD"))
+
+
+def test_not_a_repository(tmp_path: Path) -> None:
+    with pytest.raises(GitError, match="is not inside a git repository"):
+        read_commits(tmp_path, parse_range("HEAD"))
+
+
+def test_shallow_clone_errors_say_how_to_fetch(repo: Path, tmp_path: Path) -> None:
+    first = git(repo, "rev-list", "--max-parents=0", "HEAD")
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "2", f"file://{repo}", str(shallow))
+    with pytest.raises(GitError, match=r"not in this shallow clone; fetch .*--unshallow"):
+        read_commits(shallow, parse_range(f"{first}..HEAD"))
+    with pytest.raises(GitError, match=r"reaches the shallow-clone boundary .*--unshallow"):
+        read_commits(shallow, parse_range("HEAD"))
+    assert len(read_commits(shallow, parse_range("HEAD~1..HEAD"))) == 1
+
+
+def test_pushed_range_from_pre_commit_environment() -> None:
+    env = {"PRE_COMMIT_FROM_REF": "a" * 40, "PRE_COMMIT_TO_REF": "b" * 40}
+    assert pushed_range(env) == RevisionRange(
+        "b" * 40, ("a" * 40,), label=f"{'a' * 40}..{'b' * 40}", allow_empty=True
+    )
+    new_branch = pushed_range({"PRE_COMMIT_TO_REF": "b" * 40}, history_start="abc")
+    assert new_branch.exclude == ("--remotes", "abc^@")
+    assert pushed_range({}).exclude == ("--remotes",)
+
+
+def test_pushed_range_without_remotes_lints_local_commits(repo: Path) -> None:
+    assert len(read_commits(repo, pushed_range({}))) == 4
+    start = git(repo, "rev-parse", "HEAD~1")
+    assert len(read_commits(repo, pushed_range({}, history_start=start))) == 2
+
+
+def test_comment_char(repo: Path) -> None:
+    assert _git.comment_char(repo) == "#"
+    git(repo, "config", "core.commentChar", ";")
+    assert _git.comment_char(repo) == ";"

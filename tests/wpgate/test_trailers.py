@@ -1,0 +1,224 @@
+"""Tests for the commit-message parser: git as an oracle, exact records, properties."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from wpgate.trailers import (
+    Trailer,
+    _parse_general,
+    _parse_plain,
+    decode_message,
+    parse_message,
+    parse_trailers,
+)
+
+GOOD = """feat(cli): add the trailers command
+
+Lints commit messages.
+
+WP: 004
+Provenance: R20 §2, R21
+Gate: tests/wpgate/test_cli.py::test_trailers
+"""
+
+# Messages whose trailer block is hard to find; `git interpret-trailers --parse` is the judge.
+ORACLE_CORPUS = [
+    GOOD,
+    "subject only\n",
+    "subject\n\nWP: 004\n",
+    "WP: 004\n",
+    "subject\nWP: 004\n",
+    "subject\n\nbody\n\nKey: value\n  continued here\n\tand here\nOther: x\n",
+    "subject\n\nKey: value\n---\nNot: a trailer\n",
+    "subject\n\nKey: value\n--- a/file\n+++ b/file\nX: y\n",
+    "subject\n\nKey: value\n---",
+    "subject\n\nKey: value\n\n---\nA: b\n",
+    "subject\n\nsome prose line\nKey: value\n",
+    "subject\n\nprose one\nprose two\nprose three\nSigned-off-by: A <a@b.c>\n",
+    "subject\n\nprose one\nprose two\nprose three\nprose four\nSigned-off-by: A <a@b.c>\n",
+    "subject\n\nKey: v\n# a comment: here\nOther: w\n",
+    "subject\n\nKey: v\n\n# Please enter the commit message\n#\n",
+    "subject\r\n\r\nKey: value\r\n continued\r\nOther: x\r\n",
+    "subject\r\n\r\nbody\r\n\r\nKey: value\r\n",
+    "subject\n\nKey: v\n# ------------------------ >8 ------------------------\nA: b\n",
+    "subject\n\nbody\n\nKey: v\nConflicts:\n\tsrc/a.py\n",
+    "subject\n\nKey : spaced\nKey\t: tabbed\nbad key: no\n",
+    "subject\n\n  indented: not a key\nKey: v\n",
+    "subject\n\nKey: v\n  \n",
+    "subject\n\n\n\nKey:\nEmpty:   \n",
+    "subject\n\n(cherry picked from commit abc)\nprose\n",
+    "subject\n\nKey: v\n\n\n",
+    "",
+    "\n\n\n",
+    "subject\n\nbody\n \nKey: v\n",
+    "subject\n\nKey: ünïcödé välue\nSchlüssel: x\n",
+]
+
+
+def _git_parse(text: str) -> list[str]:
+    """Trailers as `git interpret-trailers --parse` prints them."""
+    out = subprocess.run(
+        ["git", "-c", "core.commentChar=#", "interpret-trailers", "--parse"],
+        input=text.encode(),
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    # split("\n"), not splitlines(): a folded CRLF value keeps its "\r" in git's output.
+    return out.split("\n")[:-1]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("text", ORACLE_CORPUS)
+def test_parse_matches_git_interpret_trailers(text: str) -> None:
+    ours = [f"{t.key}: {t.value}" for t in parse_trailers(text)]
+    assert ours == _git_parse(text)
+
+
+def test_url_is_not_a_trailer() -> None:
+    # The spec's one deliberate difference from git 2.39, which would call `http` a key.
+    assert parse_trailers("subject\n\nhttp://example.com\nWP: 004\n") == ()
+    assert parse_trailers("subject\n\nWP: 004\n") == (Trailer("WP", "004", 3),)
+
+
+def test_exact_records_with_lines() -> None:
+    message = parse_message(GOOD)
+    assert message.subject == "feat(cli): add the trailers command"
+    assert message.subject_line == 1
+    assert message.trailers == (
+        Trailer("WP", "004", 5),
+        Trailer("Provenance", "R20 §2, R21", 6),
+        Trailer("Gate", "tests/wpgate/test_cli.py::test_trailers", 7),
+    )
+    assert message.values("wp") == (Trailer("WP", "004", 5),)
+
+
+def test_commit_msg_cleanup_drops_comments_and_scissors() -> None:
+    text = (
+        "# leading comment\nfix: x\n\n# note\nWP: 004\n"
+        "# ------------------------ >8 ------------------------\ndiff --git a b\nGate: t.py\n"
+    )
+    message = parse_message(text, cleanup=True)
+    assert message.subject == "fix: x"
+    assert message.subject_line == 2
+    assert message.trailers == (Trailer("WP", "004", 5),)
+    assert [line for _, line in message.text_lines()] == ["fix: x", "", "WP: 004"]
+
+
+def test_comment_char_is_configurable() -> None:
+    text = "fix: x\n\n; note: here\nWP: 004\n"
+    assert parse_message(text, comment_char=";", cleanup=True).trailers == (
+        Trailer("WP", "004", 4),
+    )
+
+
+def test_invalid_utf8_reports_the_line() -> None:
+    decoded = decode_message(b"fix: x\n\nbad \xff byte\n")
+    assert decoded.error_line == 3
+    assert "\ufffd" in decoded.text
+    assert decode_message("fix: ü\n".encode()).error_line is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_arbitrary_text_never_raises(text: str) -> None:
+    message = parse_message(text, cleanup=True)
+    assert all(t.line >= 1 for t in message.trailers)
+    parse_message(text, comment_char=None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary())
+def test_arbitrary_bytes_never_raise(data: bytes) -> None:
+    decoded = decode_message(data)
+    parse_message(decoded.text, encoding_error_line=decoded.error_line)
+
+
+_LINE = st.sampled_from(
+    ["", " ", "  cont", "Key: v", "# c", "---", "prose words", "Signed-off-by: A <a@b>", "\r"]
+)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_LINE, max_size=12), st.sampled_from(["\n", "\r\n"]))
+def test_generated_messages_match_git(lines: list[str], eol: str) -> None:
+    text = "subject" + eol + eol + eol.join(lines) + eol
+    assert [f"{t.key}: {t.value}" for t in parse_trailers(text)] == _git_parse(text)
+
+
+MIB = 1 << 20
+BODY = "A paragraph of prose that explains the change and why it was made.\n"
+# Realistic shapes of a 1 MiB message: each must parse in well under the 100 ms bound.
+LARGE_SHAPES = {
+    "prose": "fix: x\n\n" + BODY * (MIB // len(BODY)) + "\nWP: 004\nGate: t.py\n",
+    "paragraphs": "fix: x\n\n" + (BODY * 4 + "\n") * (MIB // (4 * len(BODY) + 1)),
+    "newlines": "\n" * MIB,
+    "one-line": "x" * MIB,
+    "dashes": "---\n" * (MIB // 4),
+    "log-paste": "fix: x\n\n" + ("    at frame (file.py:12)\n" * (MIB // 27)) + "\nWP: 004\n",
+}
+# Adversarial shapes: every line is a trailer, a continuation or a comment. These are bound to
+# be linear: four times the text may take at most about four times as long.
+ADVERSARIAL_SHAPES = {
+    "trailers": "fix: x\n\n" + "Key: value\n" * (MIB // 11),
+    "continuations": "fix: x\n\nKey: v\n" + " c\n" * (MIB // 3),
+    "comments": "fix: x\n\n" + "#\n" * (MIB // 2),
+    "prose-then-trailer": "fix: x\n\n" + "word\n" * (MIB // 5) + "Key: v\n",
+    "leading-comments": "#\n" * (MIB // 2) + "fix: x\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(LARGE_SHAPES))
+def test_one_mebibyte_parses_fast(shape: str) -> None:
+    text = LARGE_SHAPES[shape]
+    assert len(text) >= 0.95 * MIB
+    best = min(_timed(text) for _ in range(3))
+    assert best < 0.1, f"{shape}: {best:.3f} s"
+
+
+@pytest.mark.parametrize("shape", sorted(ADVERSARIAL_SHAPES))
+def test_adversarial_shapes_are_linear(shape: str) -> None:
+    text = ADVERSARIAL_SHAPES[shape]
+    quarter = text[: len(text) // 4]
+    small = min(_timed(quarter) for _ in range(3))
+    large = min(_timed(text) for _ in range(3))
+    assert large < 2.0, f"{shape}: {large:.3f} s"
+    assert large < 8 * small + 0.02, f"{shape}: {small:.3f} s -> {large:.3f} s"
+
+
+def _timed(text: str) -> float:
+    """Seconds to parse ``text`` in commit-msg mode."""
+    start = time.perf_counter()
+    parse_message(text, cleanup=True)
+    return time.perf_counter() - start
+
+
+_PLAIN_LINE = st.sampled_from(
+    [
+        "Key: v",
+        "Signed-off-by: A <a@b>",
+        "(cherry picked from commit 1)",
+        "prose",
+        "a:b",
+        "Conflicts:",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PLAIN_LINE, min_size=1, max_size=8), st.booleans())
+def test_plain_fast_path_agrees_with_the_general_algorithm(lines: list[str], cleanup: bool) -> None:
+    text = "feat: x\n\nbody\n\n" + "\n".join(lines) + "\n"
+    core = text.rstrip("\n")
+    fast = _parse_plain(core, "#", "#" if cleanup else None, None)
+    # A last line "Conflicts:" is git's old conflict list (ignored): the general path handles it.
+    assert (fast is None) == (lines[-1] == "Conflicts:")
+    assume(fast is not None)
+    assert fast == _parse_general(text, core, "#", cleanup, None)
