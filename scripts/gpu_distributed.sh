@@ -6,7 +6,8 @@
 # Usage: OUT=/path/to/evidence scripts/gpu_distributed.sh [N]   (N defaults to all GPUs)
 # Writes under $OUT: musgd-distributed-cuda-<N>gpu.json (all timings in one evidence file),
 # predictions-<N>gpu.md and tests.log. Needs torch with CUDA and this repo installed
-# (pip install -e ".[optim,dev]") or PYTHONPATH=src.
+# (pip install -e ".[optim,dev]") or PYTHONPATH=src. On a copy of the checkout without .git, set
+# EVIDENCE_GIT_COMMIT=<sha> and EVIDENCE_GIT_DIRTY=true|false as read in the copied checkout.
 set -euo pipefail
 
 : "${OUT:?set OUT to the folder that receives the evidence}"

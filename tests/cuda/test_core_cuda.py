@@ -193,9 +193,11 @@ def test_resume_from_state_dict_is_bit_identical(dtype: torch.dtype) -> None:
     resumed += _train(second, opt_b, range(3, 6), dtype)
 
     assert resumed == losses
-    initial = _training(dtype, seed=0)[0]  # the common start: training really moved the weights
+    # Training really moved the matrices (a bf16 write may swallow a small update of a norm
+    # weight near 1.0, so vectors are not required to move).
+    initial = _training(dtype, seed=0)[0]
     pairs = zip(initial.parameters(), straight.parameters(), strict=True)
-    assert not any(torch.equal(p, q) for p, q in pairs)
+    assert not any(torch.equal(p, q) for p, q in pairs if p.dim() >= 2)
     for p, q in zip(straight.parameters(), second.parameters(), strict=True):
         assert q.device.type == "cuda"
         assert torch.equal(p, q)
