@@ -9,8 +9,7 @@ try:
     import torch as _torch  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised in a torch-free subprocess test
     raise ImportError(
-        "musgd needs PyTorch, which is not installed. Install it with: "
-        'pip install "wpgate[optim]"'
+        'musgd needs PyTorch, which is not installed. Install it with: pip install "wpgate[optim]"'
     ) from exc
 
 from musgd._functional import matrix_shape

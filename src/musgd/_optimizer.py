@@ -201,14 +201,24 @@ class MuSGD(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for index, group in enumerate(self.param_groups):
-            self._step_group(index, group)
+        # Check every group's gradients before any group is written, so that an unsupported
+        # gradient in a later group raises with no parameter or momentum changed.
+        gathered = [self._gather(index, group) for index, group in enumerate(self.param_groups)]
+        for index, (group, (params, grads)) in enumerate(
+            zip(self.param_groups, gathered, strict=True)
+        ):
+            if params:
+                self._step_group(index, group, params, grads, self._buffers(params))
         return loss
 
-    def _step_group(self, index: int, group: dict[str, Any]) -> None:
-        params, grads, bufs = self._gather(index, group)
-        if not params:
-            return
+    def _step_group(
+        self,
+        index: int,
+        group: dict[str, Any],
+        params: list[Tensor],
+        grads: list[Tensor],
+        bufs: list[Tensor],
+    ) -> None:
         layout = build_layout(params, group["use_muon"])
         structure = group_structure(group)
         hyper = Hyper(
@@ -248,21 +258,19 @@ class MuSGD(Optimizer):
             updates = self._prepare(params, grads, bufs, layout, hyper, structure, orth)
         apply_updates(params, updates, float(group["lr"]))
 
-    def _gather(
-        self, index: int, group: dict[str, Any]
-    ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
-        """Parameters with gradients, their gradients and momentum buffers (created lazily)."""
+    def _gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
+        """Parameters with gradients and their gradients; unsupported gradients raise."""
         params: list[Tensor] = []
         grads: list[Tensor] = []
-        bufs: list[Tensor] = []
         for j, p in enumerate(group["params"]):
             g = p.grad
             if g is None:
                 continue
-            if g.is_sparse:
+            if g.layout != torch.strided:
                 raise RuntimeError(
-                    f"MuSGD does not support sparse gradients (param_groups[{index}], "
-                    f"params[{j}]); use a dense embedding or another optimizer for it"
+                    f"MuSGD does not support sparse gradients ({g.layout}) "
+                    f"(param_groups[{index}], params[{j}]); use a dense embedding or another "
+                    "optimizer for it"
                 )
             if g.is_complex() or p.is_complex():
                 raise RuntimeError(
@@ -270,13 +278,19 @@ class MuSGD(Optimizer):
                     f"(param_groups[{index}], params[{j}]); view them as real with "
                     "torch.view_as_real before optimizing"
                 )
+            params.append(p)
+            grads.append(g)
+        return params, grads
+
+    def _buffers(self, params: list[Tensor]) -> list[Tensor]:
+        """The momentum buffers of ``params``, created (zeros) at a parameter's first step."""
+        bufs: list[Tensor] = []
+        for p in params:
             state = self.state[p]
             if MOMENTUM_BUFFER not in state:
                 state[MOMENTUM_BUFFER] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            params.append(p)
-            grads.append(g)
             bufs.append(cast(Tensor, state[MOMENTUM_BUFFER]))
-        return params, grads, bufs
+        return bufs
 
 
 def group_structure(group: dict[str, Any]) -> Structure:

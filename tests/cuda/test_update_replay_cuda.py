@@ -298,7 +298,8 @@ def test_failure_in_either_pass_restores_every_tensor(where: str) -> None:
     _failing_prepare(opt, where)
     set_grads(params, 1)
     group = opt.param_groups[0]
-    ps, grads, bufs = opt._gather(0, group)
+    ps, grads = opt._gather(0, group)
+    bufs = opt._buffers(ps)
     before = [t.clone() for t in (*ps, *grads, *bufs)]
     replayer: UpdateReplayer = opt._update_replay
     with warnings.catch_warnings(record=True) as caught:

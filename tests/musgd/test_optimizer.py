@@ -224,10 +224,14 @@ def test_sparse_gradient_raises_runtime_error_with_group_and_index() -> None:
     sparse.grad = torch.sparse_coo_tensor(
         torch.tensor([[1, 7]]), torch.ones(2, 3), (10, 3), check_invariants=True
     )
+    dense.grad = torch.ones(4, 4)
     opt = MuSGD([{"params": [dense]}, {"params": [nn.Parameter(torch.zeros(2)), sparse]}], lr=0.1)
     opt.param_groups[1]["params"][0].grad = torch.zeros(2)
     with pytest.raises(RuntimeError, match=r"sparse.*param_groups\[1\], params\[1\]"):
         opt.step()
+    # The error comes before any write: the earlier group is untouched and has no state.
+    assert torch.equal(dense.detach(), torch.zeros(4, 4))
+    assert len(opt.state) == 0
 
 
 def test_complex_parameter_raises_runtime_error_with_group_and_index() -> None:

@@ -305,7 +305,8 @@ def test_failed_pass_restores_every_tensor_before_continuing(fail_in: str) -> No
     opt._replay.clear()
     set_grads(params, 1)
     group = opt.param_groups[0]
-    ps, grads, bufs = opt._gather(0, group)
+    ps, grads = opt._gather(0, group)
+    bufs = opt._buffers(ps)
     before = [t.clone() for t in (*ps, *grads, *bufs)]
     replayer: UpdateReplayer = opt._update_replay
     with warnings.catch_warnings(record=True) as caught:
