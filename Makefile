@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 test-cuda: $(STAMP)
-	$(PY) -m pytest -q -m cuda tests
+	$(PY) -m pytest -q -m cuda tests/cuda
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts
