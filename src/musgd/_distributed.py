@@ -29,7 +29,18 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from musgd._functional import Bucket, Hyper, Layout, Orthogonalizer, Structure, apply_updates
+from musgd._functional import (
+    Bucket,
+    Hyper,
+    Layout,
+    Orthogonalizer,
+    Structure,
+    add_decay_foreach,
+    add_orthogonalized,
+    apply_updates,
+    momentum_foreach,
+    sgd_terms_foreach,
+)
 
 SUPPORTED_SETUPS = (
     "DDP (plain tensors, MuSGD(..., process_group=<group>)) and FSDP2 fully_shard on a 1-D "
@@ -212,49 +223,21 @@ class ShardedStep:
         P = [_local(t) for t in params]
         G = [_local(t) for t in grads]
         M = [_local(t) for t in bufs]
-        # Steps 1-2 exactly as the foreach body: the same ops in the same order give the same bits.
-        torch._foreach_mul_(M, hyper.momentum)
-        torch._foreach_add_(M, G)
-        n: list[Tensor]
-        if structure.nesterov:
-            n = list(torch._foreach_mul(M, hyper.momentum))
-            torch._foreach_add_(n, G)
-        else:
-            n = M
-        updates: list[Tensor] = list(n)
-        mats = layout.matrices
+        # The foreach body's own pieces, in its order, give the same bits.
+        n = momentum_foreach(M, G, hyper, structure)
+        updates = sgd_terms_foreach(n, layout, hyper)
         # Every rank joins a new layout's agreement check, even one without matrices this step.
         plan = self._plan(layout, P, group, world) if structure.muon else None
-        if mats:
-            u_mat = torch._foreach_mul([n[i] for i in mats], hyper.w_sgd)
-            for i, u in zip(mats, u_mat, strict=True):
-                updates[i] = u
-            if plan is not None and plan.items:
-                if sharded:
-                    results = _orthogonalize_fsdp(
-                        n, P, layout, plan, _Comm(group, rank), structure=structure, orth=orth
-                    )
-                else:
-                    results = _orthogonalize_ddp(
-                        n, P, layout, plan, _Comm(group, rank), structure=structure, orth=orth
-                    )
-                for item, orthed in zip(plan.items, results, strict=True):
-                    bucket = layout.buckets[item.bucket]
-                    orthed.mul_(bucket.scale)
-                    orthed.mul_(hyper.w_muon)
-                    targets = [updates[i] for i in bucket.indices[item.start : item.stop]]
-                    torch._foreach_add_(
-                        targets, [o.reshape_as(t) for o, t in zip(orthed, targets, strict=True)]
-                    )
+        if layout.matrices and plan is not None and plan.items:
+            comm = _Comm(group, rank)
+            orthogonalize = _orthogonalize_fsdp if sharded else _orthogonalize_ddp
+            results = orthogonalize(n, P, layout, plan, comm, structure=structure, orth=orth)
+            for item, orthed in zip(plan.items, results, strict=True):
+                bucket = layout.buckets[item.bucket]
+                indices = bucket.indices[item.start : item.stop]
+                add_orthogonalized(updates, indices, orthed, bucket, hyper)
         if structure.decay:
-            decay = torch._foreach_mul(P, hyper.weight_decay)
-            if mats:
-                torch._foreach_add_([updates[i] for i in mats], [decay[i] for i in mats])
-            vecs = layout.vectors
-            if vecs:
-                summed = torch._foreach_add([updates[i] for i in vecs], [decay[i] for i in vecs])
-                for i, u in zip(vecs, summed, strict=True):
-                    updates[i] = u
+            add_decay_foreach(updates, P, layout, hyper)
         apply_updates(P, updates, lr)
 
     def _resolve(

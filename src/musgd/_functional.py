@@ -151,6 +151,54 @@ def _pick(items: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
     return [items[i] for i in idx]
 
 
+def momentum_foreach(
+    bufs: Sequence[Tensor], grads: Sequence[Tensor], hyper: Hyper, structure: Structure
+) -> list[Tensor]:
+    """Steps 1–2: ``m <- mu*m + g`` in place; returns ``n`` (fresh with Nesterov, else ``m``)."""
+    bufs = list(bufs)
+    grads = list(grads)
+    torch._foreach_mul_(bufs, hyper.momentum)
+    torch._foreach_add_(bufs, grads)
+    if not structure.nesterov:
+        return bufs
+    n = list(torch._foreach_mul(bufs, hyper.momentum))
+    torch._foreach_add_(n, grads)
+    return n
+
+
+def sgd_terms_foreach(n: Sequence[Tensor], layout: Layout, hyper: Hyper) -> list[Tensor]:
+    """The update before its orthogonalized and decay terms: ``w_sgd*n`` (matrices), ``n``."""
+    updates = list(n)
+    if layout.matrices:
+        scaled = torch._foreach_mul(_pick(n, layout.matrices), hyper.w_sgd)
+        for i, u in zip(layout.matrices, scaled, strict=True):
+            updates[i] = u
+    return updates
+
+
+def add_orthogonalized(
+    updates: list[Tensor], indices: Sequence[int], O: Tensor, bucket: Bucket, hyper: Hyper
+) -> None:
+    """``U += w_muon*scale*O`` for the matrices ``indices`` of ``bucket`` (``O`` is overwritten)."""
+    O.mul_(bucket.scale)
+    O.mul_(hyper.w_muon)
+    targets = _pick(updates, indices)
+    torch._foreach_add_(targets, [o.reshape_as(t) for o, t in zip(O, targets, strict=True)])
+
+
+def add_decay_foreach(
+    updates: list[Tensor], params: Sequence[Tensor], layout: Layout, hyper: Hyper
+) -> None:
+    """``U += wd*W``: in place for matrices, out of place for vectors (whose U may be ``m``)."""
+    decay = torch._foreach_mul(list(params), hyper.weight_decay)
+    if layout.matrices:
+        torch._foreach_add_(_pick(updates, layout.matrices), _pick(decay, layout.matrices))
+    if layout.vectors:
+        summed = torch._foreach_add(_pick(updates, layout.vectors), _pick(decay, layout.vectors))
+        for i, u in zip(layout.vectors, summed, strict=True):
+            updates[i] = u
+
+
 def prepare_updates_foreach(
     params: Sequence[Tensor],
     grads: Sequence[Tensor],
@@ -165,43 +213,15 @@ def prepare_updates_foreach(
     Momentum buffers are updated in place. Returned tensors are fresh except where U equals m
     exactly (vectors, no Nesterov, no decay), where the buffer itself is returned.
     """
-    bufs = list(bufs)
-    grads = list(grads)
-    torch._foreach_mul_(bufs, hyper.momentum)
-    torch._foreach_add_(bufs, grads)
-    n: list[Tensor]
-    if structure.nesterov:
-        n = list(torch._foreach_mul(bufs, hyper.momentum))
-        torch._foreach_add_(n, grads)
-    else:
-        n = bufs
-    updates: list[Tensor] = list(n)
-    mats = layout.matrices
-    if mats:
-        u_mat = torch._foreach_mul(_pick(n, mats), hyper.w_sgd)
-        for i, u in zip(mats, u_mat, strict=True):
-            updates[i] = u
-        if structure.muon:
-            for bucket in layout.buckets:
-                stack = torch.stack(
-                    [n[i].reshape(bucket.rows, bucket.cols) for i in bucket.indices]
-                )
-                O = orth.batched(stack, structure.ns)
-                O.mul_(bucket.scale)
-                O.mul_(hyper.w_muon)
-                targets = _pick(updates, bucket.indices)
-                torch._foreach_add_(
-                    targets, [o.reshape_as(t) for o, t in zip(O, targets, strict=True)]
-                )
+    n = momentum_foreach(bufs, grads, hyper, structure)
+    updates = sgd_terms_foreach(n, layout, hyper)
+    if structure.muon:
+        for bucket in layout.buckets:
+            stack = torch.stack([n[i].reshape(bucket.rows, bucket.cols) for i in bucket.indices])
+            O = orth.batched(stack, structure.ns)
+            add_orthogonalized(updates, bucket.indices, O, bucket, hyper)
     if structure.decay:
-        decay = torch._foreach_mul(list(params), hyper.weight_decay)
-        if mats:
-            torch._foreach_add_(_pick(updates, mats), _pick(decay, mats))
-        vecs = layout.vectors
-        if vecs:
-            summed = torch._foreach_add(_pick(updates, vecs), _pick(decay, vecs))
-            for i, u in zip(vecs, summed, strict=True):
-                updates[i] = u
+        add_decay_foreach(updates, params, layout, hyper)
     return updates
 
 
