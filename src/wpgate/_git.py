@@ -11,10 +11,13 @@ fix it.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import queue
 import re
 import subprocess
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,8 +167,13 @@ def _verify(root: Path, revisions: Sequence[str], shallow: bool) -> None:
         )
 
 
-def read_commits(root: Path, revisions: RevisionRange) -> list[Commit]:
-    """The commits of ``revisions``, newest first, read by one ``git log`` process."""
+def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
+    """The commits of ``revisions``, newest first, read by one ``git log`` process.
+
+    Commits are yielded while git is still writing, so that git's work on one core overlaps the
+    caller's parsing on another. Errors (a shallow-clone boundary, an empty range, git failing)
+    are raised when they are known: at the start, at the boundary commit, or at the end.
+    """
     shallow, shallow_file = _repository_state(root)
     _verify(root, [revisions.include, *revisions.exclude], shallow)
     args = ["log", "-z", _FORMAT, revisions.include]
@@ -174,29 +182,77 @@ def read_commits(root: Path, revisions: RevisionRange) -> list[Commit]:
     patterns = [e for e in revisions.exclude if e.startswith("--")]
     if patterns:
         args += ["--not", *patterns]
-    done = _run(root, [*args, "--"])
-    if done.returncode != 0:
-        detail = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GitError(
-            f"git log {revisions.describe()} failed ({detail[-1] if detail else 'no detail'}); "
-            "check the range"
-        )
-    commits = [_parse_record(record) for record in done.stdout.split(b"\0") if record.strip()]
-    if shallow and commits:
-        boundary = _shallow_boundary(shallow_file)
-        cut = [c.sha for c in commits if c.sha in boundary]
-        if cut:
+    boundary = _shallow_boundary(shallow_file) if shallow else frozenset()
+    count = 0
+    with _open(root, [*args, "--"]) as process:
+        stdout = process.stdout
+        if not isinstance(stdout, io.BufferedIOBase):  # pragma: no cover - Popen gave a pipe
+            raise GitError("git log gave no output stream")
+        try:
+            for record in _records(stdout):
+                commit = _parse_record(record)
+                if commit.sha in boundary:
+                    raise GitError(
+                        f"range {revisions.describe()} reaches the shallow-clone boundary at "
+                        f"{commit.sha[:12]}, so older commits are missing; fetch the history "
+                        "(`git fetch --unshallow`, or `fetch-depth: 0` in actions/checkout)"
+                    )
+                count += 1
+                yield commit
+        except BaseException:  # an error, or a caller that stopped early: git need not finish
+            process.kill()
+            raise
+        stderr = process.stderr.read() if process.stderr is not None else b""
+        if process.wait() != 0:
+            detail = stderr.decode("utf-8", "replace").strip().splitlines()
             raise GitError(
-                f"range {revisions.describe()} reaches the shallow-clone boundary at "
-                f"{cut[0][:12]}, so older commits are missing; fetch the history "
-                "(`git fetch --unshallow`, or `fetch-depth: 0` in actions/checkout)"
+                f"git log {revisions.describe()} failed "
+                f"({detail[-1] if detail else 'no detail'}); check the range"
             )
-    if not commits and not revisions.allow_empty:
+    if not count and not revisions.allow_empty:
         raise GitError(
             f"range {revisions.describe()} contains no commits; write it OLDER..NEWER "
             "(e.g. `origin/main..HEAD`) and check that NEWER has commits OLDER lacks"
         )
-    return commits
+
+
+def _open(root: Path, args: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start git in ``root`` with piped output; a missing git binary is a :class:`GitError`."""
+    try:
+        return subprocess.Popen(
+            ["git", "-C", str(root), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    except OSError as exc:
+        raise GitError(f"cannot run git ({exc.strerror}); install git and put it on PATH") from exc
+
+
+def _records(stream: io.BufferedIOBase, chunk: int = 1 << 16) -> Iterator[bytes]:
+    """NUL-terminated records of ``stream`` as they arrive (``git log -z``).
+
+    A reader thread drains the pipe into a queue, so git never waits on a full pipe while the
+    caller parses: git's work and the parsing run on two cores at once.
+    """
+    chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+
+    def drain() -> None:
+        try:
+            while data := stream.read1(chunk):
+                chunks.put(data)
+        except (OSError, ValueError):  # the pipe was closed under us: the caller gave up
+            pass
+        finally:
+            chunks.put(b"")
+
+    reader = threading.Thread(target=drain, name="wpgate-git-log", daemon=True)
+    reader.start()
+    pending = b""
+    while data := chunks.get():
+        parts = (pending + data).split(b"\0")
+        pending = parts.pop()
+        yield from (part for part in parts if part.strip())
+    reader.join()
+    if pending.strip():
+        yield pending
 
 
 def _shallow_boundary(path: Path) -> frozenset[str]:

@@ -54,7 +54,7 @@ def test_parse_range() -> None:
 
 def test_reads_a_range_newest_first(repo: Path) -> None:
     first = git(repo, "rev-list", "--max-parents=0", "HEAD")
-    commits = read_commits(repo, parse_range(f"{first}..HEAD"))
+    commits = list(read_commits(repo, parse_range(f"{first}..HEAD")))
     assert [c.message for c in commits] == [
         f"fix: change {i}\n\nWP: 004\n".encode() for i in (3, 2, 1)
     ]
@@ -64,9 +64,9 @@ def test_reads_a_range_newest_first(repo: Path) -> None:
 
 def test_history_range_includes_its_start(repo: Path) -> None:
     first = git(repo, "rev-list", "--max-parents=0", "HEAD")
-    assert len(read_commits(repo, history_range(first))) == 4
+    assert len(list(read_commits(repo, history_range(first)))) == 4
     second = git(repo, "rev-parse", "HEAD~2")
-    assert len(read_commits(repo, history_range(second))) == 3
+    assert len(list(read_commits(repo, history_range(second)))) == 3
 
 
 def raw_commit(root: Path, message: bytes) -> str:
@@ -87,7 +87,7 @@ def raw_commit(root: Path, message: bytes) -> str:
 
 def test_messages_stay_bytes(repo: Path) -> None:
     raw_commit(repo, b"fix: bad \xff byte\n\nWP: 004\n")
-    (latest,) = read_commits(repo, parse_range("HEAD~1..HEAD"))
+    (latest,) = list(read_commits(repo, parse_range("HEAD~1..HEAD")))
     assert latest.message == b"fix: bad \xff byte\n\nWP: 004\n"
 
 
@@ -97,32 +97,33 @@ def test_one_git_log_process_for_the_whole_range(
     for index in range(30):
         commit(repo, f"fix: more {index}\n".encode())
     calls: list[list[str]] = []
-    real = subprocess.run
+    real_popen = subprocess.Popen
 
-    def spy(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+    # subprocess.run starts its process through Popen too, so this sees every git process.
+    def spy_popen(args: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
         calls.append(list(args))
-        return real(args, **kwargs)  # type: ignore[call-overload,no-any-return]
+        return real_popen(args, **kwargs)  # type: ignore[call-overload,no-any-return]
 
     first = git(repo, "rev-list", "--max-parents=0", "HEAD")
-    monkeypatch.setattr(_git.subprocess, "run", spy)
-    assert len(read_commits(repo, parse_range(f"{first}..HEAD"))) == 33
+    monkeypatch.setattr(_git.subprocess, "Popen", spy_popen)
+    assert len(list(read_commits(repo, parse_range(f"{first}..HEAD")))) == 33
     assert sum("log" in call for call in calls) == 1
     assert len(calls) <= 3  # repository state, endpoint check, the log
 
 
 def test_empty_range_is_an_error(repo: Path) -> None:
     with pytest.raises(GitError, match=r"contains no commits; write it OLDER\.\.NEWER"):
-        read_commits(repo, parse_range("HEAD..HEAD~2"))
+        list(read_commits(repo, parse_range("HEAD..HEAD~2")))
 
 
 def test_unknown_revision_is_an_error(repo: Path) -> None:
     with pytest.raises(GitError, match=r"unknown revision `nope`; check the name"):
-        read_commits(repo, parse_range("nope..HEAD"))
+        list(read_commits(repo, parse_range("nope..HEAD")))
 
 
 def test_not_a_repository(tmp_path: Path) -> None:
     with pytest.raises(GitError, match="is not inside a git repository"):
-        read_commits(tmp_path, parse_range("HEAD"))
+        list(read_commits(tmp_path, parse_range("HEAD")))
 
 
 def test_shallow_clone_errors_say_how_to_fetch(repo: Path, tmp_path: Path) -> None:
@@ -130,10 +131,10 @@ def test_shallow_clone_errors_say_how_to_fetch(repo: Path, tmp_path: Path) -> No
     shallow = tmp_path / "shallow"
     git(tmp_path, "clone", "-q", "--depth", "2", f"file://{repo}", str(shallow))
     with pytest.raises(GitError, match=r"not in this shallow clone; fetch .*--unshallow"):
-        read_commits(shallow, parse_range(f"{first}..HEAD"))
+        list(read_commits(shallow, parse_range(f"{first}..HEAD")))
     with pytest.raises(GitError, match=r"reaches the shallow-clone boundary .*--unshallow"):
-        read_commits(shallow, parse_range("HEAD"))
-    assert len(read_commits(shallow, parse_range("HEAD~1..HEAD"))) == 1
+        list(read_commits(shallow, parse_range("HEAD")))
+    assert len(list(read_commits(shallow, parse_range("HEAD~1..HEAD")))) == 1
 
 
 def test_pushed_range_from_pre_commit_environment() -> None:
@@ -147,12 +148,21 @@ def test_pushed_range_from_pre_commit_environment() -> None:
 
 
 def test_pushed_range_without_remotes_lints_local_commits(repo: Path) -> None:
-    assert len(read_commits(repo, pushed_range({}))) == 4
+    assert len(list(read_commits(repo, pushed_range({})))) == 4
     start = git(repo, "rev-parse", "HEAD~1")
-    assert len(read_commits(repo, pushed_range({}, history_start=start))) == 2
+    assert len(list(read_commits(repo, pushed_range({}, history_start=start)))) == 2
 
 
 def test_comment_char(repo: Path) -> None:
     assert _git.comment_char(repo) == "#"
     git(repo, "config", "core.commentChar", ";")
     assert _git.comment_char(repo) == ";"
+
+
+def test_a_caller_that_stops_early_ends_git_without_error(repo: Path) -> None:
+    for index in range(30):
+        commit(repo, f"fix: more {index}\n".encode())
+    commits = read_commits(repo, parse_range("HEAD"))
+    first = next(commits)
+    commits.close()  # kills git and lets the reader thread finish; must not raise or hang
+    assert len(first.sha) == 40
