@@ -3,7 +3,9 @@ them and runs the WPG1xx rules with the repository's references loaded once."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from wpgate._config import Config
@@ -87,6 +89,23 @@ def _commit_messages(
         )
 
 
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a batch that makes no reference cycles.
+
+    Each commit's records are freed by reference counting as soon as it is linted; the cyclic
+    collector would only rescan them every few hundred allocations, which costs a measurable
+    share of a long range's time and makes it vary from run to run.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def lint_range(config: Config, revisions: RevisionRange, *, comment_char: str = "#") -> LinterRun:
     """Lint every commit of ``revisions`` (one git process reads them all)."""
     options = TrailerOptions.from_config(config)
@@ -94,4 +113,5 @@ def lint_range(config: Config, revisions: RevisionRange, *, comment_char: str = 
     references = load_references(config.root, config)
     resolve = GateResolver(config.root).resolve
     messages = _commit_messages(commits, references, resolve, comment_char)
-    return _run(messages, options, config, "commit")
+    with _no_cycle_collection():
+        return _run(messages, options, config, "commit")
