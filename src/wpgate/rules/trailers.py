@@ -263,6 +263,43 @@ def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding
         )
 
 
+# Real histories repeat the same trailer values, so each distinct value's verdict is computed
+# once per run: these functions are pure in (value, references) and cached.
+_VERDICT_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=_VERDICT_CACHE)
+def provenance_problems(value: str, references: References) -> tuple[str, ...]:
+    """What is wrong with a ``Provenance:`` value, one message per problem."""
+    if value.lower().startswith("none"):
+        match = _NONE_WITH_REASON.match(value)
+        if match is None or not match["reason"].strip():
+            return (
+                "`Provenance: none` needs a reason; write `Provenance: none (why no outside "
+                "source was used)`",
+            )
+        return ()
+    problems: list[str] = []
+    for item in (part.strip() for part in value.split(",")):
+        source = _SOURCE_ITEM.match(item)
+        if source is None:
+            problems.append(
+                f"`{item}` is not a source id; cite ids from docs/PROVENANCE.md such as `R12` "
+                "(a locator may follow: `R12 §3.2`), or write `none (reason)`"
+            )
+        elif source["id"] in references.placeholder_ids:
+            problems.append(
+                f"{source['id']} is a withdrawn placeholder id; cite the source's real id from "
+                "the Sources table"
+            )
+        elif source["id"] not in references.provenance_ids:
+            problems.append(
+                f"{source['id']} is not in the Sources table of docs/PROVENANCE.md; add the "
+                "source (with its first-use row) or fix the id"
+            )
+    return tuple(problems)
+
+
 def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
     """``Provenance:`` cites allowlisted source ids (with locators) or says ``none (reason)``."""
     found = parsed.message.values("Provenance")
@@ -270,47 +307,29 @@ def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Iterator
         yield from _presence(
             parsed, options, "Provenance", "WPG105", "Provenance: R12", found=found
         )
-    trailer = found[0] if len(found) == 1 else None
-    if trailer is None:
+    if len(found) != 1:
         return
-    value = trailer.value
-    if value.lower().startswith("none"):
-        match = _NONE_WITH_REASON.match(value)
-        if match is None or not match["reason"].strip():
-            yield _finding(
-                parsed,
-                trailer.line,
-                "WPG105",
-                "`Provenance: none` needs a reason; write `Provenance: none (why no outside "
-                "source was used)`",
-            )
-        return
+    trailer = found[0]
+    for problem in provenance_problems(trailer.value, parsed.references):
+        yield _finding(parsed, trailer.line, "WPG105", problem)
+
+
+@functools.lru_cache(maxsize=_VERDICT_CACHE)
+def assumption_problems(value: str, references: References) -> tuple[str, ...]:
+    """What is wrong with an ``Assumptions:`` value, one message per problem."""
+    if value == "none":
+        return ()
+    problems: list[str] = []
     for item in (part.strip() for part in value.split(",")):
-        source = _SOURCE_ITEM.match(item)
-        if source is None:
-            yield _finding(
-                parsed,
-                trailer.line,
-                "WPG105",
-                f"`{item}` is not a source id; cite ids from docs/PROVENANCE.md such as `R12` "
-                "(a locator may follow: `R12 §3.2`), or write `none (reason)`",
+        if not _ASSUMPTION_ID.match(item):
+            problems.append(
+                f"`{item}` is not an assumption id; write `none` or ids such as `A1, A2`"
             )
-        elif source["id"] in parsed.references.placeholder_ids:
-            yield _finding(
-                parsed,
-                trailer.line,
-                "WPG105",
-                f"{source['id']} is a withdrawn placeholder id; cite the source's real id from "
-                "the Sources table",
+        elif item not in references.assumption_ids:
+            problems.append(
+                f"{item} is not in docs/ASSUMPTIONS.md; add the assumption or fix the id"
             )
-        elif source["id"] not in parsed.references.provenance_ids:
-            yield _finding(
-                parsed,
-                trailer.line,
-                "WPG105",
-                f"{source['id']} is not in the Sources table of docs/PROVENANCE.md; add the "
-                "source (with its first-use row) or fix the id",
-            )
+    return tuple(problems)
 
 
 def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
@@ -320,24 +339,20 @@ def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Iterato
         yield from _presence(
             parsed, options, "Assumptions", "WPG106", "Assumptions: none", found=found
         )
-    trailer = found[0] if len(found) == 1 else None
-    if trailer is None or trailer.value == "none":
+    if len(found) != 1:
         return
-    for item in (part.strip() for part in trailer.value.split(",")):
-        if not _ASSUMPTION_ID.match(item):
-            yield _finding(
-                parsed,
-                trailer.line,
-                "WPG106",
-                f"`{item}` is not an assumption id; write `none` or ids such as `A1, A2`",
-            )
-        elif item not in parsed.references.assumption_ids:
-            yield _finding(
-                parsed,
-                trailer.line,
-                "WPG106",
-                f"{item} is not in docs/ASSUMPTIONS.md; add the assumption or fix the id",
-            )
+    trailer = found[0]
+    for problem in assumption_problems(trailer.value, parsed.references):
+        yield _finding(parsed, trailer.line, "WPG106", problem)
+
+
+@functools.lru_cache(maxsize=_VERDICT_CACHE)
+def gate_problems(value: str, resolve: Callable[[str], str | None]) -> tuple[str, ...]:
+    """What is wrong with a ``Gate:`` value, one message per problem."""
+    node_ids = split_node_ids(value)
+    if not node_ids:
+        return ("`Gate:` is empty; name at least one pytest node id",)
+    return tuple(f"gate {why}" for why in map(resolve, node_ids) if why is not None)
 
 
 def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
@@ -352,18 +367,8 @@ def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Findi
             "the tests that prove the change",
         )
     for trailer in found:
-        node_ids = split_node_ids(trailer.value)
-        if not node_ids:
-            yield _finding(
-                parsed,
-                trailer.line,
-                "WPG107",
-                "`Gate:` is empty; name at least one pytest node id",
-            )
-        for node_id in node_ids:
-            why = parsed.resolve_gate(node_id)
-            if why is not None:
-                yield _finding(parsed, trailer.line, "WPG107", f"gate {why}")
+        for problem in gate_problems(trailer.value, parsed.resolve_gate):
+            yield _finding(parsed, trailer.line, "WPG107", problem)
 
 
 def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
