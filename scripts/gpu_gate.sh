@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The GPU gate: CUDA tests and the optimizer benchmarks in one call on a GPU machine.
 # Runs from source (PYTHONPATH=src); writes logs and evidence JSON under $OUT (default ./out).
-#   scripts/gpu_gate.sh [tests] [optimizer] [train] [quick]    (no argument: all three)
+#   scripts/gpu_gate.sh [tests] [optimizer] [train] [profile] [quick]   (none: the first three)
+# Each stage has its own time limit (STAGE_LIMIT_S, default 240 s) so that one slow stage cannot
+# take the others' results with it. Measured on an H200 (2026-11-29): the CUDA tests need about
+# 100 s, the optimizer benchmark on all three sets about 110 s, and the training benchmark at
+# five pairs of four arms more than 200 s -- run `train` in a call of its own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
@@ -21,23 +25,28 @@ rc=0
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 } 2>&1 | tee "$OUT/gate.log"
+limit=${STAGE_LIMIT_S:-240}
 for s in "${stages[@]}"; do
   case "$s" in
     tests)
-      $PY -m pytest -q -p no:cacheprovider -m cuda tests/cuda 2>&1 | tee "$OUT/cuda_tests.log" | tail -n 40
+      timeout "$limit" $PY -m pytest -q -p no:cacheprovider -m cuda tests/cuda 2>&1 | tee "$OUT/cuda_tests.log" | tail -n 40
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     optimizer)
-      $PY -m musgd.bench optimizer --device cuda $quick "${commit[@]}" --out "$OUT/optimizer-step-h200.json" \
+      timeout "$limit" $PY -m musgd.bench optimizer --device cuda $quick "${commit[@]}" --out "$OUT/optimizer-step-h200.json" \
         2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     train)
-      $PY -m musgd.bench train --device cuda $quick "${commit[@]}" --batch-sizes 4,16 --pairs 5 \
+      timeout "$limit" $PY -m musgd.bench train --device cuda $quick "${commit[@]}" --batch-sizes 4,16 --pairs 5 \
         --steps "${TRAIN_STEPS:-30}" --warmup "${TRAIN_WARMUP:-5}" \
         --arms "bucketed eager,capture_orthogonalization,capture_updates,both" \
         --out "$OUT/train-step-h200.json" 2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    profile)
+      timeout "$limit" $PY scripts/profile_replay.py --device cuda --set nano --out "$OUT/" \
+        2>&1 | tee -a "$OUT/gate.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     quick) ;;
-    *) echo "unknown stage: $s (use tests, optimizer, train, quick)" >&2; exit 2 ;;
+    *) echo "unknown stage: $s (use tests, optimizer, train, profile, quick)" >&2; exit 2 ;;
   esac
 done
 echo "gpu_gate rc=$rc" | tee -a "$OUT/gate.log"
