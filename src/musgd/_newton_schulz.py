@@ -6,6 +6,7 @@ these functions run eagerly or are replayed from a CUDA graph.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -31,6 +32,21 @@ def resolve_coefficients(coefficients: Coefficients, steps: int) -> tuple[Triple
     A single triple is used for every iteration; a sequence gives one triple per iteration and a
     shorter sequence repeats its last triple (e.g. the Polar Express schedule, arXiv 2505.16932).
     """
+    try:
+        return _resolve_cached(coefficients, steps)
+    except TypeError:  # an unhashable sequence (a list): validate it uncached
+        return _resolve(coefficients, steps)
+
+
+# Every Newton-Schulz call validates its settings; a step repeats the same few settings, so the
+# validation is cached. `typed=True` keeps `steps=5.0` from reusing the verdict of `steps=5`.
+@functools.lru_cache(maxsize=64, typed=True)
+def _resolve_cached(coefficients: Coefficients, steps: int) -> tuple[Triple, ...]:
+    return _resolve(coefficients, steps)
+
+
+def _resolve(coefficients: Coefficients, steps: int) -> tuple[Triple, ...]:
+    """The uncached body of :func:`resolve_coefficients`."""
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
         raise ValueError(f"ns_steps must be an int in 1..{MAX_STEPS}, got {steps!r}")
     seq = _as_triples(coefficients)
@@ -81,7 +97,8 @@ def _newton_schulz(X: Tensor, triples: tuple[Triple, ...], eps: float) -> Tensor
     # Per-matrix Frobenius normalization puts every singular value in (0, 1].
     X = X / (torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True) + eps)
     for a, b, c in triples:
-        A = X @ X.mT
+        # bmm rather than `@`: the same kernel, without matmul's broadcasting views per call.
+        A = torch.bmm(X, X.mT)
         B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b*A + c*A@A
         X = torch.baddbmm(X, B, X, beta=a, alpha=1.0)  # a*X + B@X
     if transposed:
