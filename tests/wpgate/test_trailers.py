@@ -179,7 +179,8 @@ ADVERSARIAL_SHAPES = {
 def test_one_mebibyte_parses_fast(shape: str) -> None:
     text = LARGE_SHAPES[shape]
     assert len(text) >= 0.95 * MIB
-    best = min(_timed(text) for _ in range(3))
+    # Best of five: the bound is on the parser, not on a busy machine's worst moment.
+    best = min(_timed(text) for _ in range(5))
     assert best < 0.1, f"{shape}: {best:.3f} s"
 
 
@@ -187,8 +188,8 @@ def test_one_mebibyte_parses_fast(shape: str) -> None:
 def test_adversarial_shapes_are_linear(shape: str) -> None:
     text = ADVERSARIAL_SHAPES[shape]
     quarter = text[: len(text) // 4]
-    small = min(_timed(quarter) for _ in range(3))
-    large = min(_timed(text) for _ in range(3))
+    small = min(_timed(quarter) for _ in range(5))
+    large = min(_timed(text) for _ in range(5))
     assert large < 2.0, f"{shape}: {large:.3f} s"
     assert large < 8 * small + 0.02, f"{shape}: {small:.3f} s -> {large:.3f} s"
 
