@@ -302,16 +302,26 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
 
 def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
     """``Provenance:`` cites allowlisted source ids (with locators) or says ``none (reason)``."""
-    found = parsed.message.values("Provenance")
+    yield from _check_once(
+        parsed, options, ("Provenance", "WPG105", "Provenance: R12"), provenance_problems
+    )
+
+
+def _check_once(
+    parsed: CommitMessage,
+    options: TrailerOptions,
+    trailer_spec: tuple[str, str, str],
+    problems: Callable[[str, References], tuple[str, ...]],
+) -> Iterator[Finding]:
+    """A trailer that must appear once: its presence, then ``problems`` of its value."""
+    key, rule_id, example = trailer_spec
+    found = parsed.message.values(key)
     if len(found) != 1:
-        yield from _presence(
-            parsed, options, "Provenance", "WPG105", "Provenance: R12", found=found
-        )
-    if len(found) != 1:
+        yield from _presence(parsed, options, key, rule_id, example, found=found)
         return
     trailer = found[0]
-    for problem in provenance_problems(trailer.value, parsed.references):
-        yield _finding(parsed, trailer.line, "WPG105", problem)
+    for problem in problems(trailer.value, parsed.references):
+        yield _finding(parsed, trailer.line, rule_id, problem)
 
 
 @functools.lru_cache(maxsize=_VERDICT_CACHE)
@@ -334,16 +344,9 @@ def assumption_problems(value: str, references: References) -> tuple[str, ...]:
 
 def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
     """``Assumptions:`` is ``none`` or ids from docs/ASSUMPTIONS.md."""
-    found = parsed.message.values("Assumptions")
-    if len(found) != 1:
-        yield from _presence(
-            parsed, options, "Assumptions", "WPG106", "Assumptions: none", found=found
-        )
-    if len(found) != 1:
-        return
-    trailer = found[0]
-    for problem in assumption_problems(trailer.value, parsed.references):
-        yield _finding(parsed, trailer.line, "WPG106", problem)
+    yield from _check_once(
+        parsed, options, ("Assumptions", "WPG106", "Assumptions: none"), assumption_problems
+    )
 
 
 @functools.lru_cache(maxsize=_VERDICT_CACHE)
