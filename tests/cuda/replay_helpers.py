@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -14,16 +14,6 @@ from musgd import MuSGD, param_groups
 
 T = TypeVar("T")
 DEVICE = torch.device("cuda")
-
-
-def assert_same(pa: Sequence[Tensor], pb: Sequence[Tensor], oa: MuSGD, ob: MuSGD) -> None:
-    """Parameters and every state tensor are bit-identical (``torch.equal``)."""
-    for a, b in zip(pa, pb, strict=True):
-        assert torch.equal(a, b)
-        sa, sb = oa.state.get(a, {}), ob.state.get(b, {})
-        assert sa.keys() == sb.keys()
-        for k in sa:
-            assert torch.equal(sa[k], sb[k])
 
 
 def deterministic(fn: Callable[[], T]) -> T:

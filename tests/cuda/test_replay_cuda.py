@@ -25,7 +25,9 @@ from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_helpers import assert_runs_identical, assert_same, deterministic, train_detector
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
+from replay_common import assert_same
+from replay_helpers import assert_runs_identical, deterministic, train_detector
 
 pytestmark = [
     pytest.mark.cuda,

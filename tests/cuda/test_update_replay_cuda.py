@@ -9,7 +9,6 @@ import gc
 import io
 import sys
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,11 @@ from musgd._update_replay import UpdateReplayer
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
+from replay_common import assert_same, set_grads, split_groups, step_both
 from replay_helpers import (
     DEVICE,
     assert_runs_identical,
-    assert_same,
     deterministic,
     train_detector,
 )
@@ -51,18 +51,7 @@ def make_params(seed: int = 0, dtype: torch.dtype = torch.float32) -> list[torch
 
 
 def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any]]:
-    n = len(MATRICES)
-    return [
-        {"params": params[:n], "weight_decay": 0.01, **extra},
-        {"params": params[n:], "weight_decay": 0.0, **extra},
-    ]
-
-
-def set_grads(params: Sequence[Tensor], step: int, skip: frozenset[int] = frozenset()) -> None:
-    gen = torch.Generator().manual_seed(1000 + step)
-    for i, p in enumerate(params):
-        g = torch.randn(p.shape, generator=gen).to(DEVICE, p.dtype)
-        p.grad = None if i in skip else g
+    return split_groups(params, len(MATRICES), **extra)
 
 
 def twins(
@@ -76,20 +65,6 @@ def twins(
         rep_p,
         MuSGD(groups(rep_p), lr=0.02, **options, **flags),
     )
-
-
-def step_both(
-    ref_p: list[torch.nn.Parameter],
-    ref: MuSGD,
-    rep_p: list[torch.nn.Parameter],
-    rep: MuSGD,
-    step: int,
-    *,
-    skip: frozenset[int] = frozenset(),
-) -> None:
-    for ps, opt in ((ref_p, ref), (rep_p, rep)):
-        set_grads(ps, step, skip)
-        opt.step()
 
 
 CONFIGS = [

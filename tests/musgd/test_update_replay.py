@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from musgd._update_replay import HyperSlots, UpdateReplayer
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_common import assert_same, set_grads, split_groups, step_both
 from replay_fakes import FakeRecorder
 
 MATRICES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (16, 16, 3, 3), (24, 16), (16, 24)]
@@ -39,34 +40,13 @@ def make_params(seed: int = 0, dtype: torch.dtype = torch.float32) -> list[torch
 
 
 def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any]]:
-    """A matrix group with weight decay and a vector group without, as ``param_groups`` makes."""
-    n = len(MATRICES)
-    return [
-        {"params": params[:n], "weight_decay": 0.01, **extra},
-        {"params": params[n:], "weight_decay": 0.0, **extra},
-    ]
-
-
-def set_grads(params: Sequence[Tensor], step: int, skip: frozenset[int] = frozenset()) -> None:
-    gen = torch.Generator().manual_seed(1000 + step)
-    for i, p in enumerate(params):
-        g = torch.randn(p.shape, generator=gen).to(p.dtype)
-        p.grad = None if i in skip else g
+    return split_groups(params, len(MATRICES), **extra)
 
 
 def with_fake(opt: MuSGD, **options: Any) -> FakeRecorder:
     recorder = FakeRecorder(**options)
     opt._replay.recorder = recorder
     return recorder
-
-
-def assert_same(pa: Sequence[Tensor], pb: Sequence[Tensor], oa: MuSGD, ob: MuSGD) -> None:
-    for a, b in zip(pa, pb, strict=True):
-        assert torch.equal(a, b)
-        sa, sb = oa.state.get(a, {}), ob.state.get(b, {})
-        assert sa.keys() == sb.keys()
-        for k in sa:
-            assert torch.equal(sa[k], sb[k])
 
 
 def twins(
@@ -78,20 +58,6 @@ def twins(
     ref = MuSGD(groups(ref_p), lr=0.02, **options)
     rep = MuSGD(groups(rep_p), lr=0.02, **options, **flags)
     return ref_p, ref, rep_p, rep, with_fake(rep)
-
-
-def step_both(
-    ref_p: list[torch.nn.Parameter],
-    ref: MuSGD,
-    rep_p: list[torch.nn.Parameter],
-    rep: MuSGD,
-    step: int,
-    *,
-    skip: frozenset[int] = frozenset(),
-) -> None:
-    for ps, opt in ((ref_p, ref), (rep_p, rep)):
-        set_grads(ps, step, skip)
-        opt.step()
 
 
 CONFIGS = [

@@ -1,0 +1,54 @@
+"""Fixtures shared by the CPU (fake recorder) and CUDA update-replay tests; device-agnostic."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from musgd import MuSGD
+
+
+def split_groups(
+    params: list[torch.nn.Parameter], matrices: int, **extra: Any
+) -> list[dict[str, Any]]:
+    """A matrix group with weight decay and a vector group without, as ``param_groups`` makes."""
+    return [
+        {"params": params[:matrices], "weight_decay": 0.01, **extra},
+        {"params": params[matrices:], "weight_decay": 0.0, **extra},
+    ]
+
+
+def set_grads(params: Sequence[Tensor], step: int, skip: frozenset[int] = frozenset()) -> None:
+    """Seeded gradients for ``step`` on each parameter's device; ``skip`` indices get None."""
+    gen = torch.Generator().manual_seed(1000 + step)
+    for i, p in enumerate(params):
+        g = torch.randn(p.shape, generator=gen).to(p.device, p.dtype)
+        p.grad = None if i in skip else g
+
+
+def assert_same(pa: Sequence[Tensor], pb: Sequence[Tensor], oa: MuSGD, ob: MuSGD) -> None:
+    """Parameters and every state tensor are bit-identical (``torch.equal``)."""
+    for a, b in zip(pa, pb, strict=True):
+        assert torch.equal(a, b)
+        sa, sb = oa.state.get(a, {}), ob.state.get(b, {})
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            assert torch.equal(sa[k], sb[k])
+
+
+def step_both(
+    ref_p: list[torch.nn.Parameter],
+    ref: MuSGD,
+    rep_p: list[torch.nn.Parameter],
+    rep: MuSGD,
+    step: int,
+    *,
+    skip: frozenset[int] = frozenset(),
+) -> None:
+    """The same gradients into both optimizers' parameters, then one step of each."""
+    for ps, opt in ((ref_p, ref), (rep_p, rep)):
+        set_grads(ps, step, skip)
+        opt.step()
