@@ -37,6 +37,11 @@ class FrontMatter:
     findings: tuple[Finding, ...] = ()
 
 
+def _failed(finding: Finding, body: str, body_line: int) -> FrontMatter:
+    """No usable front matter: the one finding that says why, and the body as far as known."""
+    return FrontMatter(None, body=body, body_line=body_line, findings=(finding,))
+
+
 def _split(text: str) -> tuple[list[str], int] | None:
     """The front-matter lines and the index of the closing line, or None when there is none."""
     lines = text.splitlines()
@@ -56,33 +61,29 @@ def parse_front_matter(  # noqa: PLR0911 - one early return per malformed shape
         text = text[1:]
     split = _split(text)
     if split is None:
-        return FrontMatter(
-            None,
-            body=text,
-            findings=(
-                Finding(
-                    path,
-                    1,
-                    rule_id,
-                    "no YAML front matter; start the file with a `---` line, the keys, and a "
-                    "closing `---` line",
-                ),
+        return _failed(
+            Finding(
+                path,
+                1,
+                rule_id,
+                "no YAML front matter; start the file with a `---` line, the keys, and a "
+                "closing `---` line",
             ),
+            text,
+            1,
         )
     lines, end = split
     if end < 0:
-        return FrontMatter(
-            None,
-            body=text,
-            findings=(
-                Finding(
-                    path,
-                    1,
-                    rule_id,
-                    "the front matter opened on line 1 is never closed; add a `---` line after "
-                    "the last key",
-                ),
+        return _failed(
+            Finding(
+                path,
+                1,
+                rule_id,
+                "the front matter opened on line 1 is never closed; add a `---` line after "
+                "the last key",
             ),
+            text,
+            1,
         )
     source = "\n".join(lines[1:end]) + "\n"
     body = "\n".join(lines[end + 1 :])
@@ -94,18 +95,15 @@ def parse_front_matter(  # noqa: PLR0911 - one early return per malformed shape
             problem = _duplicate_key(node) if node is not None else None
             if problem is not None:
                 key, line = problem
-                return FrontMatter(
-                    None,
-                    body=body,
-                    body_line=body_line,
-                    findings=(
-                        Finding(
-                            path,
-                            line + 2,
-                            rule_id,
-                            f"the key `{key}` appears twice in the front matter; keep one",
-                        ),
+                return _failed(
+                    Finding(
+                        path,
+                        line + 2,
+                        rule_id,
+                        f"the key `{key}` appears twice in the front matter; keep one",
                     ),
+                    body,
+                    body_line,
                 )
             data = loader.construct_document(node) if node is not None else None
         finally:
@@ -114,41 +112,34 @@ def parse_front_matter(  # noqa: PLR0911 - one early return per malformed shape
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 2 if mark is not None else 1
         reason = exc.problem or exc.context or "invalid YAML"
-        return FrontMatter(
-            None,
-            body=body,
-            body_line=body_line,
-            findings=(
-                Finding(
-                    path,
-                    line,
-                    rule_id,
-                    f"the front matter is not valid YAML ({reason}); fix the syntax, quoting "
-                    "values that contain `:` or start with a special character",
-                ),
+        return _failed(
+            Finding(
+                path,
+                line,
+                rule_id,
+                f"the front matter is not valid YAML ({reason}); fix the syntax, quoting "
+                "values that contain `:` or start with a special character",
             ),
+            body,
+            body_line,
         )
     except (yaml.YAMLError, RecursionError) as exc:
-        return FrontMatter(
-            None,
-            body=body,
-            body_line=body_line,
-            findings=(Finding(path, 1, rule_id, f"the front matter is not valid YAML ({exc})"),),
+        return _failed(
+            Finding(path, 1, rule_id, f"the front matter is not valid YAML ({exc})"),
+            body,
+            body_line,
         )
     if not isinstance(data, dict):
-        return FrontMatter(
-            None,
-            body=body,
-            body_line=body_line,
-            findings=(
-                Finding(
-                    path,
-                    2,
-                    rule_id,
-                    "the front matter must be a YAML mapping of `key: value` lines, not "
-                    f"{type(data).__name__ if data is not None else 'empty'}",
-                ),
+        return _failed(
+            Finding(
+                path,
+                2,
+                rule_id,
+                "the front matter must be a YAML mapping of `key: value` lines, not "
+                f"{type(data).__name__ if data is not None else 'empty'}",
             ),
+            body,
+            body_line,
         )
     key_lines = {
         str(k.value): k.start_mark.line + 2
