@@ -42,7 +42,7 @@ for s in "${stages[@]}"; do
         --out "$OUT/train-step-h200.json" 2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     profile)
-      timeout "$limit" $PY scripts/profile_replay.py --device cuda --set nano --out "$OUT/" \
+      timeout "$limit" $PY scripts/profile_replay.py --device cuda --set nano --branches "${BRANCHES:-1,2,4,8}" --out "$OUT/" \
         2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     quick) ;;

@@ -6,10 +6,14 @@ warm-up that makes any recordings:
 - ``step_ms``: CUDA-event time of ``step()`` (what the optimizer benchmark reports);
 - ``host_ms``: wall time of the ``step()`` call itself, without synchronizing (Python + launches);
 - ``device_busy_ms``: the summed time of the step's GPU kernels (``torch.profiler``, CUDA only);
+- ``kernels_per_step``: how many kernels (and copies) the GPU ran per step;
 - ``host_top``: the host functions with the most cumulative time per step (``cProfile``).
 
 A step whose ``host_ms`` exceeds its ``device_busy_ms`` is host-bound: the GPU idles while
-Python prepares the next launch. Writes an evidence JSON (``--out``) like the benchmarks do.
+Python prepares the next launch. ``--branches 1,4`` repeats each ``capture_updates`` variant once
+per number of parallel graph branches its bucket jobs are recorded on (one: a single chain).
+
+Writes an evidence JSON (``--out``) like the benchmarks do.
 
     PYTHONPATH=src python scripts/profile_replay.py --device cuda --out out/
 """
@@ -34,6 +38,7 @@ from musgd.bench._timing import time_steps
 from musgd.bench._variants import Variant, select_variants
 
 DEFAULT_VARIANTS = ["bucketed eager", "capture_orthogonalization", "capture_updates", "both"]
+UPDATE_REPLAY_VARIANTS = {"capture_updates", "both"}
 
 
 def _host_ms(step: Any, steps: int, device: torch.device) -> list[float]:
@@ -47,7 +52,8 @@ def _host_ms(step: Any, steps: int, device: torch.device) -> list[float]:
     return samples
 
 
-def _device_busy_ms(step: Any, steps: int, device: torch.device) -> float | None:
+def _device_busy(step: Any, steps: int, device: torch.device) -> tuple[float, float] | None:
+    """Summed GPU time (ms) and the number of kernels and copies, per step; None on CPU."""
     if device.type != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
@@ -58,10 +64,14 @@ def _device_busy_ms(step: Any, steps: int, device: torch.device) -> float | None
             step()
         torch.cuda.synchronize(device)
     total_us = 0.0
+    kernels = 0
     for event in prof.key_averages():
         # Kernel and memcpy/memset rows; their device time is what the GPU spent busy.
-        total_us += float(getattr(event, "self_device_time_total", 0.0) or 0.0)
-    return total_us / 1e3 / steps
+        busy = float(getattr(event, "self_device_time_total", 0.0) or 0.0)
+        if busy > 0:
+            total_us += busy
+            kernels += int(event.count)
+    return total_us / 1e3 / steps, kernels / steps
 
 
 def _host_top(step: Any, steps: int, top: int) -> list[dict[str, Any]]:
@@ -71,7 +81,7 @@ def _host_top(step: Any, steps: int, top: int) -> list[dict[str, Any]]:
         step()
     profiler.disable()
     stats = pstats.Stats(profiler)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (filename, line, name), (_, calls, _, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
         rows.append(
             {
@@ -85,23 +95,32 @@ def _host_top(step: Any, steps: int, top: int) -> list[dict[str, Any]]:
 
 
 def profile_variant(
-    variant: Variant, params: list[torch.Tensor], grads: list[torch.Tensor], args: Any
+    variant: Variant,
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    args: Any,
+    branches: int | None = None,
 ) -> dict[str, Any]:
     """Time and profile one variant's step on fresh copies of ``params`` and ``grads``."""
     device = torch.device(args.device)
     operands = _operands(variant, params, grads)
     optimizer = variant.build(operands)
+    replay = getattr(optimizer, "_replay", None)
+    if branches is not None and replay is not None:
+        replay.recorder.branches = branches  # before the first step records anything
     timing = time_steps(optimizer.step, steps=args.steps, warmup=args.warmup, device=device)
     host = _host_ms(optimizer.step, args.steps, device)
-    busy = _device_busy_ms(optimizer.step, min(args.steps, 20), device)
-    replay = getattr(optimizer, "_replay", None)
+    busy = _device_busy(optimizer.step, min(args.steps, 20), device)
     stats = getattr(replay, "stats", None)
+    name = variant.name if branches is None else f"{variant.name} [branches={branches}]"
     return {
-        "variant": variant.name,
+        "variant": name,
+        "branches": branches,
         "step_ms": timing.as_dict(),
         "host_ms": {"median": statistics.median(host), "min": min(host), "max": max(host)},
-        "device_busy_ms": busy,
-        "host_bound": busy is not None and statistics.median(host) > busy,
+        "device_busy_ms": None if busy is None else busy[0],
+        "kernels_per_step": None if busy is None else busy[1],
+        "host_bound": busy is not None and statistics.median(host) > busy[0],
         "replay": None
         if stats is None
         else {
@@ -123,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument(
+        "--branches", default="", help="e.g. 1,4: parallel branches for capture_updates variants"
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-evidence", action="store_true")
     args = parser.parse_args(argv)
@@ -134,13 +156,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     params, grads = make_parameters(PARAMETER_SETS[args.set](), device=device, seed=0)
-    rows = [profile_variant(v, params, grads, args) for v in variants]
+    sweep = [int(b) for b in args.branches.split(",") if b.strip()]
+    rows: list[dict[str, Any]] = []
+    for v in variants:
+        options = sweep if sweep and v.name in UPDATE_REPLAY_VARIANTS else [None]
+        rows.extend(profile_variant(v, params, grads, args, b) for b in options)
     for row in rows:
-        busy = row["device_busy_ms"]
+        busy, kernels = row["device_busy_ms"], row["kernels_per_step"]
         print(
-            f"{row['variant']:<26} step {row['step_ms']['median_ms']:8.3f} ms  "
+            f"{row['variant']:<38} step {row['step_ms']['median_ms']:8.3f} ms  "
             f"host {row['host_ms']['median']:8.3f} ms  "
-            f"device busy {'-' if busy is None else f'{busy:8.3f}'} ms"
+            f"device busy {'-' if busy is None else f'{busy:8.3f}'} ms  "
+            f"kernels {'-' if kernels is None else f'{kernels:7.1f}'}"
         )
     if not args.no_evidence:
         results = {"benchmark": "replay-profile", "set": args.set, "variants": rows}

@@ -20,6 +20,7 @@ hyperparameters in device tensors must therefore fall back to eager for non-floa
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,6 +81,11 @@ class Bucket:
     def scale(self) -> float:
         return MUON_RMS_SCALE * math.sqrt(max(self.rows, self.cols))
 
+    @property
+    def cost(self) -> int:
+        """Newton-Schulz work, up to a constant factor: matrices x rows x cols x min(rows, cols)."""
+        return len(self.indices) * self.rows * self.cols * min(self.rows, self.cols)
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -91,16 +97,33 @@ class Layout:
     shapes: tuple[tuple[int, int] | None, ...]
 
 
+BucketJob = Callable[[], None]
+
+
 class Orthogonalizer(Protocol):
-    """Runs Newton–Schulz on one matrix or on a stack; eager or replayed."""
+    """Runs Newton–Schulz on one matrix or on a stack; eager or replayed.
+
+    ``run_buckets`` runs a group's per-bucket jobs (stack, Newton–Schulz, mix); the jobs write
+    disjoint tensors, so any order -- or concurrent streams -- gives the same bits.
+    """
 
     def single(self, G: Tensor, ns: NSSettings) -> Tensor: ...
 
     def batched(self, G: Tensor, ns: NSSettings) -> Tensor: ...
 
+    def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None: ...
+
+
+def run_in_order(jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
+    """Run ``jobs`` one after the other on the current stream (``costs`` are not needed)."""
+    for job in jobs:
+        job()
+
 
 class EagerOrthogonalizer:
-    """Calls the Newton–Schulz functions directly."""
+    """Calls the Newton–Schulz functions directly; runs bucket jobs in order."""
+
+    run_buckets = staticmethod(run_in_order)
 
     def single(self, G: Tensor, ns: NSSettings) -> Tensor:
         return orthogonalize(
@@ -186,6 +209,19 @@ def add_orthogonalized(
     torch._foreach_add_(targets, [o.reshape_as(t) for o, t in zip(O, targets, strict=True)])
 
 
+def orthogonalize_bucket(
+    n: Sequence[Tensor],
+    updates: list[Tensor],
+    bucket: Bucket,
+    hyper: Hyper,
+    ns: NSSettings,
+    orth: Orthogonalizer,
+) -> None:
+    """One bucket's job: stack its matrices of ``n``, orthogonalize, add into ``updates``."""
+    stack = torch.stack([n[i].reshape(bucket.rows, bucket.cols) for i in bucket.indices])
+    add_orthogonalized(updates, bucket.indices, orth.batched(stack, ns), bucket, hyper)
+
+
 def add_decay_foreach(
     updates: list[Tensor], params: Sequence[Tensor], layout: Layout, hyper: Hyper
 ) -> None:
@@ -216,10 +252,14 @@ def prepare_updates_foreach(
     n = momentum_foreach(bufs, grads, hyper, structure)
     updates = sgd_terms_foreach(n, layout, hyper)
     if structure.muon:
-        for bucket in layout.buckets:
-            stack = torch.stack([n[i].reshape(bucket.rows, bucket.cols) for i in bucket.indices])
-            O = orth.batched(stack, structure.ns)
-            add_orthogonalized(updates, bucket.indices, O, bucket, hyper)
+        buckets = layout.buckets
+        orth.run_buckets(
+            [
+                functools.partial(orthogonalize_bucket, n, updates, b, hyper, structure.ns, orth)
+                for b in buckets
+            ],
+            [b.cost for b in buckets],
+        )
     if structure.decay:
         add_decay_foreach(updates, params, layout, hyper)
     return updates

@@ -21,7 +21,13 @@ from typing import Generic, Protocol, TypeVar
 import torch
 from torch import Tensor
 
-from musgd._functional import EagerOrthogonalizer, NSSettings
+from musgd._functional import (
+    BucketJob,
+    EagerOrthogonalizer,
+    NSSettings,
+    Orthogonalizer,
+    run_in_order,
+)
 
 E = TypeVar("E")
 
@@ -46,6 +52,70 @@ class Recorder(Protocol):
 
     def record(self, fn: Callable[[], Sequence[Tensor]], device: torch.device) -> Recording: ...
 
+    def concurrent(self, orth: Orthogonalizer, device: torch.device) -> Orthogonalizer:
+        """``orth``, with bucket jobs spread the way recordings on ``device`` should run them."""
+        ...
+
+
+# Parallel branches a recorded group's bucket jobs are spread over (see BranchedOrthogonalizer).
+DEFAULT_BRANCHES = 4
+
+
+def plan_lanes(costs: Sequence[int], lanes: int) -> list[list[int]]:
+    """Spread jobs of the given costs over ``lanes`` lanes, largest first onto the least loaded.
+
+    Returns one list of job indices per lane (in increasing order; empty lanes omitted). The
+    greedy longest-first rule keeps the costliest lane within 4/3 of the best possible.
+    """
+    loads = [0] * max(1, lanes)
+    members: list[list[int]] = [[] for _ in loads]
+    for job in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        lane = min(range(len(loads)), key=lambda k: (loads[k], k))
+        loads[lane] += costs[job]
+        members[lane].append(job)
+    return [sorted(m) for m in members if m]
+
+
+class BranchedOrthogonalizer:
+    """``inner``'s Newton-Schulz, with a group's bucket jobs spread over parallel CUDA streams.
+
+    Each lane's jobs run in order on its own stream, forked from and joined back into the
+    current stream. Inside a CUDA-graph capture the lanes become parallel branches of the graph,
+    so the small kernels of different buckets overlap on the GPU instead of queueing one after
+    the other. Every kernel is the one the eager order runs, on the same inputs; bucket jobs write
+    disjoint tensors, so the results are the same bits.
+    """
+
+    def __init__(self, inner: Orthogonalizer, streams: Sequence[torch.cuda.Stream]) -> None:
+        self._inner = inner
+        self._streams = tuple(streams)
+
+    def single(self, G: Tensor, ns: NSSettings) -> Tensor:
+        return self._inner.single(G, ns)
+
+    def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
+        return self._inner.batched(G, ns)
+
+    def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
+        lanes = plan_lanes(costs, len(self._streams))
+        if len(lanes) < 2:
+            run_in_order(jobs, costs)
+            return
+        current = torch.cuda.current_stream()
+        forked: list[torch.cuda.Stream] = []
+        try:
+            for stream, lane in zip(self._streams, lanes, strict=False):
+                stream.wait_stream(current)
+                forked.append(stream)
+                with torch.cuda.stream(stream):
+                    for i in lane:
+                        jobs[i]()
+        finally:
+            # Joined even after a failure: a capture must end with every branch joined, and
+            # eager work after this must not race the lanes.
+            for stream in forked:
+                current.wait_stream(stream)
+
 
 @dataclass(frozen=True)
 class CudaGraphRecording:
@@ -68,8 +138,10 @@ class CudaGraphRecorder:
     stream is current when it is called.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, branches: int = DEFAULT_BRANCHES) -> None:
+        self.branches = branches
         self._side: dict[int, torch.cuda.Stream] = {}
+        self._lanes: dict[int, tuple[torch.cuda.Stream, ...]] = {}
 
     def supports(self, device: torch.device) -> bool:
         return device.type == "cuda"
@@ -84,6 +156,22 @@ class CudaGraphRecorder:
         if index not in self._side:
             self._side[index] = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
         return self._side[index]
+
+    def concurrent(self, orth: Orthogonalizer, device: torch.device) -> Orthogonalizer:
+        """``orth`` whose bucket jobs run on ``branches`` persistent streams of ``device``.
+
+        The same streams serve the warm-up and the capture of every recording, so each stream's
+        cuBLAS workspace exists before any capture uses it.
+        """
+        if self.branches < 2:
+            return orth
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        lanes = self._lanes.get(index)
+        if lanes is None or len(lanes) != self.branches:
+            with torch.cuda.device(index):
+                lanes = tuple(torch.cuda.Stream() for _ in range(self.branches))  # type: ignore[no-untyped-call,unused-ignore]
+            self._lanes[index] = lanes
+        return BranchedOrthogonalizer(orth, lanes)
 
     def capturing(self, device: torch.device) -> bool:
         # The current device's current stream: where an enclosing capture would be recording.
@@ -287,6 +375,8 @@ class ReplayOrthogonalizer:
     def __init__(self, state: ReplayState) -> None:
         self._state = state
         self._eager = EagerOrthogonalizer()
+
+    run_buckets = staticmethod(run_in_order)
 
     def single(self, G: Tensor, ns: NSSettings) -> Tensor:
         return self._run("single", G, ns)

@@ -237,11 +237,12 @@ class UpdateReplayer:
             slots.fill(hyper)
             static = [torch.empty_like(g) for g in grads]
             torch._foreach_copy_(static, list(grads))
-            eager_orth = self._eager_orth
+            # Bucket jobs are independent: the recorder may spread them over parallel branches.
+            branched = state.recorder.concurrent(self._eager_orth, device)
 
             def run() -> list[Tensor]:
                 return prepare(
-                    param_list, static, buf_list, layout, slots.hyper, structure, eager_orth
+                    param_list, static, buf_list, layout, slots.hyper, structure, branched
                 )
 
             recording = state.recorder.record(run, device)

@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from musgd._functional import BucketJob, NSSettings, Orthogonalizer
+
 
 class InjectedFailureError(RuntimeError):
     """Raised by the fake recorder where a test asked it to fail."""
@@ -75,6 +77,26 @@ class FakeRecording:
 
 
 @dataclass
+class _ReversedJobs:
+    """An orthogonalizer that runs a group's bucket jobs in reverse order."""
+
+    inner: Orthogonalizer
+    owner: FakeRecorder
+
+    def single(self, G: Tensor, ns: NSSettings) -> Tensor:
+        return self.inner.single(G, ns)
+
+    def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
+        return self.inner.batched(G, ns)
+
+    def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
+        if len(jobs) > 1:
+            self.owner.reordered += 1
+        for job in reversed(jobs):
+            job()
+
+
+@dataclass
 class FakeRecorder:
     """Records on ``device_type`` tensors; can be told to fail, or to claim a capture is underway.
 
@@ -88,6 +110,7 @@ class FakeRecorder:
     stream: Hashable = "stream-0"
     records: int = 0
     replays: int = 0
+    reordered: int = 0  # passes that ran a group's bucket jobs out of order
     recordings: list[FakeRecording] = field(default_factory=list)
 
     def supports(self, device: torch.device) -> bool:
@@ -98,6 +121,10 @@ class FakeRecorder:
 
     def stream_key(self, device: torch.device) -> Hashable:
         return self.stream
+
+    def concurrent(self, orth: Orthogonalizer, device: torch.device) -> Orthogonalizer:
+        """Run bucket jobs last first: recorded results must not depend on the jobs' order."""
+        return _ReversedJobs(orth, self)
 
     def record(self, fn: Callable[[], Sequence[Tensor]], device: torch.device) -> FakeRecording:
         self.records += 1

@@ -22,6 +22,7 @@ from musgd._functional import (
     matrix_shape,
     prepare_updates_foreach,
     prepare_updates_per_tensor,
+    run_in_order,
 )
 from musgd._newton_schulz import resolve_coefficients
 
@@ -40,6 +41,8 @@ class RecordingOrthogonalizer:
         self.inner = EagerOrthogonalizer()
         self.batched_shapes: list[tuple[int, ...]] = []
         self.single_shapes: list[tuple[int, ...]] = []
+
+    run_buckets = staticmethod(run_in_order)
 
     def single(self, G: Tensor, ns: NSSettings) -> Tensor:
         self.single_shapes.append(tuple(G.shape))

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import Tensor
 
 import musgd._newton_schulz as ns_module
@@ -25,6 +27,7 @@ from musgd._replay import (
     CudaGraphRecorder,
     ReplayOrthogonalizer,
     ReplayState,
+    plan_lanes,
     same_float,
     tensor_fallback,
     typed,
@@ -503,3 +506,27 @@ def test_cpu_optimizer_with_the_real_recorder_runs_eagerly() -> None:
     assert_same(ref_params, rep_params, ref, rep)
     assert rep._replay.stats.fallbacks["device:cpu"] == 10
     assert len(rep._replay.orth_cache) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    costs=st.lists(st.integers(min_value=0, max_value=10**9), max_size=40),
+    lanes=st.integers(min_value=1, max_value=8),
+)
+def test_plan_lanes_places_every_job_once_within_the_list_scheduling_bound(
+    costs: list[int], lanes: int
+) -> None:
+    plan = plan_lanes(costs, lanes)
+    assert sorted(i for lane in plan for i in lane) == list(range(len(costs)))
+    assert len(plan) <= lanes
+    assert all(lane == sorted(lane) and lane for lane in plan)
+    if costs:
+        # Greedy placement never exceeds an even share plus the largest job.
+        makespan = max(sum(costs[i] for i in lane) for lane in plan)
+        assert makespan <= sum(costs) / lanes + max(costs)
+
+
+def test_plan_lanes_gives_the_largest_jobs_their_own_lanes() -> None:
+    assert plan_lanes([1, 100, 2, 90, 3], 3) == [[1], [3], [0, 2, 4]]
+    assert plan_lanes([5, 5, 5], 1) == [[0, 1, 2]]
+    assert plan_lanes([], 4) == []
