@@ -15,13 +15,18 @@ PY=${PY:-python3}
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(tests optimizer train)
 quick=""
-# The machine's copy has no git history: pass the commit the tree came from (GATE_COMMIT).
+# The machine's copy of the tree sits over a stale .git (an older HEAD, the tree's changes shown
+# as modifications): pass the commit the tree came from (GATE_COMMIT), and hide that .git so the
+# benchmarks record the named commit instead of refusing it as disagreeing with HEAD.
 commit=()
-[ -n "${GATE_COMMIT:-}" ] && commit=(--commit "$GATE_COMMIT")
+if [ -n "${GATE_COMMIT:-}" ]; then
+  commit=(--commit "$GATE_COMMIT")
+  export GIT_DIR="$PWD/.gate-no-git"
+fi
 for s in "${stages[@]}"; do [ "$s" = quick ] && quick="--quick"; done
 rc=0
 {
-  echo "== $(date -u +%FT%TZ) $(git rev-parse HEAD 2>/dev/null || echo no-git)"
+  echo "== $(date -u +%FT%TZ) ${GATE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo no-git)}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 } 2>&1 | tee "$OUT/gate.log"
@@ -42,8 +47,11 @@ for s in "${stages[@]}"; do
         --out "$OUT/train-step-h200.json" 2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     profile)
-      timeout "$limit" $PY scripts/profile_replay.py --device cuda --set nano --branches "${BRANCHES:-1,2,4,8}" --out "$OUT/" \
+      timeout "$limit" $PY scripts/profile_replay.py --device cuda --set nano --branches "${BRANCHES:-1,2,4,8}" "${commit[@]}" --out "$OUT/" \
         2>&1 | tee -a "$OUT/gate.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    probe)
+      timeout "$limit" $PY scripts/probe_host_costs.py 2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     quick) ;;
     *) echo "unknown stage: $s (use tests, optimizer, train, profile, quick)" >&2; exit 2 ;;

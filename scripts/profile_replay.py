@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-evidence", action="store_true")
+    parser.add_argument("--commit", default=None, help="the commit a copied tree came from")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
@@ -172,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_evidence:
         results = {"benchmark": "replay-profile", "set": args.set, "variants": rows}
         argv_used = ["profile_replay", *(argv if argv is not None else sys.argv[1:])]
-        evidence = build_evidence("replay-profile", results, device=device, argv=argv_used)
+        evidence = build_evidence(
+            "replay-profile", results, device=device, argv=argv_used, commit=args.commit
+        )
         print(f"evidence: {write_evidence(evidence, args.out)}")
     return 0
 

@@ -204,11 +204,12 @@ class MuSGD(Optimizer):
         # Check every group's gradients before any group is written, so that an unsupported
         # gradient in a later group raises with no parameter or momentum changed.
         gathered = [self._gather(index, group) for index, group in enumerate(self.param_groups)]
-        for index, (group, (params, grads)) in enumerate(
-            zip(self.param_groups, gathered, strict=True)
-        ):
-            if params:
-                self._step_group(index, group, params, grads, self._buffers(params))
+        with self._replay.step_scope():
+            for index, (group, (params, grads)) in enumerate(
+                zip(self.param_groups, gathered, strict=True)
+            ):
+                if params:
+                    self._step_group(index, group, params, grads, self._buffers(params))
         return loss
 
     def _step_group(

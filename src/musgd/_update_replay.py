@@ -33,12 +33,9 @@ from musgd._functional import (
 from musgd._replay import (
     Recording,
     ReplayState,
-    context_fallback,
-    environment_key,
     is_float32,
     same_float,
     tensor_fallback,
-    typed,
 )
 
 _HYPER_FIELDS = ("momentum", "weight_decay", "w_muon", "w_sgd")
@@ -134,7 +131,7 @@ class UpdateReplayer:
         """
         state = self._state
         device = params[0].device
-        reason = context_fallback(state.recorder, device) or _gradient_fallback(grads)
+        reason = state.context_fallback(device) or _gradient_fallback(grads)
         if reason is None:
             key = self._key(
                 index,
@@ -183,7 +180,6 @@ class UpdateReplayer:
         Gradients need no entry: PyTorch makes a gradient match its parameter's shape, dtype
         and device, and :func:`_gradient_fallback` admits only contiguous ones.
         """
-        ns = structure.ns
         return (
             "prepare",
             prepare,
@@ -193,13 +189,10 @@ class UpdateReplayer:
             structure.nesterov,
             structure.decay,
             structure.muon,
-            typed(ns.steps),
-            typed(ns.coefficients),
-            typed(ns.eps),
-            ns.dtype,
+            self._state.ns_key(structure.ns),
             tuple(map(Tensor.data_ptr, params)),
             tuple(map(Tensor.data_ptr, bufs)),
-            environment_key(self._state.recorder, device),
+            self._state.environment_key(device),
         )
 
     def _replay(self, entry: _UpdateEntry, grads: Sequence[Tensor], hyper: Hyper) -> list[Tensor]:

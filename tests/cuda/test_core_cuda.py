@@ -20,6 +20,7 @@ from musgd._functional import (
     build_layout,
     prepare_updates_foreach,
     prepare_updates_per_tensor,
+    run_in_order,
 )
 from musgd._newton_schulz import resolve_coefficients
 
@@ -96,6 +97,8 @@ class SliceOrthogonalizer:
 
     def __init__(self) -> None:
         self.inner = EagerOrthogonalizer()
+
+    run_buckets = staticmethod(run_in_order)
 
     def single(self, G: Tensor, ns: NSSettings) -> Tensor:
         return self.inner.single(G, ns)

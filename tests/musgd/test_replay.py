@@ -7,9 +7,10 @@ are all exercised here; tests/cuda/test_replay_cuda.py checks the real CUDA reco
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from torch import Tensor
 
 import musgd._newton_schulz as ns_module
 from musgd import MuSGD
-from musgd._functional import EagerOrthogonalizer, NSSettings
+from musgd._functional import EagerOrthogonalizer, NSSettings, build_layout
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
 from musgd._replay import (
     CudaGraphRecorder,
@@ -530,3 +531,43 @@ def test_plan_lanes_gives_the_largest_jobs_their_own_lanes() -> None:
     assert plan_lanes([1, 100, 2, 90, 3], 3) == [[1], [3], [0, 2, 4]]
     assert plan_lanes([5, 5, 5], 1) == [[0, 1, 2]]
     assert plan_lanes([], 4) == []
+
+
+def test_step_scope_reads_the_context_once_per_step_and_anew_each_step() -> None:
+    ref_p, rep_p = make_params(), make_params()
+    ref = MuSGD(ref_p, lr=0.02)
+    rep = MuSGD(rep_p, lr=0.02, capture_orthogonalization=True)
+    recorder = fake_replay(rep)
+    reads: list[Hashable] = []
+
+    def stream_key(device: torch.device) -> Hashable:
+        reads.append(recorder.stream)
+        return recorder.stream
+
+    recorder.stream_key = stream_key  # type: ignore[method-assign]
+    for step in range(3):
+        if step == 2:
+            recorder.stream = "stream-1"  # changed between steps: seen by the next step
+        for ps, opt in ((ref_p, ref), (rep_p, rep)):
+            set_grads(ps, step)
+            opt.step()
+        assert_same(ref_p, rep_p, ref, rep)
+    assert reads == ["stream-0", "stream-0", "stream-1"], "one environment read per step"
+    buckets = len(build_layout(rep_p, None).buckets)
+    bound = len(build_layout(rep_p, None).matrices)
+    assert recorder.records == min(2 * buckets, bound), "the new stream made new recordings"
+    # Outside a step nothing is memoized: every call reads the environment.
+    orth = ReplayOrthogonalizer(rep._replay)
+    G = torch.randn(2, 8, 8)
+    orth.batched(G, NS)
+    orth.batched(G, NS)
+    assert len(reads) == 5
+
+
+def test_ns_key_is_typed_and_follows_the_settings_object() -> None:
+    state = make_state(FakeRecorder())
+    key = state.ns_key(NS)
+    assert state.ns_key(NS) is key
+    assert state.ns_key(dataclasses.replace(NS, steps=5.0)) != key  # type: ignore[arg-type]
+    assert state.ns_key(dataclasses.replace(NS, eps=1e-6)) != key
+    assert state.ns_key(dataclasses.replace(NS)) == key
