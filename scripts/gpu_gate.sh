@@ -50,9 +50,6 @@ for s in "${stages[@]}"; do
       timeout "$limit" $PY scripts/profile_replay.py --device cuda --set nano --branches "${BRANCHES:-1,2,4,8}" "${commit[@]}" --out "$OUT/" \
         2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    probe)
-      timeout "$limit" $PY scripts/probe_host_costs.py 2>&1 | tee -a "$OUT/gate.log"
-      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     quick) ;;
     *) echo "unknown stage: $s (use tests, optimizer, train, profile, quick)" >&2; exit 2 ;;
   esac

@@ -7,7 +7,9 @@ warm-up that makes any recordings:
 - ``host_ms``: wall time of the ``step()`` call itself, without synchronizing (Python + launches);
 - ``device_busy_ms``: the summed time of the step's GPU kernels (``torch.profiler``, CUDA only);
 - ``kernels_per_step``: how many kernels (and copies) the GPU ran per step;
-- ``host_top``: the host functions with the most cumulative time per step (``cProfile``).
+- ``host_top``: the host functions with the most cumulative time per step (``cProfile``);
+- ``phases`` (once per run): the host time of each phase of a bucketed-eager step and of each
+  piece of one replayed Newton-Schulz call, every phase timed alone and repeated.
 
 A step whose ``host_ms`` exceeds its ``device_busy_ms`` is host-bound: the GPU idles while
 Python prepares the next launch. ``--branches 1,4`` repeats each ``capture_updates`` variant once
@@ -22,15 +24,31 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import pstats
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from musgd import MuSGD
+from musgd._functional import (
+    EagerOrthogonalizer,
+    Hyper,
+    add_decay_foreach,
+    apply_updates,
+    build_layout,
+    momentum_foreach,
+    orthogonalize_bucket,
+    run_in_order,
+    sgd_terms_foreach,
+)
+from musgd._optimizer import group_structure
+from musgd._replay import environment_key
 from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._models import PARAMETER_SETS, make_parameters
 from musgd.bench._optimizer_bench import _operands
@@ -94,6 +112,77 @@ def _host_top(step: Any, steps: int, top: int) -> list[dict[str, Any]]:
     return rows[:top]
 
 
+def _host_us(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Median host time of ``fn`` in microseconds, each call started with an idle device."""
+    samples = []
+    fn()
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e6)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return statistics.median(samples)
+
+
+def phase_costs(
+    params: list[torch.Tensor], grads: list[torch.Tensor], device: torch.device, repeats: int
+) -> list[dict[str, Any]]:
+    """Host microseconds of the phases of one bucketed-eager step and of one replayed NS call.
+
+    The phases run on copies of ``params``; the step's own order is kept (its momentum and
+    update tensors feed the later phases), each phase repeated ``repeats`` times.
+    """
+    operands = [p.detach().clone() for p in params]
+    for p, g in zip(operands, grads, strict=True):
+        p.grad = g.detach().clone()
+    opt = MuSGD(operands, lr=0.01, capture_orthogonalization=device.type == "cuda")
+    group = opt.param_groups[0]
+    ps, gs = opt._gather(0, group)
+    bufs = opt._buffers(ps)
+    layout = build_layout(ps, group["use_muon"])
+    structure = group_structure(group)
+    hyper = Hyper(0.9, 0.01, 0.5, 0.5)
+    n = momentum_foreach(bufs, gs, hyper, structure)
+    updates = sgd_terms_foreach(n, layout, hyper)
+    eager = EagerOrthogonalizer()
+    first = layout.buckets[0]
+    stack = torch.stack([n[i].reshape(first.rows, first.cols) for i in first.indices])
+    replayed = opt._orth_replay
+    replayed.batched(stack, structure.ns)  # records (CUDA) or falls back (CPU)
+    phases: dict[str, Callable[[], object]] = {
+        "gather gradients": lambda: opt._gather(0, group),
+        "momentum buffers": lambda: opt._buffers(ps),
+        "build layout": lambda: build_layout(ps, group["use_muon"]),
+        "momentum (foreach)": lambda: momentum_foreach(bufs, gs, hyper, structure),
+        "sgd terms (foreach)": lambda: sgd_terms_foreach(n, layout, hyper),
+        "bucket jobs, eager NS": lambda: run_in_order(
+            [
+                functools.partial(orthogonalize_bucket, n, updates, b, hyper, structure.ns, eager)
+                for b in layout.buckets
+            ],
+            [],
+        ),
+        "weight decay (foreach)": lambda: add_decay_foreach(updates, ps, layout, hyper),
+        "write (foreach)": lambda: apply_updates(ps, updates, 0.01),
+        "one bucket: stack": lambda: torch.stack(
+            [n[i].reshape(first.rows, first.cols) for i in first.indices]
+        ),
+        "one bucket: eager NS": lambda: eager.batched(stack, structure.ns),
+        "one bucket: replayed NS call": lambda: replayed.batched(stack, structure.ns),
+    }
+    if device.type == "cuda":
+        phases["one bucket: environment key"] = lambda: environment_key(
+            opt._replay.recorder, device
+        )
+    return [
+        {"phase": name, "host_us": _host_us(fn, device, repeats), "buckets": len(layout.buckets)}
+        for name, fn in phases.items()
+    ]
+
+
 def profile_variant(
     variant: Variant,
     params: list[torch.Tensor],
@@ -148,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-evidence", action="store_true")
     parser.add_argument("--commit", default=None, help="the commit a copied tree came from")
+    parser.add_argument("--phase-repeats", type=int, default=30)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
@@ -170,8 +260,16 @@ def main(argv: list[str] | None = None) -> int:
             f"device busy {'-' if busy is None else f'{busy:8.3f}'} ms  "
             f"kernels {'-' if kernels is None else f'{kernels:7.1f}'}"
         )
+    phases = phase_costs(params, grads, device, args.phase_repeats)
+    for phase in phases:
+        print(f"  phase {phase['phase']:<32} host {phase['host_us']:10.1f} us")
     if not args.no_evidence:
-        results = {"benchmark": "replay-profile", "set": args.set, "variants": rows}
+        results = {
+            "benchmark": "replay-profile",
+            "set": args.set,
+            "variants": rows,
+            "phases": phases,
+        }
         argv_used = ["profile_replay", *(argv if argv is not None else sys.argv[1:])]
         evidence = build_evidence(
             "replay-profile", results, device=device, argv=argv_used, commit=args.commit

@@ -93,7 +93,8 @@ class MuSGD(Optimizer):
         capture_updates: replay each group's whole update preparation (momentum, Nesterov,
             Newton-Schulz and the mix; not the learning-rate write) from one CUDA graph per
             group layout, with momentum, weight_decay, w_muon and w_sgd read from device
-            tensors so schedules keep working. Bit-identical to eager; float32 parameters only
+            tensors so schedules keep working; the graph runs the group's Newton-Schulz
+            buckets as parallel branches. Bit-identical to eager; float32 parameters only
             (other dtypes run eagerly). Off by default. Lives in each param group.
         process_group: share the Newton-Schulz work of DDP training across this group's ranks
             (e.g. ``torch.distributed.group.WORLD``): a FLOP-balanced plan gives each rank
