@@ -16,8 +16,9 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(tests optimizer train)
 quick=""
 # The machine's copy of the tree sits over a stale .git (an older HEAD, the tree's changes shown
-# as modifications): pass the commit the tree came from (GATE_COMMIT), and hide that .git so the
-# benchmarks record the named commit instead of refusing it as disagreeing with HEAD.
+# as modifications): pass the commit the tree came from (GATE_COMMIT=$(git rev-parse HEAD), the
+# full sha), and hide that .git so the benchmarks record the named commit instead of refusing
+# it as disagreeing with HEAD.
 commit=()
 if [ -n "${GATE_COMMIT:-}" ]; then
   commit=(--commit "$GATE_COMMIT")

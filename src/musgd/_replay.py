@@ -61,6 +61,12 @@ class Recorder(Protocol):
 
 # Parallel branches a recorded group's bucket jobs are spread over (see BranchedOrthogonalizer).
 DEFAULT_BRANCHES = 4
+# A bucket job whose Newton-Schulz cost (``Bucket.cost``) reaches this keeps the GPU busy on its
+# own: it runs on the capturing stream, since a branch would buy no overlap and hold its own
+# memory. At this size a bucket's five iterations are 40 to 65 GFLOP; every bucket of the nano
+# detector is below it (the costliest, 1 x 256 x 2304, by 14 times), every transformer bucket of
+# the benchmark (12 x 768 x 768 and up) above it.
+BRANCH_COST_LIMIT = 2**31
 
 
 def plan_lanes(costs: Sequence[int], lanes: int) -> list[list[int]]:
@@ -78,6 +84,22 @@ def plan_lanes(costs: Sequence[int], lanes: int) -> list[list[int]]:
     return [sorted(m) for m in members if m]
 
 
+def plan_branches(
+    costs: Sequence[int], lanes: int, limit: int = BRANCH_COST_LIMIT
+) -> tuple[list[list[int]], list[int]]:
+    """Which jobs run on parallel lanes (planned by :func:`plan_lanes`) and which stay inline.
+
+    Jobs costing ``limit`` or more stay on the current stream, in order; the others are spread.
+    With fewer than two lanes' worth of small jobs, every job stays inline.
+    """
+    small = [i for i, c in enumerate(costs) if c < limit]
+    planned = plan_lanes([costs[i] for i in small], lanes)
+    if len(planned) < 2:
+        return [], list(range(len(costs)))
+    inline = [i for i, c in enumerate(costs) if c >= limit]
+    return [[small[k] for k in lane] for lane in planned], inline
+
+
 class BranchedOrthogonalizer:
     """``inner``'s Newton-Schulz, with a group's bucket jobs spread over parallel CUDA streams.
 
@@ -88,9 +110,15 @@ class BranchedOrthogonalizer:
     disjoint tensors, so the results are the same bits.
     """
 
-    def __init__(self, inner: Orthogonalizer, streams: Sequence[torch.cuda.Stream]) -> None:
+    def __init__(
+        self,
+        inner: Orthogonalizer,
+        streams: Sequence[torch.cuda.Stream],
+        cost_limit: int = BRANCH_COST_LIMIT,
+    ) -> None:
         self._inner = inner
         self._streams = tuple(streams)
+        self._cost_limit = cost_limit
 
     def single(self, G: Tensor, ns: NSSettings) -> Tensor:
         return self._inner.single(G, ns)
@@ -99,8 +127,8 @@ class BranchedOrthogonalizer:
         return self._inner.batched(G, ns)
 
     def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
-        lanes = plan_lanes(costs, len(self._streams))
-        if len(lanes) < 2:
+        lanes, inline = plan_branches(costs, len(self._streams), self._cost_limit)
+        if not lanes:
             run_in_order(jobs, costs)
             return
         current = torch.cuda.current_stream()
@@ -112,6 +140,8 @@ class BranchedOrthogonalizer:
                 with torch.cuda.stream(stream):
                     for i in lane:
                         jobs[i]()
+            for i in inline:  # large jobs: on the current stream, overlapping the lanes
+                jobs[i]()
         finally:
             # Joined even after a failure: a capture must end with every branch joined, and
             # eager work after this must not race the lanes.
@@ -140,8 +170,11 @@ class CudaGraphRecorder:
     stream is current when it is called.
     """
 
-    def __init__(self, branches: int = DEFAULT_BRANCHES) -> None:
+    def __init__(
+        self, branches: int = DEFAULT_BRANCHES, branch_cost_limit: int = BRANCH_COST_LIMIT
+    ) -> None:
         self.branches = branches
+        self.branch_cost_limit = branch_cost_limit
         self._side: dict[int, torch.cuda.Stream] = {}
         self._lanes: dict[int, tuple[torch.cuda.Stream, ...]] = {}
 
@@ -173,7 +206,7 @@ class CudaGraphRecorder:
             with torch.cuda.device(index):
                 lanes = tuple(torch.cuda.Stream() for _ in range(self.branches))  # type: ignore[no-untyped-call,unused-ignore]
             self._lanes[index] = lanes
-        return BranchedOrthogonalizer(orth, lanes)
+        return BranchedOrthogonalizer(orth, lanes, self.branch_cost_limit)
 
     def capturing(self, device: torch.device) -> bool:
         # The current device's current stream: where an enclosing capture would be recording.

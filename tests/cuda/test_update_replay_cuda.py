@@ -101,13 +101,20 @@ def test_replayed_steps_are_bit_identical_with_one_replay_per_group(
     assert len(rep._replay.orth_cache) == 0
 
 
-@pytest.mark.parametrize("branches", [1, 2, 4, 8])
-def test_parallel_branches_change_no_bit(branches: int) -> None:
-    """Bucket jobs recorded on 1..8 parallel streams replay the eager bits exactly."""
+@pytest.mark.parametrize(
+    ("branches", "cost_limit"), [(1, 2**31), (2, 2**31), (4, 2**31), (8, 2**31), (4, 200_000)]
+)
+def test_parallel_branches_change_no_bit(branches: int, cost_limit: int) -> None:
+    """Bucket jobs recorded on 1..8 parallel streams replay the eager bits exactly.
+
+    With the limit at 200,000 the two cheapest of the five buckets take lanes and the three
+    costlier ones run inline on the capturing stream, overlapping them.
+    """
     ref_p, ref, rep_p, rep = twins(flags={"capture_updates": True})
     recorder = rep._replay.recorder
     assert isinstance(recorder, CudaGraphRecorder)
     recorder.branches = branches
+    recorder.branch_cost_limit = cost_limit
     for step in range(6):
         step_both(ref_p, ref, rep_p, rep, step)
         assert_same(ref_p, rep_p, ref, rep)

@@ -28,6 +28,7 @@ from musgd._replay import (
     CudaGraphRecorder,
     ReplayOrthogonalizer,
     ReplayState,
+    plan_branches,
     plan_lanes,
     same_float,
     tensor_fallback,
@@ -571,3 +572,16 @@ def test_ns_key_is_typed_and_follows_the_settings_object() -> None:
     assert state.ns_key(dataclasses.replace(NS, steps=5.0)) != key  # type: ignore[arg-type]
     assert state.ns_key(dataclasses.replace(NS, eps=1e-6)) != key
     assert state.ns_key(dataclasses.replace(NS)) == key
+
+
+def test_plan_branches_keeps_costly_jobs_inline_and_spreads_the_rest() -> None:
+    lanes, inline = plan_branches([5, 100, 6, 7, 200], 2, limit=100)
+    assert inline == [1, 4]
+    assert sorted(i for lane in lanes for i in lane) == [0, 2, 3]
+    assert len(lanes) == 2
+
+
+def test_plan_branches_runs_everything_inline_without_two_lanes_of_small_jobs() -> None:
+    assert plan_branches([5, 100, 200], 4, limit=100) == ([], [0, 1, 2])
+    assert plan_branches([5, 6, 7], 1, limit=100) == ([], [0, 1, 2])
+    assert plan_branches([], 4) == ([], [])

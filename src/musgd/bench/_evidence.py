@@ -168,6 +168,11 @@ def build_evidence(
     if commit is not None:
         check_commit(commit, state)
         if state.commit is None:
+            if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+                raise ValueError(
+                    f"commit {commit!r} must be the full sha (`git rev-parse HEAD`) when git "
+                    "cannot read this checkout: evidence files record full commits"
+                )
             state, source = GitState(commit, None), "argument"
     return {
         "schema": SCHEMA,

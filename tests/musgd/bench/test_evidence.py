@@ -127,11 +127,13 @@ def test_commit_argument_fills_in_only_when_git_cannot(
     with pytest.raises(ValueError, match="disagrees with this checkout's HEAD"):
         build_evidence("demo", {}, device=CPU, argv=[], commit="0" * 40)
     monkeypatch.setattr(_evidence, "find_repo_root", lambda start=None: None)
-    doc = build_evidence("demo", {}, device=CPU, argv=[], commit="abc1234")
+    doc = build_evidence("demo", {}, device=CPU, argv=[], commit="abc1234" * 5 + "abcde")
     assert (doc["git_commit"], doc["git_dirty"], doc["git_commit_source"]) == (
-        "abc1234",
+        "abc1234" * 5 + "abcde",
         None,
         "argument",
     )
+    with pytest.raises(ValueError, match="must be the full sha"):
+        build_evidence("demo", {}, device=CPU, argv=[], commit="abc1234")
     with pytest.raises(ValueError, match="hex git sha"):
         check_commit("HEAD")
