@@ -206,7 +206,13 @@ def add_orthogonalized(
     O.mul_(bucket.scale)
     O.mul_(hyper.w_muon)
     targets = _pick(updates, indices)
-    torch._foreach_add_(targets, [o.reshape_as(t) for o, t in zip(O, targets, strict=True)])
+    shape = targets[0].shape
+    if all(t.shape == shape for t in targets):
+        # One reshape and one unbind instead of an indexing and a reshape per matrix.
+        parts: Sequence[Tensor] = O.reshape(len(targets), *shape).unbind(0)
+    else:
+        parts = [o.reshape_as(t) for o, t in zip(O, targets, strict=True)]
+    torch._foreach_add_(targets, list(parts))
 
 
 def orthogonalize_bucket(
@@ -218,8 +224,23 @@ def orthogonalize_bucket(
     orth: Orthogonalizer,
 ) -> None:
     """One bucket's job: stack its matrices of ``n``, orthogonalize, add into ``updates``."""
-    stack = torch.stack([n[i].reshape(bucket.rows, bucket.cols) for i in bucket.indices])
+    stack = stack_bucket(_pick(n, bucket.indices), bucket)
     add_orthogonalized(updates, bucket.indices, orth.batched(stack, ns), bucket, hyper)
+
+
+def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
+    """The ``(B, rows, cols)`` stack of a bucket's tensors, with as few dispatches as possible.
+
+    One tensor is reshaped (a view when its layout allows); tensors of one shape are stacked and
+    then reshaped once; mixed shapes of the same matrix view are reshaped one by one first.
+    """
+    rows, cols = bucket.rows, bucket.cols
+    if len(members) == 1:
+        return members[0].reshape(1, rows, cols)
+    shape = members[0].shape
+    if all(m.shape == shape for m in members):
+        return torch.stack(list(members)).reshape(len(members), rows, cols)
+    return torch.stack([m.reshape(rows, cols) for m in members])
 
 
 def add_decay_foreach(

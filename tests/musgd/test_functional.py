@@ -13,16 +13,19 @@ from musgd_reference import route
 from torch import Tensor
 
 from musgd._functional import (
+    Bucket,
     EagerOrthogonalizer,
     Hyper,
     NSSettings,
     Structure,
+    add_orthogonalized,
     apply_updates,
     build_layout,
     matrix_shape,
     prepare_updates_foreach,
     prepare_updates_per_tensor,
     run_in_order,
+    stack_bucket,
 )
 from musgd._newton_schulz import resolve_coefficients
 
@@ -224,3 +227,33 @@ def test_apply_updates_writes_w_minus_lr_u() -> None:
     apply_updates(params, updates, 0.25)
     for p, e in zip(params, expected, strict=True):
         torch.testing.assert_close(p, e, atol=1e-6, rtol=0)
+
+
+BUCKET_MEMBERS = {
+    "one": [(8, 4, 3, 3)],
+    "same shapes": [(8, 4, 3, 3)] * 3,
+    "mixed shapes": [(8, 4, 3, 3), (8, 36), (8, 4, 3, 3)],
+}
+
+
+@pytest.mark.parametrize("members", BUCKET_MEMBERS.values(), ids=BUCKET_MEMBERS.keys())
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_stack_and_add_back_match_the_per_matrix_reshapes(
+    members: list[tuple[int, ...]], channels_last: bool
+) -> None:
+    gen = torch.Generator().manual_seed(7)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+
+    def make(shape: tuple[int, ...]) -> Tensor:
+        t = torch.randn(shape, generator=gen)
+        return t.to(memory_format=fmt) if t.dim() == 4 else t
+
+    n = [make(s) for s in members]
+    bucket = Bucket(8, 36, tuple(range(len(members))))
+    assert torch.equal(stack_bucket(n, bucket), torch.stack([m.reshape(8, 36) for m in n]))
+    O = torch.randn(len(members), 8, 36, generator=gen)
+    hyper = Hyper(momentum=0.9, weight_decay=0.0, w_muon=0.7, w_sgd=0.3)
+    updates = [make(s) for s in members]
+    expected = [u + (o * bucket.scale * 0.7).reshape_as(u) for u, o in zip(updates, O, strict=True)]
+    add_orthogonalized(updates, bucket.indices, O.clone(), bucket, hyper)
+    assert all(torch.equal(u, e) for u, e in zip(updates, expected, strict=True))
