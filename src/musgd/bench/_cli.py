@@ -108,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: nano on cpu, all on cuda)",
     )
     opt.add_argument("--variants", type=_name_list, help=f"comma-separated, of: {variants}")
+    opt.add_argument(
+        "--rounds",
+        type=_positive_int,
+        help="variants take turns this many times, sharing the timed steps "
+        "(default: 5 on cuda, 1 otherwise)",
+    )
     opt.add_argument("--out", type=Path, help="evidence JSON path or directory")
     opt.add_argument("--no-evidence", action="store_true", help="do not write evidence JSON")
 
@@ -203,6 +209,7 @@ def _optimizer(args: argparse.Namespace, device: torch.device, argv: list[str]) 
         steps=_pick(args.steps, args, device, quick=2, cuda=100, cpu=10),
         warmup=_pick(args.warmup, args, device, quick=1, cuda=10, cpu=2),
         seed=args.seed,
+        rounds=_pick(args.rounds, args, device, quick=1, cuda=5, cpu=1),
     )
     print(format_optimizer_table(results))
     if not args.no_evidence:

@@ -93,12 +93,20 @@ def run_optimizer_benchmark(
     steps: int,
     warmup: int,
     seed: int = 0,
+    rounds: int = 1,
 ) -> dict[str, Any]:
     """Time each variant's step on each parameter set; JSON-ready results.
 
-    Every variant of a set starts from the same seeded parameters and gradients. Speed-ups are
+    Every variant of a set starts from the same seeded parameters and gradients. With
+    ``rounds`` above one the variants take turns: each round builds every variant afresh, warms
+    it up and times its share of the ``steps``, so a slow phase of a shared, noisy host falls on
+    all variants alike instead of on whichever ran then. Samples pool across rounds; the setup
+    time is the first round's, the peak memory the highest of any round. Speed-ups are
     ``baseline median / variant median`` against ``per-matrix eager`` when it ran.
     """
+    if not 1 <= rounds <= steps:
+        raise ValueError(f"rounds must be in 1..steps ({steps}), got {rounds}")
+    shares = [steps // rounds + (r < steps % rounds) for r in range(rounds)]
     out: dict[str, Any] = {
         "benchmark": "optimizer-step",
         "hyperparameters": {"lr": LR, "momentum": MOMENTUM, "ns_steps": NS_STEPS},
@@ -108,20 +116,15 @@ def run_optimizer_benchmark(
     for set_name, specs in sets.items():
         params, grads = make_parameters(specs, device=device, seed=seed)
         matrices = sum(matrix_shape(s.shape) is not None for s in specs)
-        rows: list[dict[str, Any]] = []
-        for variant in variants:
-            timing, count, extras = time_variant(
-                variant, params, grads, steps=steps, warmup=warmup, device=device
-            )
-            rows.append(
-                {
-                    "variant": variant.name,
-                    "tensors": count,
-                    "matrices_only": variant.matrices_only,
-                    **timing.as_dict(),
-                    **extras,
-                }
-            )
+        runs: dict[str, list[tuple[Timing, int, dict[str, float | None]]]] = {
+            v.name: [] for v in variants
+        }
+        for share in shares:
+            for variant in variants:
+                runs[variant.name].append(
+                    time_variant(variant, params, grads, steps=share, warmup=warmup, device=device)
+                )
+        rows = [_pooled_row(v, runs[v.name], rounds) for v in variants]
         base = next((r["median_ms"] for r in rows if r["variant"] == BASELINE), None)
         for row in rows:
             row["speedup_vs_per_matrix"] = None if base is None else base / row["median_ms"]
@@ -134,6 +137,31 @@ def run_optimizer_benchmark(
         }
         del params, grads
     return out
+
+
+def _pooled_row(
+    variant: Variant, runs: list[tuple[Timing, int, dict[str, float | None]]], rounds: int
+) -> dict[str, Any]:
+    """One variant's row from its runs of every round: samples pooled, first setup, peak memory."""
+    first, count, extras = runs[0]
+    pooled = Timing(
+        samples_ms=tuple(x for timing, _, _ in runs for x in timing.samples_ms),
+        warmup=first.warmup,
+        clock=first.clock,
+    )
+    peaks = {
+        key: None if extras[key] is None else max(float(e[key] or 0.0) for _, _, e in runs)
+        for key in ("peak_allocated_mib", "peak_reserved_mib")
+    }
+    return {
+        "variant": variant.name,
+        "tensors": count,
+        "matrices_only": variant.matrices_only,
+        **pooled.as_dict(),
+        "rounds": rounds,
+        **extras,
+        **peaks,
+    }
 
 
 def format_optimizer_table(results: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from musgd.bench._models import ParamSpec, make_parameters
@@ -64,3 +65,19 @@ def test_variants_start_from_identical_state() -> None:
     variant.build(b).step()
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert not torch.equal(a[0], params[0])  # the step changed the copy, not the source
+
+
+def test_rounds_share_the_steps_and_pool_the_samples() -> None:
+    variants = select_variants(["per-matrix eager", "bucketed eager"], CPU)
+    out = run_optimizer_benchmark(
+        {"tiny": SPECS}, variants, device=CPU, steps=5, warmup=1, rounds=2
+    )
+    for row in out["sets"]["tiny"]["variants"]:
+        assert (row["steps"], row["rounds"], len(row["samples_ms"])) == (5, 2, 5)
+        assert row["setup_ms"] > 0
+
+
+def test_rounds_beyond_the_steps_are_refused() -> None:
+    variants = select_variants(["bucketed eager"], CPU)
+    with pytest.raises(ValueError, match=r"rounds must be in 1\.\.steps"):
+        run_optimizer_benchmark({"tiny": SPECS}, variants, device=CPU, steps=2, warmup=0, rounds=3)
