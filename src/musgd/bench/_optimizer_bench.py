@@ -50,11 +50,17 @@ def time_variant(
 
     The extras are the first step's wall time (``setup_ms``: it makes any replay recordings, so
     it is timed apart from the steady state) and, on CUDA, the peak allocated and reserved
-    memory over the whole run in MiB (``None`` elsewhere).
+    memory over the whole run in MiB, with what was allocated and reserved when it started:
+    memory an earlier variant of the same process left behind (library workspaces of the
+    streams it used, say) is in both, so the difference is this variant's own (``None``
+    elsewhere).
     """
     operands = _operands(variant, params, grads)
+    start: dict[str, float | None] = {"allocated_at_start_mib": None, "reserved_at_start_mib": None}
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        start["allocated_at_start_mib"] = torch.cuda.memory_allocated(device) / 2**20
+        start["reserved_at_start_mib"] = torch.cuda.memory_reserved(device) / 2**20
     optimizer = variant.build(operands)
     setup_ms = _wall_ms(optimizer.step, device)
     timing = time_steps(optimizer.step, steps=steps, warmup=warmup, device=device)
@@ -62,6 +68,7 @@ def time_variant(
         "setup_ms": setup_ms,
         "peak_allocated_mib": None,
         "peak_reserved_mib": None,
+        **start,
     }
     if device.type == "cuda":
         extras["peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
@@ -100,8 +107,8 @@ def run_optimizer_benchmark(
     Every variant of a set starts from the same seeded parameters and gradients. With
     ``rounds`` above one the variants take turns: each round builds every variant afresh, warms
     it up and times its share of the ``steps``, so a slow phase of a shared, noisy host falls on
-    all variants alike instead of on whichever ran then. Samples pool across rounds; the setup
-    time is the first round's, the peak memory the highest of any round. Speed-ups are
+    all variants alike instead of on whichever ran then. Samples pool across rounds; setup time
+    and memory are the first round's. Speed-ups are
     ``baseline median / variant median`` against ``per-matrix eager`` when it ran.
     """
     if not 1 <= rounds <= steps:
@@ -142,17 +149,17 @@ def run_optimizer_benchmark(
 def _pooled_row(
     variant: Variant, runs: list[tuple[Timing, int, dict[str, float | None]]], rounds: int
 ) -> dict[str, Any]:
-    """One variant's row from its runs of every round: samples pooled, first setup, peak memory."""
+    """One variant's row from its runs of every round: samples pooled, the first round's extras.
+
+    Setup time and memory come from the first round, the one closest to a fresh process: later
+    rounds start with whatever every variant of the rounds before left behind.
+    """
     first, count, extras = runs[0]
     pooled = Timing(
         samples_ms=tuple(x for timing, _, _ in runs for x in timing.samples_ms),
         warmup=first.warmup,
         clock=first.clock,
     )
-    peaks = {
-        key: None if extras[key] is None else max(float(e[key] or 0.0) for _, _, e in runs)
-        for key in ("peak_allocated_mib", "peak_reserved_mib")
-    }
     return {
         "variant": variant.name,
         "tensors": count,
@@ -160,7 +167,6 @@ def _pooled_row(
         **pooled.as_dict(),
         "rounds": rounds,
         **extras,
-        **peaks,
     }
 
 
