@@ -249,9 +249,11 @@ def _records(stream: io.BufferedIOBase, chunk: int = 1 << 16) -> Iterator[bytes]
     while data := chunks.get():
         parts = (pending + data).split(b"\0")
         pending = parts.pop()
-        yield from (part for part in parts if part.strip())
+        # A record of whitespace only (or nothing) is no commit; isspace() stops at the first
+        # other byte instead of copying the record as strip() would.
+        yield from (part for part in parts if part and not part.isspace())
     reader.join()
-    if pending.strip():
+    if pending and not pending.isspace():
         yield pending
 
 

@@ -29,6 +29,16 @@ class References:
     provenance_ids: frozenset[str] = field(default_factory=frozenset)
     placeholder_ids: frozenset[str] = field(default_factory=frozenset)
     assumption_ids: frozenset[str] = field(default_factory=frozenset)
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        # The rules' verdict caches key on (value, references) for every commit of a range:
+        # hash the four sets once, not on every lookup.
+        fields = (self.wp_ids, self.provenance_ids, self.placeholder_ids, self.assumption_ids)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def split_node_ids(value: str) -> list[str]:

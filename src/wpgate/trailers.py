@@ -41,6 +41,8 @@ _TRAILER_LINE = re.compile(
     r"^([A-Za-z0-9-]+)[ \t]*:(?!//)([^\n]*(?:\n[ \t\r][^\n]*)*)", re.MULTILINE
 )
 _TRAILER_FAST = re.compile(r"([A-Za-z0-9-]+)[ \t]*:(?!//)(.*)")
+# The same, for every line of a paragraph at once (no CR in it: the fast path refuses CRs).
+_TRAILER_LINES = re.compile(r"^([A-Za-z0-9-]+)[ \t]*:(?!//)(.*)$", re.MULTILINE)
 _CONTINUATION_FOLD = re.compile(r"\n[ \t\n\r]*")
 _BLANK_LINE = re.compile(r"^[ \t\r]*$", re.MULTILINE)
 
@@ -305,21 +307,18 @@ def _parse_plain(
     ):
         return None
     lines = core.split("\n")
-    first = len(lines) - paragraph.count("\n") - 1
-    block = lines[first:]
-    matches = [_TRAILER_FAST.match(line) for line in block]
-    if None in matches:
-        generated = [line.startswith(_GIT_GENERATED_PREFIXES) for line in block]
-        counted = sum(1 for m, g in zip(matches, generated, strict=True) if m is not None or g)
-        if not (any(generated) and counted * 3 >= len(block) - counted):
-            matches = []
-    trailers = tuple(
-        [
-            Trailer(m[1], m[2].strip(_GIT_SPACE), number)
-            for number, m in enumerate(matches, first + 1)
-            if m is not None
-        ]
-    )
+    size = paragraph.count("\n") + 1
+    first = len(lines) - size
+    pairs = _TRAILER_LINES.findall(paragraph)
+    if len(pairs) == size:  # the usual case: every line of the last paragraph is a trailer
+        trailers = tuple(
+            [
+                Trailer(key, value.strip(_GIT_SPACE), number)
+                for number, (key, value) in enumerate(pairs, first + 1)
+            ]
+        )
+    else:
+        trailers = _mixed_block(lines[first:], first)
     return Message(
         subject=lines[0].rstrip(_LINE_SPACE),
         subject_line=1,
@@ -328,6 +327,26 @@ def _parse_plain(
         comment_char=skip,
         encoding_error_line=encoding_error_line,
         by_key=_index(trailers),
+    )
+
+
+def _mixed_block(block: list[str], first: int) -> tuple[Trailer, ...]:
+    """The trailers of a last paragraph not every line of which is one (``first``: its index).
+
+    Such a paragraph is a trailer block only when it holds a git-generated line and at least
+    25% trailers (or generated lines); then its trailer lines count, and nothing otherwise.
+    """
+    matches = [_TRAILER_FAST.match(line) for line in block]
+    generated = [line.startswith(_GIT_GENERATED_PREFIXES) for line in block]
+    counted = sum(1 for m, g in zip(matches, generated, strict=True) if m is not None or g)
+    if not (any(generated) and counted * 3 >= len(block) - counted):
+        return ()
+    return tuple(
+        [
+            Trailer(m[1], m[2].strip(_GIT_SPACE), number)
+            for number, m in enumerate(matches, first + 1)
+            if m is not None
+        ]
     )
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from wpgate.references import GateResolver, resolve_node_id, split_node_ids
+from wpgate.references import GateResolver, References, resolve_node_id, split_node_ids
 
 TEST_FILE = """
 import sys
@@ -112,3 +113,14 @@ def test_split_node_ids() -> None:
         "e.py::f[1][2]",
     ]
     assert split_node_ids(" ; ") == []
+
+
+def test_references_hash_once_and_agree_with_equality() -> None:
+    a = References(wp_ids=frozenset({"001"}), provenance_ids=frozenset({"R1"}))
+    b = dataclasses.replace(a)
+    c = dataclasses.replace(a, wp_ids=frozenset({"002"}))
+    assert a == b
+    assert hash(a) == hash(b)
+    assert a != c
+    assert {a: 1}[b] == 1
+    assert c not in {a: 1}

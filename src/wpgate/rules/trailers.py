@@ -107,6 +107,11 @@ class TrailerOptions:
             )
         return cls(**values)
 
+    @functools.cached_property
+    def bot_pattern(self) -> re.Pattern[str]:
+        """``bot_authors`` as one compiled alternation (never matches when empty)."""
+        return _bot_pattern(self.bot_authors)
+
     @classmethod
     def from_config(cls, config: Config | None) -> TrailerOptions:
         """Options from the loaded configuration (defaults when ``config`` is None)."""
@@ -496,7 +501,7 @@ def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
     """Why this message is not checked (``merge``, ``bot``, ``fixup``), or None."""
     if parsed.parents > 1:
         return "merge"
-    if parsed.author and _bot_pattern(options.bot_authors).search(parsed.author):
+    if parsed.author and options.bot_pattern.search(parsed.author):
         return "bot"
     if not parsed.pr_mode and parsed.message.subject.startswith(_FIXUP_PREFIXES):
         return "fixup"
