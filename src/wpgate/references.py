@@ -21,24 +21,20 @@ _NODE_ID = re.compile(r"(?:[^\s;,\[]+|\[[^\]]*\])+")
 _PARAMETERS = re.compile(r"\[[^\]]*\]")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class References:
-    """Ids that exist in the repository: work packages, sources, placeholders, assumptions."""
+    """Ids that exist in the repository: work packages, sources, placeholders, assumptions.
+
+    Compared and hashed by identity: the rules cache their verdicts per value and per
+    ``References`` object, so a process that lints again with freshly loaded documents starts
+    new cache entries instead of comparing four sets on every lookup (or reusing a verdict
+    that the new documents might change).
+    """
 
     wp_ids: frozenset[str] = field(default_factory=frozenset)
     provenance_ids: frozenset[str] = field(default_factory=frozenset)
     placeholder_ids: frozenset[str] = field(default_factory=frozenset)
     assumption_ids: frozenset[str] = field(default_factory=frozenset)
-    _hash: int = field(init=False, repr=False, compare=False, default=0)
-
-    def __post_init__(self) -> None:
-        # The rules' verdict caches key on (value, references) for every commit of a range:
-        # hash the four sets once, not on every lookup.
-        fields = (self.wp_ids, self.provenance_ids, self.placeholder_ids, self.assumption_ids)
-        object.__setattr__(self, "_hash", hash(fields))
-
-    def __hash__(self) -> int:
-        return self._hash
 
 
 def split_node_ids(value: str) -> list[str]:
