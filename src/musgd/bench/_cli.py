@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--batch-sizes", type=_int_list, help="comma-separated (default 4,16)")
     train.add_argument("--image-size", type=_image_size, help="image side (default 640 on cuda)")
     train.add_argument("--pairs", type=_positive_int, help="paired runs per arm")
+    train.add_argument(
+        "--lockstep",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="train the arms of a pair together, taking turns step by step, so a noisy host "
+        "slows them alike (default); --no-lockstep trains each arm alone",
+    )
     train.add_argument("--out", type=Path, help="evidence JSON path or directory")
     train.add_argument("--no-evidence", action="store_true", help="do not write evidence JSON")
     return parser
@@ -231,6 +238,7 @@ def _train(args: argparse.Namespace, device: torch.device, argv: list[str]) -> i
         steps=_pick(args.steps, args, device, quick=2, cuda=50, cpu=5),
         warmup=_pick(args.warmup, args, device, quick=1, cuda=10, cpu=2),
         seed=args.seed,
+        lockstep=args.lockstep,
     )
     print(format_training_table(results))
     if not args.no_evidence:

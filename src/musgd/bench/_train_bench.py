@@ -1,7 +1,8 @@
 """Complete training steps on the nano detector: forward, backward and the optimizer.
 
 Each arm (an optimizer variant) trains the same seeded model on the same synthetic batches;
-arms alternate order from pair to pair so slow drift of the machine does not favour one. Each
+arms alternate order from pair to pair, and in lockstep mode take turns step by step, so slow
+drift of the machine does not favour one. Each
 run records its step times and a sha256 of the model state, the momentum buffers and the loss
 sequence, so a faster arm can be checked to compute the very same thing.
 """
@@ -105,37 +106,77 @@ def _momentum(optimizer: Optimizer, params: Sequence[Tensor]) -> list[Tensor | N
     return out
 
 
-def train_run(
-    variant: Variant, batches: Sequence[DetectionBatch], config: TrainConfig, device: torch.device
-) -> RunResult:
-    """Train a fresh seeded :class:`NanoDetector` with ``variant`` for warm-up + timed steps."""
-    torch.manual_seed(config.seed)
-    model = NanoDetector().to(device).train()
-    optimizer = variant.build(param_groups(model, weight_decay=WEIGHT_DECAY))
-    clock = StepClock(device)
-    losses: list[Tensor] = []
-    for i in range(config.warmup + config.steps):
-        batch = batches[i % len(batches)]
+class TrainingArm:
+    """One arm's seeded model, optimizer and step clock, trained one step at a time."""
+
+    def __init__(self, variant: Variant, config: TrainConfig, device: torch.device) -> None:
+        torch.manual_seed(config.seed)  # every arm starts from the same weights
+        self.model = NanoDetector().to(device).train()
+        self.optimizer = variant.build(param_groups(self.model, weight_decay=WEIGHT_DECAY))
+        self.config = config
+        self.clock = StepClock(device)
+        self.losses: list[Tensor] = []
+
+    def step(self, batch: DetectionBatch) -> None:
+        """One complete training step, marked at its start, after backward and at its end."""
+        clock, model, optimizer = self.clock, self.model, self.optimizer
         clock.begin_step()
         clock.mark("start")
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.autocast):
+        with torch.autocast(
+            batch.images.device.type, dtype=torch.bfloat16, enabled=self.config.autocast
+        ):
             predictions = model(batch.images)
         loss = detection_loss(predictions, batch.boxes)
         loss.backward()  # type: ignore[no-untyped-call]
         clock.mark("backward")
         optimizer.step()
         clock.mark("end")
-        losses.append(loss.detach())
-    loss_values = torch.stack(losses).float().cpu()
-    return RunResult(
-        step_ms=clock.intervals("start", "end", skip=config.warmup),
-        optimizer_ms=clock.intervals("backward", "end", skip=config.warmup),
-        losses=tuple(float(v) for v in loss_values),
-        model_sha256=hash_tensors(model.state_dict().values()),
-        momentum_sha256=hash_tensors(_momentum(optimizer, list(model.parameters()))),
-        loss_sha256=hash_tensors([loss_values]),
-    )
+        self.losses.append(loss.detach())
+
+    def result(self) -> RunResult:
+        """The timed steps' durations and the hashes of where training ended."""
+        warmup = self.config.warmup
+        loss_values = torch.stack(self.losses).float().cpu()
+        return RunResult(
+            step_ms=self.clock.intervals("start", "end", skip=warmup),
+            optimizer_ms=self.clock.intervals("backward", "end", skip=warmup),
+            losses=tuple(float(v) for v in loss_values),
+            model_sha256=hash_tensors(self.model.state_dict().values()),
+            momentum_sha256=hash_tensors(_momentum(self.optimizer, list(self.model.parameters()))),
+            loss_sha256=hash_tensors([loss_values]),
+        )
+
+
+def train_run(
+    variant: Variant, batches: Sequence[DetectionBatch], config: TrainConfig, device: torch.device
+) -> RunResult:
+    """Train a fresh seeded :class:`NanoDetector` with ``variant`` for warm-up + timed steps."""
+    arm = TrainingArm(variant, config, device)
+    for i in range(config.warmup + config.steps):
+        arm.step(batches[i % len(batches)])
+    return arm.result()
+
+
+def train_in_lockstep(
+    variants: Sequence[Variant],
+    batches: Sequence[DetectionBatch],
+    config: TrainConfig,
+    device: torch.device,
+) -> list[RunResult]:
+    """Train one fresh model per variant, the arms taking turns step by step.
+
+    Every arm's step ``i`` runs next to the other arms' step ``i``, the order reversing from one
+    step to the next, so that a slow spell of a shared host lands on all arms alike rather than
+    on whichever arm trained through it. Each arm touches only its own model and optimizer, so
+    it computes exactly what it computes alone.
+    """
+    arms = [TrainingArm(v, config, device) for v in variants]
+    for i in range(config.warmup + config.steps):
+        batch = batches[i % len(batches)]
+        for arm in arms if i % 2 == 0 else reversed(arms):
+            arm.step(batch)
+    return [arm.result() for arm in arms]
 
 
 @contextmanager
@@ -209,12 +250,15 @@ def run_training_benchmark(
     steps: int,
     warmup: int,
     seed: int = 0,
+    lockstep: bool = False,
 ) -> dict[str, Any]:
     """Paired complete-training-step runs per arm and batch size; JSON-ready results.
 
-    bf16 autocast on CUDA, float32 elsewhere. ``time_saved_vs_first`` compares each arm's median
-    with the first arm's; ``hashes_match_across_arms`` says whether every run of every arm ended
-    in the same model, momentum and loss bytes.
+    With ``lockstep`` each pair trains all arms together, taking turns step by step
+    (:func:`train_in_lockstep`); otherwise each arm trains alone, in an order that reverses from
+    pair to pair. bf16 autocast on CUDA, float32 elsewhere. ``time_saved_vs_first`` compares
+    each arm's median with the first arm's; ``hashes_match_across_arms`` says whether every run
+    of every arm ended in the same model, momentum and loss bytes.
     """
     if not variants:
         raise ValueError("need at least one arm to benchmark")
@@ -238,6 +282,7 @@ def run_training_benchmark(
             "precision": "bf16 autocast" if autocast else "float32",
             "weight_decay": WEIGHT_DECAY,
             "cudnn_deterministic": True,
+            "lockstep": lockstep,
         },
         "batch_sizes": {},
     }
@@ -248,8 +293,12 @@ def run_training_benchmark(
             runs: dict[str, list[RunResult]] = {v.name: [] for v in variants}
             for pair in range(pairs):
                 order = variants if pair % 2 == 0 else list(reversed(variants))
-                for variant in order:
-                    runs[variant.name].append(train_run(variant, batches, config, device))
+                if lockstep:
+                    results = train_in_lockstep(order, batches, config, device)
+                else:
+                    results = [train_run(v, batches, config, device) for v in order]
+                for variant, result in zip(order, results, strict=True):
+                    runs[variant.name].append(result)
             arms = summarize_arms(variants, runs)
             every = {run["sha256"] for arm in arms for run in arm["runs"]}
             out["batch_sizes"][str(batch_size)] = {

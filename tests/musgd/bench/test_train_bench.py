@@ -14,6 +14,7 @@ from musgd.bench._train_bench import (
     make_batches,
     run_training_benchmark,
     summarize_arms,
+    train_in_lockstep,
     train_run,
 )
 from musgd.bench._variants import Variant, select_variants
@@ -89,3 +90,34 @@ def test_config_rejects_sizes_batchnorm_cannot_train_on() -> None:
         TrainConfig(batch_size=2, image_size=40, steps=1, warmup=0)
     with pytest.raises(ValueError, match="steps >= 1"):
         TrainConfig(batch_size=2, image_size=64, steps=0, warmup=0)
+
+
+def test_lockstep_arms_compute_what_each_computes_alone() -> None:
+    variants = select_variants(["per-matrix eager", "bucketed eager"], CPU)
+    batches = make_batches(TINY, CPU)
+    alone = [train_run(v, batches, TINY, CPU) for v in variants]
+    together = train_in_lockstep(variants, batches, TINY, CPU)
+    for a, b in zip(alone, together, strict=True):
+        assert (a.model_sha256, a.momentum_sha256, a.losses) == (
+            b.model_sha256,
+            b.momentum_sha256,
+            b.losses,
+        )
+        assert len(b.step_ms) == len(a.step_ms) == TINY.steps
+
+
+def test_benchmark_records_whether_arms_ran_in_lockstep() -> None:
+    variants = select_variants(["bucketed eager"], CPU, trainable=True)
+    for lockstep in (False, True):
+        out = run_training_benchmark(
+            variants,
+            device=CPU,
+            batch_sizes=[2],
+            image_size=32,
+            pairs=2,
+            steps=1,
+            warmup=0,
+            lockstep=lockstep,
+        )
+        assert out["config"]["lockstep"] is lockstep
+        assert out["batch_sizes"]["2"]["arms"][0]["repeatable"]
