@@ -6,11 +6,20 @@ claims, a click CLI, pre-commit hooks and an mkdocs plugin. Never imports torch.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("wpgate")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0"
-
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``, read from the installed metadata when first asked for.
+
+    ``importlib.metadata`` costs tens of milliseconds to import, and the commit-msg hook runs on
+    every commit without ever needing the version.
+    """
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("wpgate")
+        except PackageNotFoundError:  # pragma: no cover - a source tree without install
+            return "0.0.0"
+    raise AttributeError(f"module 'wpgate' has no attribute {name!r}")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 
-from wpgate import __version__
 from wpgate._config import Config, ConfigError, load_config
 from wpgate._git import GitError, RevisionRange, comment_char, history_range, pushed_range
 from wpgate._git import parse_range as parse_revision_range
@@ -60,8 +59,25 @@ _format_option = click.option(
 )
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: the version is looked up only when asked for (see ``wpgate.__getattr__``)."""
+    if not value or ctx.resilient_parsing:
+        return
+    import wpgate
+
+    click.echo(f"wpgate, version {wpgate.__version__}")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="wpgate")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 def cli() -> None:
     """Evidence-gated governance linters for research repositories."""
 

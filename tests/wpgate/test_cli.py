@@ -77,6 +77,20 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"wpgate, version {__version__}\n"
 
 
+def test_the_cli_reads_package_metadata_only_for_version() -> None:
+    # The commit-msg hook imports the CLI on every commit; importlib.metadata costs tens of ms.
+    code = "import sys, wpgate.cli; print('importlib.metadata' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_unknown_module_attribute_is_an_attribute_error() -> None:
+    import wpgate
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = wpgate.nope  # type: ignore[attr-defined]
+
+
 def test_module_entry_point() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "wpgate", "--version"], capture_output=True, text=True, check=False
