@@ -3,9 +3,10 @@
 # Runs from source (PYTHONPATH=src); writes logs and evidence JSON under $OUT (default ./out).
 #   scripts/gpu_gate.sh [tests] [optimizer] [train] [profile] [quick]   (none: the first three)
 # Each stage has its own time limit (STAGE_LIMIT_S, default 240 s) so that one slow stage cannot
-# take the others' results with it. Measured on an H200 (2026-11-29): the CUDA tests need about
-# 100 s, the optimizer benchmark on all three sets about 110 s, and the training benchmark at
-# five pairs of four arms more than 200 s -- run `train` in a call of its own.
+# take the others' results with it. Measured on an H200 (2026-11-29, 8b82f26): the CUDA tests
+# take about 125 s, the optimizer benchmark on all three sets in five rounds about 150 s, the
+# profile about 40 s, and the training benchmark (five pairs of four arms, 30 steps) about 115 s.
+# All four fit one 600 s call with STAGE_LIMIT_S=200; pass GATE_COMMIT=$(git rev-parse HEAD).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
