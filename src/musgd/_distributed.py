@@ -31,7 +31,7 @@ from torch import Tensor
 
 from musgd._functional import (
     Bucket,
-    Hyper,
+    GroupStep,
     Layout,
     Orthogonalizer,
     Structure,
@@ -205,24 +205,14 @@ class ShardedStep:
         """Whether this step (rather than the single-process body) handles these parameters."""
         return self._group is not None or is_sharded(params)
 
-    def step(
-        self,
-        *,
-        params: Sequence[Tensor],
-        grads: Sequence[Tensor],
-        bufs: Sequence[Tensor],
-        layout: Layout,
-        hyper: Hyper,
-        structure: Structure,
-        orth: Orthogonalizer,
-        lr: float,
-    ) -> None:
-        """Steps 1-5 of one param group (``layout`` built from the global shapes)."""
-        group, sharded = self._resolve(params, grads, bufs)
+    def step(self, step: GroupStep, *, orth: Orthogonalizer, lr: float) -> None:
+        """Steps 1-5 of one param group (its layout built from the global shapes)."""
+        layout, hyper, structure = step.layout, step.hyper, step.structure
+        group, sharded = self._resolve(step.params, step.grads, step.bufs)
         rank, world = dist.get_rank(group), dist.get_world_size(group)
-        P = [_local(t) for t in params]
-        G = [_local(t) for t in grads]
-        M = [_local(t) for t in bufs]
+        P = [_local(t) for t in step.params]
+        G = [_local(t) for t in step.grads]
+        M = [_local(t) for t in step.bufs]
         # The foreach body's own pieces, in its order, give the same bits.
         n = momentum_foreach(M, G, hyper, structure)
         updates = sgd_terms_foreach(n, layout, hyper)

@@ -328,6 +328,25 @@ PrepareFn = Callable[
 ]
 
 
+@dataclass(frozen=True)
+class GroupStep:
+    """One param group's step inputs: the parameters with gradients, those gradients, their
+    momentum buffers, the routing, this step's hyperparameters and the operations to run."""
+
+    params: Sequence[Tensor]
+    grads: Sequence[Tensor]
+    bufs: Sequence[Tensor]
+    layout: Layout
+    hyper: Hyper
+    structure: Structure
+
+    def prepare(self, body: PrepareFn, orth: Orthogonalizer) -> list[Tensor]:
+        """Steps 1-4 through ``body`` (a foreach or per-tensor body) with ``orth``."""
+        return body(
+            self.params, self.grads, self.bufs, self.layout, self.hyper, self.structure, orth
+        )
+
+
 def apply_updates(params: Sequence[Tensor], updates: Sequence[Tensor], lr: float) -> None:
     """Step 5, the write: ``W <- W - lr*U`` as one foreach call over the group."""
     torch._foreach_add_(list(params), list(updates), alpha=-lr)

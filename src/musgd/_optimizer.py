@@ -14,6 +14,7 @@ from musgd._distributed import ShardedStep
 from musgd._functional import (
     MOMENTUM_BUFFER,
     EagerOrthogonalizer,
+    GroupStep,
     Hyper,
     NSSettings,
     Orthogonalizer,
@@ -221,44 +222,31 @@ class MuSGD(Optimizer):
         grads: list[Tensor],
         bufs: list[Tensor],
     ) -> None:
-        layout = build_layout(params, group["use_muon"])
-        structure = group_structure(group)
-        hyper = Hyper(
-            momentum=float(group["momentum"]),
-            weight_decay=float(group["weight_decay"]),
-            w_muon=float(group["w_muon"]),
-            w_sgd=float(group["w_sgd"]),
+        step = GroupStep(
+            params=params,
+            grads=grads,
+            bufs=bufs,
+            layout=build_layout(params, group["use_muon"]),
+            hyper=Hyper(
+                momentum=float(group["momentum"]),
+                weight_decay=float(group["weight_decay"]),
+                w_muon=float(group["w_muon"]),
+                w_sgd=float(group["w_sgd"]),
+            ),
+            structure=group_structure(group),
         )
         orth = self._orth_replay if group["capture_orthogonalization"] else self._orth
+        lr = float(group["lr"])
         if self._sharded.applies(params):
             # Collectives sit inside this step, so no whole-group recording: each rank replays
             # only its own Newton-Schulz share (through `orth`).
-            self._sharded.step(
-                params=params,
-                grads=grads,
-                bufs=bufs,
-                layout=layout,
-                hyper=hyper,
-                structure=structure,
-                orth=orth,
-                lr=float(group["lr"]),
-            )
+            self._sharded.step(step, orth=orth, lr=lr)
             return
         if group["capture_updates"]:
-            updates = self._update_replay.prepare(
-                index,
-                params=params,
-                grads=grads,
-                bufs=bufs,
-                layout=layout,
-                hyper=hyper,
-                structure=structure,
-                prepare=self._prepare,
-                orth=orth,
-            )
+            updates = self._update_replay.prepare(index, step, body=self._prepare, orth=orth)
         else:
-            updates = self._prepare(params, grads, bufs, layout, hyper, structure, orth)
-        apply_updates(params, updates, float(group["lr"]))
+            updates = step.prepare(self._prepare, orth)
+        apply_updates(params, updates, lr)
 
     def _gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
         """Parameters with gradients and their gradients; unsupported gradients raise."""

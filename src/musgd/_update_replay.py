@@ -15,6 +15,7 @@ is part of the key instead.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -24,11 +25,10 @@ from torch import Tensor
 
 from musgd._functional import (
     EagerOrthogonalizer,
+    GroupStep,
     Hyper,
-    Layout,
     Orthogonalizer,
     PrepareFn,
-    Structure,
 )
 from musgd._replay import (
     Recording,
@@ -112,86 +112,48 @@ class UpdateReplayer:
         self._eager_orth = EagerOrthogonalizer()
 
     def prepare(
-        self,
-        index: int,
-        *,
-        params: Sequence[Tensor],
-        grads: Sequence[Tensor],
-        bufs: Sequence[Tensor],
-        layout: Layout,
-        hyper: Hyper,
-        structure: Structure,
-        prepare: PrepareFn,
-        orth: Orthogonalizer,
+        self, index: int, step: GroupStep, *, body: PrepareFn, orth: Orthogonalizer
     ) -> list[Tensor]:
-        """Steps 1-4 for one group; same results, bit for bit, as ``prepare(...)`` eagerly.
+        """Steps 1-4 for one group; same results, bit for bit, as ``step.prepare(body, orth)``.
 
         Every step checks the context and the new gradients; parameters and buffers are checked
         when their storage is first seen (a new key), since only new storage can change them.
         """
         state = self._state
-        device = params[0].device
-        reason = state.context_fallback(device) or _gradient_fallback(grads)
+        device = step.params[0].device
+        reason = state.context_fallback(device) or _gradient_fallback(step.grads)
         if reason is None:
-            key = self._key(
-                index,
-                params=params,
-                bufs=bufs,
-                layout=layout,
-                structure=structure,
-                prepare=prepare,
-                device=device,
-            )
+            key = self._key(index, step, body, device)
             entry = state.update_cache.get(key)
             if isinstance(entry, _UpdateEntry):
-                return self._replay(entry, grads, hyper)
-            reason = _storage_fallback(params, grads, bufs, device)
+                return self._replay(entry, step.grads, step.hyper)
+            reason = _storage_fallback(step.params, step.grads, step.bufs, device)
             reason = reason or state.update_cache.admits(key)
         if reason is not None:
             state.fallback(reason)
-            return prepare(params, grads, bufs, layout, hyper, structure, orth)
-        recorded = self._record(
-            key,
-            params=params,
-            grads=grads,
-            bufs=bufs,
-            layout=layout,
-            hyper=hyper,
-            structure=structure,
-            prepare=prepare,
-        )
-        if recorded is None:
-            return prepare(params, grads, bufs, layout, hyper, structure, orth)
-        return recorded
+            return step.prepare(body, orth)
+        recorded = self._record(key, step, body)
+        return step.prepare(body, orth) if recorded is None else recorded
 
-    def _key(
-        self,
-        index: int,
-        *,
-        params: Sequence[Tensor],
-        bufs: Sequence[Tensor],
-        layout: Layout,
-        structure: Structure,
-        prepare: PrepareFn,
-        device: torch.device,
-    ) -> Hashable:
+    def _key(self, index: int, step: GroupStep, body: PrepareFn, device: torch.device) -> Hashable:
         """What selects a recording: the group's operations, layout, storage and environment.
 
         Gradients need no entry: PyTorch makes a gradient match its parameter's shape, dtype
         and device, and :func:`_gradient_fallback` admits only contiguous ones.
         """
+        structure = step.structure
         return (
             "prepare",
-            prepare,
+            body,
             index,
             device,
-            layout,
+            step.layout,
             structure.nesterov,
             structure.decay,
             structure.muon,
             self._state.ns_key(structure.ns),
-            tuple(map(Tensor.data_ptr, params)),
-            tuple(map(Tensor.data_ptr, bufs)),
+            tuple(map(Tensor.data_ptr, step.params)),
+            tuple(map(Tensor.data_ptr, step.bufs)),
             self._state.environment_key(device),
         )
 
@@ -202,18 +164,7 @@ class UpdateReplayer:
         self._state.stats.replays += 1
         return list(entry.recording.outputs)
 
-    def _record(
-        self,
-        key: Hashable,
-        *,
-        params: Sequence[Tensor],
-        grads: Sequence[Tensor],
-        bufs: Sequence[Tensor],
-        layout: Layout,
-        hyper: Hyper,
-        structure: Structure,
-        prepare: PrepareFn,
-    ) -> list[Tensor] | None:
+    def _record(self, key: Hashable, step: GroupStep, body: PrepareFn) -> list[Tensor] | None:
         """Record, publish and replay once; on any failure restore grads and momentum, return None.
 
         The warm-up pass really runs the preparation (momentum moves), the capture pass may fail
@@ -221,33 +172,32 @@ class UpdateReplayer:
         the same snapshot, taken before anything runs (the gap seed 003's review found).
         """
         state = self._state
-        device = params[0].device
+        grads, buf_list = list(step.grads), list(step.bufs)
+        device = step.params[0].device
         saved_grads = [g.clone() for g in grads]
-        saved_bufs = [m.clone() for m in bufs]
-        param_list, buf_list = list(params), list(bufs)
+        saved_bufs = [m.clone() for m in buf_list]
         try:
             slots = HyperSlots(device)
-            slots.fill(hyper)
+            slots.fill(step.hyper)
             static = [torch.empty_like(g) for g in grads]
-            torch._foreach_copy_(static, list(grads))
+            torch._foreach_copy_(static, grads)
+            # The recording reads owned gradient copies and hyperparameters from device tensors.
+            recorded = dataclasses.replace(
+                step, params=list(step.params), grads=static, bufs=buf_list, hyper=slots.hyper
+            )
             # Bucket jobs are independent: the recorder may spread them over parallel branches.
             branched = state.recorder.concurrent(self._eager_orth, device)
-
-            def run() -> list[Tensor]:
-                return prepare(
-                    param_list, static, buf_list, layout, slots.hyper, structure, branched
-                )
-
-            recording = state.recorder.record(run, device)
+            recording = state.recorder.record(lambda: recorded.prepare(body, branched), device)
             # Warm-up moved momentum (capture did not); put it back before the real replay.
             torch._foreach_copy_(buf_list, saved_bufs)
             entry = _UpdateEntry(static, slots, recording)
-            updates = self._replay(entry, grads, hyper)
+            updates = self._replay(entry, grads, step.hyper)
         except Exception as exc:  # any failure: restore, publish nothing, this key stays eager
-            torch._foreach_copy_(list(grads), saved_grads)
+            torch._foreach_copy_(grads, saved_grads)
             torch._foreach_copy_(buf_list, saved_bufs)
             state.update_cache.refuse(key)
-            state.failed(f"the update preparation of a group of {len(params)} tensors", exc)
+            n = len(step.params)
+            state.failed(f"the update preparation of a group of {n} tensors", exc)
             return None
         state.update_cache.publish(key, entry)
         state.stats.recordings += 1

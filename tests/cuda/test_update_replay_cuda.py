@@ -26,12 +26,11 @@ from musgd._functional import (
 )
 from musgd._optimizer import group_structure
 from musgd._replay import CudaGraphRecorder
-from musgd._update_replay import UpdateReplayer
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
-from replay_common import assert_same, set_grads, split_groups, step_both
+from replay_common import assert_same, record_first_group, set_grads, split_groups, step_both
 from replay_helpers import (
     DEVICE,
     assert_runs_identical,
@@ -319,25 +318,14 @@ def test_failure_in_either_pass_restores_every_tensor(where: str) -> None:
     set_grads(params, 1)
     group = opt.param_groups[0]
     ps, grads = opt._gather(0, group)
-    bufs = opt._buffers(ps)
-    before = [t.clone() for t in (*ps, *grads, *bufs)]
-    replayer: UpdateReplayer = opt._update_replay
+    before = [t.clone() for t in (*ps, *grads, *opt._buffers(ps))]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = replayer._record(
-            ("test-key",),
-            params=ps,
-            grads=grads,
-            bufs=bufs,
-            layout=build_layout(ps, None),
-            hyper=Hyper(0.95, 0.01, 0.5, 0.5),
-            structure=group_structure(group),
-            prepare=opt._prepare,
-        )
+        result, after = record_first_group(opt, ("test-key",))
     torch.cuda.synchronize()
     assert torch.cuda.current_stream() == torch.cuda.default_stream(), "stream not restored"
     assert result is None
-    for b, a in zip(before, [*ps, *grads, *bufs], strict=True):
+    for b, a in zip(before, after, strict=True):
         assert torch.equal(b, a)
     ours = [str(w.message) for w in caught if "could not record" in str(w.message)]
     assert len(ours) == 1

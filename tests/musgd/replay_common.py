@@ -9,6 +9,8 @@ import torch
 from torch import Tensor
 
 from musgd import MuSGD
+from musgd._functional import GroupStep, Hyper, build_layout
+from musgd._optimizer import group_structure
 
 
 def split_groups(
@@ -52,3 +54,25 @@ def step_both(
     for ps, opt in ((ref_p, ref), (rep_p, rep)):
         set_grads(ps, step, skip)
         opt.step()
+
+
+def record_first_group(
+    opt: MuSGD, key: tuple[str, ...]
+) -> tuple[list[Tensor] | None, list[Tensor]]:
+    """Call the update replayer's ``_record`` directly on the optimizer's first group.
+
+    Returns what it returned and the group's parameters, gradients and momentum buffers (the
+    tensors a failed recording must leave as they were), in that order.
+    """
+    group = opt.param_groups[0]
+    params, grads = opt._gather(0, group)
+    bufs = opt._buffers(params)
+    step = GroupStep(
+        params=params,
+        grads=grads,
+        bufs=bufs,
+        layout=build_layout(params, None),
+        hyper=Hyper(0.95, 0.01, 0.5, 0.5),
+        structure=group_structure(group),
+    )
+    return opt._update_replay._record(key, step, opt._prepare), [*params, *grads, *bufs]

@@ -21,13 +21,12 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from musgd import MuSGD
-from musgd._functional import Hyper, build_layout
-from musgd._optimizer import group_structure
+from musgd._functional import GroupStep, Hyper, Orthogonalizer, PrepareFn
 from musgd._update_replay import HyperSlots, UpdateReplayer
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_common import assert_same, set_grads, split_groups, step_both
+from replay_common import assert_same, record_first_group, set_grads, split_groups, step_both
 from replay_fakes import FakeRecorder
 
 MATRICES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (16, 16, 3, 3), (24, 16), (16, 24)]
@@ -276,23 +275,11 @@ def test_failed_pass_restores_every_tensor_before_continuing(fail_in: str) -> No
     set_grads(params, 1)
     group = opt.param_groups[0]
     ps, grads = opt._gather(0, group)
-    bufs = opt._buffers(ps)
-    before = [t.clone() for t in (*ps, *grads, *bufs)]
-    replayer: UpdateReplayer = opt._update_replay
+    before = [t.clone() for t in (*ps, *grads, *opt._buffers(ps))]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = replayer._record(
-            ("test-key",),
-            params=ps,
-            grads=grads,
-            bufs=bufs,
-            layout=build_layout(ps, None),
-            hyper=Hyper(0.95, 0.01, 0.5, 0.5),
-            structure=group_structure(group),
-            prepare=opt._prepare,
-        )
+        result, after = record_first_group(opt, ("test-key",))
     assert result is None
-    after = [*ps, *grads, *bufs]
     for b, a in zip(before, after, strict=True):
         assert torch.equal(b, a), "every tensor must be back to its value before the call"
     assert len(caught) == 1
@@ -426,16 +413,10 @@ def test_count_regression_no_eager_preparation_during_replayed_steps() -> None:
 def test_count_regression_fails_when_replay_turns_eager(monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe sees an update replay that silently became eager."""
 
-    def eager_only(self: UpdateReplayer, index: int, **kw: Any) -> list[Tensor]:
-        return kw["prepare"](
-            kw["params"],
-            kw["grads"],
-            kw["bufs"],
-            kw["layout"],
-            kw["hyper"],
-            kw["structure"],
-            kw["orth"],
-        )
+    def eager_only(
+        self: UpdateReplayer, index: int, step: GroupStep, *, body: PrepareFn, orth: Orthogonalizer
+    ) -> list[Tensor]:
+        return step.prepare(body, orth)
 
     monkeypatch.setattr(UpdateReplayer, "prepare", eager_only)
     params = make_params()
