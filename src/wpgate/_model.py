@@ -48,6 +48,14 @@ class RuleRegistry:
         self._by_name[rule.name] = rule
         return rule
 
+    def ensure(self, rule: Rule) -> Rule:
+        """``rule``'s registered entry: added now, or the one a module import added before.
+
+        Rule modules register on import; importing one twice (pytest's importlib mode does)
+        must keep the first registration rather than fail as a duplicate.
+        """
+        return self.get(rule.rule_id) or self.register(rule)
+
     def get(self, key: str) -> Rule | None:
         """Look a rule up by id (case-insensitive) or by name."""
         return self._by_id.get(key.upper()) or self._by_name.get(key.lower())

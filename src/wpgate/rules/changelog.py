@@ -209,8 +209,7 @@ def _register() -> None:
         ),
         ("WPG502", "changelog-names-resolve", "backticked names in Unreleased exist", check_names),
     ):
-        if RULES.get(rule_id) is None:
-            RULES.register(Rule(rule_id, name, summary, check))
+        RULES.ensure(Rule(rule_id, name, summary, check))
 
 
 _register()

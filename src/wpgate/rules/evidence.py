@@ -351,8 +351,7 @@ def _register() -> None:
         ),
         ("WPG409", "evidence-count-marker", "`collected N -- paths` matches pytest", check_counts),
     ):
-        if RULES.get(rule_id) is None:
-            RULES.register(Rule(rule_id, name, summary, check))
+        RULES.ensure(Rule(rule_id, name, summary, check))
 
 
 _register()

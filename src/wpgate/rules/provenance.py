@@ -257,8 +257,7 @@ def _register() -> None:
             True,
         ),
     ):
-        if RULES.get(rule_id) is None:
-            RULES.register(Rule(rule_id, name, summary, check, default))
+        RULES.ensure(Rule(rule_id, name, summary, check, default))
 
 
 _register()

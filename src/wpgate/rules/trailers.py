@@ -430,7 +430,7 @@ def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> Iterator
 _TRAILER_RULES = {"WP": "WPG104", "Provenance": "WPG105", "Assumptions": "WPG106", "Gate": "WPG107"}
 
 CHECKS: tuple[Rule, ...] = tuple(
-    RULES.get(rule.rule_id) or RULES.register(rule)
+    RULES.ensure(rule)
     for rule in (
         Rule("WPG100", "message-encoding", "The message is valid UTF-8.", check_encoding),
         Rule(

@@ -244,8 +244,7 @@ def _register() -> None:
             check_superseded,
         ),
     ):
-        if RULES.get(rule_id) is None:
-            RULES.register(Rule(rule_id, name, summary, check))
+        RULES.ensure(Rule(rule_id, name, summary, check))
 
 
 _register()
