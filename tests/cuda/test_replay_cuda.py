@@ -11,13 +11,11 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from torch import Tensor
 
-import musgd._newton_schulz as ns_module
 from musgd import MuSGD
 from musgd._functional import EagerOrthogonalizer, NSSettings
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
@@ -26,7 +24,7 @@ from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
-from replay_common import assert_same
+from replay_common import assert_same, count_ns_bodies
 from replay_helpers import assert_runs_identical, deterministic, train_detector
 
 pytestmark = [
@@ -82,15 +80,7 @@ def set_grads(
 @pytest.fixture
 def counted_bodies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count executions of the eager Newton-Schulz body."""
-    calls = [0]
-    body = ns_module._newton_schulz
-
-    def counting(*args: Any, **kwargs: Any) -> Tensor:
-        calls[0] += 1
-        return body(*args, **kwargs)
-
-    monkeypatch.setattr(ns_module, "_newton_schulz", counting)
-    return calls
+    return count_ns_bodies(monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -16,7 +16,6 @@ import pytest
 import torch
 from torch import Tensor
 
-import musgd._newton_schulz as ns_module
 from musgd import MuSGD, orthogonalize_batched
 from musgd._functional import (
     EagerOrthogonalizer,
@@ -30,7 +29,14 @@ from musgd._replay import CudaGraphRecorder
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
-from replay_common import assert_same, record_first_group, set_grads, split_groups, step_both
+from replay_common import (
+    assert_same,
+    count_ns_bodies,
+    record_first_group,
+    set_grads,
+    split_groups,
+    step_both,
+)
 from replay_helpers import (
     DEVICE,
     assert_runs_identical,
@@ -379,14 +385,7 @@ def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None
 def test_count_regression_zero_eager_bodies_during_replayed_steps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ns_calls = [0]
-    body = ns_module._newton_schulz
-
-    def counting_ns(*args: Any, **kwargs: Any) -> Tensor:
-        ns_calls[0] += 1
-        return body(*args, **kwargs)
-
-    monkeypatch.setattr(ns_module, "_newton_schulz", counting_ns)
+    ns_calls = count_ns_bodies(monkeypatch)
     ref_p, ref, rep_p, rep = twins(
         flags={"capture_updates": True, "capture_orthogonalization": True}
     )

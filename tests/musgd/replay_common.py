@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import Any
 
+import pytest
 import torch
 from torch import Tensor
 
+import musgd._newton_schulz as ns_module
 from musgd import MuSGD
 from musgd._functional import GroupStep, Hyper, build_layout
 from musgd._optimizer import group_structure
@@ -23,7 +25,7 @@ def split_groups(
     ]
 
 
-def set_grads(params: Sequence[Tensor], step: int, skip: frozenset[int] = frozenset()) -> None:
+def set_grads(params: Sequence[Tensor], step: int, skip: Set[int] = frozenset()) -> None:
     """Seeded gradients for ``step`` on each parameter's device; ``skip`` indices get None."""
     gen = torch.Generator().manual_seed(1000 + step)
     for i, p in enumerate(params):
@@ -76,3 +78,16 @@ def record_first_group(
         structure=group_structure(group),
     )
     return opt._update_replay._record(key, step, opt._prepare), [*params, *grads, *bufs]
+
+
+def count_ns_bodies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count executions of the eager Newton-Schulz body (the count regressions' probe)."""
+    calls = [0]
+    body = ns_module._newton_schulz
+
+    def counting(*args: Any, **kwargs: Any) -> Tensor:
+        calls[0] += 1
+        return body(*args, **kwargs)
+
+    monkeypatch.setattr(ns_module, "_newton_schulz", counting)
+    return calls

@@ -20,7 +20,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
-import musgd._newton_schulz as ns_module
 from musgd import MuSGD
 from musgd._functional import EagerOrthogonalizer, NSSettings, build_layout
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
@@ -37,6 +36,7 @@ from musgd._replay import (
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_common import assert_same, count_ns_bodies, set_grads
 from replay_fakes import FakeRecorder, InjectedFailureError
 
 NS = NSSettings(
@@ -64,15 +64,7 @@ def replayed(orth: ReplayOrthogonalizer, kind: str, G: Tensor, ns: NSSettings = 
 @pytest.fixture
 def counted_bodies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count executions of the eager Newton-Schulz body (the count regression's probe)."""
-    calls = [0]
-    body = ns_module._newton_schulz
-
-    def counting(*args: Any, **kwargs: Any) -> Tensor:
-        calls[0] += 1
-        return body(*args, **kwargs)
-
-    monkeypatch.setattr(ns_module, "_newton_schulz", counting)
-    return calls
+    return count_ns_bodies(monkeypatch)
 
 
 # --- the orthogonalizer on its own -----------------------------------------------------------
@@ -326,24 +318,6 @@ def fake_replay(opt: MuSGD) -> FakeRecorder:
     recorder = FakeRecorder()
     opt._replay.recorder = recorder
     return recorder
-
-
-def set_grads(params: list[torch.nn.Parameter], step: int, skip: set[int] = frozenset()) -> None:  # type: ignore[assignment]
-    gen = torch.Generator().manual_seed(1000 + step)
-    for i, p in enumerate(params):
-        g = torch.randn(p.shape, generator=gen)
-        p.grad = None if i in skip else g
-
-
-def assert_same(
-    a: list[torch.nn.Parameter], b: list[torch.nn.Parameter], oa: MuSGD, ob: MuSGD
-) -> None:
-    for pa, pb in zip(a, b, strict=True):
-        assert torch.equal(pa, pb)
-        sa, sb = oa.state.get(pa, {}), ob.state.get(pb, {})
-        assert sa.keys() == sb.keys()
-        for k in sa:
-            assert torch.equal(sa[k], sb[k])
 
 
 @pytest.mark.parametrize("foreach", [True, False])
