@@ -26,7 +26,7 @@ import torch
 
 SCHEMA = "wpgate-evidence/1"
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # src/musgd
-_GIT_TIMEOUT_S = 30
+_TOOL_TIMEOUT_S = 30
 
 
 @dataclass(frozen=True)
@@ -45,23 +45,24 @@ def find_repo_root(start: Path = _PACKAGE_DIR) -> Path | None:
     return None
 
 
-def _git(root: Path, *args: str) -> str | None:
-    """Run a read-only git command in ``root``; None when git is missing or fails."""
-    if shutil.which("git") is None:
+def _output(argv: list[str]) -> str | None:
+    """Standard output of a read-only tool run; None when it is missing, fails or hangs."""
+    if shutil.which(argv[0]) is None:
         return None
     try:
         done = subprocess.run(
-            # safe.directory: a copied or mounted checkout owned by another user is still ours
-            # to read; git refuses it otherwise and the evidence would lose its commit.
-            ["git", "-c", f"safe.directory={root}", "-C", str(root), *args],
-            capture_output=True,
-            text=True,
-            timeout=_GIT_TIMEOUT_S,
-            check=False,
+            argv, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout if done.returncode == 0 else None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """Run a read-only git command in ``root``; None when git is missing or fails."""
+    # safe.directory: a copied or mounted checkout owned by another user is still ours to
+    # read; git refuses it otherwise and the evidence would lose its commit.
+    return _output(["git", "-c", f"safe.directory={root}", "-C", str(root), *args])
 
 
 def git_state(root: Path | None) -> GitState:
@@ -91,20 +92,9 @@ def source_hashes(root: Path | None = None, package_dir: Path = _PACKAGE_DIR) ->
 
 def _driver_version() -> str | None:
     """The NVIDIA driver version from ``nvidia-smi``, when it is installed."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        done = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=_GIT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = done.stdout.strip().splitlines()
-    return lines[0].strip() if done.returncode == 0 and lines else None
+    out = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    lines = (out or "").strip().splitlines()
+    return lines[0].strip() if lines else None
 
 
 def _cpu_name() -> str:
