@@ -40,6 +40,7 @@ from musgd._functional import (
     apply_updates,
     momentum_foreach,
     sgd_terms_foreach,
+    stack_bucket,
 )
 
 SUPPORTED_SETUPS = (
@@ -348,8 +349,7 @@ def _orthogonalize_ddp(
     for k, item in enumerate(plan.items):
         if item.owner == rank:
             b = layout.buckets[item.bucket]
-            mats = [n[i].reshape(b.rows, b.cols) for i in _item_matrices(layout, item)]
-            stack = torch.stack(mats)
+            stack = stack_bucket([n[i] for i in _item_matrices(layout, item)], b)
             results[k] = orth.batched(stack, structure.ns)
     world = plan.world_size
     for dtype in _dtypes(plan, layout, P):
