@@ -39,6 +39,7 @@ from musgd import MuSGD
 from musgd._functional import (
     EagerOrthogonalizer,
     Hyper,
+    Orthogonalizer,
     add_decay_foreach,
     apply_updates,
     build_layout,
@@ -151,20 +152,34 @@ def phase_costs(
     first = layout.buckets[0]
     stack = torch.stack([n[i].reshape(first.rows, first.cols) for i in first.indices])
     replayed = opt._orth_replay
+
+    def bucket_jobs(orth: Orthogonalizer) -> Callable[[], None]:
+        jobs = [
+            functools.partial(orthogonalize_bucket, n, updates, b, hyper, structure.ns, orth)
+            for b in layout.buckets
+        ]
+        return lambda: run_in_order(jobs, [])
+
+    def in_step(fn: Callable[[], object]) -> Callable[[], object]:
+        """``fn`` inside one step scope, as the optimizer runs it (the context read once)."""
+
+        def scoped() -> object:
+            with opt._replay.step_scope():
+                return fn()
+
+        return scoped
+
     replayed.batched(stack, structure.ns)  # records (CUDA) or falls back (CPU)
+    bucket_jobs(replayed)()  # records every bucket's stack
+    members = [n[i] for i in first.indices]
     phases: dict[str, Callable[[], object]] = {
         "gather gradients": lambda: opt._gather(0, group),
         "momentum buffers": lambda: opt._buffers(ps),
         "build layout": lambda: build_layout(ps, group["use_muon"]),
         "momentum (foreach)": lambda: momentum_foreach(bufs, gs, hyper, structure),
         "sgd terms (foreach)": lambda: sgd_terms_foreach(n, layout, hyper),
-        "bucket jobs, eager NS": lambda: run_in_order(
-            [
-                functools.partial(orthogonalize_bucket, n, updates, b, hyper, structure.ns, eager)
-                for b in layout.buckets
-            ],
-            [],
-        ),
+        "bucket jobs, eager NS": bucket_jobs(eager),
+        "bucket jobs, replayed NS (in a step)": in_step(bucket_jobs(replayed)),
         "weight decay (foreach)": lambda: add_decay_foreach(updates, ps, layout, hyper),
         "write (foreach)": lambda: apply_updates(ps, updates, 0.01),
         "one bucket: stack": lambda: torch.stack(
@@ -172,6 +187,9 @@ def phase_costs(
         ),
         "one bucket: eager NS": lambda: eager.batched(stack, structure.ns),
         "one bucket: replayed NS call": lambda: replayed.batched(stack, structure.ns),
+        "one bucket: replayed stacked NS (in a step)": in_step(
+            lambda: replayed.stacked(members, first, structure.ns)
+        ),
     }
     if device.type == "cuda":
         phases["one bucket: environment key"] = lambda: environment_key(

@@ -226,7 +226,7 @@ class ShardedStep:
             for item, orthed in zip(plan.items, results, strict=True):
                 bucket = layout.buckets[item.bucket]
                 indices = bucket.indices[item.start : item.stop]
-                add_orthogonalized(updates, indices, orthed, bucket, hyper)
+                add_orthogonalized(updates, indices, orthed.mul_(bucket.scale), hyper)
         if structure.decay:
             add_decay_foreach(updates, P, layout, hyper)
         apply_updates(P, updates, lr)

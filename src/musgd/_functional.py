@@ -113,6 +113,14 @@ class Orthogonalizer(Protocol):
 
     def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None: ...
 
+    def stacked(self, members: Sequence[Tensor], bucket: Bucket, ns: NSSettings) -> Tensor:
+        """``scale * NS(stack)`` of one bucket's tensors, in fresh storage the caller owns.
+
+        Step 3 and the bucket's RMS scale of step 4. This default stacks, calls ``batched`` and
+        scales in place; an implementation may save copies but must give the same bits.
+        """
+        return self.batched(stack_bucket(members, bucket), ns).mul_(bucket.scale)
+
 
 def run_in_order(jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
     """Run ``jobs`` one after the other on the current stream (``costs`` are not needed)."""
@@ -120,7 +128,7 @@ def run_in_order(jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
         job()
 
 
-class EagerOrthogonalizer:
+class EagerOrthogonalizer(Orthogonalizer):
     """Calls the Newton–Schulz functions directly; runs bucket jobs in order."""
 
     run_buckets = staticmethod(run_in_order)
@@ -200,10 +208,9 @@ def sgd_terms_foreach(n: Sequence[Tensor], layout: Layout, hyper: Hyper) -> list
 
 
 def add_orthogonalized(
-    updates: list[Tensor], indices: Sequence[int], O: Tensor, bucket: Bucket, hyper: Hyper
+    updates: list[Tensor], indices: Sequence[int], O: Tensor, hyper: Hyper
 ) -> None:
-    """``U += w_muon*scale*O`` for the matrices ``indices`` of ``bucket`` (``O`` is overwritten)."""
-    O.mul_(bucket.scale)
+    """``U += w_muon*O`` for the matrices ``indices``; ``O`` (already scaled) is overwritten."""
     O.mul_(hyper.w_muon)
     targets = _pick(updates, indices)
     shape = targets[0].shape
@@ -223,9 +230,9 @@ def orthogonalize_bucket(
     ns: NSSettings,
     orth: Orthogonalizer,
 ) -> None:
-    """One bucket's job: stack its matrices of ``n``, orthogonalize, add into ``updates``."""
-    stack = stack_bucket(_pick(n, bucket.indices), bucket)
-    add_orthogonalized(updates, bucket.indices, orth.batched(stack, ns), bucket, hyper)
+    """One bucket's job: orthogonalize the stack of its matrices of ``n``, add into ``updates``."""
+    O = orth.stacked(_pick(n, bucket.indices), bucket, ns)
+    add_orthogonalized(updates, bucket.indices, O, hyper)
 
 
 def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:

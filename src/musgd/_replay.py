@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from musgd._functional import (
+    Bucket,
     BucketJob,
     EagerOrthogonalizer,
     NSSettings,
@@ -100,7 +101,7 @@ def plan_branches(
     return [[small[k] for k in lane] for lane in planned], inline
 
 
-class BranchedOrthogonalizer:
+class BranchedOrthogonalizer(Orthogonalizer):
     """``inner``'s Newton-Schulz, with a group's bucket jobs spread over parallel CUDA streams.
 
     Each lane's jobs run in order on its own stream, forked from and joined back into the
@@ -125,6 +126,9 @@ class BranchedOrthogonalizer:
 
     def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
         return self._inner.batched(G, ns)
+
+    def stacked(self, members: Sequence[Tensor], bucket: Bucket, ns: NSSettings) -> Tensor:
+        return self._inner.stacked(members, bucket, ns)
 
     def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
         lanes, inline = plan_branches(costs, len(self._streams), self._cost_limit)
@@ -441,7 +445,7 @@ class ReplayState:
             )
 
 
-class ReplayOrthogonalizer:
+class ReplayOrthogonalizer(Orthogonalizer):
     """The ``Orthogonalizer`` that replays recorded Newton-Schulz calls.
 
     Used for param groups with ``capture_orthogonalization``.
@@ -463,6 +467,75 @@ class ReplayOrthogonalizer:
     def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
         return self._run("batched", G, ns)
 
+    def stacked(self, members: Sequence[Tensor], bucket: Bucket, ns: NSSettings) -> Tensor:
+        """``scale * NS(stack)``, with two copies fewer once the stack's recording exists.
+
+        The bucket's tensors are stacked straight into the recording's static input, and the
+        result is scaled on its way out into fresh storage: the same copy in, the same recorded
+        kernels and the same multiply as stacking, copying in, replaying, copying out and
+        scaling in place, so the same bits with two fewer launches per bucket. Anything else (no
+        recording yet, a fallback, members of differing shapes or layouts) takes the default.
+        """
+        entry = self._stack_entry(members, bucket, ns)
+        if entry is None:
+            return super().stacked(members, bucket, ns)
+        first = members[0]
+        target = entry.static.view(len(members), *first.shape)
+        if len(members) == 1:
+            target[0].copy_(first)
+        else:
+            torch.stack(list(members), out=target)
+        entry.recording.replay()
+        self._state.stats.replays += 1
+        return torch.mul(entry.recording.outputs[0], bucket.scale)
+
+    def _stack_entry(
+        self, members: Sequence[Tensor], bucket: Bucket, ns: NSSettings
+    ) -> _OrthEntry | None:
+        """The recording the stack of ``members`` would replay, when it can be filled directly.
+
+        Only for contiguous members of one shape, dtype and device that need no fallback: then
+        the stack the default path would build is contiguous with this key, whatever the count.
+        """
+        first = members[0]
+        device, shape, dtype = first.device, first.shape, first.dtype
+        if self._state.context_fallback(device) is not None:
+            return None
+        for m in members:
+            if (
+                m.shape != shape
+                or m.dtype != dtype
+                or m.device != device
+                or m.requires_grad
+                or not m.is_contiguous()
+            ):
+                return None
+        rows, cols = bucket.rows, bucket.cols
+        stride = (rows * cols, cols, 1)
+        key = self._key("batched", (len(members), rows, cols), stride, dtype, device, ns)
+        return self._state.orth_cache.get(key)
+
+    def _key(
+        self,
+        kind: str,
+        shape: tuple[int, ...],
+        stride: tuple[int, ...],
+        dtype: torch.dtype,
+        device: torch.device,
+        ns: NSSettings,
+    ) -> Hashable:
+        """A recording's key (spec §2): the call, its input's layout, the settings, the context."""
+        state = self._state
+        return (
+            kind,
+            shape,
+            stride,
+            dtype,
+            device,
+            state.ns_key(ns),
+            state.environment_key(device),
+        )
+
     def _call_eager(self, kind: str, G: Tensor, ns: NSSettings) -> Tensor:
         return self._eager.single(G, ns) if kind == "single" else self._eager.batched(G, ns)
 
@@ -474,15 +547,7 @@ class ReplayOrthogonalizer:
         if reason is not None:
             state.fallback(reason)
             return self._call_eager(kind, G, ns)
-        key = (
-            kind,
-            tuple(G.shape),
-            G.stride(),
-            G.dtype,
-            device,
-            state.ns_key(ns),
-            state.environment_key(device),
-        )
+        key = self._key(kind, tuple(G.shape), G.stride(), G.dtype, device, ns)
         entry = state.orth_cache.get(key)
         if entry is not None:
             entry.static.copy_(G)

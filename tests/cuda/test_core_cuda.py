@@ -16,6 +16,7 @@ from musgd._functional import (
     EagerOrthogonalizer,
     Hyper,
     NSSettings,
+    Orthogonalizer,
     Structure,
     build_layout,
     prepare_updates_foreach,
@@ -92,7 +93,7 @@ def test_orthogonalize_matches_the_float64_iteration(ns_dtype: torch.dtype) -> N
         assert rel_err(orthogonalize(g, dtype=ns_dtype).cpu(), q.cpu()) < tol
 
 
-class SliceOrthogonalizer:
+class SliceOrthogonalizer(Orthogonalizer):
     """Eager NS one matrix at a time, so both bodies see identical Newton–Schulz bits."""
 
     def __init__(self) -> None:

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from musgd import MuSGD
+from musgd import _functional as functional
 from musgd._functional import EagerOrthogonalizer, NSSettings
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
 from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
@@ -24,7 +25,7 @@ from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
-from replay_common import assert_same, count_ns_bodies
+from replay_common import assert_same, check_stacked, count_calls, count_ns_bodies
 from replay_helpers import assert_runs_identical, deterministic, train_detector
 
 pytestmark = [
@@ -108,6 +109,34 @@ def test_replayed_ns_is_bit_identical_with_fresh_inputs_and_owned_results(
         assert torch.equal(out, ref)
     assert (state.stats.recordings, state.stats.replays) == (1, 4)
     assert len({r.data_ptr() for r in results}) == len(results), "results must not alias"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("shapes", "layout", "direct"),
+    [
+        ([(32, 16, 3, 3)], torch.contiguous_format, True),
+        ([(32, 16, 3, 3)] * 3, torch.contiguous_format, True),
+        ([(48, 96)] * 2, torch.contiguous_format, True),
+        ([(96, 48)] * 2, torch.contiguous_format, True),
+        ([(32, 16, 3, 3)] * 2, torch.channels_last, False),
+        ([(64, 32, 1, 1), (64, 32)], torch.contiguous_format, False),
+    ],
+    ids=["one", "three-kernels", "two-wide", "two-tall", "channels-last", "mixed-shapes"],
+)
+def test_stacked_replays_bucket_stacks_with_the_eager_bits(
+    shapes: list[tuple[int, ...]],
+    layout: torch.memory_format,
+    direct: bool,
+    dtype: torch.dtype,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bucket stacked straight into the recording and scaled on the way out is exact."""
+    stacks = count_calls(monkeypatch, functional, "stack_bucket")
+    state = new_state()
+    check_stacked(ReplayOrthogonalizer(state), shapes, DEVICE, NS, dtype=dtype, layout=layout)
+    assert stacks[0] == (1 if direct else 4)
+    assert (state.stats.recordings, state.stats.replays) == (1, 3)
 
 
 def test_optimizer_steps_match_eager_with_skipped_grads_and_bucket_order() -> None:

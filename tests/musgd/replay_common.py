@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence, Set
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -11,7 +13,15 @@ from torch import Tensor
 
 import musgd._newton_schulz as ns_module
 from musgd import MuSGD
-from musgd._functional import GroupStep, Hyper, build_layout
+from musgd._functional import (
+    Bucket,
+    EagerOrthogonalizer,
+    GroupStep,
+    Hyper,
+    NSSettings,
+    Orthogonalizer,
+    build_layout,
+)
 from musgd._optimizer import group_structure
 
 
@@ -80,14 +90,57 @@ def record_first_group(
     return opt._update_replay._record(key, step, opt._prepare), [*params, *grads, *bufs]
 
 
+def count_calls(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> list[int]:
+    """Count calls of ``module.name`` (looked up through the module at each call)."""
+    calls = [0]
+    real = getattr(module, name)
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
 def count_ns_bodies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count executions of the eager Newton-Schulz body (the count regressions' probe)."""
-    calls = [0]
-    body = ns_module._newton_schulz
+    return count_calls(monkeypatch, ns_module, "_newton_schulz")
 
-    def counting(*args: Any, **kwargs: Any) -> Tensor:
-        calls[0] += 1
-        return body(*args, **kwargs)
 
-    monkeypatch.setattr(ns_module, "_newton_schulz", counting)
-    return calls
+def check_stacked(
+    orth: Orthogonalizer,
+    shapes: Sequence[tuple[int, ...]],
+    device: torch.device,
+    ns: NSSettings,
+    *,
+    dtype: torch.dtype = torch.float32,
+    layout: torch.memory_format = torch.contiguous_format,
+    steps: int = 4,
+) -> None:
+    """``orth.stacked`` on fresh members each step: the eager bits, owned, inputs untouched.
+
+    The expected value is built without ``stack_bucket``, so a test may count that function
+    to tell the default path from a direct fill of the recording.
+    """
+    rows = shapes[0][0]
+    bucket = Bucket(rows, math.prod(shapes[0]) // rows, tuple(range(len(shapes))))
+    gen = torch.Generator().manual_seed(7)
+    results: list[Tensor] = []
+    for _ in range(steps):
+        members = [
+            torch.randn(s, generator=gen).to(device, dtype).to(memory_format=layout)
+            if len(s) == 4
+            else torch.randn(s, generator=gen).to(device, dtype)
+            for s in shapes
+        ]
+        before = [m.clone() for m in members]
+        stack = torch.stack([m.reshape(bucket.rows, bucket.cols) for m in before])
+        expected = EagerOrthogonalizer().batched(stack, ns).mul_(bucket.scale)
+        out = orth.stacked(members, bucket, ns)
+        assert torch.equal(out, expected)
+        assert all(torch.equal(m, b) for m, b in zip(members, before, strict=True))
+        results.append(out)
+    kept = [r.clone() for r in results]
+    results[-1].zero_()  # owned storage: zeroing one result leaves the others as they were
+    assert all(torch.equal(r, k) for r, k in zip(results[:-1], kept[:-1], strict=True))

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from musgd._functional import BucketJob, NSSettings, Orthogonalizer
+from musgd._functional import Bucket, BucketJob, NSSettings, Orthogonalizer
 
 
 class InjectedFailureError(RuntimeError):
@@ -88,6 +88,9 @@ class _ReversedJobs:
 
     def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
         return self.inner.batched(G, ns)
+
+    def stacked(self, members: Sequence[Tensor], bucket: Bucket, ns: NSSettings) -> Tensor:
+        return self.inner.stacked(members, bucket, ns)
 
     def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
         if len(jobs) > 1:

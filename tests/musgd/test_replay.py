@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from musgd import MuSGD
+from musgd import _functional as functional
 from musgd._functional import EagerOrthogonalizer, NSSettings, build_layout
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
 from musgd._replay import (
@@ -36,7 +37,7 @@ from musgd._replay import (
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_common import assert_same, count_ns_bodies, set_grads
+from replay_common import assert_same, check_stacked, count_calls, count_ns_bodies, set_grads
 from replay_fakes import FakeRecorder, InjectedFailureError
 
 NS = NSSettings(
@@ -304,6 +305,58 @@ def test_capture_refuses_host_synchronization() -> None:
     recorder = FakeRecorder()
     with pytest.raises(InjectedFailureError, match="host synchronization"):
         recorder.record(lambda: (torch.ones(1) * torch.ones(1).sum().item(),), torch.device("cpu"))
+
+
+@pytest.fixture
+def default_stacks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the stacks ``stacked`` builds on its default path (``stack_bucket`` calls)."""
+    return count_calls(monkeypatch, functional, "stack_bucket")
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [[(8, 3, 3, 3)], [(8, 3, 3, 3)] * 3, [(16, 32)] * 2, [(32, 16)] * 2],
+    ids=["one", "three-kernels", "two-wide", "two-tall"],
+)
+def test_stacked_fills_the_recording_directly_with_the_eager_bits(
+    shapes: list[tuple[int, ...]], default_stacks: list[int]
+) -> None:
+    """After the recording, a bucket is stacked into its static input and scaled on the way out."""
+    recorder = FakeRecorder()
+    state = make_state(recorder)
+    check_stacked(ReplayOrthogonalizer(state), shapes, torch.device("cpu"), NS)
+    assert default_stacks[0] == 1, "only the recording call may stack on the default path"
+    assert (state.stats.recordings, state.stats.replays) == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "layout"),
+    [
+        ([(8, 4, 1, 1), (8, 4)], torch.contiguous_format),
+        ([(8, 3, 3, 3)] * 2, torch.channels_last),
+    ],
+    ids=["mixed-shapes", "channels-last"],
+)
+def test_stacked_takes_the_default_path_for_other_layouts(
+    shapes: list[tuple[int, ...]], layout: torch.memory_format, default_stacks: list[int]
+) -> None:
+    """Members a direct fill cannot take still replay, through a stack and a copy, exactly."""
+    recorder = FakeRecorder()
+    state = make_state(recorder)
+    check_stacked(ReplayOrthogonalizer(state), shapes, torch.device("cpu"), NS, layout=layout)
+    assert default_stacks[0] == 4
+    assert (state.stats.recordings, state.stats.replays) == (1, 3)
+
+
+def test_stacked_falls_back_like_batched_under_autocast(default_stacks: list[int]) -> None:
+    recorder = FakeRecorder()
+    state = make_state(recorder)
+    orth = ReplayOrthogonalizer(state)
+    check_stacked(orth, [(16, 32)] * 2, torch.device("cpu"), NS, steps=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        check_stacked(orth, [(16, 32)] * 2, torch.device("cpu"), NS, steps=2)
+    assert state.stats.fallbacks["autocast"] == 2
+    assert (state.stats.recordings, state.stats.replays) == (1, 1)
 
 
 # --- inside the optimizer --------------------------------------------------------------------
