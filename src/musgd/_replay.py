@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -164,6 +165,41 @@ class CudaGraphRecording:
         self.graph.replay()
 
 
+class _StreamPool(threading.local):
+    """The streams recordings warm up, capture and branch on: per thread and device, shared.
+
+    PyTorch gives cuBLAS a workspace for each stream it runs on and keeps it until the process
+    ends (32 MiB each on an H200). Streams owned by each recorder would hold one more set of
+    workspaces for every optimizer a process creates; shared, a thread holds one side stream and
+    one set of lanes per device. Per thread, because two threads recording at once must not
+    capture on the same stream.
+    """
+
+    def __init__(self) -> None:
+        self.side: dict[int, torch.cuda.Stream] = {}
+        self.lanes: dict[int, list[torch.cuda.Stream]] = {}
+
+    def side_stream(self, index: int) -> torch.cuda.Stream:
+        """The stream every warm-up and capture on device ``index`` runs on."""
+        stream = self.side.get(index)
+        if stream is None:
+            with torch.cuda.device(index):
+                stream = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
+            self.side[index] = stream
+        return stream
+
+    def lane_streams(self, index: int, count: int) -> tuple[torch.cuda.Stream, ...]:
+        """``count`` branch streams of device ``index``; a smaller count gets the first ones."""
+        lanes = self.lanes.setdefault(index, [])
+        if len(lanes) < count:
+            with torch.cuda.device(index):
+                lanes.extend(torch.cuda.Stream() for _ in range(count - len(lanes)))  # type: ignore[no-untyped-call,unused-ignore]
+        return tuple(lanes[:count])
+
+
+STREAMS = _StreamPool()
+
+
 class CudaGraphRecorder:
     """Records with ``torch.cuda.CUDAGraph``: side-stream warm-up, then capture into a private pool.
 
@@ -179,37 +215,20 @@ class CudaGraphRecorder:
     ) -> None:
         self.branches = branches
         self.branch_cost_limit = branch_cost_limit
-        self._side: dict[int, torch.cuda.Stream] = {}
-        self._lanes: dict[int, tuple[torch.cuda.Stream, ...]] = {}
 
     def supports(self, device: torch.device) -> bool:
         return device.type == "cuda"
 
-    def _side_stream(self) -> torch.cuda.Stream:
-        """One side stream per device for every warm-up and capture.
-
-        cuBLAS keeps a workspace per stream; warming up on the capture stream creates it before
-        capture, and reusing one stream keeps it to one workspace instead of one per recording.
-        """
-        index = torch.cuda.current_device()
-        if index not in self._side:
-            self._side[index] = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
-        return self._side[index]
-
     def concurrent(self, orth: Orthogonalizer, device: torch.device) -> Orthogonalizer:
         """``orth`` whose bucket jobs run on ``branches`` persistent streams of ``device``.
 
-        The same streams serve the warm-up and the capture of every recording, so each stream's
-        cuBLAS workspace exists before any capture uses it.
+        The same streams (:data:`STREAMS`) serve the warm-up and the capture of every recording,
+        so each stream's cuBLAS workspace exists before any capture uses it.
         """
         if self.branches < 2:
             return orth
         index = device.index if device.index is not None else torch.cuda.current_device()
-        lanes = self._lanes.get(index)
-        if lanes is None or len(lanes) != self.branches:
-            with torch.cuda.device(index):
-                lanes = tuple(torch.cuda.Stream() for _ in range(self.branches))  # type: ignore[no-untyped-call,unused-ignore]
-            self._lanes[index] = lanes
+        lanes = STREAMS.lane_streams(index, self.branches)
         return BranchedOrthogonalizer(orth, lanes, self.branch_cost_limit)
 
     def capturing(self, device: torch.device) -> bool:
@@ -223,7 +242,10 @@ class CudaGraphRecorder:
     def record(self, fn: Callable[[], Sequence[Tensor]], device: torch.device) -> Recording:
         with torch.cuda.device(device):
             current = torch.cuda.current_stream()
-            side = self._side_stream()
+            # One side stream per device for every warm-up and capture: warming up on the
+            # capture stream creates its cuBLAS workspace before capture, and one stream keeps
+            # it to one workspace instead of one per recording.
+            side = STREAMS.side_stream(torch.cuda.current_device())
             side.wait_stream(current)
             try:
                 with torch.cuda.stream(side):

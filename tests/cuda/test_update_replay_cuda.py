@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import io
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from musgd._functional import (
     prepare_updates_foreach,
 )
 from musgd._optimizer import group_structure
-from musgd._replay import CudaGraphRecorder
+from musgd._replay import STREAMS, CudaGraphRecorder
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -440,6 +441,42 @@ def test_memory_with_the_flags_off_and_on() -> None:
         + ", ".join(f"{n}: {a:.1f}/{r:.1f}" for n, (a, r) in peaks.items())
     )
     assert peaks["both"][0] - peaks["off"][0] < 256
+
+
+def test_recorders_share_their_streams_per_thread_and_device() -> None:
+    """One side stream and one set of lanes per thread and device, whatever the recorder."""
+    index = torch.cuda.current_device()
+    four, two = STREAMS.lane_streams(index, 4), STREAMS.lane_streams(index, 2)
+    assert two == four[:2]
+    assert len(set(four)) == 4
+    assert STREAMS.side_stream(index) is STREAMS.side_stream(index)
+    assert STREAMS.side_stream(index) not in four
+    elsewhere: list[tuple[torch.cuda.Stream, ...]] = []
+    thread = threading.Thread(target=lambda: elsewhere.append(STREAMS.lane_streams(index, 4)))
+    thread.start()
+    thread.join()
+    assert not set(elsewhere[0]) & set(four), "another thread must not capture on these streams"
+
+
+def test_a_second_optimizer_holds_no_new_cublas_workspaces() -> None:
+    """cuBLAS keeps a workspace per stream for the process (32 MiB each on an H200): optimizers
+    that recorded on streams of their own would each leave one per stream behind."""
+    params = make_params()
+
+    def train_and_drop() -> int:
+        opt = MuSGD(groups(params), lr=0.02, capture_updates=True, capture_orthogonalization=True)
+        for step in range(3):
+            set_grads(params, step)
+            opt.step()
+        assert opt._replay.stats.recordings > 0
+        torch.cuda.synchronize()
+        del opt
+        gc.collect()
+        return torch.cuda.memory_allocated()
+
+    first = train_and_drop()
+    second = train_and_drop()
+    assert second - first < 2**20, f"{(second - first) / 2**20:.1f} MiB more after the second"
 
 
 @pytest.mark.slow
