@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,6 +17,8 @@ from musgd.bench._timing import Timing, time_steps
 from musgd.bench._variants import LR, MOMENTUM, NS_STEPS, Variant
 
 BASELINE = "per-matrix eager"
+# The replay variants' comparator (spec §3 targets): paired with each of them round by round.
+PAIRED_BASELINE = "bucketed eager"
 
 
 def _operands(variant: Variant, params: Sequence[Tensor], grads: Sequence[Tensor]) -> list[Tensor]:
@@ -109,7 +112,10 @@ def run_optimizer_benchmark(
     it up and times its share of the ``steps``, so a slow phase of a shared, noisy host falls on
     all variants alike instead of on whichever ran then. Samples pool across rounds; setup time
     and memory are the first round's. Speed-ups are
-    ``baseline median / variant median`` against ``per-matrix eager`` when it ran.
+    ``baseline median / variant median`` against ``per-matrix eager`` when it ran. With two or
+    more rounds each row also records its per-round medians and, against ``bucketed eager``,
+    the per-round ratio of medians (:func:`paired_speedups`): a host that slows down for a
+    while moves both sides of a round's ratio, not just one variant's pooled median.
     """
     if not 1 <= rounds <= steps:
         raise ValueError(f"rounds must be in 1..steps ({steps}), got {rounds}")
@@ -135,6 +141,10 @@ def run_optimizer_benchmark(
         base = next((r["median_ms"] for r in rows if r["variant"] == BASELINE), None)
         for row in rows:
             row["speedup_vs_per_matrix"] = None if base is None else base / row["median_ms"]
+        if rounds > 1 and PAIRED_BASELINE in runs:
+            paired = runs[PAIRED_BASELINE]
+            for variant, row in zip(variants, rows, strict=True):
+                row["speedup_vs_bucketed_by_round"] = paired_speedups(paired, runs[variant.name])
         out["sets"][set_name] = {
             "parameters": len(specs),
             "matrices": matrices,
@@ -144,6 +154,24 @@ def run_optimizer_benchmark(
         }
         del params, grads
     return out
+
+
+def _round_median(run: tuple[Timing, int, dict[str, float | None]]) -> float:
+    return statistics.median(run[0].samples_ms)
+
+
+def paired_speedups(
+    baseline: Sequence[tuple[Timing, int, dict[str, float | None]]],
+    variant: Sequence[tuple[Timing, int, dict[str, float | None]]],
+) -> dict[str, Any]:
+    """``baseline round median / variant round median`` for each round: median, range, values."""
+    ratios = [_round_median(b) / _round_median(v) for b, v in zip(baseline, variant, strict=True)]
+    return {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "per_round": ratios,
+    }
 
 
 def _pooled_row(
@@ -166,21 +194,31 @@ def _pooled_row(
         "matrices_only": variant.matrices_only,
         **pooled.as_dict(),
         "rounds": rounds,
+        "round_medians_ms": [_round_median(run) for run in runs],
         **extras,
     }
 
 
 def format_optimizer_table(results: dict[str, Any]) -> str:
-    """A plain-text table: set, variant, tensors, median (min-max) ms, speed-up."""
+    """A table: set, variant, tensors, median (min-max) ms, speed-up, and, with rounds, the
+    median (range) of the per-round speed-ups over bucketed eager."""
     lines = [
         f"{'set':<12} {'variant':<26} {'tensors':>7}  {'step ms, median (range)':<28} speed-up"
+        "  vs bucketed, by round"
     ]
     for set_name, entry in results["sets"].items():
         for row in entry["variants"]:
             stats = f"{row['median_ms']:.3f} ({row['min_ms']:.3f}\u2013{row['max_ms']:.3f})"
             speed = row["speedup_vs_per_matrix"]
             speed_text = "-" if speed is None else f"{speed:.2f}x"
+            paired = row.get("speedup_vs_bucketed_by_round")
+            paired_text = (
+                "-"
+                if paired is None
+                else f"{paired['median']:.2f}x ({paired['min']:.2f}\u2013{paired['max']:.2f})"
+            )
             lines.append(
-                f"{set_name:<12} {row['variant']:<26} {row['tensors']:>7}  {stats:<28} {speed_text}"
+                f"{set_name:<12} {row['variant']:<26} {row['tensors']:>7}  {stats:<28} "
+                f"{speed_text:<8}  {paired_text}"
             )
     return "\n".join(lines)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 import torch
 
@@ -9,8 +11,10 @@ from musgd.bench._models import ParamSpec, make_parameters
 from musgd.bench._optimizer_bench import (
     _operands,
     format_optimizer_table,
+    paired_speedups,
     run_optimizer_benchmark,
 )
+from musgd.bench._timing import Timing
 from musgd.bench._variants import select_variants, torch_muon_variant
 
 CPU = torch.device("cpu")
@@ -75,9 +79,37 @@ def test_rounds_share_the_steps_and_pool_the_samples() -> None:
     for row in out["sets"]["tiny"]["variants"]:
         assert (row["steps"], row["rounds"], len(row["samples_ms"])) == (5, 2, 5)
         assert row["setup_ms"] > 0
+        assert len(row["round_medians_ms"]) == 2
+        # Rounds of 3 and 2 steps: each round's median is that of its own slice of the samples.
+        first, second = row["samples_ms"][:3], row["samples_ms"][3:]
+        assert row["round_medians_ms"] == [statistics.median(first), statistics.median(second)]
+    rows = {r["variant"]: r for r in out["sets"]["tiny"]["variants"]}
+    paired = rows["per-matrix eager"]["speedup_vs_bucketed_by_round"]
+    expected = [
+        b / p
+        for b, p in zip(
+            rows["bucketed eager"]["round_medians_ms"],
+            rows["per-matrix eager"]["round_medians_ms"],
+            strict=True,
+        )
+    ]
+    assert paired["per_round"] == expected
+    assert (paired["min"], paired["max"]) == (min(expected), max(expected))
+    assert rows["bucketed eager"]["speedup_vs_bucketed_by_round"]["per_round"] == [1.0, 1.0]
+    assert "1.00x (1.00\u20131.00)" in format_optimizer_table(out)
 
 
-def test_rounds_beyond_the_steps_are_refused() -> None:
-    variants = select_variants(["bucketed eager"], CPU)
-    with pytest.raises(ValueError, match=r"rounds must be in 1\.\.steps"):
-        run_optimizer_benchmark({"tiny": SPECS}, variants, device=CPU, steps=2, warmup=0, rounds=3)
+def test_paired_speedups_follow_each_round_not_the_pooled_medians() -> None:
+    """A slow phase in one round slows both sides of that round's ratio."""
+
+    def runs(*rounds: list[float]) -> list[tuple[Timing, int, dict[str, float | None]]]:
+        return [(Timing(samples_ms=tuple(r), warmup=0, clock="test"), 1, {}) for r in rounds]
+
+    # The host slows down for bucketed eager's second round and for the replay's second and
+    # third: pooled, the medians are 10 and 9 (1.11x); round by round the ratio is 3.33x twice.
+    bucketed = runs([10.0] * 3, [30.0] * 3, [10.0] * 3)
+    replayed = runs([3.0] * 3, [9.0] * 3, [9.0] * 3)
+    paired = paired_speedups(bucketed, replayed)
+    assert paired["per_round"] == [10 / 3, 30 / 9, 10 / 9]
+    assert paired["median"] == pytest.approx(10 / 3)
+    assert (paired["min"], paired["max"]) == (pytest.approx(10 / 9), pytest.approx(10 / 3))
