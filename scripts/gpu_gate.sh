@@ -6,7 +6,8 @@
 # take the others' results with it. Measured on an H200 (2026-11-29, 8b82f26): the CUDA tests
 # take about 125 s, the optimizer benchmark on all three sets in five rounds about 150 s, the
 # profile about 40 s, and the training benchmark (five pairs of four arms, 30 steps) about 115 s.
-# All four fit one 600 s call with STAGE_LIMIT_S=200; pass GATE_COMMIT=$(git rev-parse HEAD).
+# All four fit one 600 s call with STAGE_LIMIT_S=215 (342 and 420 s in all at a077695 and
+# f130040, 103 CUDA tests); pass GATE_COMMIT=$(git rev-parse HEAD).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
