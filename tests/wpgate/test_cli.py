@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from git_helpers import git, new_repository
 
 from wpgate import __version__
 from wpgate.cli import main
@@ -28,21 +29,10 @@ BAD = b"Update things.\n\nWP: 999\n"
 PR_STATEMENT = b"\n\nClean-room acknowledged: only the git documentation was used.\n"
 
 
-def git(root: Path, *args: str, data: bytes | None = None) -> str:
-    """Run git in ``root`` and return its stdout."""
-    done = subprocess.run(
-        ["git", "-C", str(root), *args], input=data, capture_output=True, check=True
-    )
-    return done.stdout.decode().strip()
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A repository with this project's governance documents and one ungoverned commit."""
-    root = tmp_path / "repo"
-    git(tmp_path, "init", "-q", "-b", "main", str(root))
-    git(root, "config", "user.name", "Ada Lovelace")
-    git(root, "config", "user.email", "ada@example.org")
+    root = new_repository(tmp_path)
     for rel in ("docs/PROVENANCE.md", "docs/ASSUMPTIONS.md", "docs/work_packages/wp-004.md"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, root / rel)

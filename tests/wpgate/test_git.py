@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from git_helpers import git, new_repository
 
 from wpgate import _git
 from wpgate._git import (
@@ -18,14 +19,6 @@ from wpgate._git import (
 )
 
 
-def git(root: Path, *args: str, data: bytes | None = None) -> str:
-    """Run git in ``root`` and return its stdout."""
-    done = subprocess.run(
-        ["git", "-C", str(root), *args], input=data, capture_output=True, check=True
-    )
-    return done.stdout.decode().strip()
-
-
 def commit(root: Path, message: bytes) -> str:
     """An empty commit with a raw message; its sha."""
     git(root, "commit", "-q", "--allow-empty", "--cleanup=verbatim", "-F", "-", data=message)
@@ -34,10 +27,7 @@ def commit(root: Path, message: bytes) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    git(tmp_path, "init", "-q", "-b", "main", str(root))
-    git(root, "config", "user.name", "Ada Lovelace")
-    git(root, "config", "user.email", "ada@example.org")
+    root = new_repository(tmp_path)
     for index in range(4):
         commit(root, f"fix: change {index}\n\nWP: 004\n".encode())
     return root

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from git_helpers import isolated_git
 
 from wpgate._docs import lint_evidence, load_evidence
 from wpgate._model import Finding
@@ -17,25 +16,10 @@ from wpgate.rules import evidence as rules
 PAGE = "docs/page.md"
 
 
-def _git(root: Path, *args: str) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@e",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@e",
-        "HOME": str(root),
-        "PATH": os.environ["PATH"],
-    }
-    done = subprocess.run(
-        ["git", "-C", str(root), *args], check=True, env=env, capture_output=True, text=True
-    )
-    return done.stdout.strip()
-
-
 def _commit(root: Path, message: str) -> str:
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", message)
-    return _git(root, "rev-parse", "HEAD")
+    isolated_git(root, "add", "-A")
+    isolated_git(root, "commit", "-q", "-m", message)
+    return isolated_git(root, "rev-parse", "HEAD")
 
 
 def _evidence(root: Path, commit: str | None, name: str = "a.json", **extra: object) -> None:
@@ -69,7 +53,7 @@ CLAIM = (
 @pytest.fixture
 def repo(tmp_path: Path) -> tuple[Path, str]:
     """A repository whose first commit holds the measured source, its evidence and a claim."""
-    _git(tmp_path, "init", "-q")
+    isolated_git(tmp_path, "init", "-q")
     (tmp_path / "src").mkdir()
     (tmp_path / "src/m.py").write_text("X = 1\n", encoding="utf-8")
     first = _commit(tmp_path, "feat: m")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+
+from git_helpers import isolated_git
 
 from wpgate._docs import lint_provenance
 from wpgate._git import first_citing_commits
@@ -125,26 +126,12 @@ def test_wpg207_history_against_first_citing_commit() -> None:
     )
 
 
-def _git(root: Path, *args: str, date: str = "2026-11-01T12:00:00+00:00") -> None:
-    env = {
-        "GIT_AUTHOR_DATE": date,
-        "GIT_COMMITTER_DATE": date,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@e",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@e",
-        "HOME": str(root),
-        "PATH": "/usr/bin:/bin",
-    }
-    subprocess.run(["git", "-C", str(root), *args], check=True, env=env, capture_output=True)
-
-
 def test_history_reads_trailers_with_git(tmp_path: Path) -> None:
-    _git(tmp_path, "init", "-q")
+    isolated_git(tmp_path, "init", "-q")
     (tmp_path / "docs").mkdir()
     (tmp_path / P).write_text(GOOD, encoding="utf-8")
-    _git(tmp_path, "add", ".")
-    _git(
+    isolated_git(tmp_path, "add", ".")
+    isolated_git(
         tmp_path,
         "commit",
         "-q",
@@ -152,7 +139,15 @@ def test_history_reads_trailers_with_git(tmp_path: Path) -> None:
         "feat: a\n\nProvenance: R1, R2–R3 §2",
         date="2026-10-30T10:00:00+00:00",
     )
-    _git(tmp_path, "commit", "-q", "--allow-empty", "-m", "feat: b\n\nProvenance: R1")
+    isolated_git(
+        tmp_path,
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "feat: b\n\nProvenance: R1",
+        date="2026-11-01T12:00:00+00:00",
+    )
     first = first_citing_commits(tmp_path)
     assert sorted(first) == ["R1", "R2", "R3"]
     assert {d for _, d in first.values()} == {"2026-10-30"}
