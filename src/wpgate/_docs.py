@@ -726,7 +726,12 @@ def _work_packages(root: Path, config: Any) -> tuple[list[Finding], int]:
     options = config_section(config, "wp")
     findings = [f for check in rules.CHECKS for f in check(registry, options)]
     findings.extend(rules.check_gates(registry, GateResolver(root).resolve, options))
-    pages = len({f.path for f in registry.findings} | {p.path for p in registry.packages})
+    # Findings about the folder itself (WPG303: it does not exist) are not pages.
+    folder = registry.directory
+    pages = len(
+        {f.path for f in registry.findings if f.path != folder}
+        | {p.path for p in registry.packages}
+    )
     return _keep(config, findings), pages
 
 
@@ -807,8 +812,14 @@ def run_changelog(config: Config) -> LinterRun:
     return LinterRun(tuple(findings), Summary("changelog", count, "name"))
 
 
-def new_work_package(root: Path, config: Any, wp_id: str, title: str, phase: int) -> str:
-    """Write a scaffolded page for ``wp_id``; returns its path. Raises ValueError saying why not."""
+def new_work_package(
+    root: Path, config: Any, wp_id: str, title: str, phase: int
+) -> tuple[str, ...]:
+    """Write a scaffolded page for ``wp_id``; returns the paths written (the page first).
+
+    In a registry with no phase page yet, the phase's page is written too, so the new package
+    passes WPG307 at once. Raises ValueError saying why not.
+    """
     from wpgate.parsers.work_packages import format_work_package
 
     layout = docs_layout(config)
@@ -818,9 +829,23 @@ def new_work_package(root: Path, config: Any, wp_id: str, title: str, phase: int
     if target.exists():
         raise ValueError(f"{rel} already exists; pick another id or edit that page")
     phases = load_phases(root, config)
+    phase_rel = f"{layout.engineering}/phase-{phase:02d}.md"
     if phases and phase not in phases:
         known = ", ".join(str(n) for n in sorted(phases))
-        raise ValueError(f"phase {phase} has no page under {layout.engineering} (phases: {known})")
+        raise ValueError(
+            f"phase {phase} has no page under {layout.engineering} (phases: {known}); "
+            f"pick one of them or write {phase_rel} first"
+        )
+    written = [rel]
+    if not phases:
+        phase_page = root / phase_rel
+        phase_page.parent.mkdir(parents=True, exist_ok=True)
+        phase_page.write_text(
+            f'---\nphase: {phase}\ntitle: "Phase {phase}"\n---\n\n# Phase {phase}\n\n'
+            "What this phase delivers; the site lists its work packages below.\n",
+            encoding="utf-8",
+        )
+        written.append(phase_rel)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
-    return rel
+    return tuple(written)

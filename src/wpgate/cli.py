@@ -334,10 +334,29 @@ def new_wp(wp_id: str, title: str, phase: int, root: str | None) -> int:
 
     base = _root(root)
     try:
-        path = new_work_package(base, load_config(base), wp_id, title, phase)
+        paths = new_work_package(base, load_config(base), wp_id, title, phase)
     except ValueError as exc:
         raise InvocationError(str(exc)) from exc
-    click.echo(path)
+    click.echo("\n".join(paths))
+    return EXIT_CLEAN
+
+
+@cli.command()
+@click.option("--name", help="Site name for mkdocs.yml (default: the folder's name).")
+@_root_option
+def init(name: str | None, root: str | None) -> int:
+    """Bootstrap wpgate here: config, governance documents, mkdocs.yml, pre-commit hooks."""
+    from wpgate._init import init_repository
+
+    try:
+        result = init_repository(_root(root), name)
+    except ValueError as exc:
+        raise InvocationError(str(exc)) from exc
+    for path in result.written:
+        click.echo(f"wrote {path}")
+    for path in result.kept:
+        click.echo(f"kept  {path} (exists)")
+    click.echo("next: wpgate new-wp 001 --title TITLE --phase 1; pre-commit install; wpgate check")
     return EXIT_CLEAN
 
 
