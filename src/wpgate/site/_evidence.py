@@ -9,7 +9,8 @@ A page asks for a rendering with a fenced block whose body is YAML::
     baseline: eager                            # flat layout: "time saved" relative to this row
     chart: true                                # also draw an SVG bar chart
     caption: Optimizer step, nano detector
-    ```
+    label: variant                             # list items' label key (default: name, label,
+    ```                                        #   variant or arm, the first one present)
 
 A *measurement* is a mapping with ``median``/``min``/``max`` keys, optionally suffixed by a unit
 (``median_ms``, ``min_ms``, ``max_ms``), or a bare list of samples. Everything here is pure: the
@@ -33,8 +34,21 @@ FENCE_RE = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 _KNOWN_KEYS = frozenset(
-    {"path", "select", "columns", "baseline", "chart", "caption", "digits", "unit", "table"}
+    {
+        "path",
+        "select",
+        "columns",
+        "baseline",
+        "chart",
+        "caption",
+        "digits",
+        "unit",
+        "table",
+        "label",
+    }
 )
+#: The keys a list item's row label is read from, first present wins (benchmarks write `variant`).
+LABEL_KEYS = ("name", "label", "variant", "arm")
 _UNIT_NAMES = {"ms": "ms", "s": "s", "us": "µs", "ns": "ns", "mib": "MiB", "gib": "GiB"}
 _MAX_DIGITS = 9
 
@@ -56,6 +70,7 @@ class EvidenceBlock:
     caption: str = ""
     digits: int = 3
     unit: str | None = None
+    label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +152,7 @@ def parse_block(body: str) -> EvidenceBlock:
         caption=str(data.get("caption") or ""),
         digits=digits,
         unit=None if data.get("unit") is None else str(data["unit"]),
+        label=None if data.get("label") is None else str(data["label"]),
     )
 
 
@@ -185,27 +201,43 @@ def as_measurement(value: Any, unit: str | None = None) -> Measurement | None:
     return None
 
 
-def _labelled(node: Any) -> list[tuple[str, Any]]:
-    """The children of a mapping, or of a list of mappings labelled by ``name`` or ``label``."""
+def _item_label(item: Any, keys: Sequence[str]) -> str | None:
+    """The label of a list item: its first of ``keys`` holding a string or number."""
+    if not isinstance(item, Mapping):
+        return None
+    for key in keys:
+        value = item.get(key)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return str(value)
+    return None
+
+
+def _labelled(node: Any, keys: Sequence[str] = LABEL_KEYS) -> list[tuple[str, Any]]:
+    """The children of a mapping, or of a list of mappings labelled by their ``keys``.
+
+    An item with none of ``keys`` is labelled by its index.
+    """
     if isinstance(node, Mapping):
         return [(str(k), v) for k, v in node.items()]
     if isinstance(node, list):
         out = []
         for index, item in enumerate(node):
-            name = item.get("name", item.get("label")) if isinstance(item, Mapping) else None
-            out.append((str(index) if name is None else str(name), item))
+            name = _item_label(item, keys)
+            out.append((str(index) if name is None else name, item))
         return out
     return []
 
 
-def _flat_rows(node: Any, prefix: str, unit: str | None) -> list[tuple[str, Measurement]]:
+def _flat_rows(
+    node: Any, prefix: str, unit: str | None, keys: Sequence[str] = LABEL_KEYS
+) -> list[tuple[str, Measurement]]:
     """Every measurement under ``node``, labelled by its key path joined with `` / ``."""
     found = as_measurement(node, unit)
     if found is not None:
         return [(prefix or "value", found)]
     rows: list[tuple[str, Measurement]] = []
-    for key, child in _labelled(node):
-        rows.extend(_flat_rows(child, f"{prefix} / {key}" if prefix else key, unit))
+    for key, child in _labelled(node, keys):
+        rows.extend(_flat_rows(child, f"{prefix} / {key}" if prefix else key, unit, keys))
     return rows
 
 
@@ -219,9 +251,10 @@ def _saved(reference: Measurement | None, other: Measurement | None) -> float | 
 def build_table(document: Mapping[str, Any], block: EvidenceBlock) -> EvidenceTable:
     """The table a block asks for, from a loaded evidence document."""
     node = select(document, block.select)
+    keys = LABEL_KEYS if block.label is None else (block.label,)
     if block.columns:
         rows = []
-        for label, child in _labelled(node):
+        for label, child in _labelled(node, keys):
             if not isinstance(child, Mapping):
                 continue
             values = tuple(as_measurement(child.get(c), block.unit) for c in block.columns)
@@ -235,7 +268,7 @@ def build_table(document: Mapping[str, Any], block: EvidenceBlock) -> EvidenceTa
         note = f"{block.columns[-1]} relative to {block.columns[0]}"
         unit = next((v.unit for r in rows for v in r.values if v is not None), "")
         return EvidenceTable(block.columns, tuple(rows), unit, note)
-    flat = _flat_rows(node, "", block.unit)
+    flat = _flat_rows(node, "", block.unit, keys)
     if not flat:
         raise EvidenceBlockError(
             f"`select: {block.select}` holds no measurement (a mapping with median/min/max, "

@@ -14,16 +14,11 @@ from typing import Protocol
 
 from wpgate.parsers.work_packages import sort_key
 from wpgate.site._escape import escape_markdown
+from wpgate.site._icons import inline_icon, status_icon
 
+#: Theme icons of the previous/next links in a work-package header.
+PREVIOUS_ICON, NEXT_ICON = "arrow-left", "arrow-right"
 STATUSES = ("todo", "in-progress", "done", "blocked", "deferred", "superseded")
-_STATUS_ICONS = {
-    "todo": "⬜",
-    "in-progress": "🔄",
-    "done": "✅",
-    "blocked": "⛔",
-    "deferred": "⏸️",
-    "superseded": "♻️",
-}
 
 
 class WorkPackageLike(Protocol):
@@ -135,8 +130,9 @@ def _phase_link(model: SiteModel, number: int, from_src: str) -> str:
 
 
 def status_badge(status: str) -> str:
-    """The status with its icon, e.g. ``✅ done``."""
-    return f"{_STATUS_ICONS.get(status, '❔')} {escape_markdown(status)}"
+    """The status after its theme icon (inline SVG, no emoji font needed), e.g. ``<svg…> done``."""
+    icon = status_icon(status)
+    return f"{icon} {escape_markdown(status)}" if icon else escape_markdown(status)
 
 
 def render_header(model: SiteModel, wp_id: str, page_src: str) -> str:
@@ -154,10 +150,14 @@ def render_header(model: SiteModel, wp_id: str, page_src: str) -> str:
     if reason:
         status_line += f" · Reason: {escape_markdown(str(reason))}"
     previous, following = model.neighbours(wp_id)
-    nav = [f"⬅️ {_wp_link(model, previous, page_src)}"] if previous else []
+    nav = (
+        [f"{inline_icon(PREVIOUS_ICON, '←')} {_wp_link(model, previous, page_src)}"]
+        if previous
+        else []
+    )
     nav.append(f"[Roadmap]({relative_link(page_src, model.roadmap_src)})")
     if following:
-        nav.append(f"{_wp_link(model, following, page_src)} ➡️")
+        nav.append(f"{_wp_link(model, following, page_src)} {inline_icon(NEXT_ICON, '→')}")
     lines = [
         f"> Engineering log · {_phase_link(model, wp.phase, page_src)} · {status_line}",
         f"> 🔗 Depends on {deps} · Needed by {needed or 'nothing yet'}",

@@ -157,3 +157,31 @@ def test_describe_source() -> None:
         "PyTorch 2.11.0",
     ]
     assert list(_evidence.describe_source({})) == []
+
+
+def test_list_rows_are_labelled_by_the_benchmarks_own_variant_names() -> None:
+    # The optimizer benchmark writes `variant`, the training benchmark `arm`: rows read as
+    # those names, never as list indices.
+    doc = {
+        "results": {
+            "variants": [
+                {"variant": "bucketed eager", "median_ms": 20.0, "min_ms": 18.0, "max_ms": 25.0},
+                {"variant": "capture_updates", "median_ms": 2.0, "min_ms": 1.9, "max_ms": 3.0},
+                {"median_ms": 1.0, "min_ms": 1.0, "max_ms": 1.0},
+            ],
+            "arms": [
+                {"arm": "eager", "step": {"median_ms": 80.0, "min_ms": 70.0, "max_ms": 90.0}},
+                {"arm": "replay", "step": {"median_ms": 60.0, "min_ms": 55.0, "max_ms": 65.0}},
+            ],
+        }
+    }
+    table = build_table(doc, EvidenceBlock(path="e.json", select="results.variants"))
+    assert [r.label for r in table.rows] == ["bucketed eager", "capture_updates", "2"]
+    arms = build_table(doc, EvidenceBlock(path="e.json", select="results.arms"))
+    assert [r.label for r in arms.rows] == ["eager / step", "replay / step"]
+    # `label:` picks the key when an item carries several candidates.
+    both = {"results": [{"name": "n", "variant": "v", "median": 1, "min": 1, "max": 1}]}
+    assert build_table(both, EvidenceBlock(path="e.json")).rows[0].label == "n"
+    picked = build_table(both, EvidenceBlock(path="e.json", label="variant"))
+    assert [r.label for r in picked.rows] == ["v"]
+    assert parse_block("path: e.json\nlabel: arm\n").label == "arm"

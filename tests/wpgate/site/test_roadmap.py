@@ -8,7 +8,29 @@ from dataclasses import dataclass
 import pytest
 
 from wpgate.site import _roadmap
-from wpgate.site._roadmap import Phase, build_model, compute_needed_by, render_header
+from wpgate.site._icons import STATUS_ICONS, icon_svg, inline_icon
+from wpgate.site._roadmap import (
+    Phase,
+    build_model,
+    compute_needed_by,
+    render_header,
+    status_badge,
+)
+
+_PREVIOUS = inline_icon(_roadmap.PREVIOUS_ICON)
+_NEXT = inline_icon(_roadmap.NEXT_ICON)
+_ICON_RE = re.compile(r'<span class="twemoji wpgate-status">(<svg.*?</svg>)</span>')
+
+
+def _icon_names(cell: str) -> list[str]:
+    """The theme icons drawn in ``cell``, by name."""
+    by_svg = {icon_svg(name): name for name in [*STATUS_ICONS.values(), "help-circle"]}
+    return [by_svg.get(svg, "?") for svg in _ICON_RE.findall(cell)]
+
+
+def _plain(cell: str) -> str:
+    """``cell`` without its icons."""
+    return _ICON_RE.sub("", cell).strip()
 
 
 @dataclass(frozen=True)
@@ -68,7 +90,7 @@ def test_header_of_a_dependant_links_its_dependencies() -> None:
     depends_part = header.split("Depends on", 1)[1].split("Needed by", 1)[0]
     assert _links(depends_part) == [("WP-001", "wp-001.md"), ("WP-002", "wp-002.md")]
     assert "Reason: waits for a GPU" in header
-    assert "**⛔ blocked**" in header
+    assert f"**{status_badge('blocked')}**" in header
 
 
 def test_header_links_phase_neighbours_and_roadmap() -> None:
@@ -81,16 +103,16 @@ def test_header_links_phase_neighbours_and_roadmap() -> None:
         ("Roadmap", "../ROADMAP.md"),
         ("WP-003b", "wp-003b.md"),
     ]
-    assert nav.index("⬅️") < nav.index("Roadmap") < nav.index("➡️")
+    assert nav.index(_PREVIOUS) < nav.index("Roadmap") < nav.index(_NEXT)
 
 
 def test_first_and_last_have_one_neighbour() -> None:
     first = render_header(_model(), "001", "work_packages/wp-001.md").strip().splitlines()[-1]
     last = render_header(_model(), "004", "work_packages/wp-004.md").strip().splitlines()[-1]
-    assert "⬅️" not in first
-    assert "➡️" in first
-    assert "⬅️" in last
-    assert "➡️" not in last
+    assert _PREVIOUS not in first
+    assert _NEXT in first
+    assert _PREVIOUS in last
+    assert _NEXT not in last
     # Phase 3 has no page: the header names it without a link.
     assert "Engineering log · Phase 3 ·" in render_header(
         _model(), "004", "work_packages/wp-004.md"
@@ -120,18 +142,18 @@ def test_roadmap_groups_rows_by_phase_with_statuses() -> None:
         for line in text.splitlines()
         if line.startswith("| [WP-")
     ]
-    assert [(r[0], r[2]) for r in rows] == [
-        ("[WP-001](work_packages/wp-001.md)", "✅ done"),
-        ("[WP-002](work_packages/wp-002.md)", "🔄 in-progress"),
-        ("[WP-003](work_packages/wp-003.md)", "⛔ blocked"),
-        ("[WP-003b](work_packages/wp-003b.md)", "♻️ superseded"),
-        ("[WP-004](work_packages/wp-004.md)", "⬜ todo"),
+    assert [(r[0], _icon_names(r[2]), _plain(r[2])) for r in rows] == [
+        ("[WP-001](work_packages/wp-001.md)", ["check-circle"], "done"),
+        ("[WP-002](work_packages/wp-002.md)", ["progress-clock"], "in-progress"),
+        ("[WP-003](work_packages/wp-003.md)", ["cancel"], "blocked"),
+        ("[WP-003b](work_packages/wp-003b.md)", ["swap-horizontal-circle"], "superseded"),
+        ("[WP-004](work_packages/wp-004.md)", ["circle-outline"], "todo"),
     ]
     # The title's HTML is escaped, and the Needed-by column agrees with the headers.
     assert rows[2][1] == "Third &#60;b&#62;"
     assert rows[0][4] == "[WP-002](work_packages/wp-002.md), [WP-003](work_packages/wp-003.md)"
     assert "5 work packages:" in text
-    assert "✅ done: 1" in text
+    assert f"{status_badge('done')}: 1" in text
 
 
 def test_roadmap_keeps_a_hand_written_intro() -> None:
@@ -160,3 +182,15 @@ def test_missing_page_is_named_not_linked() -> None:
     model = build_model(PACKAGES, PHASES, {"001": "work_packages/wp-001.md"}, "ROADMAP.md")
     header = render_header(model, "001", "work_packages/wp-001.md")
     assert "WP-002 (no page)" in header
+
+
+def test_status_badges_draw_theme_svg_icons_and_need_no_emoji_font() -> None:
+    for status, name in STATUS_ICONS.items():
+        badge = status_badge(status)
+        assert _icon_names(badge) == [name]
+        assert _plain(badge) == status
+        # Every character outside the SVG markup is ASCII: nothing needs an emoji font.
+        assert _plain(badge).isascii()
+    assert _icon_names(status_badge("someday")) == ["help-circle"]
+    assert icon_svg("../../etc/passwd") is None
+    assert icon_svg("no-such-icon-anywhere") is None
