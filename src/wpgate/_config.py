@@ -136,3 +136,180 @@ def load_config(root: Path) -> Config:
         rule_switches=_frozen(_rule_switches(table.get("rules"))),
         history_start=history_start.strip(),
     )
+
+
+# --------------------------------------------------------------------------- documented keys
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of ``[tool.wpgate]``: its table, type, default (as TOML) and what it does.
+
+    :data:`SETTINGS` is what the adopter's guide publishes (``wpgate.site._config_reference``);
+    ``tests/wpgate/test_config_reference.py`` fails when it and the code that reads the keys
+    disagree, so the published reference cannot drift.
+    """
+
+    table: str
+    key: str
+    type: str
+    default: str
+    help: str
+
+    @property
+    def dotted(self) -> str:
+        """The key's full name, e.g. ``tool.wpgate.docs.claims``."""
+        return f"tool.wpgate.{self.table}.{self.key}" if self.table else f"tool.wpgate.{self.key}"
+
+
+_LIST = "list of strings"
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "",
+        "history_start",
+        "string",
+        '""',
+        "The first governed commit; `wpgate check` lints the trailers of it..HEAD.",
+    ),
+    Setting(
+        "rules",
+        "<RULE-ID or name>",
+        "boolean",
+        "the rule's default",
+        "Switch one rule on or off, by id (`WPG108`) or name (`subject-length`).",
+    ),
+    Setting(
+        "trailers",
+        "types",
+        _LIST,
+        '["feat", "fix", "perf", "refactor", "refine", "test", "docs", "ci", "chore", '
+        '"exp", "release"]',
+        "The commit types a subject may start with.",
+    ),
+    Setting(
+        "trailers",
+        "max_subject_length",
+        "integer",
+        "72",
+        "The longest subject line, in characters.",
+    ),
+    Setting(
+        "trailers",
+        "required",
+        _LIST,
+        '["WP", "Provenance", "Gate"]',
+        "The trailers every governed commit carries (of WP, Provenance, Assumptions, Gate).",
+    ),
+    Setting(
+        "trailers",
+        "bot_authors",
+        _LIST,
+        '["\\\\[bot\\\\]"]',
+        "Regular expressions searched in `Name <email>`; their commits are counted, not linted.",
+    ),
+    Setting(
+        "trailers",
+        "signoff_matches_author",
+        "boolean",
+        "false",
+        "Require a `Signed-off-by:` that names the commit's author (WPG108).",
+    ),
+    Setting(
+        "trailers",
+        "clean_room_statement",
+        "string",
+        '"Clean-room acknowledged:"',
+        "The statement a pull request's body must keep (`wpgate trailers --pr`).",
+    ),
+    Setting(
+        "docs",
+        "provenance",
+        "string",
+        '"docs/PROVENANCE.md"',
+        "The provenance record: sources, placeholders, first-use log.",
+    ),
+    Setting(
+        "docs",
+        "assumptions",
+        "string",
+        '"docs/ASSUMPTIONS.md"',
+        "The assumptions record (ids `A<n>` a trailer may cite).",
+    ),
+    Setting(
+        "docs",
+        "work_packages",
+        "string",
+        '"docs/work_packages"',
+        "The work-package registry folder (`wp-NNN.md` pages).",
+    ),
+    Setting(
+        "docs",
+        "engineering",
+        "string",
+        '"docs/engineering"',
+        "The folder of the phase pages (`phase-NN[-slug].md`).",
+    ),
+    Setting(
+        "docs",
+        "evidence",
+        "string",
+        '"docs/evidence"',
+        "The evidence folder (`wpgate-evidence/1` JSON files).",
+    ),
+    Setting(
+        "docs",
+        "changelog",
+        "string",
+        '"CHANGELOG.md"',
+        "The changelog whose `[Unreleased]` names are checked.",
+    ),
+    Setting(
+        "docs",
+        "claims",
+        _LIST,
+        '["docs/**/*.md", "README.md"]',
+        "Globs of the pages scanned for `[MEASURED]` claims.",
+    ),
+    Setting(
+        "provenance",
+        "licences",
+        _LIST,
+        '["MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "PSF-2.0"]',
+        "The licences a code source may carry.",
+    ),
+    Setting(
+        "provenance",
+        "code_roles",
+        _LIST,
+        '["code", "library", "software", "source code"]',
+        "The roles that make a source code (and so subject to `licences`).",
+    ),
+    Setting(
+        "provenance",
+        "history",
+        "boolean",
+        "true when history_start is set",
+        "Check first-use dates against the first commit citing each source.",
+    ),
+    Setting(
+        "wp",
+        "extra_keys",
+        _LIST,
+        "[]",
+        "Front-matter keys a work-package page may carry beyond the schema.",
+    ),
+    Setting(
+        "evidence",
+        "collect",
+        "boolean",
+        "true",
+        "Run pytest to verify `collected N -- paths` markers.",
+    ),
+    Setting(
+        "changelog",
+        "ignore",
+        _LIST,
+        "[]",
+        "Backticked names of the `[Unreleased]` section that are not checked.",
+    ),
+)

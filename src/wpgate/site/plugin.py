@@ -7,7 +7,8 @@ On every build it reads the work-package registry once and then:
 - generates the roadmap (served at ``roadmap/``) and a page for each phase that has none,
   and appends each existing phase page's list of work packages;
 - replaces each ``wpgate-evidence`` block with a table and, on request, an SVG chart;
-- generates reference pages: the click CLI, a module's API and one page per lint rule.
+- generates reference pages: the click CLI, a module's API, one page per lint rule and the
+  configuration reference (these options and the ``[tool.wpgate]`` keys).
 
 Problems are logged as warnings, so ``mkdocs build --strict`` fails on them with the message.
 """
@@ -54,6 +55,21 @@ class WpgateConfig(base.Config):  # type: ignore[no-untyped-call]  # mkdocs leav
     api_module = c.Type(str, default="")
     api_members = c.ListOfItems(c.Type(str), default=[])
     rules_module = c.Type(str, default="")
+    config_reference = c.Type(bool, default=True)
+
+
+#: What each option does; the generated configuration reference publishes it with the schema.
+OPTION_HELP = {
+    "roadmap": "The roadmap page (generated when the file does not exist).",
+    "roadmap_url": "The roadmap's address in the built site; empty keeps the file's own.",
+    "reference_dir": "The folder of the generated reference pages.",
+    "cli_group": "A click group, `module:attribute`, to document as the CLI page.",
+    "cli_name": "The command name the CLI page shows.",
+    "api_module": "A module whose API page is generated (docstrings and signatures).",
+    "api_members": "The members of `api_module` to document, in order.",
+    "rules_module": "A module whose import registers lint rules: one page per rule and an index.",
+    "config_reference": "Generate `configuration.md` (these tables) in `reference_dir`.",
+}
 
 
 class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  # idem
@@ -162,6 +178,13 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
     def _add_reference(self, files: Files, config: MkDocsConfig) -> None:
         """Generate the CLI, API and rule pages the configuration asks for."""
         ref = self.config.reference_dir.strip("/")
+        if self.config.config_reference:
+            from wpgate._config import SETTINGS
+            from wpgate.site._config_reference import render_config_page
+
+            schema = WpgateConfig._schema  # the options as mkdocs declares them
+            page = render_config_page(schema, OPTION_HELP, SETTINGS)
+            _add(files, config, f"{ref}/configuration.md", page)
         try:
             if self.config.cli_group:
                 group = _reference.import_target(self.config.cli_group)
