@@ -1,0 +1,35 @@
+"""The published metadata: licence, its text, classifiers and the documented install routes."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+CPU_INDEX = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+
+
+def test_the_licence_text_ships_and_matches_the_declared_expression() -> None:
+    assert PROJECT["license"] == "Apache-2.0"
+    assert "LICENSE" in PROJECT["license-files"]
+    text = (REPO / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in text
+    assert "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    # PEP 639: an SPDX expression replaces the License classifiers; setuptools refuses both.
+    assert not [c for c in PROJECT["classifiers"] if c.startswith("License ::")]
+
+
+def test_classifiers_name_every_supported_python() -> None:
+    minimum = PROJECT["requires-python"].removeprefix(">=")
+    listed = {c.rsplit(" :: ", 1)[1] for c in PROJECT["classifiers"] if "Python :: 3." in c}
+    assert minimum in listed
+    assert "Typing :: Typed" in PROJECT["classifiers"]
+
+
+def test_readme_and_guide_give_the_cpu_only_torch_route_before_the_extra() -> None:
+    for page in ("README.md", "docs/adopting.md"):
+        text = (REPO / page).read_text(encoding="utf-8")
+        # The CPU build first, then the extra (which then finds torch satisfied).
+        assert f'{CPU_INDEX}\npip install "wpgate[optim]"' in text, page
