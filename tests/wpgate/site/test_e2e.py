@@ -2,6 +2,8 @@
 
 Follows every generated link on the roadmap and in each work-package header and fails on a
 broken link (any HTTP error the server answers) or a browser console error (SEVERE log entry).
+On an evidence page it checks that the charts render (size, drawn paths), that the table's rows
+carry the benchmark's variant names, that the status icon is drawn, and every link of the page.
 Skips, with the reason, only when Chromium is missing outside CI; in CI (``CI=true``) it runs.
 """
 
@@ -13,6 +15,7 @@ import os
 import shutil
 import tempfile
 import threading
+import urllib.request
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -181,3 +184,78 @@ def test_harness_reports_broken_links_and_console_errors(browser: object, tmp_pa
             _visit(browser, href)
     assert any("wpgate-e2e-probe" in e for e in errors)
     assert ("/missing/", 404) in statuses
+
+
+def _broken(statuses: list[tuple[str, int]]) -> list[str]:
+    """Requests the server answered with an error."""
+    return sorted({f"{path} -> HTTP {code}" for path, code in statuses if code >= 400})
+
+
+def _size(element: object) -> tuple[int, int]:
+    """The rendered width and height of ``element`` in CSS pixels."""
+    size = element.size  # type: ignore[attr-defined]
+    return int(size["width"]), int(size["height"])
+
+
+def test_evidence_page_renders_its_chart_table_and_icons(
+    server: tuple[str, list[tuple[str, int]]], browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, statuses = server
+    page = urljoin(base, "work_packages/wp-002/")
+    errors = _visit(browser, page)
+    find = browser.find_elements  # type: ignore[attr-defined]
+
+    charts = find(By.CSS_SELECTOR, "article figure.wpgate-chart svg")
+    assert charts, f"{page}: no evidence chart"
+    for chart in charts:
+        width, height = _size(chart)
+        assert width > 200, f"{page}: a chart renders {width} px wide"
+        assert height > 100, f"{page}: a chart renders {height} px high"
+        # The bars are drawn: the SVG holds filled paths, not an empty frame.
+        assert len(chart.find_elements(By.CSS_SELECTOR, "path")) > 10
+
+    tables = find(By.CSS_SELECTOR, "article table")
+    assert tables, f"{page}: no evidence table"
+    labels = [
+        cell.text.strip()
+        for cell in tables[0].find_elements(By.CSS_SELECTOR, "tbody td:first-child")
+    ]
+    # Rows carry the benchmark's own variant names, never list indices.
+    assert "bucketed eager" in labels
+    assert not [label for label in labels if label.isdigit()], labels
+
+    icons = find(By.CSS_SELECTOR, "article blockquote .wpgate-status svg")
+    assert icons, f"{page}: the status badge has no icon"
+    assert all(w > 0 and h > 0 for w, h in map(_size, icons))
+
+    for href in sorted({h.split("#")[0] for h in _hrefs(browser, "article a[href]")}):
+        if not _same_site(base, href):
+            continue
+        if href.endswith(".json"):
+            # An evidence file the page links: fetched, not shown (Chromium would ask the
+            # server for a favicon for a non-HTML document).
+            with urllib.request.urlopen(href, timeout=10) as response:
+                assert response.status == 200
+        else:
+            errors += _visit(browser, href)
+    assert not _broken(statuses), "broken links or assets:\n" + "\n".join(_broken(statuses))
+    assert not errors, "browser console errors:\n" + "\n".join(errors)
+
+
+def test_adopters_guide_links_the_generated_configuration_reference(
+    server: tuple[str, list[tuple[str, int]]], browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, statuses = server
+    errors = _visit(browser, urljoin(base, "adopting/"))
+    links = [h for h in _hrefs(browser, "article a[href]") if "reference/configuration" in h]
+    assert links, "the adopter's guide does not link the configuration reference"
+    errors += _visit(browser, links[0])
+    keys = browser.find_elements(By.CSS_SELECTOR, "article table td:first-child code")  # type: ignore[attr-defined]
+    names = {k.text for k in keys}
+    assert {"roadmap", "config_reference", "history_start", "claims"} <= names
+    assert not _broken(statuses), "broken links or assets:\n" + "\n".join(_broken(statuses))
+    assert not errors, "browser console errors:\n" + "\n".join(errors)
