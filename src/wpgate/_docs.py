@@ -115,7 +115,12 @@ def read_text(
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return None, Finding(rel, 0, rule_id, f"{rel} does not exist; create it or fix the path")
+        return None, Finding(
+            rel,
+            0,
+            rule_id,
+            f"{rel} does not exist; create it (`wpgate init` writes a start) or fix the path",
+        )
     except OSError as exc:
         return None, Finding(rel, 0, rule_id, f"cannot read {rel}: {exc.strerror}")
     try:
