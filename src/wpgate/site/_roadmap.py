@@ -18,6 +18,8 @@ from wpgate.site._icons import inline_icon, status_icon
 
 #: Theme icons of the previous/next links in a work-package header.
 PREVIOUS_ICON, NEXT_ICON = "arrow-left", "arrow-right"
+#: Theme icon before the dependency line of a work-package header.
+LINK_ICON = "link-variant"
 STATUSES = ("todo", "in-progress", "done", "blocked", "deferred", "superseded")
 
 
@@ -160,7 +162,7 @@ def render_header(model: SiteModel, wp_id: str, page_src: str) -> str:
         nav.append(f"{_wp_link(model, following, page_src)} {inline_icon(NEXT_ICON, '→')}")
     lines = [
         f"> Engineering log · {_phase_link(model, wp.phase, page_src)} · {status_line}",
-        f"> 🔗 Depends on {deps} · Needed by {needed or 'nothing yet'}",
+        f"> {inline_icon(LINK_ICON)} Depends on {deps} · Needed by {needed or 'nothing yet'}",
         f"> {' · '.join(nav)}",
     ]
     return "\n>\n".join(lines) + "\n"

@@ -194,3 +194,14 @@ def test_status_badges_draw_theme_svg_icons_and_need_no_emoji_font() -> None:
     assert _icon_names(status_badge("someday")) == ["help-circle"]
     assert icon_svg("../../etc/passwd") is None
     assert icon_svg("no-such-icon-anywhere") is None
+
+
+def test_generated_pages_use_no_emoji() -> None:
+    # An emoji renders as an empty box without an emoji font; the theme's SVG icons do not.
+    emoji = re.compile("[\U0001f000-\U0001ffff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
+    model = _model()
+    texts = [render_header(model, wp, f"work_packages/wp-{wp}.md") for wp in ("001", "003")]
+    texts.append(_roadmap.render_roadmap(model, "ROADMAP.md"))
+    for text in texts:
+        assert not emoji.findall(text), emoji.findall(text)
+    assert inline_icon(_roadmap.LINK_ICON) in texts[0]
