@@ -5,33 +5,114 @@ Layout::
     [tool.wpgate]
     history_start = "abc1234"        # first governed commit; `wpgate check` lints it..HEAD
 
-    [tool.wpgate.rules]              # per-rule on/off, keyed by id or kebab name
+    [tool.wpgate.rules]              # per rule, keyed by id or kebab name: on/off or severity
     WPG108 = true
     subject-length = false
+    subject-period = "warning"       # reported, but does not fail the run ("error", "off")
 
     [tool.wpgate.trailers]           # options of one linter; each linter reads its own section
     types = ["feat", "fix"]
 
-A malformed file or a wrong value is a :class:`ConfigError` that names the key; the CLI turns it
-into exit status 2.
+Every table and key is checked against :data:`SCHEMA` when the file is loaded: an unknown table
+or key, or a value of the wrong type, is a :class:`ConfigError` that names the key and the
+expected type; the CLI turns it into exit status 2.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from wpgate._model import RULES
 
-__all__ = ["Config", "ConfigError", "load_config"]
+__all__ = ["SCHEMA", "SEVERITIES", "Config", "ConfigError", "Setting", "load_config"]
 
 _RULE_ID = re.compile(r"^WPG\d{3}$", re.IGNORECASE)
-_TOP_LEVEL_KEYS = frozenset({"history_start", "rules"})
+#: What a rule's entry in ``[tool.wpgate.rules]`` may say besides true/false.
+SEVERITIES = ("error", "warning", "off")
+
+#: Expected value kinds and how a message names them.
+_KINDS = {
+    "str": "a string",
+    "bool": "true or false",
+    "int": "a positive integer",
+    "str_list": "a list of strings",
+    "str_or_list": "a string or a list of strings",
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of a ``[tool.wpgate.<table>]`` table: its value kind and what it sets."""
+
+    kind: str
+    help: str
+
+    @property
+    def expected(self) -> str:
+        """The expected type in words (``a list of strings``)."""
+        return _KINDS[self.kind]
+
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` (as tomllib read it) has this setting's kind."""
+        if self.kind == "bool":
+            return isinstance(value, bool)
+        if self.kind == "int":
+            return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        if self.kind == "str":
+            return isinstance(value, str)
+        if self.kind == "str_or_list" and isinstance(value, str):
+            return True
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+_DOC_PATH = "path of the document, relative to the repository root"
+#: Every table of ``[tool.wpgate]`` and its keys; ``rules`` is free-form (rule ids and names).
+SCHEMA: Mapping[str, Mapping[str, Setting]] = MappingProxyType(
+    {
+        "": {
+            "history_start": Setting("str", "first governed commit; `check` lints it..HEAD"),
+        },
+        "docs": {
+            "provenance": Setting("str", _DOC_PATH),
+            "assumptions": Setting("str", _DOC_PATH),
+            "work_packages": Setting("str", "directory of the wp-NNN.md pages"),
+            "engineering": Setting("str", "directory of the phase-NN.md pages"),
+            "evidence": Setting("str", "directory of the evidence JSON files"),
+            "changelog": Setting("str", _DOC_PATH),
+            "claims": Setting("str_or_list", "glob patterns of pages scanned for [MEASURED]"),
+        },
+        "trailers": {
+            "types": Setting("str_list", "commit types the subject may start with"),
+            "max_subject_length": Setting("int", "longest subject, in characters"),
+            "required": Setting("str_list", "trailers every commit must carry"),
+            "bot_authors": Setting("str_list", "regular expressions of exempt authors"),
+            "signoff_matches_author": Setting("bool", "a Signed-off-by must match the author"),
+            "clean_room_statement": Setting("str", "the line a PR description must keep"),
+            "revert_exempt": Setting("bool", "`git revert` messages are exempt, like merges"),
+        },
+        "provenance": {
+            "history": Setting("bool", "check first-use dates against the history"),
+            "licences": Setting("str_or_list", "licences a code source may carry"),
+            "code_roles": Setting("str_or_list", "roles that mark a source as code"),
+        },
+        "wp": {
+            "extra_keys": Setting("str_or_list", "front-matter keys allowed beside the schema"),
+        },
+        "evidence": {
+            "collect": Setting("bool", "verify `collected N` markers by running pytest"),
+        },
+        "changelog": {
+            "ignore": Setting("str_or_list", "backticked names not checked"),
+        },
+        "rules": {},
+    }
+)
 
 
 class ConfigError(Exception):
@@ -55,6 +136,7 @@ class Config:
     table: Mapping[str, Any] = field(default_factory=dict)
     rule_switches: Mapping[str, bool] = field(default_factory=dict)
     history_start: str = ""
+    warnings: frozenset[str] = frozenset()
 
     def section(self, name: str) -> Mapping[str, Any]:
         """The ``[tool.wpgate.<name>]`` sub-table (empty when absent)."""
@@ -73,33 +155,102 @@ class Config:
         rule = RULES.get(key)
         return True if rule is None else rule.enabled_by_default
 
+    def severity(self, rule_id: str) -> str:
+        """``warning`` for a rule configured so (reported, never failing), else ``error``."""
+        return "warning" if rule_id.upper() in self.warnings else "error"
 
-def _rule_switches(raw: Any) -> dict[str, bool]:
-    """``[tool.wpgate.rules]`` with names resolved to ids; unknown keys are errors."""
+    def ignoring(self, rules: Iterable[str]) -> Config:
+        """This configuration with ``rules`` (ids or names) switched off for one run."""
+        switches = dict(self.rule_switches)
+        for name in rules:
+            for part in filter(None, (p.strip() for p in name.split(","))):
+                switches[_rule_key(part, f"--ignore {part}")] = False
+        return replace(self, rule_switches=_frozen(switches))
+
+
+def _rule_key(key: str, where: str) -> str:
+    """The rule id ``key`` (an id or a kebab name) stands for; unknown names are errors."""
+    _import_rules()
+    rule = RULES.get(key)
+    if rule is not None:
+        return rule.rule_id
+    if _RULE_ID.match(key):
+        # An id the installed version does not know yet (a newer config) is kept, not fatal.
+        return key.upper()
+    raise ConfigError(where, "is not a known rule; `wpgate explain --list` lists them")
+
+
+def _rule_switches(raw: Any) -> tuple[dict[str, bool], frozenset[str]]:
+    """``[tool.wpgate.rules]``: on/off per rule id, and the ids whose severity is ``warning``."""
     if raw is None:
-        return {}
+        return {}, frozenset()
     if not isinstance(raw, Mapping):
         raise ConfigError("tool.wpgate.rules", "must be a table of `RULE-ID = true|false`")
-    _import_rules()
     switches: dict[str, bool] = {}
+    warnings: set[str] = set()
     for key, value in raw.items():
         where = f"tool.wpgate.rules.{key}"
-        if not isinstance(value, bool):
-            raise ConfigError(where, f"must be true or false, not {value!r}")
-        rule = RULES.get(str(key))
-        if rule is not None:
-            switches[rule.rule_id] = value
-        elif _RULE_ID.match(str(key)):
-            # An id the installed version does not know yet (a newer config) is kept, not fatal.
-            switches[str(key).upper()] = value
-        else:
-            raise ConfigError(where, "is not a known rule; `wpgate explain --list` lists them")
-    return switches
+        if not isinstance(value, bool) and value not in SEVERITIES:
+            raise ConfigError(
+                where,
+                f"must be true, false or one of {', '.join(map(repr, SEVERITIES))}, not "
+                f"{_shown(value)}",
+            )
+        rule_id = _rule_key(str(key), where)
+        switches[rule_id] = value is True or value in ("error", "warning")
+        if value == "warning":
+            warnings.add(rule_id)
+    return switches, frozenset(warnings)
+
+
+def _shown(value: Any) -> str:
+    """A configured value for a message, its type named and its text cut to a readable length."""
+    text = repr(value)
+    text = text if len(text) <= 40 else f"{text[:40]}..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _validate(table: Mapping[str, Any]) -> None:
+    """Every table and key of ``[tool.wpgate]`` is known and has its expected type."""
+    top = SCHEMA[""]
+    for key, value in table.items():
+        where = f"tool.wpgate.{key}"
+        if key in top:
+            _check_value(where, top[key], value)
+            continue
+        if key not in SCHEMA:
+            tables = ", ".join(f"[tool.wpgate.{name}]" for name in SCHEMA if name)
+            raise ConfigError(
+                where,
+                f"is not a known setting or table; the tables are {tables} and the top-level "
+                f"key is {', '.join(top)}",
+            )
+        if not isinstance(value, Mapping):
+            raise ConfigError(where, f"must be a table ([tool.wpgate.{key}]), not {_shown(value)}")
+        settings = SCHEMA[key]
+        if key == "rules":
+            continue  # rule ids and names, checked by _rule_switches
+        for name, item in value.items():
+            setting = settings.get(name)
+            if setting is None:
+                raise ConfigError(
+                    f"{where}.{name}",
+                    f"is not a known key of [tool.wpgate.{key}]; known: {', '.join(settings)}",
+                )
+            _check_value(f"{where}.{name}", setting, item)
+
+
+def _check_value(where: str, setting: Setting, value: Any) -> None:
+    """A :class:`ConfigError` naming the key and the expected type when ``value`` is wrong."""
+    if not setting.accepts(value):
+        raise ConfigError(where, f"must be {setting.expected}, not {_shown(value)}")
 
 
 def _import_rules() -> None:
     """Register every rule, so names can be looked up (rule modules register on import)."""
-    import wpgate.rules  # noqa: F401
+    from wpgate.rules import register_all
+
+    register_all()
 
 
 def load_config(root: Path) -> Config:
@@ -119,20 +270,20 @@ def load_config(root: Path) -> Config:
     table = tool.get("wpgate", {}) if isinstance(tool, Mapping) else {}
     if not isinstance(table, Mapping):
         raise ConfigError("tool.wpgate", "must be a table ([tool.wpgate])")
-    history_start = table.get("history_start", "")
-    if not isinstance(history_start, str):
-        raise ConfigError(
-            "tool.wpgate.history_start", f"must be a commit id string, not {history_start!r}"
-        )
-    for key, value in table.items():
-        if key not in _TOP_LEVEL_KEYS and not isinstance(value, Mapping):
-            raise ConfigError(
-                f"tool.wpgate.{key}",
-                "is not a known setting; top-level keys are history_start and sub-tables",
-            )
+    _validate(table)
+    history_start = str(table.get("history_start", "")).strip()
+    if history_start:
+        from wpgate._git import GitError, validate_revision
+
+        try:
+            validate_revision(history_start, "history_start")
+        except GitError as exc:
+            raise ConfigError("tool.wpgate.history_start", str(exc)) from exc
+    switches, warnings = _rule_switches(table.get("rules"))
     return Config(
         root=root,
         table=_frozen(table),
-        rule_switches=_frozen(_rule_switches(table.get("rules"))),
-        history_start=history_start.strip(),
+        rule_switches=_frozen(switches),
+        history_start=history_start,
+        warnings=warnings,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wpgate._config import Config, ConfigError
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import RULES, WP_ID_PATTERN, Finding, Rule
 from wpgate.references import References, split_node_ids
 from wpgate.trailers import Message, Trailer
 
@@ -26,6 +26,7 @@ __all__ = [
     "LintResult",
     "TrailerOptions",
     "exemption",
+    "is_revert",
     "lint_messages",
 ]
 
@@ -43,12 +44,14 @@ DEFAULT_TYPES = (
     "release",
 )
 _SUBJECT = re.compile(r"^(?P<type>[A-Za-z][\w-]*)(?:\((?P<scope>[^()]*)\))?!?: (?P<text>\S.*)$")
-_WP_ID = re.compile(r"^(?:\d{3}[a-z]?|none)$")
+_WP_ID = re.compile(rf"^(?:{WP_ID_PATTERN}|none)$")
 _SOURCE_ITEM = re.compile(r"^(?P<id>R\d+)(?:\s+(?P<locator>\S.*))?$")
 _NONE_WITH_REASON = re.compile(r"^none\s*\((?P<reason>.*)\)$", re.IGNORECASE)
 _ASSUMPTION_ID = re.compile(r"^A\d+$")
 _SIGN_OFF = re.compile(r"^[^<>]*\S[^<>]* <[^<>\s@]+@[^<>\s]+>$")
 _FIXUP_PREFIXES = ("fixup!", "squash!", "amend!")
+# What `git revert` writes: `Revert "<subject>"`, a blank line, `This reverts commit <sha>.`
+_REVERT_BODY = re.compile(r"^This reverts commit [0-9a-f]{7,64}\b")
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class TrailerOptions:
     bot_authors: tuple[str, ...] = (r"\[bot\]",)
     signoff_matches_author: bool = False
     clean_room_statement: str = "Clean-room acknowledged:"
+    # `git revert`'s own message (`Revert "..."`, `This reverts commit X.`) is exempt, as merges.
+    revert_exempt: bool = True
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> TrailerOptions:
@@ -255,8 +260,8 @@ def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding
             parsed,
             trailer.line,
             "WPG104",
-            f"`WP: {value}` is not a work-package id; write three digits with an optional "
-            "letter (`WP: 004`, `WP: 197b`) or `WP: none`",
+            f"`WP: {value[:60]}` is not a work-package id; write three or more digits with an "
+            "optional letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
         )
     elif value != "none" and value not in parsed.references.wp_ids:
         yield _finding(
@@ -505,7 +510,16 @@ def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
         return "bot"
     if not parsed.pr_mode and parsed.message.subject.startswith(_FIXUP_PREFIXES):
         return "fixup"
+    if options.revert_exempt and is_revert(parsed.message):
+        return "revert"
     return None
+
+
+def is_revert(message: Message) -> bool:
+    """Whether ``message`` is ``git revert``'s: a ``Revert "..."`` subject and its body line."""
+    if not message.subject.startswith('Revert "'):
+        return False
+    return any(_REVERT_BODY.match(line) for _, line in message.text_lines())
 
 
 @dataclass(frozen=True)
