@@ -52,6 +52,7 @@ def lint_message(
         comment_char=None if pr_mode else comment_char,
         cleanup=not pr_mode,
         encoding_error_line=decoded.error_line,
+        nul_line=decoded.nul_line,
     )
     parsed = CommitMessage(
         message=message,

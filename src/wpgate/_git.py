@@ -28,6 +28,7 @@ __all__ = [
     "blob_hashes_at",
     "comment_char",
     "first_citing_commits",
+    "git_trailers",
     "is_work_tree",
     "parse_range",
     "paths_identical",
@@ -210,6 +211,20 @@ def _verify(root: Path, revisions: Sequence[str], shallow: bool) -> None:
         )
 
 
+def _revision_args(revisions: RevisionRange) -> list[str]:
+    """git log's revision arguments for ``revisions``, every name validated first.
+
+    ``--remotes`` (the one ref pattern) is negated by the ``--not`` pair around it; every name
+    comes after ``--end-of-options``, so none can be read as an option.
+    """
+    for name in (revisions.include, *revisions.exclude):
+        if name != _REMOTES:
+            validate_revision(name.removesuffix("^@"))
+    args = ["--not", _REMOTES, "--not"] if _REMOTES in revisions.exclude else []
+    args += ["--end-of-options", revisions.include]
+    return args + [f"^{e}" for e in revisions.exclude if e != _REMOTES]
+
+
 def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
     """The commits of ``revisions``, newest first, read by one ``git log`` process.
 
@@ -217,18 +232,9 @@ def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
     caller's parsing on another. Errors (a shallow-clone boundary, an empty range, git failing)
     are raised when they are known: at the start, at the boundary commit, or at the end.
     """
-    for name in (revisions.include, *revisions.exclude):
-        if name != _REMOTES:
-            validate_revision(name.removesuffix("^@"))
+    args = ["log", "-z", _FORMAT, *_revision_args(revisions)]
     shallow, shallow_file = _repository_state(root)
     _verify(root, [revisions.include, *revisions.exclude], shallow)
-    args = ["log", "-z", _FORMAT]
-    # `--remotes` (the one ref pattern) is negated by the `--not` pair around it; every name
-    # comes after --end-of-options, so none can be read as an option.
-    if _REMOTES in revisions.exclude:
-        args += ["--not", _REMOTES, "--not"]
-    args += ["--end-of-options", revisions.include]
-    args += [f"^{e}" for e in revisions.exclude if e != _REMOTES]
     boundary = _shallow_boundary(shallow_file) if shallow else frozenset()
     count = 0
     with _open(root, [*args, "--"]) as process:
@@ -425,4 +431,26 @@ def first_citing_commits(
         for part in re.findall(r"R\d+(?:\s*[\u2013\u2014-]\s*R?\d+)?", value):
             for source_id in expand_ids(part)[0]:
                 out.setdefault(source_id, (sha, date))
+    return out
+
+
+def git_trailers(root: Path, revisions: RevisionRange) -> dict[str, list[tuple[str, str]]]:
+    """Each commit's trailers as git itself reads them (``%(trailers:only,unfold)``).
+
+    The oracle for :mod:`wpgate.trailers`: one ``git log`` process, ``(key, value)`` pairs in
+    message order, keyed by full sha. Control characters separate the fields, so keys and
+    values come back exactly.
+    """
+    fmt = "--format=%H%x1f%(trailers:only,unfold,separator=%x1d,key_value_separator=%x1c)%x1e"
+    done = _run(root, ["log", fmt, *_revision_args(revisions), "--"])
+    if done.returncode != 0:
+        detail = done.stderr.decode("utf-8", "replace").strip()
+        raise GitError(f"git log {revisions.describe()} failed ({detail}); check the range")
+    out: dict[str, list[tuple[str, str]]] = {}
+    for record in done.stdout.decode("utf-8", "replace").split("\x1e"):
+        sha, _, block = record.lstrip("\n").partition(_FIELD)
+        if not sha:
+            continue
+        pairs = [item.partition("\x1c") for item in block.split("\x1d") if item]
+        out[sha] = [(key, value) for key, _, value in pairs]
     return out

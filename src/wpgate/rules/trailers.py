@@ -147,13 +147,25 @@ def _finding(parsed: CommitMessage, line: int, rule_id: str, message: str) -> Fi
 
 
 def _last_line(message: Message) -> int:
-    """The line a missing trailer should be added after."""
-    numbers = [n for n, line in message.text_lines() if line.strip()]
-    return numbers[-1] if numbers else 1
+    """The line a missing trailer should be added after: the last non-blank, non-comment one."""
+    lines, comment = message.lines, message.comment_char
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        if line.strip() and (comment is None or not line.startswith(comment)):
+            return index + 1
+    return 1
 
 
 def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
-    """The message is valid UTF-8."""
+    """The message is valid UTF-8 and holds no NUL byte."""
+    if parsed.message.nul_line is not None:
+        yield _finding(
+            parsed,
+            parsed.message.nul_line,
+            "WPG100",
+            "the message holds a NUL byte on this line; git refuses such a message (and its "
+            "readers stop at the NUL), so remove it",
+        )
     line = parsed.message.encoding_error_line
     if line is not None:
         yield _finding(
@@ -437,7 +449,12 @@ _TRAILER_RULES = {"WP": "WPG104", "Provenance": "WPG105", "Assumptions": "WPG106
 CHECKS: tuple[Rule, ...] = tuple(
     RULES.ensure(rule)
     for rule in (
-        Rule("WPG100", "message-encoding", "The message is valid UTF-8.", check_encoding),
+        Rule(
+            "WPG100",
+            "message-encoding",
+            "The message is valid UTF-8 and holds no NUL byte.",
+            check_encoding,
+        ),
         Rule(
             "WPG101",
             "subject-format",
