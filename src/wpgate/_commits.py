@@ -9,13 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wpgate._config import Config
-from wpgate._git import Commit, RevisionRange, read_commits
+from wpgate._git import Commit, RevisionRange, git_trailers, read_commits
 from wpgate._output import LinterRun, Summary
 from wpgate.references import GateResolver, References
 from wpgate.rules.trailers import CommitMessage, TrailerOptions, lint_messages
 from wpgate.trailers import decode_message, parse_message
 
-__all__ = ["lint_message", "lint_range", "load_references"]
+__all__ = ["differences_from_git", "lint_message", "lint_range", "load_references"]
 
 
 def load_references(root: Path, config: Config) -> References:
@@ -116,3 +116,26 @@ def lint_range(config: Config, revisions: RevisionRange, *, comment_char: str = 
     messages = _commit_messages(commits, references, resolve, comment_char)
     with _no_cycle_collection():
         return _run(messages, options, config, "commit")
+
+
+def differences_from_git(
+    root: Path, revisions: RevisionRange, *, comment_char: str = "#"
+) -> tuple[int, list[str]]:
+    """Commits of ``revisions`` read, and the shas whose trailers wpgate reads differently.
+
+    git's own reading (``%(trailers:only,unfold)``, :func:`wpgate._git.git_trailers`) is the
+    judge; the one difference the spec requires (a ``Key://x`` URL line is not a trailer) is
+    taken out of git's answer first.
+    """
+    oracle = git_trailers(root, revisions)
+    differ: list[str] = []
+    count = 0
+    for commit in read_commits(root, revisions):
+        count += 1
+        text = decode_message(commit.message).text
+        message = parse_message(text, comment_char=comment_char)
+        ours = [(t.key, t.value) for t in message.trailers]
+        theirs = [(k, v) for k, v in oracle.get(commit.sha, []) if not v.startswith("//")]
+        if ours != theirs:
+            differ.append(commit.sha)
+    return count, differ

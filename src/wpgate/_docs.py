@@ -539,6 +539,10 @@ def load_evidence(
     revisions |= {sha for c in contexts for sha in c.claim.covers}
     revisions |= {m.base for m in markers} | {m.head for m in markers}
     commits = resolve_commits(root, revisions)
+    if any(sha is None for sha in commits.values()):
+        # A commit a claim or an evidence file names may lie beyond a shallow clone's cut:
+        # then "unknown commit" would be a wrong answer, so ask for the whole history instead.
+        require_full_history(root, "the evidence check of recorded commits (wpgate evidence)")
     requests: set[tuple[str, str]] = set()
     for parse in files.values():
         if parse.evidence and parse.evidence.git_commit and commits.get(parse.evidence.git_commit):

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from wpgate._git import git_trailers, parse_range, read_commits
+from wpgate._commits import differences_from_git
+from wpgate._git import parse_range
 from wpgate.trailers import (
     Trailer,
     _parse_general,
@@ -296,30 +297,11 @@ def _history(root: Path, messages: list[bytes]) -> None:
     )
 
 
-def stored_trailers_differ(root: Path, spec: str) -> tuple[int, list[str]]:
-    """Commits of ``spec`` read, and the shas whose parse differs from git's own reading.
-
-    git's `%(trailers)` is the judge; the one difference the spec requires (`Key://x` is not
-    a trailer) is taken out of git's answer first.
-    """
-    revisions = parse_range(spec)
-    oracle = git_trailers(root, revisions)
-    differ, count = [], 0
-    for commit in read_commits(root, revisions):
-        count += 1
-        text = decode_message(commit.message).text
-        ours = [(t.key, t.value) for t in parse_message(text, comment_char="#").trailers]
-        theirs = [(k, v) for k, v in oracle[commit.sha] if not v.startswith("//")]
-        if ours != theirs:
-            differ.append(commit.sha)
-    return count, differ
-
-
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_stored_messages_parse_as_git_log_reads_them(tmp_path: Path) -> None:
     messages = _generated_messages(400)
     _history(tmp_path / "repo", messages)
-    count, differ = stored_trailers_differ(tmp_path / "repo", "main")
+    count, differ = differences_from_git(tmp_path / "repo", parse_range("main"))
     assert count == len(messages)
     assert differ == []
 
