@@ -300,7 +300,7 @@ def _parse_plain(
     """The common case without the general machinery, or None when the text needs it.
 
     Applies when the message has a plain subject on line 1, no divider (when ``divider`` is
-    on: no ``---`` at all), no carriage return, and
+    on: no ``---`` at all), no scissors line, no carriage return, and
     a last paragraph whose lines are neither comments nor whitespace-led (so no continuation
     and no whitespace-only line): then git's block rules reduce to "all lines are trailers, or a
     git-generated prefix with at least 25% trailers".
@@ -313,6 +313,7 @@ def _parse_plain(
         or core[0] == comment_char
         or "\r" in core
         or (divider and "---" in core)
+        or (comment_char is not None and _SCISSORS in core)
     ):
         return None
     paragraph = core[cut + 2 :]
