@@ -249,7 +249,7 @@ def explain(rule: str | None, list_all: bool) -> int:
     click.echo(f"{found.rule_id} {found.name}")
     click.echo(f"  {found.summary}")
     click.echo(f"  enabled by default: {'yes' if found.enabled_by_default else 'no'}")
-    click.echo(f"  switch: [tool.wpgate.rules] {found.name} = true|false")
+    click.echo(f'  switch: [tool.wpgate.rules] {found.name} = true|false|"warning"')
     for key, value in found.options.items():
         click.echo(f"  option: {key} = {value!r}")
     doc = (found.check.__doc__ or "").strip()
