@@ -28,6 +28,7 @@ __all__ = [
     "exemption",
     "is_revert",
     "lint_messages",
+    "metadata_exemption",
 ]
 
 DEFAULT_TYPES = (
@@ -519,12 +520,20 @@ def _bot_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in patterns) or r"(?!)")
 
 
-def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
-    """Why this message is not checked (``merge``, ``bot``, ``fixup``), or None."""
-    if parsed.parents > 1:
+def metadata_exemption(parents: int, author: str | None, options: TrailerOptions) -> str | None:
+    """``merge`` or ``bot`` when the commit is exempt whatever its message says, else None."""
+    if parents > 1:
         return "merge"
-    if parsed.author and options.bot_pattern.search(parsed.author):
+    if author and options.bot_pattern.search(author):
         return "bot"
+    return None
+
+
+def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
+    """Why this message is not checked (``merge``, ``bot``, ``fixup``, ``revert``), or None."""
+    reason = metadata_exemption(parsed.parents, parsed.author, options)
+    if reason is not None:
+        return reason
     if not parsed.pr_mode and parsed.message.subject.startswith(_FIXUP_PREFIXES):
         return "fixup"
     if options.revert_exempt and is_revert(parsed.message):
