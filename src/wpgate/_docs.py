@@ -134,21 +134,30 @@ def docs_layout(config: Any = None) -> DocsLayout:
 def read_text(
     root: Path, rel: str, rule_id: str = READ_RULE_ID
 ) -> tuple[str | None, Finding | None]:
-    """The UTF-8 text of ``root/rel``, or a finding saying why it cannot be read."""
-    path = root / rel
+    """The UTF-8 text of ``root/rel``, or a finding saying why it cannot be read.
+
+    Inside :func:`parse_once` each file is read once, whichever linters ask for it.
+    """
+    read: tuple[str | None, int, str] = _shared(("text", root, rel), lambda: _read(root, rel))
+    text, line, problem = read
+    if text is not None:
+        return text, None
+    return None, Finding(rel, line, rule_id, problem)
+
+
+def _read(root: Path, rel: str) -> tuple[str | None, int, str]:
+    """``(text, 0, "")``, or ``(None, line, why)`` when ``root/rel`` cannot be read."""
     try:
-        data = path.read_bytes()
+        data = (root / rel).read_bytes()
     except FileNotFoundError:
-        return None, Finding(rel, 0, rule_id, f"{rel} does not exist; create it or fix the path")
+        return None, 0, f"{rel} does not exist; create it or fix the path"
     except OSError as exc:
-        return None, Finding(rel, 0, rule_id, f"cannot read {rel}: {exc.strerror}")
+        return None, 0, f"cannot read {rel}: {exc.strerror}"
     try:
-        return data.decode("utf-8-sig"), None
+        return data.decode("utf-8-sig"), 0, ""
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        return None, Finding(
-            rel, line, rule_id, f"{rel} is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8"
-        )
+        return None, line, f"{rel} is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8"
 
 
 # --------------------------------------------------------------------------- provenance

@@ -105,7 +105,7 @@ def parse_front_matter(  # noqa: PLR0911 - one early return per malformed shape
         loader = _loader()(source)
         try:
             node = loader.get_single_node()
-            problem = _structure_problem(node) if node is not None else None
+            problem = _structure_problem(node, "*" in source) if node is not None else None
             if problem is not None:
                 message, line = problem
                 return _failed(Finding(path, line + 2, rule_id, message), body, body_line)
@@ -155,11 +155,13 @@ def parse_front_matter(  # noqa: PLR0911 - one early return per malformed shape
     )
 
 
-def _structure_problem(node: yaml.Node) -> tuple[str, int] | None:
+def _structure_problem(node: yaml.Node, aliases: bool = True) -> tuple[str, int] | None:
     """What makes the composed ``node`` unusable (an alias, a repeated key) and its 0-based line.
 
     The composer shares one node object between an anchor and each of its aliases, so a node
-    reached twice is an alias: it is refused before the constructor could expand it.
+    reached twice is an alias: it is refused before the constructor could expand it. Without
+    ``aliases`` (the source holds no ``*``, so it can hold no alias) only collections are
+    visited, each once.
     """
     import yaml
 
@@ -167,28 +169,45 @@ def _structure_problem(node: yaml.Node) -> tuple[str, int] | None:
     seen_nodes: set[int] = set()
     while stack:
         current, via = stack.pop()
-        if id(current) in seen_nodes:
-            line = (via or current).start_mark.line
-            return (
-                "the front matter uses a YAML alias (`*name` or `<<: *name`); write the value "
-                "out in full (aliases are refused: nested ones expand without bound)",
-                line,
-            )
-        seen_nodes.add(id(current))
+        if aliases:
+            if id(current) in seen_nodes:
+                return (
+                    "the front matter uses a YAML alias (`*name` or `<<: *name`); write the "
+                    "value out in full (aliases are refused: nested ones expand without bound)",
+                    (via or current).start_mark.line,
+                )
+            seen_nodes.add(id(current))
         if isinstance(current, yaml.MappingNode):
-            seen: set[str] = set()
-            children: list[tuple[yaml.Node, yaml.Node | None]] = []
-            for key, value in current.value:
-                if isinstance(key, yaml.ScalarNode):
-                    if key.value in seen:
-                        return (
-                            f"the key `{key.value[:60]}` appears twice in the front matter; "
-                            "keep one",
-                            key.start_mark.line,
-                        )
-                    seen.add(key.value)
-                children += [(key, key), (value, key)]
+            problem = _repeated_key(current)
+            if problem is not None:
+                return problem
+            children = [
+                pair
+                for key, value in current.value
+                for pair in ((key, key), (value, key))
+                if aliases or not isinstance(pair[0], yaml.ScalarNode)
+            ]
             stack.extend(reversed(children))  # document order: an anchor before its aliases
         elif isinstance(current, yaml.SequenceNode):
-            stack.extend((item, via) for item in reversed(current.value))
+            stack.extend(
+                (item, via)
+                for item in reversed(current.value)
+                if aliases or not isinstance(item, yaml.ScalarNode)
+            )
+    return None
+
+
+def _repeated_key(mapping: yaml.MappingNode) -> tuple[str, int] | None:
+    """The first key ``mapping`` repeats, with its 0-based line, or None."""
+    import yaml
+
+    seen: set[str] = set()
+    for key, _ in mapping.value:
+        if isinstance(key, yaml.ScalarNode):
+            if key.value in seen:
+                return (
+                    f"the key `{key.value[:60]}` appears twice in the front matter; keep one",
+                    key.start_mark.line,
+                )
+            seen.add(key.value)
     return None
