@@ -23,7 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
@@ -141,7 +143,7 @@ def reference_ms(iterations: int = 300_000) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def _git_commit() -> tuple[str | None, bool]:
+def _git_commit(sources: Sequence[str] = SOURCES) -> tuple[str | None, bool]:
     """HEAD of this repository and whether the measured sources differ from it."""
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, check=False
@@ -149,7 +151,7 @@ def _git_commit() -> tuple[str | None, bool]:
     if head.returncode != 0:
         return None, True
     dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--", *SOURCES],
+        ["git", "-C", str(REPO), "status", "--porcelain", "--", *sources],
         capture_output=True,
         check=False,
     )
@@ -162,6 +164,33 @@ def _summary(values: list[float]) -> dict[str, float]:
         "median": round(statistics.median(values), 1),
         "min": round(min(values), 1),
         "max": round(max(values), 1),
+    }
+
+
+def evidence_header(
+    kind: str, command: str, sources: Sequence[str], load_before: Sequence[float]
+) -> dict[str, Any]:
+    """The ``wpgate-evidence/1`` keys before ``results``: where, when and on what code it ran."""
+    commit, dirty = _git_commit(sources)
+    return {
+        "schema": "wpgate-evidence/1",
+        "kind": kind,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": command,
+        "environment": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "load_average_1_5_15_min_before": [round(x, 2) for x in load_before],
+            "load_average_1_5_15_min_after": [round(x, 2) for x in os.getloadavg()],
+            "git": subprocess.run(["git", "--version"], capture_output=True, check=False)
+            .stdout.decode()
+            .strip(),
+        },
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "sources": {rel: hashlib.sha256((REPO / rel).read_bytes()).hexdigest() for rel in sources},
     }
 
 
@@ -200,26 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     findings = {f for _, _, f in in_process}
     rates = [args.commits / s for s, _, _ in in_process]
     cli_rates = [args.commits / s for s, _ in cli]
-    commit, dirty = _git_commit()
     evidence = {
-        "schema": "wpgate-evidence/1",
-        "kind": "trailers-throughput",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": "python scripts/bench_trailers.py " + " ".join(argv or sys.argv[1:]),
-        "environment": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "load_average_1_5_15_min_before": [round(x, 2) for x in load_before],
-            "load_average_1_5_15_min_after": [round(x, 2) for x in os.getloadavg()],
-            "git": subprocess.run(["git", "--version"], capture_output=True, check=False)
-            .stdout.decode()
-            .strip(),
-        },
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "sources": {rel: hashlib.sha256((REPO / rel).read_bytes()).hexdigest() for rel in SOURCES},
+        **evidence_header(
+            "trailers-throughput",
+            "python scripts/bench_trailers.py " + " ".join(argv or sys.argv[1:]),
+            SOURCES,
+            load_before,
+        ),
         "results": {
             "commits": args.commits,
             "runs": args.runs,

@@ -9,13 +9,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wpgate._config import Config
-from wpgate._git import Commit, RevisionRange, read_commits
+from wpgate._git import Commit, RevisionRange, git_trailers, read_commits
 from wpgate._output import LinterRun, Summary
 from wpgate.references import GateResolver, References
-from wpgate.rules.trailers import CommitMessage, TrailerOptions, lint_messages
-from wpgate.trailers import decode_message, parse_message
+from wpgate.rules.trailers import (
+    CommitMessage,
+    TrailerOptions,
+    lint_messages,
+    metadata_exemption,
+)
+from wpgate.trailers import Message, decode_message, parse_message
 
-__all__ = ["lint_message", "lint_range", "load_references"]
+__all__ = ["differences_from_git", "lint_message", "lint_range", "load_references"]
 
 
 def load_references(root: Path, config: Config) -> References:
@@ -52,6 +57,7 @@ def lint_message(
         comment_char=None if pr_mode else comment_char,
         cleanup=not pr_mode,
         encoding_error_line=decoded.error_line,
+        nul_line=decoded.nul_line,
     )
     parsed = CommitMessage(
         message=message,
@@ -66,14 +72,28 @@ def lint_message(
     return _run([parsed], options, config, "pull request" if pr_mode else "message")
 
 
+# The message of a commit exempt by its parents or author: never read, so never parsed.
+_UNREAD = Message(subject="", subject_line=1, lines=(), trailers=())
+
+
 def _commit_messages(
     commits: Iterable[Commit],
     references: References,
     resolve: Callable[[str], str | None],
     comment_char: str,
+    options: TrailerOptions,
 ) -> Iterator[CommitMessage]:
-    """Each commit parsed as git stores it (no commit-msg cleanup)."""
+    """Each commit parsed as git stores it (no commit-msg cleanup).
+
+    Merges and bot commits are exempt whatever they say (a third of a busy history's commits):
+    their messages are not parsed.
+    """
     for commit in commits:
+        if metadata_exemption(len(commit.parents), commit.author, options) is not None:
+            yield CommitMessage(
+                _UNREAD, commit.sha[:12], author=commit.author, parents=len(commit.parents)
+            )
+            continue
         try:
             text, error_line = commit.message.decode("utf-8"), None
         except UnicodeDecodeError:
@@ -112,6 +132,29 @@ def lint_range(config: Config, revisions: RevisionRange, *, comment_char: str = 
     commits = read_commits(config.root, revisions)
     references = load_references(config.root, config)
     resolve = GateResolver(config.root).resolve
-    messages = _commit_messages(commits, references, resolve, comment_char)
+    messages = _commit_messages(commits, references, resolve, comment_char, options)
     with _no_cycle_collection():
         return _run(messages, options, config, "commit")
+
+
+def differences_from_git(
+    root: Path, revisions: RevisionRange, *, comment_char: str = "#"
+) -> tuple[int, list[str]]:
+    """Commits of ``revisions`` read, and the shas whose trailers wpgate reads differently.
+
+    git's own reading (``%(trailers:only,unfold)``, :func:`wpgate._git.git_trailers`) is the
+    judge; the one difference the spec requires (a ``Key://x`` URL line is not a trailer) is
+    taken out of git's answer first.
+    """
+    oracle = git_trailers(root, revisions)
+    differ: list[str] = []
+    count = 0
+    for commit in read_commits(root, revisions):
+        count += 1
+        text = decode_message(commit.message).text
+        message = parse_message(text, comment_char=comment_char)
+        ours = [(t.key, t.value) for t in message.trailers]
+        theirs = [(k, v) for k, v in oracle.get(commit.sha, []) if not v.startswith("//")]
+        if ours != theirs:
+            differ.append(commit.sha)
+    return count, differ

@@ -17,13 +17,14 @@ Document locations come from ``[tool.wpgate.docs]``::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import posixpath
 import re
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -33,18 +34,11 @@ from wpgate._git import (
     first_citing_commits,
     is_work_tree,
     paths_identical,
+    require_full_history,
     resolve_commits,
 )
 from wpgate._model import Finding
 from wpgate._output import LinterRun, Summary
-from wpgate.parsers.evidence import (
-    Claim,
-    CountMarker,
-    EvidenceParse,
-    IdenticalMarker,
-    parse_claims,
-    parse_evidence,
-)
 from wpgate.parsers.front_matter import parse_front_matter
 from wpgate.parsers.markdown import parse_markdown
 from wpgate.parsers.provenance import Provenance, parse_provenance
@@ -57,6 +51,7 @@ from wpgate.parsers.work_packages import (
 
 if TYPE_CHECKING:
     from wpgate._config import Config
+    from wpgate.parsers.evidence import Claim, CountMarker, EvidenceParse, IdenticalMarker
     from wpgate.references import References
 
 #: Rule id for a governance file that cannot be read (missing, not UTF-8).
@@ -78,6 +73,35 @@ class DocsLayout:
     evidence: str = "docs/evidence"
     changelog: str = "CHANGELOG.md"
     claims: tuple[str, ...] = ("docs/**/*.md", "README.md")
+
+
+# Parsed documents shared by the linters of one run (`wpgate check`), keyed by what was read.
+_SHARED: list[dict[tuple[Any, ...], Any]] = []
+
+
+@contextlib.contextmanager
+def parse_once() -> Iterator[None]:
+    """Within the block, each governance document is read and parsed at most once.
+
+    ``wpgate check`` reads the provenance table and the registry for the trailers' references
+    and again for their own linters; the files do not change during one run, so the second
+    reader gets the first one's records.
+    """
+    _SHARED.append({})
+    try:
+        yield
+    finally:
+        _SHARED.pop()
+
+
+def _shared(key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
+    """``load()``, or inside :func:`parse_once` the value loaded for ``key`` before."""
+    if not _SHARED:
+        return load()
+    cache = _SHARED[-1]
+    if key not in cache:
+        cache[key] = load()
+    return cache[key]
 
 
 def config_section(config: Any, name: str) -> Mapping[str, Any]:
@@ -110,26 +134,34 @@ def docs_layout(config: Any = None) -> DocsLayout:
 def read_text(
     root: Path, rel: str, rule_id: str = READ_RULE_ID
 ) -> tuple[str | None, Finding | None]:
-    """The UTF-8 text of ``root/rel``, or a finding saying why it cannot be read."""
-    path = root / rel
+    """The UTF-8 text of ``root/rel``, or a finding saying why it cannot be read.
+
+    Inside :func:`parse_once` each file is read once, whichever linters ask for it.
+    """
+    read: tuple[str | None, int, str] = _shared(("text", root, rel), lambda: _read(root, rel))
+    text, line, problem = read
+    if text is not None:
+        return text, None
+    return None, Finding(rel, line, rule_id, problem)
+
+
+def _read(root: Path, rel: str) -> tuple[str | None, int, str]:
+    """``(text, 0, "")``, or ``(None, line, why)`` when ``root/rel`` cannot be read."""
     try:
-        data = path.read_bytes()
+        data = (root / rel).read_bytes()
     except FileNotFoundError:
-        return None, Finding(
-            rel,
+        return (
+            None,
             0,
-            rule_id,
             f"{rel} does not exist; create it (`wpgate init` writes a start) or fix the path",
         )
     except OSError as exc:
-        return None, Finding(rel, 0, rule_id, f"cannot read {rel}: {exc.strerror}")
+        return None, 0, f"cannot read {rel}: {exc.strerror}"
     try:
-        return data.decode("utf-8-sig"), None
+        return data.decode("utf-8-sig"), 0, ""
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        return None, Finding(
-            rel, line, rule_id, f"{rel} is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8"
-        )
+        return None, line, f"{rel} is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8"
 
 
 # --------------------------------------------------------------------------- provenance
@@ -138,10 +170,15 @@ def read_text(
 def load_provenance(root: Path, config: Any = None) -> Provenance:
     """The parsed provenance document; a missing or unreadable file is one finding."""
     rel = docs_layout(config).provenance
-    text, problem = read_text(root, rel)
-    if text is None:
-        return Provenance(rel, (), (), (), (problem,) if problem else ())
-    return parse_provenance(text, rel)
+
+    def load() -> Provenance:
+        text, problem = read_text(root, rel)
+        if text is None:
+            return Provenance(rel, (), (), (), (problem,) if problem else ())
+        return parse_provenance(text, rel)
+
+    parsed: Provenance = _shared(("provenance", root, rel), load)
+    return parsed
 
 
 def load_assumption_ids(root: Path, config: Any = None) -> frozenset[str]:
@@ -227,6 +264,30 @@ def load_work_packages(root: Path, config: Any = None) -> WorkPackageRegistry:
     layout = docs_layout(config)
     raw = config_section(config, "wp").get("extra_keys", ())
     extra = (str(raw),) if isinstance(raw, str) else tuple(str(k) for k in raw)
+    registry: WorkPackageRegistry = _shared(
+        ("wp", root, layout, extra), lambda: _read_registry(root, config, layout, extra)
+    )
+    return registry
+
+
+def load_wp_ids(root: Path, config: Any = None) -> frozenset[str]:
+    """The ids of the registry's pages, read from their file names (no page is parsed).
+
+    A commit's ``WP:`` trailer needs only which packages exist; ``wpgate wp`` checks that each
+    page's front matter agrees with its file name.
+    """
+    folder = root / docs_layout(config).work_packages
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return frozenset()
+    return frozenset(wp_id for name in names if (wp_id := id_from_filename(name)) is not None)
+
+
+def _read_registry(
+    root: Path, config: Any, layout: DocsLayout, extra: tuple[str, ...]
+) -> WorkPackageRegistry:
+    """The registry as :func:`load_work_packages` returns it, read from disk."""
     folder = root / layout.work_packages
     packages: list[WorkPackage] = []
     findings: list[Finding] = []
@@ -265,7 +326,7 @@ def load_references(root: Path, config: Any = None) -> References:
 
     provenance = load_provenance(root, config)
     return References(
-        wp_ids=frozenset(p.id for p in load_work_packages(root, config).packages),
+        wp_ids=load_wp_ids(root, config),
         provenance_ids=provenance.source_ids,
         placeholder_ids=provenance.placeholder_ids,
         assumption_ids=load_assumption_ids(root, config),
@@ -415,6 +476,8 @@ def load_evidence(
     ``git=False`` skips every git question; ``collect=False`` skips running pytest for
     ``collected N -- paths`` markers.
     """
+    from wpgate.parsers.evidence import EvidenceParse, parse_claims, parse_evidence
+
     layout = docs_layout(config)
     evidence_dir = layout.evidence.rstrip("/")
     findings: list[Finding] = []
@@ -489,6 +552,10 @@ def load_evidence(
     revisions |= {sha for c in contexts for sha in c.claim.covers}
     revisions |= {m.base for m in markers} | {m.head for m in markers}
     commits = resolve_commits(root, revisions)
+    if any(sha is None for sha in commits.values()):
+        # A commit a claim or an evidence file names may lie beyond a shallow clone's cut:
+        # then "unknown commit" would be a wrong answer, so ask for the whole history instead.
+        require_full_history(root, "the evidence check of recorded commits (wpgate evidence)")
     requests: set[tuple[str, str]] = set()
     for parse in files.values():
         if parse.evidence and parse.evidence.git_commit and commits.get(parse.evidence.git_commit):
@@ -712,6 +779,7 @@ def _provenance(root: Path, config: Any, history: bool) -> tuple[list[Finding], 
     options = config_section(config, "provenance")
     findings = [f for check in rules.CHECKS for f in check(parsed, options)]
     if history and is_work_tree(root):
+        require_full_history(root, "the first-use history check (wpgate provenance --history)")
         citations = first_citing_commits(root)
         findings.extend(rules.check_first_use_history(parsed, citations, options))
     return _keep(config, findings), len(parsed.sources)

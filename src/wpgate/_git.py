@@ -28,18 +28,23 @@ __all__ = [
     "blob_hashes_at",
     "comment_char",
     "first_citing_commits",
+    "git_trailers",
     "is_work_tree",
     "parse_range",
     "paths_identical",
     "pushed_range",
     "read_commits",
+    "require_full_history",
     "resolve_commits",
+    "validate_revision",
 ]
 
 _FIELD = "\x1f"
 # %B is the raw body; `%an <%ae>` is the author as `Name <email>` (what Signed-off-by holds).
 _FORMAT = f"--format=%H{_FIELD}%P{_FIELD}%an <%ae>{_FIELD}%B"
 _NULL_SHA = "0" * 40
+# The one ref pattern a range may exclude (pre-push without a remote ref: commits on no remote).
+_REMOTES = "--remotes"
 
 
 class GitError(Exception):
@@ -82,6 +87,29 @@ def _run(
         raise GitError(f"cannot run git ({exc.strerror}); install git and put it on PATH") from exc
 
 
+def validate_revision(name: str, what: str = "revision") -> str:
+    """``name`` if it can only be read as a revision; a :class:`GitError` otherwise.
+
+    A name that starts with ``-`` would reach git as an option (``--output=FILE`` writes a file,
+    ``--all`` widens the range), and whitespace or control characters would split a request
+    line of ``cat-file --batch``; neither is ever part of a ref or commit name.
+    """
+    shown = name if len(name) <= 60 else f"{name[:60]}..."
+    if not name:
+        raise GitError(f"the {what} is empty; name a commit, branch or tag")
+    if name.startswith("-"):
+        raise GitError(
+            f"{what} `{shown}` starts with `-`, so git would read it as an option; name a "
+            "commit, branch or tag (e.g. `origin/main`)"
+        )
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise GitError(
+            f"{what} {shown!r} contains whitespace or a control character; no commit, branch "
+            "or tag name does, so fix the name"
+        )
+    return name
+
+
 def parse_range(spec: str) -> RevisionRange:
     """``A..B`` (B defaults to HEAD) or a single revision (its whole history)."""
     text = spec.strip()
@@ -95,8 +123,10 @@ def parse_range(spec: str) -> RevisionRange:
         older, newer = text.split("..", 1)
         if not older:
             raise GitError(f"`{text}` has no start; pass `OLDER..NEWER`, e.g. `origin/main..HEAD`")
+        validate_revision(older, "range start")
+        validate_revision(newer or "HEAD", "range end")
         return RevisionRange(newer or "HEAD", (older,), label=text)
-    return RevisionRange(text, (), label=text)
+    return RevisionRange(validate_revision(text), (), label=text)
 
 
 def pushed_range(environ: dict[str, str] | None = None, history_start: str = "") -> RevisionRange:
@@ -109,8 +139,11 @@ def pushed_range(environ: dict[str, str] | None = None, history_start: str = "")
     env = os.environ if environ is None else environ
     from_ref = env.get("PRE_COMMIT_FROM_REF", "")
     to_ref = env.get("PRE_COMMIT_TO_REF", "")
-    floor = (f"{history_start}^@",) if history_start else ()
+    floor = (f"{validate_revision(history_start, 'history_start')}^@",) if history_start else ()
     if to_ref and to_ref != _NULL_SHA:
+        validate_revision(to_ref, "PRE_COMMIT_TO_REF")
+        if from_ref and from_ref != _NULL_SHA:
+            validate_revision(from_ref, "PRE_COMMIT_FROM_REF")
         exclude = (from_ref,) if from_ref and from_ref != _NULL_SHA else ("--remotes",)
         label = f"{from_ref or '--remotes'}..{to_ref}"
         return RevisionRange(to_ref, exclude + floor, label=label, allow_empty=True)
@@ -120,6 +153,7 @@ def pushed_range(environ: dict[str, str] | None = None, history_start: str = "")
 def history_range(history_start: str) -> RevisionRange:
     """The governed history: ``history_start`` and every later commit up to HEAD."""
     # `^X^@` excludes X's parents, so X itself is included, and works for a root commit.
+    validate_revision(history_start, "history_start")
     return RevisionRange("HEAD", (f"{history_start}^@",), label=f"{history_start}^..HEAD")
 
 
@@ -145,9 +179,19 @@ def _repository_state(root: Path) -> tuple[bool, Path]:
     ].strip() == "true", shallow_file if shallow_file.is_absolute() else root / shallow_file
 
 
+def require_full_history(root: Path, check: str) -> None:
+    """A :class:`GitError` when ``root`` is a shallow clone: ``check`` needs every commit."""
+    if is_work_tree(root) and _repository_state(root)[0]:
+        raise GitError(
+            f"{check} needs the whole history, but this clone is shallow, so its answer would "
+            "be partial; fetch the history first (`git fetch --unshallow`, or `fetch-depth: 0` "
+            "in actions/checkout)"
+        )
+
+
 def _verify(root: Path, revisions: Sequence[str], shallow: bool) -> None:
     """Every named endpoint is a commit (one ``cat-file`` process for all of them)."""
-    names = [r[:-3] if r.endswith("^@") else r for r in revisions if not r.startswith("--")]
+    names = [r.removesuffix("^@") for r in revisions if r != _REMOTES]
     if not names:
         return
     request = "".join(f"{name}^{{commit}}\n" for name in names).encode()
@@ -167,6 +211,20 @@ def _verify(root: Path, revisions: Sequence[str], shallow: bool) -> None:
         )
 
 
+def _revision_args(revisions: RevisionRange) -> list[str]:
+    """git log's revision arguments for ``revisions``, every name validated first.
+
+    ``--remotes`` (the one ref pattern) is negated by the ``--not`` pair around it; every name
+    comes after ``--end-of-options``, so none can be read as an option.
+    """
+    for name in (revisions.include, *revisions.exclude):
+        if name != _REMOTES:
+            validate_revision(name.removesuffix("^@"))
+    args = ["--not", _REMOTES, "--not"] if _REMOTES in revisions.exclude else []
+    args += ["--end-of-options", revisions.include]
+    return args + [f"^{e}" for e in revisions.exclude if e != _REMOTES]
+
+
 def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
     """The commits of ``revisions``, newest first, read by one ``git log`` process.
 
@@ -174,14 +232,9 @@ def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
     caller's parsing on another. Errors (a shallow-clone boundary, an empty range, git failing)
     are raised when they are known: at the start, at the boundary commit, or at the end.
     """
+    args = ["log", "-z", _FORMAT, *_revision_args(revisions)]
     shallow, shallow_file = _repository_state(root)
     _verify(root, [revisions.include, *revisions.exclude], shallow)
-    args = ["log", "-z", _FORMAT, revisions.include]
-    args += [f"^{e}" for e in revisions.exclude if not e.startswith("--")]
-    # A ref pattern such as `--remotes` is negated by `--not`, which must therefore come last.
-    patterns = [e for e in revisions.exclude if e.startswith("--")]
-    if patterns:
-        args += ["--not", *patterns]
     boundary = _shallow_boundary(shallow_file) if shallow else frozenset()
     count = 0
     with _open(root, [*args, "--"]) as process:
@@ -342,7 +395,13 @@ def blob_hashes_at(
 
 def paths_identical(root: Path, base: str, head: str, paths: Sequence[str]) -> bool | None:
     """Whether ``paths`` do not differ between commits ``base`` and ``head`` (None: git error)."""
-    done = _ask(root, ["diff", "--quiet", "--no-ext-diff", base, head, "--", *paths])
+    try:
+        validate_revision(base)
+        validate_revision(head)
+    except GitError:
+        return None
+    args = ["diff", "--quiet", "--no-ext-diff", "--end-of-options", base, head, "--", *paths]
+    done = _ask(root, args)
     if done is None or done.returncode not in (0, 1):
         return None
     return done.returncode == 0
@@ -359,7 +418,8 @@ def first_citing_commits(
     from wpgate.parsers.provenance import expand_ids
 
     fmt = f"--format=%H{_FIELD}%cs{_FIELD}%(trailers:key={key},valueonly,separator=%x2C)%x1e"
-    done = _ask(root, ["log", "--reverse", fmt, revision, "--"])
+    validate_revision(revision)
+    done = _ask(root, ["log", "--reverse", fmt, "--end-of-options", revision, "--"])
     out: dict[str, tuple[str, str]] = {}
     if done is None or done.returncode != 0:
         return out
@@ -371,4 +431,26 @@ def first_citing_commits(
         for part in re.findall(r"R\d+(?:\s*[\u2013\u2014-]\s*R?\d+)?", value):
             for source_id in expand_ids(part)[0]:
                 out.setdefault(source_id, (sha, date))
+    return out
+
+
+def git_trailers(root: Path, revisions: RevisionRange) -> dict[str, list[tuple[str, str]]]:
+    """Each commit's trailers as git itself reads them (``%(trailers:only,unfold)``).
+
+    The oracle for :mod:`wpgate.trailers`: one ``git log`` process, ``(key, value)`` pairs in
+    message order, keyed by full sha. Control characters separate the fields, so keys and
+    values come back exactly.
+    """
+    fmt = "--format=%H%x1f%(trailers:only,unfold,separator=%x1d,key_value_separator=%x1c)%x1e"
+    done = _run(root, ["log", fmt, *_revision_args(revisions), "--"])
+    if done.returncode != 0:
+        detail = done.stderr.decode("utf-8", "replace").strip()
+        raise GitError(f"git log {revisions.describe()} failed ({detail}); check the range")
+    out: dict[str, list[tuple[str, str]]] = {}
+    for record in done.stdout.decode("utf-8", "replace").split("\x1e"):
+        sha, _, block = record.lstrip("\n").partition(_FIELD)
+        if not sha:
+            continue
+        pairs = [item.partition("\x1c") for item in block.split("\x1d") if item]
+        out[sha] = [(key, value) for key, _, value in pairs]
     return out

@@ -6,6 +6,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+#: A work-package id, the one grammar of page names, front matter and the `WP:` trailer:
+#: three or more digits and an optional lower-case letter (``004``, ``197b``, ``1000``).
+WP_ID_PATTERN = r"\d{3,}[a-z]?"
+
+#: The longest finding message (characters); longer ones are cut where they are made.
+MAX_MESSAGE = 1000
+
 
 @dataclass(frozen=True, order=True)
 class Finding:
@@ -19,6 +26,24 @@ class Finding:
     line: int
     rule_id: str
     message: str
+    #: ``error`` fails the run; ``warning`` is reported only (``[tool.wpgate.rules]``).
+    severity: str = field(default="error", compare=False)
+
+    def __post_init__(self) -> None:
+        # A message quotes what it found, and what it found may be huge (an expanded YAML
+        # value, a pasted blob): cut it, so one finding never floods a terminal or a CI log.
+        if len(self.message) > MAX_MESSAGE:
+            cut = len(self.message) - MAX_MESSAGE
+            object.__setattr__(
+                self, "message", f"{self.message[:MAX_MESSAGE]}... ({cut} characters cut)"
+            )
+
+
+def with_severity(finding: Finding, severity: str) -> Finding:
+    """``finding`` with ``severity`` (``error`` or ``warning``); itself when unchanged."""
+    if finding.severity == severity:
+        return finding
+    return Finding(finding.path, finding.line, finding.rule_id, finding.message, severity)
 
 
 @dataclass(frozen=True)

@@ -63,22 +63,31 @@ def _is_commit(path: str) -> bool:
 
 
 def _github(finding: Finding) -> str:
-    """One finding as a workflow ``::error`` command."""
+    """One finding as a workflow ``::error`` (or ``::warning``) command."""
     title = _escape_property(f"{finding.rule_id}")
     if _is_commit(finding.path):
         # A commit is not a file of the diff: name it in the message instead.
-        return f"::error title={title}::{_escape_data(f'commit {finding.path}: {finding.message}')}"
+        text = _escape_data(f"commit {finding.path}: {finding.message}")
+        return f"::{finding.severity} title={title}::{text}"
     props = [f"file={_escape_property(finding.path)}"]
     if finding.line > 0:
         props.append(f"line={finding.line}")
     props.append(f"title={title}")
-    return f"::error {','.join(props)}::{_escape_data(finding.message)}"
+    return f"::{finding.severity} {','.join(props)}::{_escape_data(finding.message)}"
+
+
+def _label(finding: Finding) -> str:
+    """`` (warning)`` after the rule id of a warning; errors carry no label."""
+    return " (warning)" if finding.severity == "warning" else ""
 
 
 def _totals(findings: list[Finding], summaries: list[Summary]) -> str:
     """The closing line of a text or github report."""
     parts = [s.describe() for s in summaries]
     verdict = f"{len(findings)} finding{'s' if len(findings) != 1 else ''}"
+    warned = sum(1 for f in findings if f.severity == "warning")
+    if warned:
+        verdict += f" ({warned} warning{'s' if warned != 1 else ''}, not failing)"
     return "; ".join([*parts, verdict])
 
 
@@ -91,7 +100,13 @@ def format_report(
     if fmt == "json":
         payload = {
             "findings": [
-                {"path": f.path, "line": f.line, "rule_id": f.rule_id, "message": f.message}
+                {
+                    "path": f.path,
+                    "line": f.line,
+                    "rule_id": f.rule_id,
+                    "severity": f.severity,
+                    "message": f.message,
+                }
                 for f in found
             ],
             "summary": {
@@ -114,6 +129,6 @@ def format_report(
         return "\n".join(lines) + "\n"
     if fmt != "text":
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    lines = [f"{f.path}:{f.line}: {f.rule_id} {f.message}" for f in found]
+    lines = [f"{f.path}:{f.line}: {f.rule_id}{_label(f)} {f.message}" for f in found]
     lines.append(_totals(found, done))
     return "\n".join(lines) + "\n"

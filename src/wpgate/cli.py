@@ -2,7 +2,8 @@
 
 Exit status: 0 clean, 1 findings, 2 usage, configuration or git error. Each command is a small
 function returning its exit status; ``check`` runs every linter in :data:`CHECK_LINTERS`, so a
-new linter is one function appended there.
+new linter is one function appended there. Linter modules are imported by the command that
+runs them: the commit-msg hook (``wpgate trailers FILE``) never imports the docs linters.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import click
 from wpgate._config import Config, ConfigError, load_config
 from wpgate._git import GitError, RevisionRange, comment_char, history_range, pushed_range
 from wpgate._git import parse_range as parse_revision_range
-from wpgate._model import RULES
+from wpgate._model import RULES, with_severity
 from wpgate._output import FORMATS, LinterRun, Summary, format_report
 
 __all__ = ["CHECK_LINTERS", "cli", "main"]
@@ -31,11 +32,25 @@ class InvocationError(Exception):
     """A wrong invocation detected after click parsed it (exit 2)."""
 
 
-def _emit(runs: Sequence[LinterRun], fmt: str) -> int:
-    """Print the report of ``runs``; the exit status for their findings."""
+def _emit(runs: Sequence[LinterRun], fmt: str, config: Config | None = None) -> int:
+    """Print the report of ``runs``; the exit status for their findings (warnings never fail)."""
     findings = [f for run in runs for f in run.findings]
+    if config is not None and config.warnings:
+        findings = [with_severity(f, config.severity(f.rule_id)) for f in findings]
     click.echo(format_report(findings, [run.summary for run in runs], fmt), nl=False)
-    return EXIT_FINDINGS if findings else EXIT_CLEAN
+    return EXIT_FINDINGS if any(f.severity == "error" for f in findings) else EXIT_CLEAN
+
+
+def _store_ignored(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> None:
+    """``--ignore``: remembered for :func:`_config` of this invocation."""
+    ctx.meta["wpgate.ignore"] = ctx.meta.get("wpgate.ignore", ()) + tuple(value)
+
+
+def _config(root: str | None) -> Config:
+    """The configuration of ``--root`` with this run's ``--ignore`` rules switched off."""
+    config = load_config(_root(root))
+    ignored: tuple[str, ...] = click.get_current_context().meta.get("wpgate.ignore", ())
+    return config.ignoring(ignored) if ignored else config
 
 
 def _root(path: str | None) -> Path:
@@ -48,6 +63,14 @@ _root_option = click.option(
     type=click.Path(file_okay=False, exists=True),
     default=None,
     help="Repository root (default: the current directory).",
+)
+_ignore_option = click.option(
+    "--ignore",
+    metavar="RULE",
+    multiple=True,
+    expose_value=False,
+    callback=_store_ignored,
+    help="Skip RULE (an id such as WPG102 or a name) for this run; repeat or comma-separate.",
 )
 _format_option = click.option(
     "--format",
@@ -173,6 +196,7 @@ def run_trailers(
 @click.option("--history", is_flag=True, help="Lint the governed history (history_start..HEAD).")
 @click.option("--pushed", is_flag=True, help="Lint the range being pushed (pre-push hook).")
 @click.option("--pr", metavar="FILE", help="Lint a PR title + blank line + body (- for stdin).")
+@_ignore_option
 @_format_option
 @_root_option
 def trailers(
@@ -190,7 +214,7 @@ def trailers(
     MESSAGE_FILE is the commit-msg hook's file (comments and the scissors part are dropped);
     `-` reads stdin.
     """
-    config = load_config(_root(root))
+    config = _config(root)
     run = run_trailers(
         config,
         message_file=message_file,
@@ -199,7 +223,7 @@ def trailers(
         pushed=pushed,
         pr=pr,
     )
-    return _emit([run], fmt)
+    return _emit([run], fmt, config)
 
 
 # --------------------------------------------------------------------------- explain
@@ -210,7 +234,9 @@ def trailers(
 @click.option("--list", "list_all", is_flag=True, help="List every rule.")
 def explain(rule: str | None, list_all: bool) -> int:
     """Explain RULE (an id such as WPG104 or a name such as wp-trailer)."""
-    import wpgate.rules  # noqa: F401  (registers every rule)
+    from wpgate.rules import register_all
+
+    register_all()
 
     if list_all or rule is None:
         for known in RULES:
@@ -223,7 +249,7 @@ def explain(rule: str | None, list_all: bool) -> int:
     click.echo(f"{found.rule_id} {found.name}")
     click.echo(f"  {found.summary}")
     click.echo(f"  enabled by default: {'yes' if found.enabled_by_default else 'no'}")
-    click.echo(f"  switch: [tool.wpgate.rules] {found.name} = true|false")
+    click.echo(f'  switch: [tool.wpgate.rules] {found.name} = true|false|"warning"')
     for key, value in found.options.items():
         click.echo(f"  option: {key} = {value!r}")
     doc = (found.check.__doc__ or "").strip()
@@ -250,15 +276,26 @@ CHECK_LINTERS: list[tuple[str, Linter]] = [("trailers", _check_trailers)]
 # --------------------------------------------------------------------------- docs linters
 
 
+def _docs_linter(function: str) -> Linter:
+    """``wpgate._docs.<function>`` as a linter; the module is imported when it first runs."""
+
+    def run(config: Config) -> LinterRun:
+        from wpgate import _docs
+
+        linter: Linter = getattr(_docs, function)
+        return linter(config)
+
+    run.__name__ = run.__qualname__ = function
+    return run
+
+
 def _docs_linters() -> list[tuple[str, Linter]]:
     """The provenance, work-package, evidence and changelog linters (``wpgate._docs``)."""
-    from wpgate import _docs
-
     return [
-        ("provenance", _docs.run_provenance),
-        ("wp", _docs.run_work_packages),
-        ("evidence", _docs.run_evidence),
-        ("changelog", _docs.run_changelog),
+        ("provenance", _docs_linter("run_provenance")),
+        ("wp", _docs_linter("run_work_packages")),
+        ("evidence", _docs_linter("run_evidence")),
+        ("changelog", _docs_linter("run_changelog")),
     ]
 
 
@@ -273,54 +310,66 @@ _history_option = click.option(
 
 @cli.command()
 @_history_option
+@_ignore_option
 @_format_option
 @_root_option
 def provenance(history: bool | None, fmt: str, root: str | None) -> int:
     """Lint docs/PROVENANCE.md: ids, licences, the first-use log."""
     from wpgate._docs import run_provenance
 
-    return _emit([run_provenance(load_config(_root(root)), history=history)], fmt)
+    config = _config(root)
+    return _emit([run_provenance(config, history=history)], fmt, config)
 
 
 @cli.command()
+@_ignore_option
 @_format_option
 @_root_option
 def wp(fmt: str, root: str | None) -> int:
     """Lint the work-package registry (docs/work_packages/wp-*.md)."""
     from wpgate._docs import run_work_packages
 
-    return _emit([run_work_packages(load_config(_root(root)))], fmt)
+    config = _config(root)
+    return _emit([run_work_packages(config)], fmt, config)
 
 
 @cli.command()
 @click.option("--git/--no-git", default=True, help="Verify commits, hashes and markers with git.")
 @click.option("--collect/--no-collect", default=True, help="Verify `collected N` markers.")
+@_ignore_option
 @_format_option
 @_root_option
 def evidence(git: bool, collect: bool, fmt: str, root: str | None) -> int:
     """Lint [MEASURED] claims and the evidence files under docs/evidence/."""
     from wpgate._docs import run_evidence
 
-    return _emit([run_evidence(load_config(_root(root)), git=git, collect=collect)], fmt)
+    config = _config(root)
+    return _emit([run_evidence(config, git=git, collect=collect)], fmt, config)
 
 
 @cli.command()
+@_ignore_option
 @_format_option
 @_root_option
 def changelog(fmt: str, root: str | None) -> int:
     """Check that the backticked names of CHANGELOG.md's Unreleased section exist."""
     from wpgate._docs import run_changelog
 
-    return _emit([run_changelog(load_config(_root(root)))], fmt)
+    config = _config(root)
+    return _emit([run_changelog(config)], fmt, config)
 
 
 @cli.command()
+@_ignore_option
 @_format_option
 @_root_option
 def docs(fmt: str, root: str | None) -> int:
     """Run the docs linters (provenance, wp, evidence, changelog): the wpgate-docs hook."""
-    config = load_config(_root(root))
-    return _emit([linter(config) for _, linter in _docs_linters()], fmt)
+    from wpgate._docs import parse_once
+
+    config = _config(root)
+    with parse_once():
+        return _emit([linter(config) for _, linter in _docs_linters()], fmt, config)
 
 
 @cli.command("new-wp")
@@ -361,12 +410,16 @@ def init(name: str | None, root: str | None) -> int:
 
 
 @cli.command()
+@_ignore_option
 @_format_option
 @_root_option
 def check(fmt: str, root: str | None) -> int:
     """Run every linter the configuration enables."""
-    config = load_config(_root(root))
-    return _emit([linter(config) for _, linter in CHECK_LINTERS], fmt)
+    from wpgate._docs import parse_once
+
+    config = _config(root)
+    with parse_once():  # the trailers' references and the docs linters share each document
+        return _emit([linter(config) for _, linter in CHECK_LINTERS], fmt, config)
 
 
 # --------------------------------------------------------------------------- entry point

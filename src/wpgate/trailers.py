@@ -1,15 +1,20 @@
 """Commit-message parser with `git interpret-trailers` semantics.
 
-Pure functions: text (or bytes) in, records out. The trailer block is found the way git finds it
-(``trailer.c``, documented in git-interpret-trailers(1)): the message ends at a divider line that
-starts with ``---`` followed by whitespace or the end of the line; trailing comment and blank lines
+Pure functions: text (or bytes) in, records out. The trailer block is found the way git's commit
+readers find it (``trailer.c``, documented in git-interpret-trailers(1)): git log's
+``%(trailers)`` and ``git commit -s`` read a stored or to-be-committed message whole, so
+:func:`parse_message` applies no divider by default; only ``git interpret-trailers`` on a patch
+e-mail (``divider=True``, and :func:`parse_trailers`) ends the message at a line that starts with
+``---`` followed by whitespace or the end of the line. A NUL byte ends the message, as git reads
+it as a C string (``git commit`` refuses such a message). Trailing comment and blank lines
 are ignored; the block is the last paragraph after the title, and it counts only if all of its
 lines are trailers, or it holds a git-generated trailer (``Signed-off-by: ``, ``(cherry picked
 from commit ``) and at least 25% of its lines are trailers. A trailer line starts with a key of
 ASCII letters, digits and ``-`` (whitespace allowed before the ``:``); lines that start with
 whitespace continue the previous trailer. One deliberate difference from git 2.39: a line whose
-separator is followed by ``//`` (``Key://x``, a URL) is not a trailer, as the governance spec
-requires.
+separator is followed by ``//`` (``Key://x``, a URL) is not reported as a trailer, as the
+governance spec requires; it still counts as one where git decides whether the last paragraph
+is a trailer block, so the block git finds is the block wpgate finds.
 
 Every step is a single pass over the lines, so parsing is linear in the size of the message.
 """
@@ -19,7 +24,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = [
     "DecodedText",
@@ -36,13 +41,13 @@ _LINE_SPACE = " \t\r"
 _GIT_GENERATED_PREFIXES = ("Signed-off-by: ", "(cherry picked from commit ")
 _SCISSORS = "------------------------ >8 ------------------------"
 # A key is [A-Za-z0-9-]+ then optional spaces/tabs, then the separator; git's find_separator().
-_SEPARATOR = re.compile(r"[A-Za-z0-9-]+[ \t]*:(?!//)")
-_TRAILER_LINE = re.compile(
-    r"^([A-Za-z0-9-]+)[ \t]*:(?!//)([^\n]*(?:\n[ \t\r][^\n]*)*)", re.MULTILINE
-)
-_TRAILER_FAST = re.compile(r"([A-Za-z0-9-]+)[ \t]*:(?!//)(.*)")
+# Lines are matched as git matches them; a value starting with `//` (a URL) is dropped after.
+_SEPARATOR = re.compile(r"[A-Za-z0-9-]+[ \t]*:")
+_TRAILER_LINE = re.compile(r"^([A-Za-z0-9-]+)[ \t]*:([^\n]*(?:\n[ \t\r][^\n]*)*)", re.MULTILINE)
+_TRAILER_FAST = re.compile(r"([A-Za-z0-9-]+)[ \t]*:(.*)")
 # The same, for every line of a paragraph at once (no CR in it: the fast path refuses CRs).
-_TRAILER_LINES = re.compile(r"^([A-Za-z0-9-]+)[ \t]*:(?!//)(.*)$", re.MULTILINE)
+_TRAILER_LINES = re.compile(r"^([A-Za-z0-9-]+)[ \t]*:(.*)$", re.MULTILINE)
+_URL = "//"
 _CONTINUATION_FOLD = re.compile(r"\n[ \t\n\r]*")
 _BLANK_LINE = re.compile(r"^[ \t\r]*$", re.MULTILINE)
 
@@ -58,10 +63,14 @@ class Trailer:
 
 @dataclass(frozen=True, slots=True)
 class DecodedText:
-    """Text decoded from bytes; ``error_line`` is the 1-based line of the first invalid byte."""
+    """Text decoded from bytes; ``error_line`` is the 1-based line of the first invalid byte.
+
+    ``nul_line`` is the 1-based line of a NUL byte, where the text was cut (git stops there).
+    """
 
     text: str
     error_line: int | None
+    nul_line: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +88,7 @@ class Message:
     trailers: tuple[Trailer, ...]
     comment_char: str | None = None
     encoding_error_line: int | None = None
+    nul_line: int | None = None
     by_key: Mapping[str, tuple[Trailer, ...]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -95,12 +105,20 @@ class Message:
 
 
 def decode_message(data: bytes) -> DecodedText:
-    """Decode UTF-8, replacing invalid bytes, and report where the first invalid byte was."""
+    """Decode UTF-8, replacing invalid bytes, and report where the first invalid byte was.
+
+    The text ends at the first NUL byte, where git's readers stop; its line is reported.
+    """
+    nul = data.find(b"\0")
+    nul_line = None
+    if nul >= 0:
+        nul_line = data.count(b"\n", 0, nul) + 1
+        data = data[:nul]
     try:
-        return DecodedText(data.decode("utf-8"), None)
+        return DecodedText(data.decode("utf-8"), None, nul_line)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        return DecodedText(data.decode("utf-8", errors="replace"), line)
+        return DecodedText(data.decode("utf-8", errors="replace"), line, nul_line)
 
 
 def _is_blank(line: str) -> bool:
@@ -239,9 +257,9 @@ def _collect(
         number += block.count("\n", counted, match.start())
         counted = match.start()
         key = match.group(1)
-        if comment_char is not None and key.startswith(comment_char):
-            continue
         value = match.group(2)
+        if (comment_char is not None and key.startswith(comment_char)) or value.startswith(_URL):
+            continue
         if "\n" in value:
             value = _CONTINUATION_FOLD.sub(" ", value)
         trailers.append(Trailer(key, value.strip(_GIT_SPACE), number))
@@ -273,11 +291,16 @@ def _index(trailers: tuple[Trailer, ...]) -> dict[str, tuple[Trailer, ...]]:
 
 
 def _parse_plain(
-    core: str, comment_char: str | None, skip: str | None, encoding_error_line: int | None
+    core: str,
+    comment_char: str | None,
+    skip: str | None,
+    encoding_error_line: int | None,
+    divider: bool = False,
 ) -> Message | None:
     """The common case without the general machinery, or None when the text needs it.
 
-    Applies when the message has a plain subject on line 1, no divider, no carriage return, and
+    Applies when the message has a plain subject on line 1, no divider (when ``divider`` is
+    on: no ``---`` at all), no scissors line, no carriage return, and
     a last paragraph whose lines are neither comments nor whitespace-led (so no continuation
     and no whitespace-only line): then git's block rules reduce to "all lines are trailers, or a
     git-generated prefix with at least 25% trailers".
@@ -289,7 +312,8 @@ def _parse_plain(
         or core[0] in _GIT_SPACE
         or core[0] == comment_char
         or "\r" in core
-        or "---" in core
+        or (divider and "---" in core)
+        or (comment_char is not None and _SCISSORS in core)
     ):
         return None
     paragraph = core[cut + 2 :]
@@ -315,6 +339,7 @@ def _parse_plain(
             [
                 Trailer(key, value.strip(_GIT_SPACE), number)
                 for number, (key, value) in enumerate(pairs, first + 1)
+                if not value.startswith(_URL)
             ]
         )
     else:
@@ -345,7 +370,7 @@ def _mixed_block(block: list[str], first: int) -> tuple[Trailer, ...]:
         [
             Trailer(m[1], m[2].strip(_GIT_SPACE), number)
             for number, m in enumerate(matches, first + 1)
-            if m is not None
+            if m is not None and not m[2].startswith(_URL)
         ]
     )
 
@@ -356,20 +381,31 @@ def parse_message(
     comment_char: str | None = "#",
     cleanup: bool = False,
     encoding_error_line: int | None = None,
+    divider: bool = False,
+    nul_line: int | None = None,
 ) -> Message:
-    """Parse a commit message.
+    """Parse a commit message as git's commit readers do.
 
     ``cleanup`` (commit-msg mode) first drops the scissors line with everything below it and all
     comment lines, as ``git commit`` does. ``comment_char`` is ``core.commentChar``; ``None``
-    means no line is a comment.
+    means no line is a comment. ``divider`` ends the message at a ``---`` line, as ``git
+    interpret-trailers`` does for a patch e-mail (never for a commit). A NUL character ends the
+    message (``nul_line`` records where :func:`decode_message` already cut one).
     """
+    if "\0" in text:
+        nul = text.index("\0")
+        nul_line = text.count("\n", 0, nul) + 1
+        text = text[:nul]
     # Trailing empty lines are always ignored (git's ignore_non_trailer), so one C-level rstrip
     # drops them; line numbers are unchanged because only the end is cut.
     core = text.rstrip("\n")
-    fast = _parse_plain(core, comment_char, comment_char if cleanup else None, encoding_error_line)
-    if fast is not None:
-        return fast
-    return _parse_general(text, core, comment_char, cleanup, encoding_error_line)
+    skip = comment_char if cleanup else None
+    fast = _parse_plain(core, comment_char, skip, encoding_error_line, divider)
+    if fast is None:
+        fast = _parse_general(text, core, comment_char, cleanup, encoding_error_line, divider)
+    if nul_line is not None:
+        fast = replace(fast, nul_line=nul_line)
+    return fast
 
 
 def _parse_general(
@@ -378,10 +414,11 @@ def _parse_general(
     comment_char: str | None,
     cleanup: bool,
     encoding_error_line: int | None,
+    divider: bool = False,
 ) -> Message:
     """Every step of git's algorithm, for any text (``core`` is ``text`` without trailing LFs)."""
     lines = core.split("\n") if core else []
-    end = _divider_index(text, len(lines))
+    end = _divider_index(text, len(lines)) if divider else len(lines)
     if comment_char is not None:
         scissors = _scissors_index(text, comment_char)
         end = end if scissors is None else min(end, scissors)
@@ -404,6 +441,11 @@ def _parse_general(
     )
 
 
-def parse_trailers(text: str, *, comment_char: str | None = "#") -> tuple[Trailer, ...]:
-    """The trailers of ``text``, as ``git interpret-trailers --parse`` reports them."""
-    return parse_message(text, comment_char=comment_char).trailers
+def parse_trailers(
+    text: str, *, comment_char: str | None = "#", divider: bool = True
+) -> tuple[Trailer, ...]:
+    """The trailers of ``text``, as ``git interpret-trailers --parse`` reports them.
+
+    ``divider=False`` reads it as git's commit readers do (``git log --format=%(trailers)``).
+    """
+    return parse_message(text, comment_char=comment_char, divider=divider).trailers

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,217 @@ def test_invalid_utf8_in_a_range_is_a_finding(repo: Path) -> None:
     status, out, _ = run(repo, "trailers", "--range", f"{start}..HEAD")
     assert status == 1
     assert out.splitlines()[0].startswith(f"{sha[:12]}:3: WPG100 the message is not valid UTF-8")
+
+
+# --------------------------------------------------------------------------- the audit (#18)
+# One test per finding of the outside audit: bad input exits 2 (or is a finding) with a message
+# that says what is wrong, never a traceback.
+
+
+def test_range_endpoints_cannot_inject_options(repo: Path, tmp_path: Path) -> None:
+    target = tmp_path / "pwned"
+    status, out, err = run(repo, "trailers", "--range", f"--output={target}..HEAD")
+    assert (status, out) == (2, "")
+    assert "starts with `-`, so git would read it as an option" in err
+    assert not target.exists()
+    status, _, err = run(repo, "trailers", "--range=--all")
+    assert status == 2
+    assert "revision `--all` starts with `-`" in err
+    status, _, err = run(repo, "trailers", "--range", "HEAD..--not")
+    assert status == 2
+    assert "range end `--not`" in err
+
+
+def test_history_start_cannot_inject_an_option(repo: Path, tmp_path: Path) -> None:
+    target = tmp_path / "pwned"
+    (repo / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "--output={target}"\n')
+    for command in ("trailers --history", "check", "provenance"):
+        status, _, err = run(repo, *command.split())
+        assert status == 2, command
+        assert "tool.wpgate.history_start: history_start `--output=" in err
+    assert not target.exists()
+
+
+def test_alias_bomb_in_a_work_package_is_one_short_finding(repo: Path) -> None:
+    levels = ['a0: &a0 ["tests/test_gate.py::test_gate", "x", "x", "x", "x", "x", "x", "x"]']
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 8)}]" for i in range(1, 10)]
+    page = (
+        '---\nid: "005"\ntitle: "t"\nphase: 1\nstatus: done\ndepends_on: []\n'
+        + "\n".join(levels)
+        + "\ngate: *a9\n---\n# WP-005\n"
+    )
+    assert len(page) < 2048
+    (repo / "docs/work_packages/wp-005.md").write_text(page, encoding="utf-8")
+    started = time.perf_counter()
+    status, out, err = run(repo, "wp")
+    assert time.perf_counter() - started < 5
+    assert (status, err) == (1, "")
+    assert "docs/work_packages/wp-005.md:8: WPG301 the front matter uses a YAML alias" in out
+    assert max(len(line) for line in out.splitlines()) < 1200
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[tool.wpgate.docs]\nclaims = 5", "tool.wpgate.docs.claims: must be a string or a list"),
+        ("[tool.wpgate.docs]\nprovenance = []", "tool.wpgate.docs.provenance: must be a string"),
+        (
+            "[tool.wpgate.provenance]\nlicences = 3",
+            "tool.wpgate.provenance.licences: must be a string or a list of strings, not 3 (int)",
+        ),
+        (
+            '[tool.wpgate.provenance]\nhistory = "false"',
+            "tool.wpgate.provenance.history: must be true or false, not 'false' (str)",
+        ),
+        ("[tool.wpgate.wp]\nextra_keys = [1]", "tool.wpgate.wp.extra_keys: must be a string or"),
+        ("[tool.wpgate.wp]\nextra = []", "tool.wpgate.wp.extra: is not a known key"),
+        ("[tool.wpgate.evidence]\ncollect = 1", "tool.wpgate.evidence.collect: must be true or"),
+        ("[tool.wpgate.trailer]\ntypes = []", "tool.wpgate.trailer: is not a known setting or"),
+        ("[tool.wpgate]\nhistory_start = 7", "tool.wpgate.history_start: must be a string"),
+        ("[tool.wpgate.rules]\nWPG102 = 'loud'", "tool.wpgate.rules.WPG102: must be true, false"),
+    ],
+)
+def test_wrong_config_types_exit_2_naming_key_and_type(repo: Path, toml: str, message: str) -> None:
+    (repo / "pyproject.toml").write_text(toml + "\n", encoding="utf-8")
+    for command in ("check", "provenance", "wp", "docs"):
+        status, out, err = run(repo, command)
+        assert (status, out) == (2, ""), command
+        assert message in err
+        assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("number", "message"),
+    [
+        ("9" * 5000, "an integer of 5000 digits"),
+        ("NaN", "`NaN` is not a JSON number"),
+        ("Infinity", "`Infinity` is not a JSON number"),
+        ("-Infinity", "`-Infinity` is not a JSON number"),
+        ("1e999", "is too large to be a measurement"),
+    ],
+)
+def test_evidence_numbers_must_be_finite_and_sized(repo: Path, number: str, message: str) -> None:
+    evidence = repo / "docs/evidence/e.json"
+    evidence.parent.mkdir(parents=True)
+    evidence.write_text(
+        '{"schema": "wpgate-evidence/1", "environment": {}, "git_commit": null, "sources": {},'
+        f' "results": {{"ms": {number}}}}}\n'
+    )
+    (repo / "docs/claim.md").write_text("[MEASURED] 5 ms ([e](evidence/e.json)).\n")
+    status, out, err = run(repo, "evidence", "--no-git", "--no-collect")
+    assert (status, err) == (1, "")
+    line = next(line for line in out.splitlines() if line.startswith("docs/evidence/e.json:"))
+    assert line.startswith("docs/evidence/e.json:1: WPG404 not a valid evidence file: ")
+    assert message in line
+
+
+def test_unknown_history_start_is_named_in_full(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text('[tool.wpgate]\nhistory_start = "v9.9.9"\n')
+    status, _, err = run(repo, "trailers", "--history")
+    assert status == 2
+    assert "unknown revision `v9.9.9`;" in err
+
+
+def test_shallow_clone_history_checks_exit_2(repo: Path, tmp_path: Path) -> None:
+    for _ in range(2):
+        git(repo, "commit", "-q", "--allow-empty", "-F", "-", data=GOOD)
+    clone = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(clone))
+    status, out, err = run(clone, "provenance", "--history")
+    assert (status, out) == (2, "")
+    assert "clone is shallow" in err
+    assert "git fetch --unshallow" in err
+    first = git(repo, "rev-list", "--max-parents=0", "HEAD")
+    (clone / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "{first}"\n')
+    status, out, err = run(clone, "check")
+    assert (status, out) == (2, "")
+    assert "git fetch --unshallow" in err
+
+
+def test_a_four_digit_work_package_is_one_grammar(repo: Path) -> None:
+    (repo / "docs/engineering").mkdir()
+    (repo / "docs/engineering/phase-01.md").write_text("# Phase 1\n", encoding="utf-8")
+    status, out, _ = run(repo, "new-wp", "1000", "--title", "Big", "--phase", "1")
+    assert (status, out) == (0, "docs/work_packages/wp-1000.md\n")
+    assert "wp-1000.md" not in run(repo, "wp")[1]  # the new page itself passes `wpgate wp`
+    message = GOOD.replace(b"WP: 004", b"WP: 1000")
+    assert run(repo, "trailers", message_file(repo, message))[:2] == (
+        0,
+        "trailers: 1 message checked; 0 findings\n",
+    )
+    status, _, err = run(repo, "new-wp", "12", "--title", "Small", "--phase", "1")
+    assert status == 2
+    assert "three or more digits" in err
+
+
+def test_git_revert_messages_are_exempt_like_merges(repo: Path) -> None:
+    start = git(repo, "rev-parse", "HEAD")
+    (repo / "f.txt").write_text("x\n")
+    git(repo, "add", "f.txt")
+    git(repo, "commit", "-q", "-F", "-", data=GOOD)
+    git(repo, "revert", "--no-edit", "HEAD")
+    status, out, _ = run(repo, "trailers", "--range", f"{start}..HEAD")
+    assert (status, out) == (0, "trailers: 1 commit checked, 1 exempt (revert 1); 0 findings\n")
+    (repo / "pyproject.toml").write_text("[tool.wpgate.trailers]\nrevert_exempt = false\n")
+    status, out, _ = run(repo, "trailers", "--range", f"{start}..HEAD")
+    assert status == 1
+    assert {line.split()[1] for line in out.splitlines()[:-1]} == {
+        "WPG101",
+        "WPG104",
+        "WPG105",
+        "WPG107",
+    }
+
+
+def test_ignore_and_warning_severity(repo: Path) -> None:
+    path = message_file(repo, BAD)
+    status, out, _ = run(
+        repo, "trailers", "--ignore", "WPG101", "--ignore", "subject-period,WPG105", path
+    )
+    assert status == 1
+    assert [line.split()[1] for line in out.splitlines()[:-1]] == ["WPG104", "WPG107"]
+    status, _, err = run(repo, "trailers", "--ignore", "no-such-rule", path)
+    assert status == 2
+    assert "--ignore no-such-rule: is not a known rule" in err
+    (repo / "pyproject.toml").write_text(
+        '[tool.wpgate.rules]\nWPG101 = "warning"\nsubject-period = "off"\nWPG104 = "warning"\n'
+        'WPG105 = "warning"\nWPG107 = "warning"\n'
+    )
+    status, out, _ = run(repo, "trailers", path)
+    assert status == 0
+    assert f"{path}:1: WPG101 (warning) " in out
+    assert " WPG103 " not in out
+    assert out.splitlines()[-1].endswith("4 findings (4 warnings, not failing)")
+    status, out, _ = run(repo, "trailers", "--format", "github", path)
+    assert out.startswith("::warning file=")
+
+
+def test_the_commit_msg_path_imports_no_docs_linter(repo: Path) -> None:
+    path = message_file(repo, GOOD)
+    code = (
+        "import sys\nfrom wpgate.cli import main\n"
+        f"status = main(['trailers', {path!r}, '--root', {str(repo)!r}])\n"
+        "heavy = ['yaml', 'decimal', 'wpgate.parsers.evidence', 'wpgate.rules.evidence',"
+        " 'wpgate.rules.provenance', 'wpgate.rules.work_packages', 'wpgate.rules.changelog']\n"
+        "print(status, [name for name in heavy if name in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "0 []"
+
+
+def test_check_parses_each_document_once(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from wpgate import _docs
+
+    calls: list[str] = []
+    for name in ("parse_provenance", "parse_work_package"):
+        original = getattr(_docs, name)
+
+        def counted(text: str, rel: str, *args: object, _original: object = original) -> object:
+            calls.append(rel)
+            return _original(text, rel, *args)  # type: ignore[operator]
+
+        monkeypatch.setattr(_docs, name, counted)
+    first = git(repo, "rev-parse", "HEAD")
+    (repo / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "{first}"\n')
+    run(repo, "check")
+    assert sorted(calls) == ["docs/PROVENANCE.md", "docs/work_packages/wp-004.md"]

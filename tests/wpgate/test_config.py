@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from wpgate._config import ConfigError, load_config
+from wpgate._config import SCHEMA, ConfigError, load_config
+from wpgate.rules.trailers import TrailerOptions
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -62,3 +67,85 @@ def test_section_that_is_not_a_table(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_config(_write(tmp_path, "[tool.wpgate]\ntrailers = 3\n"))
     assert error.value.key == "tool.wpgate.trailers"
+
+
+_TOML_VALUE = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-(10**6), max_value=10**6),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(alphabet="abcWPG012-_ ", max_size=12),
+    st.lists(st.sampled_from(["a", "WPG101", "1"]), max_size=3),
+)
+_TABLES = st.sampled_from(
+    ["", "docs", "trailers", "provenance", "wp", "evidence", "changelog", "rules", "trailer"]
+)
+_KEYS = st.sampled_from(
+    [
+        "history_start",
+        "claims",
+        "types",
+        "history",
+        "extra_keys",
+        "collect",
+        "ignore",
+        "WPG102",
+        "subject-period",
+        "max_subject_length",
+        "revert_exempt",
+        "nope",
+    ]
+)
+
+
+def _toml(value: object) -> str:
+    """A TOML literal for one generated value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value + '"'
+    assert isinstance(value, list)
+    return "[" + ", ".join(_toml(v) for v in value) + "]"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_TABLES, _KEYS, _TOML_VALUE), max_size=4, unique_by=lambda t: t[:2]))
+def test_any_config_loads_or_names_its_key(entries: list[tuple[str, str, object]]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        tables: dict[str, list[str]] = {}
+        for table, key, value in entries:
+            tables.setdefault(table, []).append(f"{key} = {_toml(value)}")
+        text = "".join(
+            f"[tool.wpgate{'.' + name if name else ''}]\n" + "\n".join(lines) + "\n"
+            for name, lines in sorted(tables.items())
+        )
+        root = _write(Path(folder), text)
+        key = _error_key(lambda: TrailerOptions.from_config(load_config(root)))
+    # Every wrong setting is a ConfigError naming its key (exit 2), never another exception.
+    assert key is None or key.startswith(("tool.wpgate", "pyproject.toml"))
+
+
+def _error_key(load: Callable[[], object]) -> str | None:
+    """The key a ConfigError names, or None when ``load`` succeeds."""
+    try:
+        load()
+    except ConfigError as exc:
+        return exc.key
+    return None
+
+
+def test_every_table_and_kind_is_in_the_schema() -> None:
+    assert set(SCHEMA) == {
+        "",
+        "docs",
+        "trailers",
+        "provenance",
+        "wp",
+        "evidence",
+        "changelog",
+        "rules",
+    }
+    kinds = {setting.kind for table in SCHEMA.values() for setting in table.values()}
+    assert kinds == {"str", "bool", "int", "str_list", "str_or_list"}
+    assert set(SCHEMA["trailers"]) <= set(TrailerOptions.__dataclass_fields__)

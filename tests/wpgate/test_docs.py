@@ -142,3 +142,30 @@ def test_check_is_clean_on_a_small_generated_tree(
     stale = {f["path"] for f in json.loads(capsys.readouterr().out)["findings"]}
     # Evidence file e0 measured m0; pages 0, 3, 6, 9 (ids 1, 4, 7, 10) cite it.
     assert stale == {f"docs/work_packages/wp-{n:04d}.md" for n in (1, 4, 7, 10)}
+
+
+def test_evidence_commits_beyond_a_shallow_cut_exit_2(tmp_path: Path) -> None:
+    from git_helpers import git, new_repository
+
+    from wpgate._git import GitError
+
+    root = new_repository(tmp_path)
+    (root / "a.txt").write_text("a\n")
+    git(root, "add", "a.txt")
+    git(root, "commit", "-q", "-m", "first")
+    old = git(root, "rev-parse", "HEAD")
+    evidence = root / "docs/evidence/e.json"
+    evidence.parent.mkdir(parents=True)
+    evidence.write_text(
+        '{"schema": "wpgate-evidence/1", "environment": {}, "git_commit": "'
+        + old
+        + '", "sources": {}, "results": {"ms": 5}}\n'
+    )
+    (root / "docs/claim.md").write_text("[MEASURED] 5 ms ([e](evidence/e.json)).\n")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "second")
+    clone = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{root}", str(clone))
+    assert _docs.lint_evidence(root, collect=False) == []
+    with pytest.raises(GitError, match=r"clone is shallow.*git fetch --unshallow"):
+        _docs.lint_evidence(clone, collect=False)

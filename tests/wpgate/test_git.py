@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -156,3 +157,28 @@ def test_a_caller_that_stops_early_ends_git_without_error(repo: Path) -> None:
     first = next(commits)
     commits.close()  # kills git and lets the reader thread finish; must not raise or hang
     assert len(first.sha) == 40
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("--output=/tmp/x", "starts with `-`"),
+        ("-n1", "starts with `-`"),
+        ("HEAD\nHEAD", "whitespace or a control character"),
+        ("a b", "whitespace or a control character"),
+        ("", "is empty"),
+    ],
+)
+def test_validate_revision_refuses_what_git_would_misread(name: str, problem: str) -> None:
+    with pytest.raises(GitError, match=re.escape(problem)):
+        _git.validate_revision(name)
+    assert _git.validate_revision("origin/main~2^{commit}") == "origin/main~2^{commit}"
+
+
+def test_no_name_reaches_git_before_end_of_options(repo: Path) -> None:
+    for spec in ("--all", "HEAD..--all", "--not..HEAD"):
+        with pytest.raises(GitError, match="starts with `-`"):
+            list(_git.read_commits(repo, _git.parse_range(spec)))
+    evil = _git.RevisionRange("HEAD", ("--all",))
+    with pytest.raises(GitError, match="starts with `-`"):
+        list(_git.read_commits(repo, evil))

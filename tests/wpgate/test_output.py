@@ -30,6 +30,7 @@ def test_json_round_trips() -> None:
         "path": "abc123def456",
         "line": 5,
         "rule_id": "WPG104",
+        "severity": "error",
         "message": "the `WP:` trailer is missing; add `WP: NNN`",
     }
     assert data["summary"] == {

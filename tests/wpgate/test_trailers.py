@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import gc
+import random
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from wpgate._commits import differences_from_git
+from wpgate._git import parse_range
 from wpgate.trailers import (
     Trailer,
     _parse_general,
@@ -83,8 +87,14 @@ def test_parse_matches_git_interpret_trailers(text: str) -> None:
 
 
 def test_url_is_not_a_trailer() -> None:
-    # The spec's one deliberate difference from git 2.39, which would call `http` a key.
-    assert parse_trailers("subject\n\nhttp://example.com\nWP: 004\n") == ()
+    # The spec's one deliberate difference from git 2.39, which would call `http` a key; the
+    # line still counts towards the block, as in git, so `WP: 004` is found by both.
+    assert parse_trailers("subject\n\nhttp://example.com\nWP: 004\n") == (Trailer("WP", "004", 4),)
+    assert _git_parse("subject\n\nhttp://example.com\nWP: 004\n") == [
+        "http: //example.com",
+        "WP: 004",
+    ]
+    assert parse_trailers("subject\n\nprose\nmore prose\nhttp://x\n") == ()
     assert parse_trailers("subject\n\nWP: 004\n") == (Trailer("WP", "004", 3),)
 
 
@@ -235,3 +245,80 @@ def test_plain_fast_path_agrees_with_the_general_algorithm(lines: list[str], cle
     assert (fast is None) == (lines[-1] == "Conflicts:")
     assume(fast is not None)
     assert fast == _parse_general(text, core, "#", cleanup, None)
+
+
+# Lines a generated history draws from: dividers, patch headers, URLs, comments, continuations,
+# git-generated trailers, CRs and prose, in every order.
+_HISTORY_LINES = [
+    "",
+    "---",
+    "--- a/file.py",
+    "Key: value",
+    "Other-Key : spaced",
+    "  continued",
+    "\tcontinued",
+    "# comment: here",
+    "prose words",
+    "Signed-off-by: A U Thor <a@example.org>",
+    "(cherry picked from commit 0123abc)",
+    "Conflicts:",
+    "See: https://example.org/x",
+    "https://example.org/y",
+    "Key:",
+    "WP: 004\r",
+    "# ------------------------ >8 ------------------------",
+]
+
+
+def _generated_messages(count: int, seed: int = 18) -> list[bytes]:
+    """Commit messages for a history: the oracle corpus, then ``count`` random ones."""
+    rng = random.Random(seed)
+    messages = [text.encode() for text in ORACLE_CORPUS]
+    messages.append(b"fix: x\n\nBody\n\nWP: 001\0\nGate: t.py\n")  # git stops at the NUL
+    messages.append(b"fix: y\n\nbody\n\nWP: 001\n---\nnotes\n")  # above a divider: no block
+    messages.append(b"fix: z\n\nbody\n---\nWP: 001\nGate: t.py\n")  # below it: a block to git
+    for _ in range(count):
+        lines = [rng.choice(_HISTORY_LINES) for _ in range(rng.randint(0, 10))]
+        messages.append(("subject\n\n" + "\n".join(lines) + "\n").encode())
+    return messages
+
+
+def _history(root: Path, messages: list[bytes]) -> None:
+    """One commit per message on main, written verbatim by `git fast-import`."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    chunks = []
+    for index, message in enumerate(messages, 1):
+        chunks.append(b"commit refs/heads/main\nmark :%d\n" % index)
+        chunks.append(b"committer T <t@example.org> %d +0000\n" % (1_700_000_000 + index))
+        chunks.append(b"data %d\n%s\n" % (len(message), message))
+        if index > 1:
+            chunks.append(b"from :%d\n" % (index - 1))
+    subprocess.run(
+        ["git", "-C", str(root), "fast-import", "--quiet"], input=b"".join(chunks), check=True
+    )
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_stored_messages_parse_as_git_log_reads_them(tmp_path: Path) -> None:
+    messages = _generated_messages(400)
+    _history(tmp_path / "repo", messages)
+    count, differ = differences_from_git(tmp_path / "repo", parse_range("main"))
+    assert count == len(messages)
+    assert differ == []
+
+
+def test_divider_applies_only_to_patch_mode() -> None:
+    above = "fix: y\n\nbody\n\nWP: 001\n---\nnotes\n"
+    below = "fix: z\n\nbody\n---\nWP: 001\nGate: t.py\n"
+    assert parse_message(above).trailers == ()
+    assert [t.key for t in parse_trailers(above)] == ["WP"]  # git interpret-trailers: a patch
+    assert parse_message(below).trailers == ()  # one paragraph, mostly prose, as git log sees it
+    assert parse_message(below, divider=True).trailers == ()
+
+
+def test_nul_ends_the_message() -> None:
+    decoded = decode_message(b"fix: x\n\nWP: 001\0\nGate: t.py\n")
+    assert (decoded.text, decoded.nul_line) == ("fix: x\n\nWP: 001", 3)
+    message = parse_message("fix: x\n\nWP: 001\0\nGate: t.py\n")
+    assert [t.key for t in message.trailers] == ["WP"]
+    assert message.nul_line == 3

@@ -144,6 +144,37 @@ class Claim:
     counts: tuple[CountMarker, ...]
 
 
+#: The most characters a JSON number of an evidence file may have (a 40-digit count is already
+#: beyond any measurement); Python refuses to convert integers of more than 4,300 digits at all.
+MAX_NUMBER_CHARS = 40
+
+
+class _BadNumberError(ValueError):
+    """A JSON number an evidence file may not hold (not finite, or unreasonably long)."""
+
+
+def _finite_float(text: str) -> float:
+    """A JSON fraction as a float; too long or not finite (``1e999``) is refused."""
+    value = float(text) if len(text) <= MAX_NUMBER_CHARS else float("inf")
+    if value in (float("inf"), float("-inf")):
+        raise _BadNumberError(f"the number {text[:20]}... is too large to be a measurement")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON integer; more than :data:`MAX_NUMBER_CHARS` characters is refused."""
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _BadNumberError(
+            f"an integer of {len(text)} digits ({text[:12]}...) is too large to be a measurement"
+        )
+    return int(text)
+
+
+def _refuse_constant(name: str) -> float:
+    """``NaN``, ``Infinity`` and ``-Infinity``: Python's json accepts them, JSON does not."""
+    raise _BadNumberError(f"`{name}` is not a JSON number; record a finite number or null")
+
+
 def parse_evidence(text: str, path: str) -> EvidenceParse:
     """Parse and validate the evidence JSON ``text`` of the file at repository-relative ``path``."""
 
@@ -151,9 +182,16 @@ def parse_evidence(text: str, path: str) -> EvidenceParse:
         return EvidenceParse(path, None, (Finding(path, line, FILE_RULE_ID, message),))
 
     try:
-        document = json.loads(text)
+        document = json.loads(
+            text,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+            parse_constant=_refuse_constant,
+        )
     except json.JSONDecodeError as exc:
         return bad(f"not valid JSON ({exc.msg}, column {exc.colno}); rewrite the file", exc.lineno)
+    except _BadNumberError as exc:
+        return bad(f"not a valid evidence file: {exc}")
     except RecursionError:
         return bad("the JSON nests too deeply to read; rewrite the file")
     if not isinstance(document, dict):

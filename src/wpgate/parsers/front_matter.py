@@ -2,24 +2,35 @@
 
 Parsed with PyYAML's safe loader (YAML 1.1, as PyYAML implements it), plus two strictness
 checks the loader lacks: a duplicate key is an error (YAML 1.2 §3.2.1.1 requires unique keys;
-PyYAML keeps the last one silently) and the document must be a mapping. Every problem becomes
-a finding with the file and the line in the file, never an exception.
+PyYAML keeps the last one silently) and the document must be a mapping. Aliases (``*name``,
+merge keys ``<<: *name`` included) are refused before anything is constructed: a page of two
+kilobytes with nested aliases would otherwise expand into gigabytes (a "billion laughs"), and
+front matter has no use for them. Every problem becomes a finding with the file and the line in
+the file, never an exception. PyYAML is imported on first use, so reading only file names (the
+commit-msg hook) never pays for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from wpgate._model import Finding
 
+if TYPE_CHECKING:
+    import yaml
+
 #: Rule id of front-matter syntax findings (work-package pages use it).
 RULE_ID = "WPG301"
-# libyaml's parser when PyYAML was built with it: the same YAML and marks, ~10x faster, which
-# matters for a registry of a thousand pages; the pure-Python loader otherwise.
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _loader() -> type[yaml.SafeLoader]:
+    """libyaml's parser when PyYAML was built with it: the same YAML and marks, ~10x faster,
+    which matters for a registry of a thousand pages; the pure-Python loader otherwise."""
+    import yaml
+
+    found: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return found
 
 
 @dataclass(frozen=True)
@@ -88,23 +99,16 @@ def parse_front_matter(  # noqa: PLR0911 - one early return per malformed shape
     source = "\n".join(lines[1:end]) + "\n"
     body = "\n".join(lines[end + 1 :])
     body_line = end + 2
+    import yaml
+
     try:
-        loader = _LOADER(source)
+        loader = _loader()(source)
         try:
             node = loader.get_single_node()
-            problem = _duplicate_key(node) if node is not None else None
+            problem = _structure_problem(node, "*" in source) if node is not None else None
             if problem is not None:
-                key, line = problem
-                return _failed(
-                    Finding(
-                        path,
-                        line + 2,
-                        rule_id,
-                        f"the key `{key}` appears twice in the front matter; keep one",
-                    ),
-                    body,
-                    body_line,
-                )
+                message, line = problem
+                return _failed(Finding(path, line + 2, rule_id, message), body, body_line)
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -151,23 +155,59 @@ def parse_front_matter(  # noqa: PLR0911 - one early return per malformed shape
     )
 
 
-def _duplicate_key(node: yaml.Node) -> tuple[str, int] | None:
-    """The first key repeated in any mapping under ``node`` and its 0-based line, or None."""
-    stack = [node]
-    seen_nodes: set[int] = set()  # aliases share nodes: visit each once (no alias bombs)
+def _structure_problem(node: yaml.Node, aliases: bool = True) -> tuple[str, int] | None:
+    """What makes the composed ``node`` unusable (an alias, a repeated key) and its 0-based line.
+
+    The composer shares one node object between an anchor and each of its aliases, so a node
+    reached twice is an alias: it is refused before the constructor could expand it. Without
+    ``aliases`` (the source holds no ``*``, so it can hold no alias) only collections are
+    visited, each once.
+    """
+    import yaml
+
+    stack: list[tuple[yaml.Node, yaml.Node | None]] = [(node, None)]
+    seen_nodes: set[int] = set()
     while stack:
-        current = stack.pop()
-        if id(current) in seen_nodes:
-            continue
-        seen_nodes.add(id(current))
+        current, via = stack.pop()
+        if aliases:
+            if id(current) in seen_nodes:
+                return (
+                    "the front matter uses a YAML alias (`*name` or `<<: *name`); write the "
+                    "value out in full (aliases are refused: nested ones expand without bound)",
+                    (via or current).start_mark.line,
+                )
+            seen_nodes.add(id(current))
         if isinstance(current, yaml.MappingNode):
-            seen: set[str] = set()
-            for key, value in current.value:
-                if isinstance(key, yaml.ScalarNode):
-                    if key.value in seen:
-                        return str(key.value), key.start_mark.line
-                    seen.add(key.value)
-                stack.append(value)
+            problem = _repeated_key(current)
+            if problem is not None:
+                return problem
+            children = [
+                pair
+                for key, value in current.value
+                for pair in ((key, key), (value, key))
+                if aliases or not isinstance(pair[0], yaml.ScalarNode)
+            ]
+            stack.extend(reversed(children))  # document order: an anchor before its aliases
         elif isinstance(current, yaml.SequenceNode):
-            stack.extend(current.value)
+            stack.extend(
+                (item, via)
+                for item in reversed(current.value)
+                if aliases or not isinstance(item, yaml.ScalarNode)
+            )
+    return None
+
+
+def _repeated_key(mapping: yaml.MappingNode) -> tuple[str, int] | None:
+    """The first key ``mapping`` repeats, with its 0-based line, or None."""
+    import yaml
+
+    seen: set[str] = set()
+    for key, _ in mapping.value:
+        if isinstance(key, yaml.ScalarNode):
+            if key.value in seen:
+                return (
+                    f"the key `{key.value[:60]}` appears twice in the front matter; keep one",
+                    key.start_mark.line,
+                )
+            seen.add(key.value)
     return None

@@ -23,14 +23,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wpgate._model import Finding
+from wpgate._model import WP_ID_PATTERN, Finding
 from wpgate.parsers.front_matter import parse_front_matter
 
 STATUSES = ("todo", "in-progress", "done", "blocked", "deferred", "superseded")
 REQUIRED_KEYS = ("id", "title", "phase", "status", "depends_on", "gate")
 OPTIONAL_KEYS = ("reason", "superseded_by")
-ID_RE = re.compile(r"^\d{3,}[a-z]?$")
-FILE_RE = re.compile(r"^wp-(\d{3,}[a-z]?)\.md$")
+ID_RE = re.compile(rf"^{WP_ID_PATTERN}$")
+FILE_RE = re.compile(rf"^wp-({WP_ID_PATTERN})\.md$")
 
 #: Rule ids: front-matter syntax, and the schema of its keys.
 SYNTAX_RULE_ID = "WPG301"
@@ -218,7 +218,10 @@ def format_work_package(wp_id: str, title: str, phase: int) -> str:
     import json
 
     if not ID_RE.match(wp_id):
-        raise ValueError(f"{wp_id!r} is not a work-package id (NNN or NNNx, e.g. 012 or 197b)")
+        raise ValueError(
+            f"{wp_id[:40]!r} is not a work-package id (three or more digits and an optional "
+            "letter, e.g. 012, 197b or 1000)"
+        )
     if not title.strip() or "\n" in title:
         raise ValueError("the title must be one non-empty line")
     if phase < 0:

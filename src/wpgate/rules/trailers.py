@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wpgate._config import Config, ConfigError
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import RULES, WP_ID_PATTERN, Finding, Rule
 from wpgate.references import References, split_node_ids
 from wpgate.trailers import Message, Trailer
 
@@ -26,7 +26,9 @@ __all__ = [
     "LintResult",
     "TrailerOptions",
     "exemption",
+    "is_revert",
     "lint_messages",
+    "metadata_exemption",
 ]
 
 DEFAULT_TYPES = (
@@ -43,12 +45,14 @@ DEFAULT_TYPES = (
     "release",
 )
 _SUBJECT = re.compile(r"^(?P<type>[A-Za-z][\w-]*)(?:\((?P<scope>[^()]*)\))?!?: (?P<text>\S.*)$")
-_WP_ID = re.compile(r"^(?:\d{3}[a-z]?|none)$")
+_WP_ID = re.compile(rf"^(?:{WP_ID_PATTERN}|none)$")
 _SOURCE_ITEM = re.compile(r"^(?P<id>R\d+)(?:\s+(?P<locator>\S.*))?$")
 _NONE_WITH_REASON = re.compile(r"^none\s*\((?P<reason>.*)\)$", re.IGNORECASE)
 _ASSUMPTION_ID = re.compile(r"^A\d+$")
 _SIGN_OFF = re.compile(r"^[^<>]*\S[^<>]* <[^<>\s@]+@[^<>\s]+>$")
 _FIXUP_PREFIXES = ("fixup!", "squash!", "amend!")
+# What `git revert` writes: `Revert "<subject>"`, a blank line, `This reverts commit <sha>.`
+_REVERT_BODY = re.compile(r"^This reverts commit [0-9a-f]{7,64}\b")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,8 @@ class TrailerOptions:
     bot_authors: tuple[str, ...] = (r"\[bot\]",)
     signoff_matches_author: bool = False
     clean_room_statement: str = "Clean-room acknowledged:"
+    # `git revert`'s own message (`Revert "..."`, `This reverts commit X.`) is exempt, as merges.
+    revert_exempt: bool = True
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any]) -> TrailerOptions:
@@ -142,13 +148,25 @@ def _finding(parsed: CommitMessage, line: int, rule_id: str, message: str) -> Fi
 
 
 def _last_line(message: Message) -> int:
-    """The line a missing trailer should be added after."""
-    numbers = [n for n, line in message.text_lines() if line.strip()]
-    return numbers[-1] if numbers else 1
+    """The line a missing trailer should be added after: the last non-blank, non-comment one."""
+    lines, comment = message.lines, message.comment_char
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        if line.strip() and (comment is None or not line.startswith(comment)):
+            return index + 1
+    return 1
 
 
 def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
-    """The message is valid UTF-8."""
+    """The message is valid UTF-8 and holds no NUL byte."""
+    if parsed.message.nul_line is not None:
+        yield _finding(
+            parsed,
+            parsed.message.nul_line,
+            "WPG100",
+            "the message holds a NUL byte on this line; git refuses such a message (and its "
+            "readers stop at the NUL), so remove it",
+        )
     line = parsed.message.encoding_error_line
     if line is not None:
         yield _finding(
@@ -255,8 +273,8 @@ def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding
             parsed,
             trailer.line,
             "WPG104",
-            f"`WP: {value}` is not a work-package id; write three digits with an optional "
-            "letter (`WP: 004`, `WP: 197b`) or `WP: none`",
+            f"`WP: {value[:60]}` is not a work-package id; write three or more digits with an "
+            "optional letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
         )
     elif value != "none" and value not in parsed.references.wp_ids:
         yield _finding(
@@ -432,7 +450,12 @@ _TRAILER_RULES = {"WP": "WPG104", "Provenance": "WPG105", "Assumptions": "WPG106
 CHECKS: tuple[Rule, ...] = tuple(
     RULES.ensure(rule)
     for rule in (
-        Rule("WPG100", "message-encoding", "The message is valid UTF-8.", check_encoding),
+        Rule(
+            "WPG100",
+            "message-encoding",
+            "The message is valid UTF-8 and holds no NUL byte.",
+            check_encoding,
+        ),
         Rule(
             "WPG101",
             "subject-format",
@@ -497,15 +520,32 @@ def _bot_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in patterns) or r"(?!)")
 
 
-def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
-    """Why this message is not checked (``merge``, ``bot``, ``fixup``), or None."""
-    if parsed.parents > 1:
+def metadata_exemption(parents: int, author: str | None, options: TrailerOptions) -> str | None:
+    """``merge`` or ``bot`` when the commit is exempt whatever its message says, else None."""
+    if parents > 1:
         return "merge"
-    if parsed.author and options.bot_pattern.search(parsed.author):
+    if author and options.bot_pattern.search(author):
         return "bot"
+    return None
+
+
+def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
+    """Why this message is not checked (``merge``, ``bot``, ``fixup``, ``revert``), or None."""
+    reason = metadata_exemption(parsed.parents, parsed.author, options)
+    if reason is not None:
+        return reason
     if not parsed.pr_mode and parsed.message.subject.startswith(_FIXUP_PREFIXES):
         return "fixup"
+    if options.revert_exempt and is_revert(parsed.message):
+        return "revert"
     return None
+
+
+def is_revert(message: Message) -> bool:
+    """Whether ``message`` is ``git revert``'s: a ``Revert "..."`` subject and its body line."""
+    if not message.subject.startswith('Revert "'):
+        return False
+    return any(_REVERT_BODY.match(line) for _, line in message.text_lines())
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,9 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
             if self.config.rules_module:
                 _reference.import_target(self.config.rules_module)
                 from wpgate._model import RULES
+                from wpgate.rules import register_all
+
+                register_all()
 
                 rules = list(RULES)
                 _add(files, config, f"{ref}/rules/index.md", _reference.render_rules_index(rules))

@@ -50,6 +50,18 @@ def test_alias_bomb_and_deep_nesting_stay_cheap() -> None:
     levels = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
     levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
     front = parse_front_matter("---\n" + "\n".join(levels) + "\n---\n", "p.md")
-    assert front.findings == ()
+    assert front.data is None
+    assert [(f.line, f.rule_id) for f in front.findings] == [(3, "WPG301")]
+    assert "alias" in front.findings[0].message
     deep = parse_front_matter("---\nid: " + "[" * 5000 + "]" * 5000 + "\n---\n", "p.md")
     assert [(f.line, f.rule_id) for f in deep.findings] == [(2, "WPG301")]
+
+
+def test_merge_key_and_scalar_aliases_are_refused_at_their_line() -> None:
+    merged = parse_front_matter("---\nbase: &b {k: 1}\nid:\n  <<: *b\n---\n", "p.md")
+    scalar = parse_front_matter("---\nid: &x '001'\ntitle: *x\n---\n", "p.md")
+    assert [f.line for f in merged.findings] == [4]
+    assert [f.line for f in scalar.findings] == [3]
+    anchor_only = parse_front_matter("---\nid: &x '001'\n---\n", "p.md")
+    assert anchor_only.findings == ()
+    assert anchor_only.data == {"id": "001"}

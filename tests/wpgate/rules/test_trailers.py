@@ -192,8 +192,8 @@ def test_wp_missing_repeated_malformed_unknown() -> None:
         (
             5,
             "WPG104",
-            "`WP: 4` is not a work-package id; write three digits with an optional letter "
-            "(`WP: 004`, `WP: 197b`) or `WP: none`",
+            "`WP: 4` is not a work-package id; write three or more digits with an optional "
+            "letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
         )
     ]
     assert _run(check_wp, base + "WP: 009\n") == [

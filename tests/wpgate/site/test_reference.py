@@ -51,7 +51,9 @@ def test_cli_page_has_every_visible_command() -> None:
 def test_api_page_from_docstrings() -> None:
     text = _reference.render_api_page("wpgate._model", ["Finding", "RuleRegistry"])
     assert "## `Finding`" in text
-    assert "Finding(path: str, line: int, rule_id: str, message: str)" in text
+    assert (
+        "Finding(path: str, line: int, rule_id: str, message: str, severity: str = 'error')" in text
+    )
     assert "### `RuleRegistry.register`" in text
     assert "Add ``rule``; a duplicate id or name is a programming error." in text
 
