@@ -71,15 +71,36 @@ class Structure:
 
 @dataclass(frozen=True)
 class Bucket:
-    """Matrices of one (rows, cols, dtype, device): orthogonalized in one batched call."""
+    """Matrices of one (cols, dtype, device): orthogonalized in one batched call.
+
+    ``rows`` is the stack's row count, that of the bucket's tallest matrix. A matrix with fewer
+    rows enters the stack zero-padded to ``rows``: zero rows stay zero through every
+    Newton–Schulz iteration (they add nothing to ``X·Xᵀ``'s other entries, to the Frobenius
+    norm or to ``B·X``), so its block of the result is its own orthogonalization up to
+    rounding. ``member_rows`` gives each matrix's own rows when they differ (empty when every
+    matrix has ``rows``); the RMS scale is each matrix's own.
+    """
 
     rows: int
     cols: int
     indices: tuple[int, ...]
+    member_rows: tuple[int, ...] = ()
+
+    @property
+    def padded(self) -> bool:
+        """Whether some matrix of the stack is zero-padded (its rows differ from ``rows``)."""
+        return bool(self.member_rows)
 
     @property
     def scale(self) -> float:
+        """The RMS scale of a bucket whose matrices all have ``rows`` rows."""
         return MUON_RMS_SCALE * math.sqrt(max(self.rows, self.cols))
+
+    @property
+    def scales(self) -> tuple[float, ...]:
+        """Each matrix's RMS scale, ``0.2*sqrt(max(rows_i, cols))``, in ``indices`` order."""
+        rows = self.member_rows or (self.rows,) * len(self.indices)
+        return tuple(MUON_RMS_SCALE * math.sqrt(max(r, self.cols)) for r in rows)
 
     @property
     def cost(self) -> int:
@@ -119,7 +140,7 @@ class Orthogonalizer(Protocol):
         Step 3 and the bucket's RMS scale of step 4. This default stacks, calls ``batched`` and
         scales in place; an implementation may save copies but must give the same bits.
         """
-        return self.batched(stack_bucket(members, bucket), ns).mul_(bucket.scale)
+        return scale_stack(self.batched(stack_bucket(members, bucket), ns), bucket)
 
 
 def run_in_order(jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
@@ -162,20 +183,99 @@ def matrix_shape(shape: Sequence[int], use_muon: bool | None = None) -> tuple[in
     return None
 
 
-def build_layout(params: Sequence[Tensor], use_muon: bool | None) -> Layout:
-    """Route each parameter and bucket equal (rows, cols, dtype, device) matrices together."""
+@dataclass(frozen=True)
+class PadBound:
+    """How far a bucket may zero-pad rows: the bound on padding of :func:`build_layout`.
+
+    A matrix joins a taller one's stack only when it has at least ``min_row_fraction`` of the
+    stack's rows, and a stack's padded Newton–Schulz work (rows x cols x min(rows, cols) per
+    matrix, at the stack's rows) stays within ``cost_limit`` times its members' own work.
+    """
+
+    min_row_fraction: float
+    cost_limit: float
+
+
+# On a GPU these small stacks are bound by kernel launches, not arithmetic: fewer, larger
+# stacks win, so rows may differ up to 16x (the bound the Ultralytics MuSGD documents,
+# ultralytics-compat.md) with up to 4x the work. Elsewhere (CPU) the arithmetic is the cost:
+# only stacks that add at most a quarter of the work merge.
+PAD_BOUNDS = {"cuda": PadBound(min_row_fraction=1 / 16, cost_limit=4.0)}
+DEFAULT_PAD_BOUND = PadBound(min_row_fraction=0.5, cost_limit=1.25)
+
+
+def pad_bound(device: torch.device) -> PadBound:
+    """The padding bound for matrices on ``device``."""
+    return PAD_BOUNDS.get(device.type, DEFAULT_PAD_BOUND)
+
+
+def build_layout(
+    params: Sequence[Tensor], use_muon: bool | None, *, pad: PadBound | None = None
+) -> Layout:
+    """Route each parameter and bucket its matrices for batched Newton–Schulz.
+
+    Without ``pad``, matrices of equal (rows, cols, dtype, device) share a bucket. With it,
+    matrices of equal (cols, dtype, device) do, shorter ones zero-padded to the tallest within
+    that bound (:func:`plan_row_buckets`). Buckets are ordered by their first matrix in group
+    order, and each keeps its matrices in group order.
+    """
     shapes = tuple(matrix_shape(p.shape, use_muon) for p in params)
-    groups: dict[tuple[int, int, torch.dtype, torch.device], list[int]] = {}
+    groups: dict[tuple[int, int, torch.dtype, torch.device], list[tuple[int, int]]] = {}
     for i, (p, rc) in enumerate(zip(params, shapes, strict=True)):
         if rc is not None:
-            groups.setdefault((*rc, p.dtype, p.device), []).append(i)
-    buckets = tuple(Bucket(r, c, tuple(idx)) for (r, c, _, _), idx in groups.items())
+            rows, cols = rc
+            key = (0 if pad is not None else rows, cols, p.dtype, p.device)
+            groups.setdefault(key, []).append((i, rows))
+    buckets: list[Bucket] = []
+    for (_, cols, _, _), members in groups.items():
+        heights = [r for _, r in members]
+        stacks = (
+            [list(range(len(heights)))] if pad is None else plan_row_buckets(heights, cols, pad)
+        )
+        for stack in stacks:
+            member_rows = tuple(heights[k] for k in stack)
+            tallest = max(member_rows)
+            uneven = any(r != tallest for r in member_rows)
+            indices = tuple(members[k][0] for k in stack)
+            buckets.append(Bucket(tallest, cols, indices, member_rows if uneven else ()))
+    buckets.sort(key=lambda b: b.indices[0])
     return Layout(
         matrices=tuple(i for i, rc in enumerate(shapes) if rc is not None),
         vectors=tuple(i for i, rc in enumerate(shapes) if rc is None),
-        buckets=buckets,
+        buckets=tuple(buckets),
         shapes=shapes,
     )
+
+
+def ns_work(rows: int, cols: int) -> int:
+    """Newton–Schulz work of one ``(rows, cols)`` matrix, up to a constant factor."""
+    return rows * cols * min(rows, cols)
+
+
+def plan_row_buckets(rows: Sequence[int], cols: int, bound: PadBound) -> list[list[int]]:
+    """Split matrices of one column count into stacks: index lists into ``rows``.
+
+    Equal row counts always share a stack. Row counts are taken tallest first; a shorter one
+    joins the current stack while ``bound`` allows (see :class:`PadBound`), else it starts the
+    next stack. Each stack lists its matrices in their order in ``rows``.
+    """
+    by_rows: dict[int, list[int]] = {}
+    for k, r in enumerate(rows):
+        by_rows.setdefault(r, []).append(k)
+    stacks: list[list[int]] = []
+    tallest = unpadded = 0
+    for r in sorted(by_rows, reverse=True):
+        members = by_rows[r]
+        work = len(members) * ns_work(r, cols)
+        if stacks and r >= bound.min_row_fraction * tallest:
+            count = len(stacks[-1]) + len(members)
+            if count * ns_work(tallest, cols) <= bound.cost_limit * (unpadded + work):
+                stacks[-1].extend(members)
+                unpadded += work
+                continue
+        stacks.append(list(members))
+        tallest, unpadded = r, work
+    return [sorted(stack) for stack in stacks]
 
 
 def _pick(items: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
@@ -210,7 +310,10 @@ def sgd_terms_foreach(n: Sequence[Tensor], layout: Layout, hyper: Hyper) -> list
 def add_orthogonalized(
     updates: list[Tensor], indices: Sequence[int], O: Tensor, hyper: Hyper
 ) -> None:
-    """``U += w_muon*O`` for the matrices ``indices``; ``O`` (already scaled) is overwritten."""
+    """``U += w_muon*O`` for the matrices ``indices``; ``O`` (already scaled) is overwritten.
+
+    ``O`` may be a zero-padded stack: each matrix is read from the first rows of its block.
+    """
     O.mul_(hyper.w_muon)
     targets = _pick(updates, indices)
     shape = targets[0].shape
@@ -218,7 +321,8 @@ def add_orthogonalized(
         # One reshape and one unbind instead of an indexing and a reshape per matrix.
         parts: Sequence[Tensor] = O.reshape(len(targets), *shape).unbind(0)
     else:
-        parts = [o.reshape_as(t) for o, t in zip(O, targets, strict=True)]
+        # A padded stack's matrix is the first rows of its block (rows = shape[0]).
+        parts = [o[: t.shape[0]].reshape_as(t) for o, t in zip(O, targets, strict=True)]
     torch._foreach_add_(targets, list(parts))
 
 
@@ -239,15 +343,31 @@ def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
     """The ``(B, rows, cols)`` stack of a bucket's tensors, with as few dispatches as possible.
 
     One tensor is reshaped (a view when its layout allows); tensors of one shape are stacked and
-    then reshaped once; mixed shapes of the same matrix view are reshaped one by one first.
+    then reshaped once; mixed shapes of the same matrix view are reshaped one by one first. A
+    padded bucket's stack starts as zeros and takes every matrix into its first rows with one
+    multi-tensor copy.
     """
     rows, cols = bucket.rows, bucket.cols
+    if bucket.padded:
+        stack = members[0].new_zeros(len(members), rows, cols)
+        blocks = [s[:r] for s, r in zip(stack.unbind(0), bucket.member_rows, strict=True)]
+        views = [m.reshape(r, cols) for m, r in zip(members, bucket.member_rows, strict=True)]
+        torch._foreach_copy_(blocks, views)
+        return stack
     if len(members) == 1:
         return members[0].reshape(1, rows, cols)
     shape = members[0].shape
     if all(m.shape == shape for m in members):
         return torch.stack(list(members)).reshape(len(members), rows, cols)
     return torch.stack([m.reshape(rows, cols) for m in members])
+
+
+def scale_stack(O: Tensor, bucket: Bucket) -> Tensor:
+    """``O`` (a bucket's ``(B, rows, cols)`` result) times each matrix's RMS scale, in place."""
+    if bucket.padded:
+        torch._foreach_mul_(list(O.unbind(0)), list(bucket.scales))
+        return O
+    return O.mul_(bucket.scale)
 
 
 def add_decay_foreach(

@@ -23,17 +23,19 @@ from musgd._functional import (
     apply_updates,
     build_layout,
     matrix_shape,
+    pad_bound,
     prepare_updates_foreach,
     prepare_updates_per_tensor,
 )
 from musgd._newton_schulz import (
+    AUTO_NS_DTYPE,
     DEFAULT_COEFFICIENTS,
     DEFAULT_EPS,
-    DEFAULT_NS_DTYPE,
     DEFAULT_STEPS,
     SUPPORTED_NS_DTYPES,
     Coefficients,
     resolve_coefficients,
+    resolve_ns_dtype,
 )
 from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
 from musgd._update_replay import UpdateReplayer
@@ -119,7 +121,7 @@ class MuSGD(Optimizer):
         ns_steps: int = DEFAULT_STEPS,
         ns_coefficients: Coefficients = DEFAULT_COEFFICIENTS,
         eps: float = DEFAULT_EPS,
-        ns_dtype: torch.dtype = DEFAULT_NS_DTYPE,
+        ns_dtype: torch.dtype | str = AUTO_NS_DTYPE,
         use_muon: bool | None = None,
         *,
         foreach: bool | None = None,
@@ -160,6 +162,9 @@ class MuSGD(Optimizer):
         self._update_replay = UpdateReplayer(self._replay)
         # Distributed (DDP with process_group, or FSDP2 DTensor parameters): NS work is shared.
         self._sharded = ShardedStep(process_group)
+        # Single-process groups stack matrices of equal column count, zero-padding rows
+        # (`build_layout`); the sharded plan slices same-shape buckets, so it never pads.
+        self._pad_buckets = True
 
     def _count_matrices(self) -> int:
         """The number of parameters routed to Newton-Schulz: the bound on recordings."""
@@ -222,22 +227,28 @@ class MuSGD(Optimizer):
         grads: list[Tensor],
         bufs: list[Tensor],
     ) -> None:
+        sharded = self._sharded.applies(params)
         step = GroupStep(
             params=params,
             grads=grads,
             bufs=bufs,
-            layout=build_layout(params, group["use_muon"]),
+            # The sharded plan slices same-shape buckets across ranks: no padded stacks there.
+            layout=build_layout(
+                params,
+                group["use_muon"],
+                pad=pad_bound(params[0].device) if self._pad_buckets and not sharded else None,
+            ),
             hyper=Hyper(
                 momentum=float(group["momentum"]),
                 weight_decay=float(group["weight_decay"]),
                 w_muon=float(group["w_muon"]),
                 w_sgd=float(group["w_sgd"]),
             ),
-            structure=group_structure(group),
+            structure=group_structure(group, params[0].device),
         )
         orth = self._orth_replay if group["capture_orthogonalization"] else self._orth
         lr = float(group["lr"])
-        if self._sharded.applies(params):
+        if sharded:
             # Collectives sit inside this step, so no whole-group recording: each rank replays
             # only its own Newton-Schulz share (through `orth`).
             self._sharded.step(step, orth=orth, lr=lr)
@@ -283,8 +294,8 @@ class MuSGD(Optimizer):
         return bufs
 
 
-def group_structure(group: dict[str, Any]) -> Structure:
-    """The operation-deciding part of a group's settings."""
+def group_structure(group: dict[str, Any], device: torch.device) -> Structure:
+    """The operation-deciding part of a group's settings, for matrices on ``device``."""
     return Structure(
         nesterov=bool(group["nesterov"]),
         decay=float(group["weight_decay"]) != 0.0,
@@ -293,7 +304,7 @@ def group_structure(group: dict[str, Any]) -> Structure:
             steps=int(group["ns_steps"]),
             coefficients=tuple(tuple(t) for t in group["ns_coefficients"]),
             eps=float(group["eps"]),
-            dtype=group["ns_dtype"],
+            dtype=resolve_ns_dtype(group["ns_dtype"], device),
         ),
     )
 
@@ -327,8 +338,9 @@ def _validate_group(group: dict[str, Any], *, where: str) -> None:
     eps = group["eps"]
     if not _real(eps) or not math.isfinite(eps) or eps <= 0:
         fail("eps", "a finite number > 0")
-    if group["ns_dtype"] not in SUPPORTED_NS_DTYPES:
-        fail("ns_dtype", "torch.bfloat16, torch.float16 or torch.float32")
+    ns_dtype = group["ns_dtype"]
+    if not (ns_dtype == AUTO_NS_DTYPE or ns_dtype in SUPPORTED_NS_DTYPES):
+        fail("ns_dtype", '"auto", torch.bfloat16, torch.float16 or torch.float32')
     if group["use_muon"] not in (None, True, False):
         fail("use_muon", "None, True or False")
     for name in ("capture_orthogonalization", "capture_updates"):

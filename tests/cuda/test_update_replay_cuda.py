@@ -132,7 +132,7 @@ def test_branched_bucket_jobs_run_eagerly_match_in_order_jobs() -> None:
     """Outside a capture, too, the branched schedule computes what the in-order one does."""
     params = make_params()
     grads = [torch.randn_like(p) for p in params]
-    structure = group_structure(MuSGD(groups(params), lr=0.1).param_groups[0])
+    structure = group_structure(MuSGD(groups(params), lr=0.1).param_groups[0], DEVICE)
     layout = build_layout(params, None)
     hyper = Hyper(momentum=0.9, weight_decay=0.01, w_muon=0.5, w_sgd=0.5)
     recorder = CudaGraphRecorder(branches=4)

@@ -13,19 +13,26 @@ from musgd_reference import route
 from torch import Tensor
 
 from musgd._functional import (
+    DEFAULT_PAD_BOUND,
+    PAD_BOUNDS,
     Bucket,
     EagerOrthogonalizer,
     Hyper,
     NSSettings,
     Orthogonalizer,
+    PadBound,
     Structure,
     add_orthogonalized,
     apply_updates,
     build_layout,
     matrix_shape,
+    ns_work,
+    pad_bound,
+    plan_row_buckets,
     prepare_updates_foreach,
     prepare_updates_per_tensor,
     run_in_order,
+    scale_stack,
     stack_bucket,
 )
 from musgd._newton_schulz import resolve_coefficients
@@ -146,17 +153,112 @@ def test_layout_respects_use_muon() -> None:
 def test_buckets_partition_the_matrices(
     spec: list[tuple[list[int], torch.dtype]],
 ) -> None:
+    """Without a pad bound, one bucket per (rows, cols, dtype): no padding."""
     params = _params([(tuple(s), d) for s, d in spec])
     layout = build_layout(params, None)
     flat = sorted(i for b in layout.buckets for i in b.indices)
     assert flat == list(layout.matrices)
     keys = set()
     for bucket in layout.buckets:
+        assert not bucket.padded
         members = {(*layout.shapes[i], params[i].dtype) for i in bucket.indices}  # type: ignore[misc]
         assert members == {(bucket.rows, bucket.cols, params[bucket.indices[0]].dtype)}
         assert list(bucket.indices) == sorted(bucket.indices)  # group order kept
         keys.add((bucket.rows, bucket.cols, params[bucket.indices[0]].dtype))
     assert len(keys) == len(layout.buckets)  # one bucket per key
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=1, max_value=70),
+            st.sampled_from([4, 9, 36]),
+            st.sampled_from([torch.float32, torch.float64]),
+        ),
+        max_size=16,
+    ),
+    st.sampled_from([PadBound(0.5, 1.25), PadBound(1 / 16, 4.0), PadBound(0.25, 2.0)]),
+)
+def test_padded_buckets_share_cols_and_respect_the_bound(
+    spec: list[tuple[int, int, torch.dtype]], bound: PadBound
+) -> None:
+    params = [torch.zeros(r, c, dtype=d) for r, c, d in spec]
+    layout = build_layout(params, None, pad=bound)
+    assert sorted(i for b in layout.buckets for i in b.indices) == list(layout.matrices)
+    assert [b.indices[0] for b in layout.buckets] == sorted(b.indices[0] for b in layout.buckets)
+    home: dict[tuple[int, int, torch.dtype], int] = {}
+    for k, bucket in enumerate(layout.buckets):
+        assert list(bucket.indices) == sorted(bucket.indices)
+        rows = [params[i].shape[0] for i in bucket.indices]
+        assert {(params[i].shape[1], params[i].dtype) for i in bucket.indices} == {
+            (bucket.cols, params[bucket.indices[0]].dtype)
+        }
+        assert bucket.rows == max(rows)
+        assert bucket.member_rows == (tuple(rows) if len(set(rows)) > 1 else ())
+        assert bucket.padded == (len(set(rows)) > 1)
+        assert min(rows) >= bound.min_row_fraction * bucket.rows
+        own = sum(ns_work(r, bucket.cols) for r in rows)
+        assert bucket.cost <= bound.cost_limit * own
+        for i in bucket.indices:  # equal (rows, cols, dtype) never split over two buckets
+            key = (params[i].shape[0], bucket.cols, params[i].dtype)
+            assert home.setdefault(key, k) == k
+
+
+def test_row_buckets_merge_tallest_first_within_the_bound() -> None:
+    # Column count 64: rows 64, 60 and 32 fit one stack at 1/16 and 4x; 2 rows is below 1/16.
+    assert plan_row_buckets([32, 64, 2, 60, 64], 64, PadBound(1 / 16, 4.0)) == [[0, 1, 3, 4], [2]]
+    # At half the rows and 1.25x the work, 60 joins 64 but 32 (4x its own work) does not.
+    assert plan_row_buckets([32, 64, 2, 60, 64], 64, PadBound(0.5, 1.25)) == [[1, 3, 4], [0], [2]]
+
+
+def test_pad_bound_is_wider_on_cuda_than_elsewhere() -> None:
+    cuda = pad_bound(torch.device("cuda", 0))
+    assert cuda is PAD_BOUNDS["cuda"]
+    assert pad_bound(torch.device("cpu")) is DEFAULT_PAD_BOUND
+    assert cuda.min_row_fraction < DEFAULT_PAD_BOUND.min_row_fraction
+    assert cuda.cost_limit > DEFAULT_PAD_BOUND.cost_limit
+
+
+def test_padded_stack_holds_each_matrix_in_its_first_rows_and_zeros_below() -> None:
+    gen = torch.Generator().manual_seed(3)
+    members = [torch.randn(4, 2, 3, generator=gen), torch.randn(6, 6, generator=gen)]
+    bucket = Bucket(6, 6, (0, 1), (4, 6))
+    stack = stack_bucket(members, bucket)
+    assert stack.shape == (2, 6, 6)
+    assert torch.equal(stack[0, :4], members[0].reshape(4, 6))
+    assert torch.equal(stack[0, 4:], torch.zeros(2, 6))
+    assert torch.equal(stack[1], members[1])
+    scaled = scale_stack(stack.clone(), bucket)
+    assert bucket.scales == (0.2 * math.sqrt(6), 0.2 * math.sqrt(6))
+    wide = Bucket(3, 8, (0, 1), (2, 3))
+    assert wide.scales == (0.2 * math.sqrt(8),) * 2
+    tall = Bucket(12, 4, (0, 1), (6, 12))
+    assert tall.scales == (0.2 * math.sqrt(6), 0.2 * math.sqrt(12))
+    assert torch.equal(scaled, stack * (0.2 * math.sqrt(6)))
+
+
+@pytest.mark.parametrize("ns_dtype", [torch.float32, torch.bfloat16])
+def test_padded_buckets_give_the_per_matrix_result_up_to_rounding(ns_dtype: torch.dtype) -> None:
+    """Zero rows stay zero through Newton–Schulz, wide and tall stacks alike."""
+    shapes = [(48, 16, 3, 3), (40, 144), (24, 16, 3, 3), (144, 12), (160, 12), (130, 12), (5,)]
+    gen = torch.Generator().manual_seed(11)
+    params = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [torch.randn(s, generator=gen) for s in shapes]
+    bufs = [torch.randn(s, generator=gen) for s in shapes]
+    ns = NSSettings(NS32.steps, NS32.coefficients, NS32.eps, ns_dtype)
+    structure = Structure(nesterov=True, decay=True, muon=True, ns=ns)
+    hyper = Hyper(momentum=0.9, weight_decay=0.05, w_muon=0.5, w_sgd=0.5)
+    padded = build_layout(params, None, pad=PadBound(0.25, 4.0))
+    assert sorted(b.indices for b in padded.buckets) == [(0, 1, 2), (3, 4, 5)]
+    assert all(b.padded for b in padded.buckets)
+    orth = EagerOrthogonalizer()
+    bufs_b = [b.clone() for b in bufs]
+    u_a = prepare_updates_foreach(params, grads, bufs, padded, hyper, structure, orth)
+    u_b = prepare_updates_per_tensor(params, grads, bufs_b, padded, hyper, structure, orth)
+    tol = 1e-5 if ns_dtype == torch.float32 else 2e-2
+    for a, b in zip(u_a, u_b, strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
 
 
 GROUP_SHAPES = [(8, 4, 3, 3), (8, 36), (8,), (36, 8), (8, 4, 3, 3), (8, 1, 1), (6, 6)]

@@ -29,7 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_common import assert_same, record_first_group, set_grads, split_groups, step_both
 from replay_fakes import FakeRecorder
 
-MATRICES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (16, 16, 3, 3), (24, 16), (16, 24)]
+# (12, 16, 3, 3) shares the column count 144 of (16, 16, 3, 3): a zero-padded bucket.
+MATRICES = [
+    (8, 3, 3, 3),
+    (16, 8, 3, 3),
+    (16, 16, 3, 3),
+    (12, 16, 3, 3),
+    (16, 16, 3, 3),
+    (24, 16),
+    (16, 24),
+]
 VECTORS = [(8,), (16,), (16,), (24,)]
 
 
