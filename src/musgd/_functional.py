@@ -278,6 +278,56 @@ def plan_row_buckets(rows: Sequence[int], cols: int, bound: PadBound) -> list[li
     return [sorted(stack) for stack in stacks]
 
 
+# Multi-tensor primitives: one ``torch._foreach_*`` call each in eager mode. Under a
+# ``torch.compile`` trace they become per-tensor loops, which Inductor fuses into its own kernels
+# anyway: on CUDA, Inductor's foreach scheduling fails with an AssertionError when foreach ops
+# meet per-tensor reductions over tensors of different shapes (pytorch/pytorch#176591, R140),
+# which is what a step with Newton–Schulz norms between foreach ops is. Each loop runs the
+# foreach op's per-tensor arithmetic, so both forms give the same bits in eager mode.
+
+
+def multi_mul_(tensors: Sequence[Tensor], scalar: Scalar | Sequence[float]) -> None:
+    """``t *= scalar`` for each tensor (``scalar`` may be one value or one per tensor)."""
+    if not torch.compiler.is_compiling():
+        torch._foreach_mul_(list(tensors), scalar)
+        return
+    values = scalar if isinstance(scalar, Sequence) else [scalar] * len(tensors)
+    for t, v in zip(tensors, values, strict=True):
+        t.mul_(v)
+
+
+def multi_mul(tensors: Sequence[Tensor], scalar: Scalar) -> list[Tensor]:
+    """``t * scalar`` for each tensor, fresh."""
+    if not torch.compiler.is_compiling():
+        return list(torch._foreach_mul(list(tensors), scalar))
+    return [t.mul(scalar) for t in tensors]
+
+
+def multi_add_(tensors: Sequence[Tensor], others: Sequence[Tensor], alpha: float = 1.0) -> None:
+    """``t += alpha * o`` for each pair."""
+    if not torch.compiler.is_compiling():
+        torch._foreach_add_(list(tensors), list(others), alpha=alpha)
+        return
+    for t, o in zip(tensors, others, strict=True):
+        t.add_(o, alpha=alpha)
+
+
+def multi_add(tensors: Sequence[Tensor], others: Sequence[Tensor]) -> list[Tensor]:
+    """``t + o`` for each pair, fresh."""
+    if not torch.compiler.is_compiling():
+        return list(torch._foreach_add(list(tensors), list(others)))
+    return [t.add(o) for t, o in zip(tensors, others, strict=True)]
+
+
+def multi_copy_(targets: Sequence[Tensor], sources: Sequence[Tensor]) -> None:
+    """``t <- s`` for each pair."""
+    if not torch.compiler.is_compiling():
+        torch._foreach_copy_(list(targets), list(sources))
+        return
+    for t, src in zip(targets, sources, strict=True):
+        t.copy_(src)
+
+
 def _pick(items: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
     return [items[i] for i in idx]
 
@@ -288,12 +338,12 @@ def momentum_foreach(
     """Steps 1–2: ``m <- mu*m + g`` in place; returns ``n`` (fresh with Nesterov, else ``m``)."""
     bufs = list(bufs)
     grads = list(grads)
-    torch._foreach_mul_(bufs, hyper.momentum)
-    torch._foreach_add_(bufs, grads)
+    multi_mul_(bufs, hyper.momentum)
+    multi_add_(bufs, grads)
     if not structure.nesterov:
         return bufs
-    n = list(torch._foreach_mul(bufs, hyper.momentum))
-    torch._foreach_add_(n, grads)
+    n = multi_mul(bufs, hyper.momentum)
+    multi_add_(n, grads)
     return n
 
 
@@ -301,7 +351,7 @@ def sgd_terms_foreach(n: Sequence[Tensor], layout: Layout, hyper: Hyper) -> list
     """The update before its orthogonalized and decay terms: ``w_sgd*n`` (matrices), ``n``."""
     updates = list(n)
     if layout.matrices:
-        scaled = torch._foreach_mul(_pick(n, layout.matrices), hyper.w_sgd)
+        scaled = multi_mul(_pick(n, layout.matrices), hyper.w_sgd)
         for i, u in zip(layout.matrices, scaled, strict=True):
             updates[i] = u
     return updates
@@ -323,7 +373,7 @@ def add_orthogonalized(
     else:
         # A padded stack's matrix is the first rows of its block (rows = shape[0]).
         parts = [o[: t.shape[0]].reshape_as(t) for o, t in zip(O, targets, strict=True)]
-    torch._foreach_add_(targets, list(parts))
+    multi_add_(targets, parts)
 
 
 def orthogonalize_bucket(
@@ -352,7 +402,7 @@ def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
         stack = members[0].new_zeros(len(members), rows, cols)
         blocks = [s[:r] for s, r in zip(stack.unbind(0), bucket.member_rows, strict=True)]
         views = [m.reshape(r, cols) for m, r in zip(members, bucket.member_rows, strict=True)]
-        torch._foreach_copy_(blocks, views)
+        multi_copy_(blocks, views)
         return stack
     if len(members) == 1:
         return members[0].reshape(1, rows, cols)
@@ -365,7 +415,7 @@ def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
 def scale_stack(O: Tensor, bucket: Bucket) -> Tensor:
     """``O`` (a bucket's ``(B, rows, cols)`` result) times each matrix's RMS scale, in place."""
     if bucket.padded:
-        torch._foreach_mul_(list(O.unbind(0)), list(bucket.scales))
+        multi_mul_(O.unbind(0), bucket.scales)
         return O
     return O.mul_(bucket.scale)
 
@@ -374,11 +424,11 @@ def add_decay_foreach(
     updates: list[Tensor], params: Sequence[Tensor], layout: Layout, hyper: Hyper
 ) -> None:
     """``U += wd*W``: in place for matrices, out of place for vectors (whose U may be ``m``)."""
-    decay = torch._foreach_mul(list(params), hyper.weight_decay)
+    decay = multi_mul(params, hyper.weight_decay)
     if layout.matrices:
-        torch._foreach_add_(_pick(updates, layout.matrices), _pick(decay, layout.matrices))
+        multi_add_(_pick(updates, layout.matrices), _pick(decay, layout.matrices))
     if layout.vectors:
-        summed = torch._foreach_add(_pick(updates, layout.vectors), _pick(decay, layout.vectors))
+        summed = multi_add(_pick(updates, layout.vectors), _pick(decay, layout.vectors))
         for i, u in zip(layout.vectors, summed, strict=True):
             updates[i] = u
 
@@ -476,4 +526,4 @@ class GroupStep:
 
 def apply_updates(params: Sequence[Tensor], updates: Sequence[Tensor], lr: float) -> None:
     """Step 5, the write: ``W <- W - lr*U`` as one foreach call over the group."""
-    torch._foreach_add_(list(params), list(updates), alpha=-lr)
+    multi_add_(params, updates, alpha=-lr)

@@ -20,7 +20,7 @@ from musgd.bench._evidence import build_evidence, check_commit, write_evidence
 from musgd.bench._models import PARAMETER_SETS, ParamSpec
 from musgd.bench._optimizer_bench import format_optimizer_table, run_optimizer_benchmark
 from musgd.bench._train_bench import TrainConfig, format_training_table, run_training_benchmark
-from musgd.bench._variants import all_variants, select_variants
+from musgd.bench._variants import PeerImportError, all_variants, select_variants
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -284,6 +284,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.commit is not None:
             check_commit(args.commit)  # before the run, not after it
         return commands[args.command](args, device, args_list)
-    except (UsageError, ValueError) as exc:  # ValueError: option values that do not fit
+    except (UsageError, ValueError, PeerImportError) as exc:  # ValueError: values that do not fit
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
