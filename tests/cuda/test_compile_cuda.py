@@ -19,7 +19,11 @@ DEVICE = torch.device("cuda")
     ids=["eager", "capture-flags"],
 )
 def test_compiled_step_matches_eager_on_yolo26n_shapes(flags: dict[str, bool]) -> None:
-    shapes = [spec.shape for spec in yolo26_parameters("yolo26n")]
+    # The first 32 conv kernels and 32 norm weights: foreach work and Newton-Schulz norms over
+    # many shapes, as in the whole set (whose compile takes minutes), in a fraction of the time.
+    specs = yolo26_parameters("yolo26n")
+    shapes = [s.shape for s in specs if s.name.startswith("matrices.")][:32]
+    shapes += [s.shape for s in specs if s.name.startswith("norm_weights.")][:32]
     eager, compiled, opt = compiled_and_eager(shapes, DEVICE, **flags)
     # bf16 Newton-Schulz (the "auto" dtype on this GPU): Inductor's own matmul and fusion
     # choices round differently, within the bf16 tolerance of the eager core tests.
