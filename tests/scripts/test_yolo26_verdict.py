@@ -15,7 +15,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "yolo26_verdict.py"
 
 def _load() -> ModuleType:
     spec = importlib.util.spec_from_file_location("yolo26_verdict", SCRIPT)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
