@@ -94,7 +94,7 @@ def resolve_ns_dtype(ns_dtype: torch.dtype | str, device: torch.device) -> torch
     A dtype is returned as given. ``"auto"`` is ``torch.bfloat16`` on a CUDA device with native
     bf16 matrix multiplication (Ampere and newer) and ``torch.float32`` everywhere else: on a CPU
     without native bf16, bf16 ``addmm``/``bmm`` is emulated and an order of magnitude slower
-    than float32 (measured on this project's 2-core CI machine: docs/work_packages/wp-010.md).
+    than float32 (docs/work_packages/wp-010.md).
     """
     if isinstance(ns_dtype, torch.dtype):
         return ns_dtype
