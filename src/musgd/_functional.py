@@ -71,36 +71,39 @@ class Structure:
 
 @dataclass(frozen=True)
 class Bucket:
-    """Matrices of one (cols, dtype, device): orthogonalized in one batched call.
+    """Matrices of one dtype and device, orthogonalized in one batched ``(B, rows, cols)`` call.
 
-    ``rows`` is the stack's row count, that of the bucket's tallest matrix. A matrix with fewer
-    rows enters the stack zero-padded to ``rows``: zero rows stay zero through every
-    Newton–Schulz iteration (they add nothing to ``X·Xᵀ``'s other entries, to the Frobenius
-    norm or to ``B·X``), so its block of the result is its own orthogonalization up to
-    rounding. ``member_rows`` gives each matrix's own rows when they differ (empty when every
-    matrix has ``rows``); the RMS scale is each matrix's own.
+    Without padding every matrix is ``(rows, cols)``. A padded stack holds smaller matrices in
+    the top-left corner of their block, zero elsewhere: zero rows and zero columns stay zero
+    through every Newton–Schulz iteration (they add nothing to ``X·Xᵀ``'s other entries, to the
+    Frobenius norm or to ``B·X``), so each block is its matrix's own orthogonalization up to
+    rounding. ``member_shapes`` gives each matrix's ``(rows, cols)`` as it sits in the stack
+    (empty when every matrix fills its block); ``transposed`` marks matrices that sit
+    transposed (empty when none does): the polar factor of ``Xᵀ`` is that of ``X`` transposed.
+    The RMS scale is each matrix's own.
     """
 
     rows: int
     cols: int
     indices: tuple[int, ...]
-    member_rows: tuple[int, ...] = ()
+    member_shapes: tuple[tuple[int, int], ...] = ()
+    transposed: tuple[bool, ...] = ()
 
     @property
     def padded(self) -> bool:
-        """Whether some matrix of the stack is zero-padded (its rows differ from ``rows``)."""
-        return bool(self.member_rows)
+        """Whether some matrix does not fill its block as it is (smaller, or transposed)."""
+        return bool(self.member_shapes)
 
     @property
     def scale(self) -> float:
-        """The RMS scale of a bucket whose matrices all have ``rows`` rows."""
+        """The RMS scale of a bucket whose matrices all fill their blocks."""
         return MUON_RMS_SCALE * math.sqrt(max(self.rows, self.cols))
 
     @property
     def scales(self) -> tuple[float, ...]:
-        """Each matrix's RMS scale, ``0.2*sqrt(max(rows_i, cols))``, in ``indices`` order."""
-        rows = self.member_rows or (self.rows,) * len(self.indices)
-        return tuple(MUON_RMS_SCALE * math.sqrt(max(r, self.cols)) for r in rows)
+        """Each matrix's RMS scale, ``0.2*sqrt(max(rows_i, cols_i))``, in ``indices`` order."""
+        shapes = self.member_shapes or ((self.rows, self.cols),) * len(self.indices)
+        return tuple(MUON_RMS_SCALE * math.sqrt(max(r, c)) for r, c in shapes)
 
     @property
     def cost(self) -> int:
@@ -185,23 +188,29 @@ def matrix_shape(shape: Sequence[int], use_muon: bool | None = None) -> tuple[in
 
 @dataclass(frozen=True)
 class PadBound:
-    """How far a bucket may zero-pad rows: the bound on padding of :func:`build_layout`.
+    """How far a bucket may zero-pad: the bound on padding of :func:`build_layout`.
 
-    A matrix joins a taller one's stack only when it has at least ``min_row_fraction`` of the
-    stack's rows, and a stack's padded Newton–Schulz work (rows x cols x min(rows, cols) per
-    matrix, at the stack's rows) stays within ``cost_limit`` times its members' own work.
+    A matrix joins a larger one's stack only when it has at least ``min_fraction`` of the
+    stack's rows (and, with ``pad_cols``, of its columns; without it, only matrices of the
+    stack's column count join), and a stack's padded Newton–Schulz work (rows x cols x
+    min(rows, cols) per matrix, at the stack's size) stays within ``cost_limit`` times its
+    members' own work. With ``pad_cols`` matrices are stacked wide side along the columns (a
+    tall one sits transposed), as Newton–Schulz runs them anyway.
     """
 
-    min_row_fraction: float
+    min_fraction: float
     cost_limit: float
+    pad_cols: bool = False
 
 
-# On a GPU these small stacks are bound by kernel launches, not arithmetic: fewer, larger
-# stacks win, so rows may differ up to 16x (the bound the Ultralytics MuSGD documents,
-# ultralytics-compat.md) with up to 4x the work. Elsewhere (CPU) the arithmetic is the cost:
-# only stacks that add at most a quarter of the work merge.
-PAD_BOUNDS = {"cuda": PadBound(min_row_fraction=1 / 16, cost_limit=4.0)}
-DEFAULT_PAD_BOUND = PadBound(min_row_fraction=0.5, cost_limit=1.25)
+# On a GPU these small stacks are bound by host-side launches (an H200 host spends about 0.5 ms
+# per stack on yolo26n-sized stacks while the GPU idles: evidence of 5a309cb's replay profile),
+# not arithmetic: fewer, larger stacks win, so rows and columns may each differ up to 16x (the
+# row bound the Ultralytics MuSGD documents, ultralytics-compat.md) with up to 4x the work.
+# Elsewhere (CPU) the arithmetic is the cost: only rows pad, and only where that adds at most a
+# quarter of the work.
+PAD_BOUNDS = {"cuda": PadBound(min_fraction=1 / 16, cost_limit=4.0, pad_cols=True)}
+DEFAULT_PAD_BOUND = PadBound(min_fraction=0.5, cost_limit=1.25)
 
 
 def pad_bound(device: torch.device) -> PadBound:
@@ -215,29 +224,28 @@ def build_layout(
     """Route each parameter and bucket its matrices for batched Newton–Schulz.
 
     Without ``pad``, matrices of equal (rows, cols, dtype, device) share a bucket. With it,
-    matrices of equal (cols, dtype, device) do, shorter ones zero-padded to the tallest within
-    that bound (:func:`plan_row_buckets`). Buckets are ordered by their first matrix in group
+    matrices of one (dtype, device) (and one column count, unless ``pad.pad_cols``) are stacked
+    within that bound (:func:`plan_stacks`). Buckets are ordered by their first matrix in group
     order, and each keeps its matrices in group order.
     """
     shapes = tuple(matrix_shape(p.shape, use_muon) for p in params)
-    groups: dict[tuple[int, int, torch.dtype, torch.device], list[tuple[int, int]]] = {}
+    groups: dict[tuple[object, ...], list[tuple[int, tuple[int, int]]]] = {}
     for i, (p, rc) in enumerate(zip(params, shapes, strict=True)):
-        if rc is not None:
-            rows, cols = rc
-            key = (0 if pad is not None else rows, cols, p.dtype, p.device)
-            groups.setdefault(key, []).append((i, rows))
+        if rc is None:
+            continue
+        if pad is None:
+            key: tuple[object, ...] = (rc, p.dtype, p.device)
+        else:
+            key = (None if pad.pad_cols else rc[1], p.dtype, p.device)
+        groups.setdefault(key, []).append((i, rc))
     buckets: list[Bucket] = []
-    for (_, cols, _, _), members in groups.items():
-        heights = [r for _, r in members]
-        stacks = (
-            [list(range(len(heights)))] if pad is None else plan_row_buckets(heights, cols, pad)
+    for members in groups.values():
+        own = [rc for _, rc in members]
+        stacks = [list(range(len(own)))] if pad is None else plan_stacks(own, pad)
+        orient = pad is not None and pad.pad_cols
+        buckets.extend(
+            _bucket([members[k][0] for k in s], [own[k] for k in s], orient=orient) for s in stacks
         )
-        for stack in stacks:
-            member_rows = tuple(heights[k] for k in stack)
-            tallest = max(member_rows)
-            uneven = any(r != tallest for r in member_rows)
-            indices = tuple(members[k][0] for k in stack)
-            buckets.append(Bucket(tallest, cols, indices, member_rows if uneven else ()))
     buckets.sort(key=lambda b: b.indices[0])
     return Layout(
         matrices=tuple(i for i, rc in enumerate(shapes) if rc is not None),
@@ -247,35 +255,59 @@ def build_layout(
     )
 
 
+def _bucket(indices: list[int], shapes: list[tuple[int, int]], *, orient: bool) -> Bucket:
+    """The bucket of matrices ``indices`` of these ``(rows, cols)`` shapes, one stack.
+
+    With ``orient``, wide and tall matrices in one stack: the tall ones sit transposed. When
+    every matrix fills the stack as it is, the bucket records no member shapes (the unpadded
+    fast paths apply).
+    """
+    wide = [r <= c for r, c in shapes]
+    if not orient or all(wide) or not any(wide):
+        placed = shapes  # one orientation: Newton–Schulz transposes the whole stack if tall
+        flips = [False] * len(shapes)
+    else:
+        placed = [(r, c) if w else (c, r) for (r, c), w in zip(shapes, wide, strict=True)]
+        flips = [not w for w in wide]
+    rows = max(r for r, _ in placed)
+    cols = max(c for _, c in placed)
+    if all(rc == (rows, cols) for rc in placed) and not any(flips):
+        return Bucket(rows, cols, tuple(indices))
+    return Bucket(rows, cols, tuple(indices), tuple(placed), tuple(flips) if any(flips) else ())
+
+
 def ns_work(rows: int, cols: int) -> int:
     """Newton–Schulz work of one ``(rows, cols)`` matrix, up to a constant factor."""
     return rows * cols * min(rows, cols)
 
 
-def plan_row_buckets(rows: Sequence[int], cols: int, bound: PadBound) -> list[list[int]]:
-    """Split matrices of one column count into stacks: index lists into ``rows``.
+def plan_stacks(shapes: Sequence[tuple[int, int]], bound: PadBound) -> list[list[int]]:
+    """Split matrices of these ``(rows, cols)`` shapes into stacks: index lists into ``shapes``.
 
-    Equal row counts always share a stack. Row counts are taken tallest first; a shorter one
-    joins the current stack while ``bound`` allows (see :class:`PadBound`), else it starts the
-    next stack. Each stack lists its matrices in their order in ``rows``.
+    Equal shapes always share a stack. Shapes are taken costliest first (with ``pad_cols``, as
+    ``(short, long)``); each joins the first stack it fits within ``bound`` (see
+    :class:`PadBound`), else it starts a new stack of its own size. Each stack lists its
+    matrices in their order in ``shapes``.
     """
-    by_rows: dict[int, list[int]] = {}
-    for k, r in enumerate(rows):
-        by_rows.setdefault(r, []).append(k)
-    stacks: list[list[int]] = []
-    tallest = unpadded = 0
-    for r in sorted(by_rows, reverse=True):
-        members = by_rows[r]
-        work = len(members) * ns_work(r, cols)
-        if stacks and r >= bound.min_row_fraction * tallest:
-            count = len(stacks[-1]) + len(members)
-            if count * ns_work(tallest, cols) <= bound.cost_limit * (unpadded + work):
-                stacks[-1].extend(members)
-                unpadded += work
-                continue
-        stacks.append(list(members))
-        tallest, unpadded = r, work
-    return [sorted(stack) for stack in stacks]
+    by_shape: dict[tuple[int, int], list[int]] = {}
+    for k, (r, c) in enumerate(shapes):
+        key = (min(r, c), max(r, c)) if bound.pad_cols else (r, c)
+        by_shape.setdefault(key, []).append(k)
+    order = sorted(by_shape, key=lambda rc: (-ns_work(*rc), rc))
+    stacks: list[tuple[int, int, int, list[int]]] = []  # (rows, cols, own work, members)
+    for r, c in order:
+        members = by_shape[(r, c)]
+        work = len(members) * ns_work(r, c)
+        for k, (rows, cols, own, placed) in enumerate(stacks):
+            fits_cols = c == cols or (bound.pad_cols and bound.min_fraction * cols <= c <= cols)
+            fits = fits_cols and bound.min_fraction * rows <= r <= rows
+            padded = (len(placed) + len(members)) * ns_work(rows, cols)
+            if fits and padded <= bound.cost_limit * (own + work):
+                stacks[k] = (rows, cols, own + work, placed + members)
+                break
+        else:
+            stacks.append((r, c, work, list(members)))
+    return [sorted(placed) for _, _, _, placed in stacks]
 
 
 # Multi-tensor primitives: one ``torch._foreach_*`` call each in eager mode. Under a
@@ -358,22 +390,53 @@ def sgd_terms_foreach(n: Sequence[Tensor], layout: Layout, hyper: Hyper) -> list
 
 
 def add_orthogonalized(
-    updates: list[Tensor], indices: Sequence[int], O: Tensor, hyper: Hyper
+    updates: list[Tensor],
+    indices: Sequence[int],
+    O: Tensor,
+    hyper: Hyper,
+    bucket: Bucket | None = None,
 ) -> None:
     """``U += w_muon*O`` for the matrices ``indices``; ``O`` (already scaled) is overwritten.
 
-    ``O`` may be a zero-padded stack: each matrix is read from the first rows of its block.
+    A padded ``bucket``'s stack holds each matrix in the corner of its block (transposed where
+    the bucket says so): contiguous updates take it through a 2-D view, without a copy.
     """
     O.mul_(hyper.w_muon)
     targets = _pick(updates, indices)
+    if bucket is not None and bucket.padded:
+        dst: list[Tensor] = []
+        src: list[Tensor] = []
+        for k, (t, block) in enumerate(zip(targets, _blocks(O, bucket), strict=True)):
+            part = block.mT if bucket.transposed and bucket.transposed[k] else block
+            if t.is_contiguous():
+                dst.append(t.view(part.shape))
+                src.append(part)
+            else:
+                dst.append(t)
+                src.append(part.reshape(t.shape))
+        multi_add_(dst, src)
+        return
     shape = targets[0].shape
     if all(t.shape == shape for t in targets):
         # One reshape and one unbind instead of an indexing and a reshape per matrix.
         parts: Sequence[Tensor] = O.reshape(len(targets), *shape).unbind(0)
     else:
-        # A padded stack's matrix is the first rows of its block (rows = shape[0]).
-        parts = [o[: t.shape[0]].reshape_as(t) for o, t in zip(O, targets, strict=True)]
+        parts = [o.reshape_as(t) for o, t in zip(O, targets, strict=True)]
     multi_add_(targets, parts)
+
+
+def _blocks(stack: Tensor, bucket: Bucket) -> list[Tensor]:
+    """Views of each matrix's corner of a padded ``bucket``'s ``(B, rows, cols)`` stack."""
+    return [s[:r, :c] for s, (r, c) in zip(stack.unbind(0), bucket.member_shapes, strict=True)]
+
+
+def _placed(member: Tensor, bucket: Bucket, k: int) -> Tensor:
+    """Matrix ``k`` of a padded ``bucket`` as it sits in the stack: its ``(rows, cols)`` view,
+    transposed where the bucket says so."""
+    r, c = bucket.member_shapes[k]
+    if bucket.transposed and bucket.transposed[k]:
+        return member.reshape(c, r).mT
+    return member.reshape(r, c)
 
 
 def orthogonalize_bucket(
@@ -386,7 +449,7 @@ def orthogonalize_bucket(
 ) -> None:
     """One bucket's job: orthogonalize the stack of its matrices of ``n``, add into ``updates``."""
     O = orth.stacked(_pick(n, bucket.indices), bucket, ns)
-    add_orthogonalized(updates, bucket.indices, O, hyper)
+    add_orthogonalized(updates, bucket.indices, O, hyper, bucket)
 
 
 def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
@@ -394,15 +457,13 @@ def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
 
     One tensor is reshaped (a view when its layout allows); tensors of one shape are stacked and
     then reshaped once; mixed shapes of the same matrix view are reshaped one by one first. A
-    padded bucket's stack starts as zeros and takes every matrix into its first rows with one
-    multi-tensor copy.
+    padded bucket's stack starts as zeros and takes every matrix into the corner of its block
+    (transposed where the bucket says so) with one multi-tensor copy.
     """
     rows, cols = bucket.rows, bucket.cols
     if bucket.padded:
         stack = members[0].new_zeros(len(members), rows, cols)
-        blocks = [s[:r] for s, r in zip(stack.unbind(0), bucket.member_rows, strict=True)]
-        views = [m.reshape(r, cols) for m, r in zip(members, bucket.member_rows, strict=True)]
-        multi_copy_(blocks, views)
+        multi_copy_(_blocks(stack, bucket), [_placed(m, bucket, k) for k, m in enumerate(members)])
         return stack
     if len(members) == 1:
         return members[0].reshape(1, rows, cols)

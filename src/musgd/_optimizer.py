@@ -64,11 +64,13 @@ class MuSGD(Optimizer):
     A parameter is a *matrix* when its view ``(shape[0], numel/shape[0])`` has at least two rows
     and two columns (a conv kernel ``(O, I, kh, kw)`` becomes ``(O, I*kh*kw)``); everything else
     is a *vector*. A group may force either route with ``use_muon=True/False``. ``NS`` is the
-    quintic Newton–Schulz iteration (:func:`musgd.orthogonalize`). A group's matrices of equal
-    column count are orthogonalized in one batched call, shorter ones zero-padded to the
-    stack's rows (zero rows stay zero through the iteration, so each gets its own result up to
-    rounding); padding is bounded: rows within 16x and at most 4x the work on CUDA, where these
-    calls are bound by kernel launches, and within 2x and 1.25x the work elsewhere.
+    quintic Newton–Schulz iteration (:func:`musgd.orthogonalize`). A group's matrices are
+    orthogonalized in a few batched calls, smaller ones zero-padded to their stack's size (zero
+    rows and columns stay zero through the iteration, so each gets its own result up to
+    rounding). Padding is bounded. On CUDA, where these calls are bound by host-side launches,
+    rows and columns may each differ up to 16x (tall matrices sit transposed) at up to 4x the
+    work; elsewhere only matrices of equal column count share a stack, rows within 2x and at
+    most 1.25x the work.
 
     ``ns_dtype="auto"`` (the default) runs Newton–Schulz in bf16 on CUDA GPUs that multiply bf16
     natively (compute capability 8.0 and up) and in float32 everywhere else: on a CPU without

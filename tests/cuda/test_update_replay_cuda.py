@@ -519,7 +519,7 @@ def test_zero_padded_stacks_replay_the_eager_bits(flags: dict[str, bool]) -> Non
 
     ref_p, rep_p = make(), make()
     layout = build_layout(ref_p[:3], None, pad=pad_bound(DEVICE))
-    assert [b.member_rows for b in layout.buckets] == [(64, 48, 16)]
+    assert [b.member_shapes for b in layout.buckets] == [((64, 288), (48, 288), (16, 288))]
     ref = MuSGD(split_groups(ref_p, 3), lr=0.02)
     rep = MuSGD(split_groups(rep_p, 3), lr=0.02, **flags)
     for step in range(4):

@@ -444,7 +444,9 @@ def test_replayed_shapes_include_a_zero_padded_bucket() -> None:
     params = make_params()
     layout = build_layout(params, None, pad=pad_bound(torch.device("cpu")))
     padded = [b for b in layout.buckets if b.padded]
-    assert [(b.rows, b.cols, b.member_rows) for b in padded] == [(16, 144, (16, 12, 16))]
+    assert [(b.rows, b.cols, b.member_shapes) for b in padded] == [
+        (16, 144, ((16, 144), (12, 144), (16, 144)))
+    ]
 
 
 def test_bound_is_the_number_of_matrix_parameters() -> None:
