@@ -18,6 +18,7 @@ def test_demo_quick_shows_loss_going_down(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert "per-matrix eager" in out
     assert "bucketed eager" in out
+    assert "optimizer step with MuSGD's defaults (bucketed eager): " in out
     assert "loss went down for every variant: yes" in out
 
 
