@@ -203,7 +203,7 @@ class PadBound:
     pad_cols: bool = False
 
 
-# On a GPU these small stacks are bound by host-side launches (an H200 host spends about 0.5 ms
+# On a GPU these small stacks are bound by host-side launches (an H200 host spends about 0.6 ms
 # per stack on yolo26n-sized stacks while the GPU idles: evidence of 5a309cb's replay profile),
 # not arithmetic: fewer, larger stacks win, so rows and columns may each differ up to 16x (the
 # row bound the Ultralytics MuSGD documents, ultralytics-compat.md) with up to 4x the work.
@@ -313,7 +313,7 @@ def plan_stacks(shapes: Sequence[tuple[int, int]], bound: PadBound) -> list[list
 # Multi-tensor primitives: one ``torch._foreach_*`` call each in eager mode. Under a
 # ``torch.compile`` trace they become per-tensor loops, which Inductor fuses into its own kernels
 # anyway: on CUDA, Inductor's foreach scheduling fails with an AssertionError when foreach ops
-# meet per-tensor reductions over tensors of different shapes (pytorch/pytorch#176591, R140),
+# meet per-tensor reductions over tensors of different shapes (pytorch/pytorch#176591, R141),
 # which is what a step with Newton–Schulz norms between foreach ops is. Each loop runs the
 # foreach op's per-tensor arithmetic, so both forms give the same bits in eager mode.
 
