@@ -144,7 +144,7 @@ def phase_costs(
     ps, gs = opt._gather(0, group)
     bufs = opt._buffers(ps)
     layout = build_layout(ps, group["use_muon"])
-    structure = group_structure(group)
+    structure = group_structure(group, device)
     hyper = Hyper(0.9, 0.01, 0.5, 0.5)
     n = momentum_foreach(bufs, gs, hyper, structure)
     updates = sgd_terms_foreach(n, layout, hyper)

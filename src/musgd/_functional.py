@@ -71,15 +71,39 @@ class Structure:
 
 @dataclass(frozen=True)
 class Bucket:
-    """Matrices of one (rows, cols, dtype, device): orthogonalized in one batched call."""
+    """Matrices of one dtype and device, orthogonalized in one batched ``(B, rows, cols)`` call.
+
+    Without padding every matrix is ``(rows, cols)``. A padded stack holds smaller matrices in
+    the top-left corner of their block, zero elsewhere: zero rows and zero columns stay zero
+    through every Newton–Schulz iteration (they add nothing to ``X·Xᵀ``'s other entries, to the
+    Frobenius norm or to ``B·X``), so each block is its matrix's own orthogonalization up to
+    rounding. ``member_shapes`` gives each matrix's ``(rows, cols)`` as it sits in the stack
+    (empty when every matrix fills its block); ``transposed`` marks matrices that sit
+    transposed (empty when none does): the polar factor of ``Xᵀ`` is that of ``X`` transposed.
+    The RMS scale is each matrix's own.
+    """
 
     rows: int
     cols: int
     indices: tuple[int, ...]
+    member_shapes: tuple[tuple[int, int], ...] = ()
+    transposed: tuple[bool, ...] = ()
+
+    @property
+    def padded(self) -> bool:
+        """Whether some matrix does not fill its block as it is (smaller, or transposed)."""
+        return bool(self.member_shapes)
 
     @property
     def scale(self) -> float:
+        """The RMS scale of a bucket whose matrices all fill their blocks."""
         return MUON_RMS_SCALE * math.sqrt(max(self.rows, self.cols))
+
+    @property
+    def scales(self) -> tuple[float, ...]:
+        """Each matrix's RMS scale, ``0.2*sqrt(max(rows_i, cols_i))``, in ``indices`` order."""
+        shapes = self.member_shapes or ((self.rows, self.cols),) * len(self.indices)
+        return tuple(MUON_RMS_SCALE * math.sqrt(max(r, c)) for r, c in shapes)
 
     @property
     def cost(self) -> int:
@@ -119,7 +143,7 @@ class Orthogonalizer(Protocol):
         Step 3 and the bucket's RMS scale of step 4. This default stacks, calls ``batched`` and
         scales in place; an implementation may save copies but must give the same bits.
         """
-        return self.batched(stack_bucket(members, bucket), ns).mul_(bucket.scale)
+        return scale_stack(self.batched(stack_bucket(members, bucket), ns), bucket)
 
 
 def run_in_order(jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
@@ -162,20 +186,178 @@ def matrix_shape(shape: Sequence[int], use_muon: bool | None = None) -> tuple[in
     return None
 
 
-def build_layout(params: Sequence[Tensor], use_muon: bool | None) -> Layout:
-    """Route each parameter and bucket equal (rows, cols, dtype, device) matrices together."""
+@dataclass(frozen=True)
+class PadBound:
+    """How far a bucket may zero-pad: the bound on padding of :func:`build_layout`.
+
+    A matrix joins a larger one's stack only when it has at least ``min_fraction`` of the
+    stack's rows (and, with ``pad_cols``, of its columns; without it, only matrices of the
+    stack's column count join), and a stack's padded Newton–Schulz work (rows x cols x
+    min(rows, cols) per matrix, at the stack's size) stays within ``cost_limit`` times its
+    members' own work. With ``pad_cols`` matrices are stacked wide side along the columns (a
+    tall one sits transposed), as Newton–Schulz runs them anyway.
+    """
+
+    min_fraction: float
+    cost_limit: float
+    pad_cols: bool = False
+
+
+# On a GPU these small stacks are bound by host-side launches (an H200 host spends about 0.6 ms
+# per stack on yolo26n-sized stacks while the GPU idles: evidence of 5a309cb's replay profile),
+# not arithmetic: fewer, larger stacks win, so rows and columns may each differ up to 16x (the
+# row bound the Ultralytics MuSGD documents, ultralytics-compat.md) with up to 4x the work.
+# Elsewhere (CPU) the arithmetic is the cost: only rows pad, and only where that adds at most a
+# quarter of the work.
+PAD_BOUNDS = {"cuda": PadBound(min_fraction=1 / 16, cost_limit=4.0, pad_cols=True)}
+DEFAULT_PAD_BOUND = PadBound(min_fraction=0.5, cost_limit=1.25)
+
+
+def pad_bound(device: torch.device) -> PadBound:
+    """The padding bound for matrices on ``device``."""
+    return PAD_BOUNDS.get(device.type, DEFAULT_PAD_BOUND)
+
+
+def build_layout(
+    params: Sequence[Tensor], use_muon: bool | None, *, pad: PadBound | None = None
+) -> Layout:
+    """Route each parameter and bucket its matrices for batched Newton–Schulz.
+
+    Without ``pad``, matrices of equal (rows, cols, dtype, device) share a bucket. With it,
+    matrices of one (dtype, device) (and one column count, unless ``pad.pad_cols``) are stacked
+    within that bound (:func:`plan_stacks`). Buckets are ordered by their first matrix in group
+    order, and each keeps its matrices in group order.
+    """
     shapes = tuple(matrix_shape(p.shape, use_muon) for p in params)
-    groups: dict[tuple[int, int, torch.dtype, torch.device], list[int]] = {}
+    groups: dict[tuple[object, ...], list[tuple[int, tuple[int, int]]]] = {}
     for i, (p, rc) in enumerate(zip(params, shapes, strict=True)):
-        if rc is not None:
-            groups.setdefault((*rc, p.dtype, p.device), []).append(i)
-    buckets = tuple(Bucket(r, c, tuple(idx)) for (r, c, _, _), idx in groups.items())
+        if rc is None:
+            continue
+        if pad is None:
+            key: tuple[object, ...] = (rc, p.dtype, p.device)
+        else:
+            key = (None if pad.pad_cols else rc[1], p.dtype, p.device)
+        groups.setdefault(key, []).append((i, rc))
+    buckets: list[Bucket] = []
+    for members in groups.values():
+        own = [rc for _, rc in members]
+        stacks = [list(range(len(own)))] if pad is None else plan_stacks(own, pad)
+        orient = pad is not None and pad.pad_cols
+        buckets.extend(
+            _bucket([members[k][0] for k in s], [own[k] for k in s], orient=orient) for s in stacks
+        )
+    buckets.sort(key=lambda b: b.indices[0])
     return Layout(
         matrices=tuple(i for i, rc in enumerate(shapes) if rc is not None),
         vectors=tuple(i for i, rc in enumerate(shapes) if rc is None),
-        buckets=buckets,
+        buckets=tuple(buckets),
         shapes=shapes,
     )
+
+
+def _bucket(indices: list[int], shapes: list[tuple[int, int]], *, orient: bool) -> Bucket:
+    """The bucket of matrices ``indices`` of these ``(rows, cols)`` shapes, one stack.
+
+    With ``orient``, wide and tall matrices in one stack: the tall ones sit transposed. When
+    every matrix fills the stack as it is, the bucket records no member shapes (the unpadded
+    fast paths apply).
+    """
+    wide = [r <= c for r, c in shapes]
+    if not orient or all(wide) or not any(wide):
+        placed = shapes  # one orientation: Newton–Schulz transposes the whole stack if tall
+        flips = [False] * len(shapes)
+    else:
+        placed = [(r, c) if w else (c, r) for (r, c), w in zip(shapes, wide, strict=True)]
+        flips = [not w for w in wide]
+    rows = max(r for r, _ in placed)
+    cols = max(c for _, c in placed)
+    if all(rc == (rows, cols) for rc in placed) and not any(flips):
+        return Bucket(rows, cols, tuple(indices))
+    return Bucket(rows, cols, tuple(indices), tuple(placed), tuple(flips) if any(flips) else ())
+
+
+def ns_work(rows: int, cols: int) -> int:
+    """Newton–Schulz work of one ``(rows, cols)`` matrix, up to a constant factor."""
+    return rows * cols * min(rows, cols)
+
+
+def plan_stacks(shapes: Sequence[tuple[int, int]], bound: PadBound) -> list[list[int]]:
+    """Split matrices of these ``(rows, cols)`` shapes into stacks: index lists into ``shapes``.
+
+    Equal shapes always share a stack. Shapes are taken costliest first (with ``pad_cols``, as
+    ``(short, long)``); each joins the first stack it fits within ``bound`` (see
+    :class:`PadBound`), else it starts a new stack of its own size. Each stack lists its
+    matrices in their order in ``shapes``.
+    """
+    by_shape: dict[tuple[int, int], list[int]] = {}
+    for k, (r, c) in enumerate(shapes):
+        key = (min(r, c), max(r, c)) if bound.pad_cols else (r, c)
+        by_shape.setdefault(key, []).append(k)
+    order = sorted(by_shape, key=lambda rc: (-ns_work(*rc), rc))
+    stacks: list[tuple[int, int, int, list[int]]] = []  # (rows, cols, own work, members)
+    for r, c in order:
+        members = by_shape[(r, c)]
+        work = len(members) * ns_work(r, c)
+        for k, (rows, cols, own, placed) in enumerate(stacks):
+            fits_cols = c == cols or (bound.pad_cols and bound.min_fraction * cols <= c <= cols)
+            fits = fits_cols and bound.min_fraction * rows <= r <= rows
+            padded = (len(placed) + len(members)) * ns_work(rows, cols)
+            if fits and padded <= bound.cost_limit * (own + work):
+                stacks[k] = (rows, cols, own + work, placed + members)
+                break
+        else:
+            stacks.append((r, c, work, list(members)))
+    return [sorted(placed) for _, _, _, placed in stacks]
+
+
+# Multi-tensor primitives: one ``torch._foreach_*`` call each in eager mode. Under a
+# ``torch.compile`` trace they become per-tensor loops, which Inductor fuses into its own kernels
+# anyway: on CUDA, Inductor's foreach scheduling fails with an AssertionError when foreach ops
+# meet per-tensor reductions over tensors of different shapes (pytorch/pytorch#176591, R141),
+# which is what a step with Newton–Schulz norms between foreach ops is. Each loop runs the
+# foreach op's per-tensor arithmetic, so both forms give the same bits in eager mode.
+
+
+def multi_mul_(tensors: Sequence[Tensor], scalar: Scalar | Sequence[float]) -> None:
+    """``t *= scalar`` for each tensor (``scalar`` may be one value or one per tensor)."""
+    if not torch.compiler.is_compiling():
+        torch._foreach_mul_(list(tensors), scalar)
+        return
+    values = scalar if isinstance(scalar, Sequence) else [scalar] * len(tensors)
+    for t, v in zip(tensors, values, strict=True):
+        t.mul_(v)
+
+
+def multi_mul(tensors: Sequence[Tensor], scalar: Scalar) -> list[Tensor]:
+    """``t * scalar`` for each tensor, fresh."""
+    if not torch.compiler.is_compiling():
+        return list(torch._foreach_mul(list(tensors), scalar))
+    return [t.mul(scalar) for t in tensors]
+
+
+def multi_add_(tensors: Sequence[Tensor], others: Sequence[Tensor], alpha: float = 1.0) -> None:
+    """``t += alpha * o`` for each pair."""
+    if not torch.compiler.is_compiling():
+        torch._foreach_add_(list(tensors), list(others), alpha=alpha)
+        return
+    for t, o in zip(tensors, others, strict=True):
+        t.add_(o, alpha=alpha)
+
+
+def multi_add(tensors: Sequence[Tensor], others: Sequence[Tensor]) -> list[Tensor]:
+    """``t + o`` for each pair, fresh."""
+    if not torch.compiler.is_compiling():
+        return list(torch._foreach_add(list(tensors), list(others)))
+    return [t.add(o) for t, o in zip(tensors, others, strict=True)]
+
+
+def multi_copy_(targets: Sequence[Tensor], sources: Sequence[Tensor]) -> None:
+    """``t <- s`` for each pair."""
+    if not torch.compiler.is_compiling():
+        torch._foreach_copy_(list(targets), list(sources))
+        return
+    for t, src in zip(targets, sources, strict=True):
+        t.copy_(src)
 
 
 def _pick(items: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
@@ -188,12 +370,12 @@ def momentum_foreach(
     """Steps 1–2: ``m <- mu*m + g`` in place; returns ``n`` (fresh with Nesterov, else ``m``)."""
     bufs = list(bufs)
     grads = list(grads)
-    torch._foreach_mul_(bufs, hyper.momentum)
-    torch._foreach_add_(bufs, grads)
+    multi_mul_(bufs, hyper.momentum)
+    multi_add_(bufs, grads)
     if not structure.nesterov:
         return bufs
-    n = list(torch._foreach_mul(bufs, hyper.momentum))
-    torch._foreach_add_(n, grads)
+    n = multi_mul(bufs, hyper.momentum)
+    multi_add_(n, grads)
     return n
 
 
@@ -201,25 +383,60 @@ def sgd_terms_foreach(n: Sequence[Tensor], layout: Layout, hyper: Hyper) -> list
     """The update before its orthogonalized and decay terms: ``w_sgd*n`` (matrices), ``n``."""
     updates = list(n)
     if layout.matrices:
-        scaled = torch._foreach_mul(_pick(n, layout.matrices), hyper.w_sgd)
+        scaled = multi_mul(_pick(n, layout.matrices), hyper.w_sgd)
         for i, u in zip(layout.matrices, scaled, strict=True):
             updates[i] = u
     return updates
 
 
 def add_orthogonalized(
-    updates: list[Tensor], indices: Sequence[int], O: Tensor, hyper: Hyper
+    updates: list[Tensor],
+    indices: Sequence[int],
+    O: Tensor,
+    hyper: Hyper,
+    bucket: Bucket | None = None,
 ) -> None:
-    """``U += w_muon*O`` for the matrices ``indices``; ``O`` (already scaled) is overwritten."""
+    """``U += w_muon*O`` for the matrices ``indices``; ``O`` (already scaled) is overwritten.
+
+    A padded ``bucket``'s stack holds each matrix in the corner of its block (transposed where
+    the bucket says so): contiguous updates take it through a 2-D view, without a copy.
+    """
     O.mul_(hyper.w_muon)
     targets = _pick(updates, indices)
+    if bucket is not None and bucket.padded:
+        dst: list[Tensor] = []
+        src: list[Tensor] = []
+        for k, (t, block) in enumerate(zip(targets, _blocks(O, bucket), strict=True)):
+            part = block.mT if bucket.transposed and bucket.transposed[k] else block
+            if t.is_contiguous():
+                dst.append(t.view(part.shape))
+                src.append(part)
+            else:
+                dst.append(t)
+                src.append(part.reshape(t.shape))
+        multi_add_(dst, src)
+        return
     shape = targets[0].shape
     if all(t.shape == shape for t in targets):
         # One reshape and one unbind instead of an indexing and a reshape per matrix.
         parts: Sequence[Tensor] = O.reshape(len(targets), *shape).unbind(0)
     else:
         parts = [o.reshape_as(t) for o, t in zip(O, targets, strict=True)]
-    torch._foreach_add_(targets, list(parts))
+    multi_add_(targets, parts)
+
+
+def _blocks(stack: Tensor, bucket: Bucket) -> list[Tensor]:
+    """Views of each matrix's corner of a padded ``bucket``'s ``(B, rows, cols)`` stack."""
+    return [s[:r, :c] for s, (r, c) in zip(stack.unbind(0), bucket.member_shapes, strict=True)]
+
+
+def _placed(member: Tensor, bucket: Bucket, k: int) -> Tensor:
+    """Matrix ``k`` of a padded ``bucket`` as it sits in the stack: its ``(rows, cols)`` view,
+    transposed where the bucket says so."""
+    r, c = bucket.member_shapes[k]
+    if bucket.transposed and bucket.transposed[k]:
+        return member.reshape(c, r).mT
+    return member.reshape(r, c)
 
 
 def orthogonalize_bucket(
@@ -232,16 +449,22 @@ def orthogonalize_bucket(
 ) -> None:
     """One bucket's job: orthogonalize the stack of its matrices of ``n``, add into ``updates``."""
     O = orth.stacked(_pick(n, bucket.indices), bucket, ns)
-    add_orthogonalized(updates, bucket.indices, O, hyper)
+    add_orthogonalized(updates, bucket.indices, O, hyper, bucket)
 
 
 def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
     """The ``(B, rows, cols)`` stack of a bucket's tensors, with as few dispatches as possible.
 
     One tensor is reshaped (a view when its layout allows); tensors of one shape are stacked and
-    then reshaped once; mixed shapes of the same matrix view are reshaped one by one first.
+    then reshaped once; mixed shapes of the same matrix view are reshaped one by one first. A
+    padded bucket's stack starts as zeros and takes every matrix into the corner of its block
+    (transposed where the bucket says so) with one multi-tensor copy.
     """
     rows, cols = bucket.rows, bucket.cols
+    if bucket.padded:
+        stack = members[0].new_zeros(len(members), rows, cols)
+        multi_copy_(_blocks(stack, bucket), [_placed(m, bucket, k) for k, m in enumerate(members)])
+        return stack
     if len(members) == 1:
         return members[0].reshape(1, rows, cols)
     shape = members[0].shape
@@ -250,15 +473,23 @@ def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
     return torch.stack([m.reshape(rows, cols) for m in members])
 
 
+def scale_stack(O: Tensor, bucket: Bucket) -> Tensor:
+    """``O`` (a bucket's ``(B, rows, cols)`` result) times each matrix's RMS scale, in place."""
+    if bucket.padded:
+        multi_mul_(O.unbind(0), bucket.scales)
+        return O
+    return O.mul_(bucket.scale)
+
+
 def add_decay_foreach(
     updates: list[Tensor], params: Sequence[Tensor], layout: Layout, hyper: Hyper
 ) -> None:
     """``U += wd*W``: in place for matrices, out of place for vectors (whose U may be ``m``)."""
-    decay = torch._foreach_mul(list(params), hyper.weight_decay)
+    decay = multi_mul(params, hyper.weight_decay)
     if layout.matrices:
-        torch._foreach_add_(_pick(updates, layout.matrices), _pick(decay, layout.matrices))
+        multi_add_(_pick(updates, layout.matrices), _pick(decay, layout.matrices))
     if layout.vectors:
-        summed = torch._foreach_add(_pick(updates, layout.vectors), _pick(decay, layout.vectors))
+        summed = multi_add(_pick(updates, layout.vectors), _pick(decay, layout.vectors))
         for i, u in zip(layout.vectors, summed, strict=True):
             updates[i] = u
 
@@ -356,4 +587,4 @@ class GroupStep:
 
 def apply_updates(params: Sequence[Tensor], updates: Sequence[Tensor], lr: float) -> None:
     """Step 5, the write: ``W <- W - lr*U`` as one foreach call over the group."""
-    torch._foreach_add_(list(params), list(updates), alpha=-lr)
+    multi_add_(params, updates, alpha=-lr)

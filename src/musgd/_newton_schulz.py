@@ -21,6 +21,8 @@ DEFAULT_EPS = 1e-7
 DEFAULT_NS_DTYPE = torch.bfloat16
 MAX_STEPS = 100
 SUPPORTED_NS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# The optimizer's default working dtype: resolved per device by :func:`resolve_ns_dtype`.
+AUTO_NS_DTYPE = "auto"
 
 Triple = tuple[float, float, float]
 Coefficients = Triple | Sequence[Triple]
@@ -32,6 +34,9 @@ def resolve_coefficients(coefficients: Coefficients, steps: int) -> tuple[Triple
     A single triple is used for every iteration; a sequence gives one triple per iteration and a
     shorter sequence repeats its last triple (e.g. the Polar Express schedule, arXiv 2505.16932).
     """
+    if torch.compiler.is_compiling():
+        # Dynamo traces through an lru_cache wrapper (and warns); the plain body traces the same.
+        return _resolve(coefficients, steps)
     try:
         return _resolve_cached(coefficients, steps)
     except TypeError:  # an unhashable sequence (a list): validate it uncached
@@ -81,6 +86,31 @@ def _as_triples(coefficients: Coefficients) -> list[Triple]:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def resolve_ns_dtype(ns_dtype: torch.dtype | str, device: torch.device) -> torch.dtype:
+    """The Newton–Schulz working dtype for matrices on ``device``.
+
+    A dtype is returned as given. ``"auto"`` is ``torch.bfloat16`` on a CUDA device with native
+    bf16 matrix multiplication (Ampere and newer) and ``torch.float32`` everywhere else: on a CPU
+    without native bf16, bf16 ``addmm``/``bmm`` is emulated and an order of magnitude slower
+    than float32 (docs/work_packages/wp-010.md).
+    """
+    if isinstance(ns_dtype, torch.dtype):
+        return ns_dtype
+    if device.type != "cuda":
+        return torch.float32
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    dtype = _CUDA_AUTO_DTYPES.get(index)
+    if dtype is None:
+        major, _ = torch.cuda.get_device_capability(index)
+        dtype = torch.bfloat16 if major >= 8 else torch.float32
+        _CUDA_AUTO_DTYPES[index] = dtype
+    return dtype
+
+
+# "auto" per CUDA device index: a plain dict (not lru_cache) so that a compiled step reads it.
+_CUDA_AUTO_DTYPES: dict[int, torch.dtype] = {}
 
 
 def _check_dtype(dtype: torch.dtype) -> None:

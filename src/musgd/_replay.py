@@ -521,7 +521,7 @@ class ReplayOrthogonalizer(Orthogonalizer):
         """
         first = members[0]
         device, shape, dtype = first.device, first.shape, first.dtype
-        if self._state.context_fallback(device) is not None:
+        if bucket.padded or self._state.context_fallback(device) is not None:
             return None
         for m in members:
             if (

@@ -22,6 +22,7 @@ from musgd._functional import (
     EagerOrthogonalizer,
     Hyper,
     build_layout,
+    pad_bound,
     prepare_updates_foreach,
 )
 from musgd._optimizer import group_structure
@@ -132,7 +133,7 @@ def test_branched_bucket_jobs_run_eagerly_match_in_order_jobs() -> None:
     """Outside a capture, too, the branched schedule computes what the in-order one does."""
     params = make_params()
     grads = [torch.randn_like(p) for p in params]
-    structure = group_structure(MuSGD(groups(params), lr=0.1).param_groups[0])
+    structure = group_structure(MuSGD(groups(params), lr=0.1).param_groups[0], DEVICE)
     layout = build_layout(params, None)
     hyper = Hyper(momentum=0.9, weight_decay=0.01, w_muon=0.5, w_sgd=0.5)
     recorder = CudaGraphRecorder(branches=4)
@@ -494,3 +495,35 @@ def test_200_step_nano_detector_run_is_byte_identical(flags: dict[str, bool]) ->
     assert replay_run.stats.failures == 0
     assert replay_run.stats.replays == 2 * 200  # two groups, every step
     assert_runs_identical(eager_run, replay_run)
+
+
+# Column count 288 for all three kernels (64, 48 and 16 rows): one zero-padded stack on CUDA.
+PADDED_MATRICES = [(64, 32, 3, 3), (48, 32, 3, 3), (16, 32, 3, 3)]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"capture_orthogonalization": True},
+        {"capture_updates": True},
+        {"capture_orthogonalization": True, "capture_updates": True},
+    ],
+    ids=["orth", "updates", "both"],
+)
+def test_zero_padded_stacks_replay_the_eager_bits(flags: dict[str, bool]) -> None:
+    shapes = [*PADDED_MATRICES, (64,), (48,)]
+
+    def make() -> list[torch.nn.Parameter]:
+        gen = torch.Generator().manual_seed(3)
+        return [torch.nn.Parameter(torch.randn(s, generator=gen).to(DEVICE)) for s in shapes]
+
+    ref_p, rep_p = make(), make()
+    layout = build_layout(ref_p[:3], None, pad=pad_bound(DEVICE))
+    assert [b.member_shapes for b in layout.buckets] == [((64, 288), (48, 288), (16, 288))]
+    ref = MuSGD(split_groups(ref_p, 3), lr=0.02)
+    rep = MuSGD(split_groups(rep_p, 3), lr=0.02, **flags)
+    for step in range(4):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.recordings >= 1
+    assert rep._replay.stats.failures == 0

@@ -98,6 +98,9 @@ def reference(init: nn.Module, grads_log: list[list[Tensor]]) -> list[Tensor]:
     """Single-process MuSGD fed the recorded gradients; returns params then momentum buffers."""
     model = copy.deepcopy(init)
     opt = MuSGD(param_groups(model, weight_decay=WEIGHT_DECAY), lr=LR)
+    # The sharded step stacks same-shape matrices only (no zero-padded stacks, whose rounding
+    # differs in the last bits): the reference runs the single-process body with that layout.
+    opt._pad_buckets = False
     params = list(model.parameters())
     for grads in grads_log:
         for p, g in zip(params, grads, strict=True):

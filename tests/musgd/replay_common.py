@@ -85,7 +85,7 @@ def record_first_group(
         bufs=bufs,
         layout=build_layout(params, None),
         hyper=Hyper(0.95, 0.01, 0.5, 0.5),
-        structure=group_structure(group),
+        structure=group_structure(group, params[0].device),
     )
     return opt._update_replay._record(key, step, opt._prepare), [*params, *grads, *bufs]
 

@@ -90,6 +90,7 @@ def test_each_rank_orthogonalizes_only_its_planned_share(spawned: Any, kind: str
     world, ranks = spawned
     model = Net()
     groups = param_groups(model, weight_decay=0.01)
+    # The sharded step plans over same-shape buckets (it never zero-pads).
     buckets = build_layout(list(groups[0]["params"]), None).buckets
     plan = plan_buckets(buckets, world)
     expected = [STEPS * sum(i.stop - i.start for i in plan.owned(r)) for r in range(world)]

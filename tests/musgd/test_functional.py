@@ -13,19 +13,26 @@ from musgd_reference import route
 from torch import Tensor
 
 from musgd._functional import (
+    DEFAULT_PAD_BOUND,
+    PAD_BOUNDS,
     Bucket,
     EagerOrthogonalizer,
     Hyper,
     NSSettings,
     Orthogonalizer,
+    PadBound,
     Structure,
     add_orthogonalized,
     apply_updates,
     build_layout,
     matrix_shape,
+    ns_work,
+    pad_bound,
+    plan_stacks,
     prepare_updates_foreach,
     prepare_updates_per_tensor,
     run_in_order,
+    scale_stack,
     stack_bucket,
 )
 from musgd._newton_schulz import resolve_coefficients
@@ -146,17 +153,161 @@ def test_layout_respects_use_muon() -> None:
 def test_buckets_partition_the_matrices(
     spec: list[tuple[list[int], torch.dtype]],
 ) -> None:
+    """Without a pad bound, one bucket per (rows, cols, dtype): no padding."""
     params = _params([(tuple(s), d) for s, d in spec])
     layout = build_layout(params, None)
     flat = sorted(i for b in layout.buckets for i in b.indices)
     assert flat == list(layout.matrices)
     keys = set()
     for bucket in layout.buckets:
+        assert not bucket.padded
         members = {(*layout.shapes[i], params[i].dtype) for i in bucket.indices}  # type: ignore[misc]
         assert members == {(bucket.rows, bucket.cols, params[bucket.indices[0]].dtype)}
         assert list(bucket.indices) == sorted(bucket.indices)  # group order kept
         keys.add((bucket.rows, bucket.cols, params[bucket.indices[0]].dtype))
     assert len(keys) == len(layout.buckets)  # one bucket per key
+
+
+BOUNDS = [PadBound(0.5, 1.25), PadBound(1 / 16, 4.0, pad_cols=True), PadBound(0.25, 2.0)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=1, max_value=70),
+            st.sampled_from([4, 9, 36, 50]),
+            st.sampled_from([torch.float32, torch.float64]),
+        ),
+        max_size=16,
+    ),
+    st.sampled_from(BOUNDS),
+)
+def test_padded_buckets_respect_the_bound(
+    spec: list[tuple[int, int, torch.dtype]], bound: PadBound
+) -> None:
+    params = [torch.zeros(r, c, dtype=d) for r, c, d in spec]
+    layout = build_layout(params, None, pad=bound)
+    assert sorted(i for b in layout.buckets for i in b.indices) == list(layout.matrices)
+    assert [b.indices[0] for b in layout.buckets] == sorted(b.indices[0] for b in layout.buckets)
+    home: dict[tuple[int, int, torch.dtype], int] = {}
+    for k, bucket in enumerate(layout.buckets):
+        assert list(bucket.indices) == sorted(bucket.indices)
+        assert len({params[i].dtype for i in bucket.indices}) == 1
+        own = [tuple(params[i].shape) for i in bucket.indices]
+        placed = list(bucket.member_shapes) or [(bucket.rows, bucket.cols)] * len(own)
+        flips = list(bucket.transposed) or [False] * len(own)
+        assert bucket.padded == bool(bucket.member_shapes)
+        for (r, c), (pr, pc), flip in zip(own, placed, flips, strict=True):
+            assert (pc, pr) == (r, c) if flip else (pr, pc) == (r, c)
+            assert bound.min_fraction * bucket.rows <= pr <= bucket.rows
+            assert bound.min_fraction * bucket.cols <= pc <= bucket.cols
+            if not bound.pad_cols:
+                assert pc == bucket.cols
+                assert not flip
+        assert bucket.rows == max(r for r, _ in placed)
+        assert bucket.cols == max(c for _, c in placed)
+        assert bucket.cost <= bound.cost_limit * sum(ns_work(r, c) for r, c in own)
+        for i in bucket.indices:  # equal (rows, cols, dtype) never split over two buckets
+            key = (*params[i].shape, params[i].dtype)
+            assert home.setdefault(key, k) == k  # type: ignore[arg-type]
+
+
+def test_stacks_take_the_costliest_shape_first_within_the_bound() -> None:
+    rows_only = PadBound(1 / 16, 4.0)
+    # Column count 64: rows 64, 60 and 32 fit one stack at 1/16 and 4x; 2 rows is below 1/16.
+    shapes = [(32, 64), (64, 64), (2, 64), (60, 64), (64, 64)]
+    assert plan_stacks(shapes, rows_only) == [[0, 1, 3, 4], [2]]
+    # At half the rows and 1.25x the work, 60 joins 64 but 32 (4x its own work) does not.
+    assert plan_stacks(shapes, PadBound(0.5, 1.25)) == [[1, 3, 4], [0], [2]]
+    # Without pad_cols only the column count 64 shares a stack; with it, (64, 40) joins too.
+    # (2, 2) is below 1/16 of 64 either way.
+    mixed = [(64, 64), (64, 40), (40, 64), (2, 2)]
+    assert plan_stacks(mixed, rows_only) == [[0, 2], [1], [3]]
+    assert plan_stacks(mixed, PadBound(1 / 16, 4.0, pad_cols=True)) == [[0, 1, 2], [3]]
+
+
+def test_a_stack_of_tall_and_wide_matrices_transposes_the_tall_ones() -> None:
+    params = [torch.zeros(40, 64), torch.zeros(64, 40), torch.zeros(64, 64)]
+    (bucket,) = build_layout(params, None, pad=PadBound(1 / 16, 4.0, pad_cols=True)).buckets
+    assert (bucket.rows, bucket.cols, bucket.indices) == (64, 64, (0, 1, 2))
+    assert bucket.member_shapes == ((40, 64), (40, 64), (64, 64))
+    assert bucket.transposed == (False, True, False)
+    # All tall: the stack keeps their orientation (Newton–Schulz transposes it whole).
+    (tall,) = build_layout(params[1:2] * 2, None, pad=PadBound(1 / 16, 4.0, pad_cols=True)).buckets
+    assert (tall.rows, tall.cols, tall.padded) == (64, 40, False)
+
+
+def test_pad_bound_is_wider_on_cuda_than_elsewhere() -> None:
+    cuda = pad_bound(torch.device("cuda", 0))
+    assert cuda is PAD_BOUNDS["cuda"]
+    assert pad_bound(torch.device("cpu")) is DEFAULT_PAD_BOUND
+    assert cuda.min_fraction < DEFAULT_PAD_BOUND.min_fraction
+    assert cuda.cost_limit > DEFAULT_PAD_BOUND.cost_limit
+    assert cuda.pad_cols
+    assert not DEFAULT_PAD_BOUND.pad_cols
+
+
+def test_padded_stack_holds_each_matrix_in_its_corner_and_zeros_elsewhere() -> None:
+    gen = torch.Generator().manual_seed(3)
+    members = [
+        torch.randn(4, 2, 3, generator=gen),
+        torch.randn(6, 6, generator=gen),
+        torch.randn(5, 3, generator=gen),
+    ]
+    bucket = Bucket(6, 6, (0, 1, 2), ((4, 6), (6, 6), (3, 5)), (False, False, True))
+    stack = stack_bucket(members, bucket)
+    assert stack.shape == (3, 6, 6)
+    assert torch.equal(stack[0, :4], members[0].reshape(4, 6))
+    assert torch.equal(stack[0, 4:], torch.zeros(2, 6))
+    assert torch.equal(stack[1], members[1])
+    assert torch.equal(stack[2, :3, :5], members[2].mT)
+    assert torch.equal(stack[2, 3:], torch.zeros(3, 6))
+    assert torch.equal(stack[2, :, 5:], torch.zeros(6, 1))
+    assert bucket.scales == (0.2 * math.sqrt(6), 0.2 * math.sqrt(6), 0.2 * math.sqrt(5))
+    scaled = scale_stack(stack.clone(), bucket)
+    for k, s in enumerate(bucket.scales):
+        assert torch.equal(scaled[k], stack[k] * s)
+    # add_orthogonalized reads each matrix back from its corner, in its own shape.
+    hyper = Hyper(momentum=0.9, weight_decay=0.0, w_muon=0.5, w_sgd=0.5)
+    updates = [torch.zeros_like(m) for m in members]
+    add_orthogonalized(updates, (0, 1, 2), stack.clone(), hyper, bucket)
+    for u, m in zip(updates, members, strict=True):
+        assert torch.equal(u, m * 0.5)
+
+
+@pytest.mark.parametrize(
+    ("bound", "stacks"),
+    [
+        (PadBound(0.25, 4.0), [(0, 1, 2), (3, 4, 5)]),
+        # (160, 12) is wider than 144 once transposed: a stack of its own.
+        (PadBound(1 / 16, 16.0, pad_cols=True), [(0, 1, 2, 3, 5), (4,)]),
+    ],
+    ids=["rows", "rows-and-cols"],
+)
+@pytest.mark.parametrize("ns_dtype", [torch.float32, torch.bfloat16])
+def test_padded_buckets_give_the_per_matrix_result_up_to_rounding(
+    ns_dtype: torch.dtype, bound: PadBound, stacks: list[tuple[int, ...]]
+) -> None:
+    """Zero rows and columns stay zero through Newton–Schulz, wide and tall matrices alike."""
+    shapes = [(48, 16, 3, 3), (40, 144), (24, 16, 3, 3), (144, 12), (160, 12), (130, 12), (5,)]
+    gen = torch.Generator().manual_seed(11)
+    params = [torch.randn(s, generator=gen) for s in shapes]
+    grads = [torch.randn(s, generator=gen) for s in shapes]
+    bufs = [torch.randn(s, generator=gen) for s in shapes]
+    ns = NSSettings(NS32.steps, NS32.coefficients, NS32.eps, ns_dtype)
+    structure = Structure(nesterov=True, decay=True, muon=True, ns=ns)
+    hyper = Hyper(momentum=0.9, weight_decay=0.05, w_muon=0.5, w_sgd=0.5)
+    padded = build_layout(params, None, pad=bound)
+    assert sorted(b.indices for b in padded.buckets) == stacks
+    assert padded.buckets[0].padded
+    orth = EagerOrthogonalizer()
+    bufs_b = [b.clone() for b in bufs]
+    u_a = prepare_updates_foreach(params, grads, bufs, padded, hyper, structure, orth)
+    u_b = prepare_updates_per_tensor(params, grads, bufs_b, padded, hyper, structure, orth)
+    tol = 1e-5 if ns_dtype == torch.float32 else 2e-2
+    for a, b in zip(u_a, u_b, strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
 
 
 GROUP_SHAPES = [(8, 4, 3, 3), (8, 36), (8,), (36, 8), (8, 4, 3, 3), (8, 1, 1), (6, 6)]

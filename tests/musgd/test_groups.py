@@ -1,7 +1,11 @@
-"""``param_groups``: matrices with decay, vectors without; plain parameters work too."""
+"""``param_groups``: matrices with decay, vectors without, embeddings and the head off
+Newton–Schulz, an ``exclude`` hook and a one-line summary; plain parameters work too."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 import torch
 from torch import nn
 
@@ -27,12 +31,12 @@ class Net(nn.Module):
 def test_matrices_get_decay_and_vectors_do_not() -> None:
     net = Net()
     groups = param_groups(net, weight_decay=5e-4, lr=0.02, momentum=0.9)
-    matrices, vectors = groups
-    assert [id(p) for p in matrices["params"]] == [
-        id(net.conv.weight),
-        id(net.proj.weight),
-        id(net.head.weight),
-    ]
+    matrices, head, vectors = groups
+    assert [id(p) for p in matrices["params"]] == [id(net.conv.weight), id(net.proj.weight)]
+    # The output head (the last module with parameters, a Linear) takes the SGD route.
+    assert [id(p) for p in head["params"]] == [id(net.head.weight)]
+    assert head["use_muon"] is False
+    assert head["weight_decay"] == 5e-4
     assert {id(p) for p in vectors["params"]} == {
         id(net.conv.bias),
         id(net.norm.weight),
@@ -42,9 +46,9 @@ def test_matrices_get_decay_and_vectors_do_not() -> None:
     }
     assert matrices["weight_decay"] == 5e-4
     assert vectors["weight_decay"] == 0.0
-    # Extra keyword arguments are copied into both groups.
-    assert matrices["lr"] == vectors["lr"] == 0.02
-    assert matrices["momentum"] == vectors["momentum"] == 0.9
+    # Extra keyword arguments are copied into every group.
+    assert matrices["lr"] == head["lr"] == vectors["lr"] == 0.02
+    assert matrices["momentum"] == head["momentum"] == vectors["momentum"] == 0.9
 
 
 def test_frozen_parameters_are_left_out_and_empty_groups_dropped() -> None:
@@ -64,7 +68,7 @@ def _train(opt_from: str, steps: int = 3) -> list[torch.Tensor]:
     torch.manual_seed(0)
     net = Net()
     if opt_from == "groups":
-        opt = MuSGD(param_groups(net, weight_decay=0.0), lr=0.05)
+        opt = MuSGD(param_groups(net, weight_decay=0.0, exclude_head=False), lr=0.05)
     else:
         opt = MuSGD(net.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(1)
@@ -77,8 +81,8 @@ def _train(opt_from: str, steps: int = 3) -> list[torch.Tensor]:
 
 
 def test_plain_parameters_route_by_shape_like_the_helper() -> None:
-    # With no decay the split into groups changes nothing: routing is by shape either way, and
-    # the three matrices have distinct shapes, so bucketing is the same too.
+    # With no decay and the head kept on Newton–Schulz the split into groups changes nothing:
+    # routing is by shape either way, and the matrices form the same buckets.
     helper, plain = _train("groups"), _train("plain")
     for a, b in zip(helper, plain, strict=True):
         assert torch.equal(a, b)
@@ -97,3 +101,66 @@ def test_helper_groups_decay_only_the_matrices() -> None:
             torch.testing.assert_close(p.detach(), before[name] * (1 - 0.1 * 0.5))
         else:
             assert torch.equal(p.detach(), before[name])
+
+
+class TinyLM(nn.Module):
+    """An embedding, a hidden linear layer, a norm and an output head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.hidden = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+        self.lm_head = nn.Linear(8, 16, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(torch.relu(self.hidden(self.embed(tokens)))))
+
+
+def _ids(group: dict[str, object]) -> list[int]:
+    return [id(p) for p in group["params"]]  # type: ignore[attr-defined]
+
+
+def test_embeddings_and_the_head_take_the_sgd_route_and_the_summary_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lm = TinyLM()
+    with caplog.at_level(logging.INFO, logger="musgd"):
+        muon, sgd, vectors = param_groups(lm, weight_decay=0.01)
+    assert _ids(muon) == [id(lm.hidden.weight)]
+    assert _ids(sgd) == [id(lm.embed.weight), id(lm.lm_head.weight)]
+    assert sgd["use_muon"] is False
+    assert "use_muon" not in muon
+    assert len(vectors["params"]) == 3  # hidden bias, norm weight and bias
+    assert caplog.messages == [
+        "musgd.param_groups: 1 matrices Newton-Schulz (weight_decay=0.01), 2 matrices SGD "
+        "route (embedding 1, head 1; weight_decay=0.01), 3 vectors SGD route (weight_decay=0.0)"
+    ]
+    # The optimizer honours the routing: nothing of the SGD group is orthogonalized.
+    opt = MuSGD([muon, sgd, vectors], lr=0.1)
+    assert opt._count_matrices() == 1
+
+
+def test_exclude_hook_and_keeping_the_head_on_newton_schulz() -> None:
+    lm = TinyLM()
+    muon, sgd, _ = param_groups(
+        lm, weight_decay=0.0, exclude=lambda name, p: name == "hidden.weight", exclude_head=False
+    )
+    assert _ids(muon) == [id(lm.lm_head.weight)]
+    assert _ids(sgd) == [id(lm.embed.weight), id(lm.hidden.weight)]
+    seen: list[str] = []
+    param_groups(lm, weight_decay=0.0, exclude=lambda name, p: bool(seen.append(name)))
+    # The hook sees matrices only, by qualified name; embeddings and the head are decided first.
+    assert seen == ["hidden.weight"]
+
+
+def test_models_without_a_linear_head_exclude_nothing_but_embeddings() -> None:
+    conv = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Conv2d(8, 4, 1))
+    assert len(param_groups(conv, weight_decay=0.0)) == 2  # matrices, vectors
+    ends_in_norm = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))
+    assert len(param_groups(ends_in_norm, weight_decay=0.0)) == 2
+
+
+def test_exclude_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="exclude must be a callable"):
+        param_groups(TinyLM(), weight_decay=0.0, exclude="lm_head")  # type: ignore[arg-type]

@@ -7,8 +7,8 @@ import torch
 from musgd_reference import MUON_TRIPLE, ns64, quintic, rel_err
 from torch import Tensor
 
-from musgd import DEFAULT_COEFFICIENTS, orthogonalize, orthogonalize_batched
-from musgd._newton_schulz import resolve_coefficients
+from musgd import DEFAULT_COEFFICIENTS, _newton_schulz, orthogonalize, orthogonalize_batched
+from musgd._newton_schulz import resolve_coefficients, resolve_ns_dtype
 
 # The band of the default coefficients. Newton–Schulz maps each singular value s of the
 # Frobenius-normalized input independently through p(x) = a*x + b*x^3 + c*x^5 (five times), so
@@ -180,3 +180,17 @@ def test_zero_matrix_gives_zero_not_nan() -> None:
 def test_bad_arguments_raise_value_error_naming_them(call: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()  # type: ignore[operator]
+
+
+def test_auto_ns_dtype_is_float32_off_cuda_and_bf16_on_native_bf16_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert resolve_ns_dtype(torch.float16, torch.device("cpu")) is torch.float16
+    assert resolve_ns_dtype("auto", torch.device("cpu")) is torch.float32
+    assert resolve_ns_dtype("auto", torch.device("meta")) is torch.float32
+    capability = {0: (9, 0), 1: (7, 5)}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability[index])
+    monkeypatch.setattr(_newton_schulz, "_CUDA_AUTO_DTYPES", {})
+    assert resolve_ns_dtype("auto", torch.device("cuda", 0)) is torch.bfloat16
+    # Before Ampere, bf16 matrix multiplication is emulated: float32 instead.
+    assert resolve_ns_dtype("auto", torch.device("cuda", 1)) is torch.float32

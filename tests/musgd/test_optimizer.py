@@ -133,7 +133,7 @@ def test_defaults_are_the_spec_values() -> None:
         "w_sgd": 0.5,
         "ns_steps": 5,
         "eps": 1e-7,
-        "ns_dtype": torch.bfloat16,
+        "ns_dtype": "auto",
         "use_muon": None,
         "ns_coefficients": (MUON_TRIPLE,) * 5,
     }
@@ -331,7 +331,7 @@ def test_state_dict_round_trip_through_weights_only_load() -> None:
     saved = opt.state_dict()
     loaded = roundtrip(saved)
     assert loaded["param_groups"] == saved["param_groups"]
-    assert loaded["param_groups"][0]["ns_dtype"] is torch.bfloat16
+    assert loaded["param_groups"][0]["ns_dtype"] == "auto"
     assert saved["state"].keys() == loaded["state"].keys()
     for key, state in saved["state"].items():
         assert torch.equal(loaded["state"][key]["momentum_buffer"], state["momentum_buffer"])
@@ -560,3 +560,18 @@ def test_closure_is_evaluated_with_grad_and_its_loss_returned() -> None:
     before = model.head.weight.detach().clone()
     assert opt.step(closure) == expected
     assert not torch.equal(model.head.weight, before)
+
+
+def test_auto_ns_dtype_runs_float32_on_cpu_bit_for_bit() -> None:
+    """The default ("auto") on CPU is float32 Newton–Schulz, not emulated bf16."""
+    results = []
+    for ns_dtype in ("auto", torch.float32, torch.bfloat16):
+        params = make_params(seed=9)
+        opt = MuSGD(params, lr=0.1, ns_dtype=ns_dtype)
+        for p in params:
+            p.grad = torch.ones_like(p)
+        opt.step()
+        results.append([p.detach().clone() for p in params])
+    auto, fp32, bf16 = results
+    assert all(torch.equal(a, b) for a, b in zip(auto, fp32, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(auto, bf16, strict=True))

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from musgd import MuSGD
 from musgd import _functional as functional
-from musgd._functional import EagerOrthogonalizer, NSSettings, build_layout
+from musgd._functional import EagerOrthogonalizer, NSSettings, build_layout, pad_bound
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
 from musgd._replay import (
     CudaGraphRecorder,
@@ -46,7 +46,17 @@ NS = NSSettings(
     eps=1e-7,
     dtype=torch.bfloat16,
 )
-SHAPES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (16, 16, 3, 3), (16,), (32, 16), (16, 32)]
+# (12, 16, 3, 3) shares the column count 144 of (16, 16, 3, 3): a zero-padded bucket.
+SHAPES = [
+    (8, 3, 3, 3),
+    (16, 8, 3, 3),
+    (16, 16, 3, 3),
+    (12, 16, 3, 3),
+    (16, 16, 3, 3),
+    (16,),
+    (32, 16),
+    (16, 32),
+]
 
 
 def make_state(recorder: FakeRecorder, bound: int = 100) -> ReplayState:
@@ -429,19 +439,29 @@ def test_count_regression_fails_when_replay_turns_eager(
     assert counted_bodies[0] == 2 * 5
 
 
+def test_replayed_shapes_include_a_zero_padded_bucket() -> None:
+    """The replay tests here run a padded stack: its recording replays like any other."""
+    params = make_params()
+    layout = build_layout(params, None, pad=pad_bound(torch.device("cpu")))
+    padded = [b for b in layout.buckets if b.padded]
+    assert [(b.rows, b.cols, b.member_shapes) for b in padded] == [
+        (16, 144, ((16, 144), (12, 144), (16, 144)))
+    ]
+
+
 def test_bound_is_the_number_of_matrix_parameters() -> None:
     params = make_params()
     opt = MuSGD(params, lr=0.02, foreach=False, capture_orthogonalization=True)
     recorder = fake_replay(opt)
-    assert opt._count_matrices() == 6
-    opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(4, 4))]})
     assert opt._count_matrices() == 7
+    opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(4, 4))]})
+    assert opt._count_matrices() == 8
     for p in opt.param_groups[1]["params"]:
         p.grad = torch.randn(4, 4)
     set_grads(params, 0)
     opt.step()
-    # Per-tensor mode records one signature per distinct matrix shape: 5 + the new (4, 4).
-    assert recorder.records == 6
+    # Per-tensor mode records one signature per distinct matrix shape: 6 + the new (4, 4).
+    assert recorder.records == 7
 
 
 def test_load_state_dict_drops_recordings_and_results_stay_exact() -> None:

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from musgd import MuSGD
+from musgd import MuSGD, _functional
 from musgd._functional import GroupStep, Hyper, Orthogonalizer, PrepareFn
 from musgd._update_replay import HyperSlots, UpdateReplayer
 
@@ -29,7 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_common import assert_same, record_first_group, set_grads, split_groups, step_both
 from replay_fakes import FakeRecorder
 
-MATRICES = [(8, 3, 3, 3), (16, 8, 3, 3), (16, 16, 3, 3), (16, 16, 3, 3), (24, 16), (16, 24)]
+# (12, 16, 3, 3) shares the column count 144 of (16, 16, 3, 3): a zero-padded bucket.
+MATRICES = [
+    (8, 3, 3, 3),
+    (16, 8, 3, 3),
+    (16, 16, 3, 3),
+    (12, 16, 3, 3),
+    (16, 16, 3, 3),
+    (24, 16),
+    (16, 24),
+]
 VECTORS = [(8,), (16,), (16,), (24,)]
 
 
@@ -451,3 +460,27 @@ def test_hyper_slots_refill_only_changed_values() -> None:
     assert torch.equal(torch.stack(slots.tensors), expected)
     assert torch.signbit(slots.tensors[1]), "-0.0 is a change from 0.0 (it flips signed zeros)"
     assert all(t.dtype == torch.float32 and t.dim() == 0 for t in slots.tensors)
+
+
+def test_cuda_padding_bound_replays_transposed_stacks_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CUDA bound (rows and columns padded, tall matrices transposed) applied on CPU."""
+    monkeypatch.setitem(_functional.PAD_BOUNDS, "cpu", _functional.PAD_BOUNDS["cuda"])
+    shapes = [(64, 32, 3, 3), (48, 40), (200, 96), (16, 8, 3, 3), (300, 20), (64,)]
+
+    def make() -> list[torch.nn.Parameter]:
+        gen = torch.Generator().manual_seed(5)
+        return [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+
+    layout = _functional.build_layout(make(), None, pad=_functional.pad_bound(torch.device("cpu")))
+    assert any(b.padded and any(b.transposed) for b in layout.buckets)
+    for flags in ({"capture_updates": True}, {"capture_orthogonalization": True}):
+        ref_p, rep_p = make(), make()
+        ref = MuSGD(split_groups(ref_p, 5), lr=0.02)
+        rep = MuSGD(split_groups(rep_p, 5), lr=0.02, **flags)
+        recorder = with_fake(rep)
+        for step in range(3):
+            step_both(ref_p, ref, rep_p, rep, step)
+            assert_same(ref_p, rep_p, ref, rep)
+        assert recorder.replays > 0

@@ -20,9 +20,11 @@ from musgd.bench._evidence import build_evidence, check_commit, write_evidence
 from musgd.bench._models import PARAMETER_SETS, ParamSpec
 from musgd.bench._optimizer_bench import format_optimizer_table, run_optimizer_benchmark
 from musgd.bench._train_bench import TrainConfig, format_training_table, run_training_benchmark
-from musgd.bench._variants import all_variants, select_variants
+from musgd.bench._variants import PeerImportError, all_variants, select_variants
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+# The sets a CUDA run times by default; the YOLO26 sets run when named (--sets yolo26n,...).
+DEFAULT_CUDA_SETS = ("nano", "transformer", "large")
 
 
 class UsageError(Exception):
@@ -105,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--sets",
         type=_name_list,
         help=f"parameter sets, comma-separated, of {', '.join(PARAMETER_SETS)} "
-        "(default: nano on cpu, all on cuda)",
+        f"(default: nano on cpu, {','.join(DEFAULT_CUDA_SETS)} on cuda)",
     )
     opt.add_argument("--variants", type=_name_list, help=f"comma-separated, of: {variants}")
     opt.add_argument(
@@ -196,7 +198,7 @@ def _demo(args: argparse.Namespace, device: torch.device, argv: list[str]) -> in
 
 def _sets(names: list[str] | None, device: torch.device, quick: bool) -> dict[str, list[ParamSpec]]:
     if names is None:
-        names = ["nano"] if quick or device.type != "cuda" else list(PARAMETER_SETS)
+        names = ["nano"] if quick or device.type != "cuda" else list(DEFAULT_CUDA_SETS)
     unknown = [n for n in names if n not in PARAMETER_SETS]
     if unknown or not names:
         raise UsageError(
@@ -284,6 +286,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.commit is not None:
             check_commit(args.commit)  # before the run, not after it
         return commands[args.command](args, device, args_list)
-    except (UsageError, ValueError) as exc:  # ValueError: option values that do not fit
+    except (UsageError, ValueError, PeerImportError) as exc:  # ValueError: values that do not fit
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -11,8 +11,12 @@ kernels) plus BatchNorm vectors, which is the shape mix MuSGD buckets in practic
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from typing import cast
 
 import torch
@@ -291,10 +295,38 @@ def large_parameters(blocks: int = 2, width: int = 4096) -> list[ParamSpec]:
     return transformer_parameters(blocks=blocks, width=width)
 
 
-PARAMETER_SETS = {
+YOLO26_MODELS = ("yolo26n", "yolo26s", "yolo26m")
+# Parameter lists of these files: matrices (conv kernels), then norm weights, then biases.
+_YOLO26_KINDS = ("matrices", "norm_weights", "biases")
+
+
+def yolo26_parameters(model: str) -> list[ParamSpec]:
+    """The parameter shapes of an Ultralytics YOLO26 detector (package data, ``bench/data``).
+
+    Shapes only, as its model constructor builds them from the published model config: no
+    Ultralytics code or weights. Matrices come first, then norm weights, then biases.
+    """
+    if model not in YOLO26_MODELS:
+        raise ValueError(f"unknown YOLO26 model {model!r}; choose from {', '.join(YOLO26_MODELS)}")
+    return list(_yolo26_specs(model))
+
+
+@functools.cache
+def _yolo26_specs(model: str) -> tuple[ParamSpec, ...]:
+    text = resources.files("musgd.bench").joinpath(f"data/{model}_shapes.json").read_text()
+    data = json.loads(text)
+    return tuple(
+        ParamSpec(f"{kind}.{i}", tuple(int(d) for d in shape))
+        for kind in _YOLO26_KINDS
+        for i, shape in enumerate(data[kind])
+    )
+
+
+PARAMETER_SETS: dict[str, Callable[[], list[ParamSpec]]] = {
     "nano": nano_detector_parameters,
     "transformer": transformer_parameters,
     "large": large_parameters,
+    **{name: functools.partial(yolo26_parameters, name) for name in YOLO26_MODELS},
 }
 
 

@@ -6,6 +6,8 @@ new entry beside :func:`torch_muon_variant` (an external peer).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from musgd._functional import matrix_shape
 from musgd._optimizer import MuSGD
 
 LR = 0.02
@@ -31,13 +34,16 @@ class Variant:
 
     ``matrices_only`` marks an external peer that accepts only 2-D matrices: it is handed the
     matrix parameters flattened to ``(rows, cols)`` (the Muon half of MuSGD) and cannot train a
-    model on its own. ``cuda_only`` variants are skipped on other devices.
+    model on its own. ``timing_only`` marks a peer whose update rule differs from MuSGD's: its
+    step is timed, but it trains no model here. ``cuda_only`` variants are skipped on other
+    devices.
     """
 
     name: str
     build: BuildFn
     matrices_only: bool = False
     cuda_only: bool = False
+    timing_only: bool = False
 
 
 def _musgd(**options: Any) -> BuildFn:
@@ -91,10 +97,69 @@ def torch_muon_variant() -> Variant | None:
     return Variant("torch.optim.Muon", build, matrices_only=True)
 
 
+ULTRALYTICS_NAME = "ultralytics MuSGD"
+ULTRALYTICS_MODULE = "ultralytics.optim.muon"
+# The mix weights Ultralytics' trainer passes its MuSGD (ultralytics-compat.md).
+ULTRALYTICS_MUON, ULTRALYTICS_SGD = 0.2, 1.0
+
+
+class PeerImportError(RuntimeError):
+    """An installed external peer that does not import; the message says how to leave it out."""
+
+
+def _module_found(name: str) -> bool:
+    """Whether ``name`` can be found without importing it (a missing parent is not found)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def ultralytics_variant() -> Variant | None:
+    """The installed Ultralytics MuSGD as an external peer, or None when it is not installed.
+
+    A black box, timed only: it is built as its documented constructor allows (R142), with the
+    matrices (the routed ``(rows, cols)`` views, conv kernels as they are) in a ``use_muon``
+    group and the vectors in a plain SGD group, ``muon=0.2, sgd=1.0`` as its trainer passes them.
+    Its update rule differs from MuSGD's (a second momentum buffer per matrix), so only its
+    step time compares. ``ultralytics`` is never a dependency of this package; the module is
+    imported only when the peer is built.
+    """
+    if not _module_found("ultralytics"):
+        return None
+
+    def build(params: Iterable[Tensor] | Iterable[dict[str, Any]]) -> Optimizer:
+        try:
+            peer = importlib.import_module(ULTRALYTICS_MODULE).MuSGD
+        except (ImportError, AttributeError) as exc:
+            raise PeerImportError(
+                f"the {ULTRALYTICS_NAME!r} peer needs {ULTRALYTICS_MODULE}.MuSGD, which did not "
+                f"import ({type(exc).__name__}: {exc}); fix the ultralytics install or leave "
+                "the peer out with --variants"
+            ) from None
+        tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
+        groups = [
+            {"params": [p for p in tensors if matrix_shape(p.shape) is not None], "use_muon": True},
+            {"params": [p for p in tensors if matrix_shape(p.shape) is None], "use_muon": False},
+        ]
+        optimizer: Optimizer = peer(
+            [g for g in groups if g["params"]],
+            lr=LR,
+            momentum=MOMENTUM,
+            nesterov=True,
+            weight_decay=0.0,
+            muon=ULTRALYTICS_MUON,
+            sgd=ULTRALYTICS_SGD,
+        )
+        return optimizer
+
+    return Variant(ULTRALYTICS_NAME, build, timing_only=True)
+
+
 def all_variants() -> list[Variant]:
-    """Every variant this installation can build, baseline first."""
-    peer = torch_muon_variant()
-    return [*musgd_variants(), *([peer] if peer is not None else [])]
+    """Every variant this installation can build, baseline first, external peers last."""
+    peers = [torch_muon_variant(), ultralytics_variant()]
+    return [*musgd_variants(), *(p for p in peers if p is not None)]
 
 
 def select_variants(
@@ -102,13 +167,15 @@ def select_variants(
 ) -> list[Variant]:
     """The variants called ``names`` (all when None) that can run on ``device``.
 
-    ``trainable`` keeps only variants that can train a whole model (not matrices-only peers).
+    ``trainable`` keeps only variants that train a whole model here (no matrices-only or
+    timing-only peers).
     Raises ValueError naming the unknown or unusable variant and listing the available ones.
     """
     available = [
         v
         for v in all_variants()
-        if (device.type == "cuda" or not v.cuda_only) and not (trainable and v.matrices_only)
+        if (device.type == "cuda" or not v.cuda_only)
+        and not (trainable and (v.matrices_only or v.timing_only))
     ]
     if names is None:
         return available

@@ -18,6 +18,7 @@ def test_demo_quick_shows_loss_going_down(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert "per-matrix eager" in out
     assert "bucketed eager" in out
+    assert "optimizer step with MuSGD's defaults (bucketed eager): " in out
     assert "loss went down for every variant: yes" in out
 
 
@@ -107,3 +108,26 @@ def test_module_entry_point_runs() -> None:
     )
     assert done.returncode == 0
     assert "optimizer" in done.stdout
+
+
+def test_yolo26_set_runs_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["optimizer", "--device", "cpu", "--sets", "yolo26n", "--steps", "1", "--warmup", "0"]
+    assert main([*argv, "--variants", "bucketed eager", "--out", str(tmp_path)]) == EXIT_OK
+    (path,) = tmp_path.glob("musgd-optimizer-step-*.json")
+    entry = json.loads(path.read_text())["results"]["sets"]["yolo26n"]
+    assert (entry["parameters"], entry["matrices"]) == (366, 126)
+    assert "yolo26n" in capsys.readouterr().out
+
+
+def test_peer_that_does_not_import_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from musgd.bench import _variants
+
+    monkeypatch.setattr(_variants, "_module_found", lambda name: name == "ultralytics")
+    monkeypatch.setitem(sys.modules, _variants.ULTRALYTICS_MODULE, None)
+    argv = ["optimizer", "--device", "cpu", "--quick", "--no-evidence"]
+    assert main([*argv, "--variants", _variants.ULTRALYTICS_NAME]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "leave the peer out with --variants" in err
+    assert "Traceback" not in err

@@ -8,9 +8,12 @@ import pytest
 import torch
 
 from musgd import MuSGD, matrix_shape, param_groups
+from musgd._functional import build_layout
 from musgd.bench._models import (
     BOXES_PER_IMAGE,
+    PARAMETER_SETS,
     STRIDES,
+    YOLO26_MODELS,
     NanoDetector,
     detection_loss,
     large_parameters,
@@ -18,6 +21,7 @@ from musgd.bench._models import (
     nano_detector_parameters,
     synthetic_batch,
     transformer_parameters,
+    yolo26_parameters,
 )
 
 
@@ -138,3 +142,37 @@ def test_make_parameters_is_seeded() -> None:
     assert all(torch.equal(a, b) for a, b in zip(p1 + g1, p2 + g2, strict=True))
     assert not torch.equal(p1[2], p3[2])
     assert [tuple(p.shape) for p in p1] == [s.shape for s in specs]
+
+
+# (parameters, matrices, same-shape buckets) of each YOLO26 set, counted from the shared files.
+YOLO26_COUNTS = {"yolo26n": (366, 126, 41), "yolo26s": (366, 126, 37), "yolo26m": (396, 136, 30)}
+
+
+@pytest.mark.parametrize("name", YOLO26_MODELS)
+def test_yolo26_sets_are_the_packaged_shapes(name: str) -> None:
+    specs = PARAMETER_SETS[name]()
+    assert specs == yolo26_parameters(name)
+    params, matrices, buckets = YOLO26_COUNTS[name]
+    assert len(specs) == params
+    shapes = [s.shape for s in specs]
+    assert sum(matrix_shape(s) is not None for s in shapes) == matrices
+    assert all(len(s) == 4 for s in shapes[:matrices])  # conv kernels first
+    metas = [torch.empty(s, device="meta") for s in shapes]
+    assert len(build_layout(metas, None).buckets) == buckets
+
+
+def test_yolo26_rejects_unknown_models() -> None:
+    with pytest.raises(ValueError, match="choose from yolo26n, yolo26s, yolo26m"):
+        yolo26_parameters("yolo26x")
+
+
+@pytest.mark.parametrize("name", YOLO26_MODELS)
+def test_yolo26_package_data_is_the_shared_file_byte_for_byte(name: str) -> None:
+    from importlib import resources
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[3].parent / "shared" / "data" / f"{name}_shapes.json"
+    if not shared.is_file():
+        pytest.skip(f"{shared} is not beside the repository (CI and worktrees have it)")
+    packaged = resources.files("musgd.bench").joinpath(f"data/{name}_shapes.json").read_bytes()
+    assert packaged == shared.read_bytes()

@@ -1,7 +1,9 @@
-"""The variant table: names, selection, and the torch.optim.Muon peer's detection."""
+"""The variant table: names, selection, and the external peers' detection."""
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 import pytest
@@ -9,7 +11,15 @@ import torch
 
 from musgd import MuSGD
 from musgd.bench import _variants
-from musgd.bench._variants import musgd_variants, select_variants, torch_muon_variant
+from musgd.bench._variants import (
+    ULTRALYTICS_MODULE,
+    ULTRALYTICS_NAME,
+    PeerImportError,
+    musgd_variants,
+    select_variants,
+    torch_muon_variant,
+    ultralytics_variant,
+)
 
 CPU = torch.device("cpu")
 
@@ -55,3 +65,59 @@ def test_muon_peer_absent_or_incompatible(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(torch.optim, "Muon", OtherMuon, raising=False)
     assert torch_muon_variant() is None
+
+
+class FakeUltralyticsMuSGD(torch.optim.SGD):
+    """Stands in for the installed peer: records the documented constructor arguments."""
+
+    def __init__(self, params: Any, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.groups_given = [dict(g) for g in params]
+        super().__init__([{"params": g["params"]} for g in self.groups_given], lr=kwargs["lr"])
+
+
+def _install_fake_peer(monkeypatch: pytest.MonkeyPatch, module: object) -> None:
+    monkeypatch.setattr(_variants, "_module_found", lambda name: name == "ultralytics")
+    monkeypatch.setitem(sys.modules, ULTRALYTICS_MODULE, module)
+
+
+def test_ultralytics_peer_absent_when_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_variants, "_module_found", lambda name: False)
+    assert ultralytics_variant() is None
+    assert all(v.name != ULTRALYTICS_NAME for v in select_variants(None, CPU))
+
+
+def test_ultralytics_peer_gets_muon_and_sgd_groups_and_times_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _install_fake_peer(monkeypatch, types.SimpleNamespace(MuSGD=FakeUltralyticsMuSGD))
+    peer = ultralytics_variant()
+    assert peer is not None
+    assert peer.timing_only
+    assert [v.name for v in select_variants([ULTRALYTICS_NAME], CPU)] == [ULTRALYTICS_NAME]
+    assert all(v.name != ULTRALYTICS_NAME for v in select_variants(None, CPU, trainable=True))
+    conv, bias = torch.zeros(8, 4, 3, 3), torch.zeros(8)
+    opt = peer.build([conv, bias])
+    assert isinstance(opt, FakeUltralyticsMuSGD)
+    assert opt.kwargs == {
+        "lr": _variants.LR,
+        "momentum": _variants.MOMENTUM,
+        "nesterov": True,
+        "weight_decay": 0.0,
+        "muon": 0.2,
+        "sgd": 1.0,
+    }
+    assert [(g["use_muon"], g["params"]) for g in opt.groups_given] == [
+        (True, [conv]),
+        (False, [bias]),
+    ]
+
+
+def test_ultralytics_peer_that_does_not_import_says_how_to_leave_it_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _install_fake_peer(monkeypatch, None)  # a None entry in sys.modules makes import fail
+    peer = ultralytics_variant()
+    assert peer is not None
+    with pytest.raises(PeerImportError, match=r"did not import.*--variants"):
+        peer.build([torch.zeros(3, 3)])

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# WP-010's GPU measurement: MuSGD's default eager step against the installed Ultralytics MuSGD on
+# the YOLO26 parameter sets, in one process, and the torch.compile CUDA test.
+# Runs from source (PYTHONPATH=src); writes logs and evidence JSON under $OUT (default ./out).
+#   scripts/gpu_yolo26.sh            on a GPU: the compile test, then the benchmark
+#   DEVICE=cpu scripts/gpu_yolo26.sh quick   a CPU smoke run of the same commands
+# Pass GATE_COMMIT=$(git rev-parse HEAD) where the tree's .git is stale (see gpu_gate.sh).
+# Expected on an H200: compile test about 1-2 min, benchmark about 2 min (three sets, three
+# variants, seven rounds of 40 steps).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+DEVICE=${DEVICE:-cuda}
+limit=${STAGE_LIMIT_S:-280}
+commit=()
+if [ -n "${GATE_COMMIT:-}" ]; then
+  commit=(--commit "$GATE_COMMIT")
+  export GIT_DIR="$PWD/.gate-no-git"
+fi
+sizing=(--rounds 7 --steps 280 --warmup 10)
+[ "${1:-}" = quick ] && sizing=(--rounds 1 --steps 2 --warmup 1)
+variants="bucketed eager,both"
+[ "$DEVICE" = cuda ] || variants="bucketed eager"
+# The peer joins when its module imports here (it is optional, never installed by this project).
+if $PY -c "import ultralytics.optim.muon" >/dev/null 2>&1; then
+  variants="$variants,ultralytics MuSGD"
+else
+  echo "ultralytics MuSGD is not importable here: timing MuSGD alone" | tee -a "$OUT/yolo26.log"
+fi
+rc=0
+if [ "$DEVICE" = cuda ]; then
+  timeout "$limit" $PY -m pytest -q -p no:cacheprovider -m cuda tests/cuda/test_compile_cuda.py \
+    2>&1 | tee "$OUT/compile_cuda_tests.log" | tail -n 20
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+timeout "$limit" $PY -m musgd.bench optimizer --device "$DEVICE" --sets yolo26n,yolo26s,yolo26m \
+  --variants "$variants" "${sizing[@]}" "${commit[@]}" --out "$OUT/optimizer-step-yolo26-$DEVICE.json" \
+  2>&1 | tee -a "$OUT/yolo26.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+# The target: default eager at least 1.3x faster than the peer, per round, on every set.
+$PY scripts/yolo26_verdict.py "$OUT/optimizer-step-yolo26-$DEVICE.json" 2>&1 | tee -a "$OUT/yolo26.log"
+echo "gpu_yolo26 rc=$rc" | tee -a "$OUT/yolo26.log"
+exit $rc
