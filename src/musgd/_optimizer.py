@@ -109,8 +109,8 @@ class MuSGD(Optimizer):
         ns_backend: which Newton-Schulz code runs a group's matrices in the foreach body.
             ``"triton"``: the grouped Triton kernels (one problem table per group, three
             grouped launches per iteration, bf16 operands with fp32 accumulation,
-            deterministic); ``"torch"``: batched ``torch.bmm`` calls per bucket; ``"auto"``
-            (default): Triton on CUDA when it is installed, else torch. Where Triton does not
+            deterministic); ``"torch"`` (default): batched ``torch.bmm`` calls per bucket;
+            ``"auto"``: Triton on CUDA when it is installed, else torch. Where Triton does not
             apply (no CUDA, ``ns_dtype=torch.float32``, a compile trace) the torch backend
             runs; an explicit ``"triton"`` says so once. Lives in each param group.
     """
@@ -134,7 +134,7 @@ class MuSGD(Optimizer):
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
         process_group: ProcessGroup | None = None,
-        ns_backend: str = "auto",
+        ns_backend: str = "torch",
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
