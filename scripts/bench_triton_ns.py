@@ -17,6 +17,7 @@ Writes ``musgd-triton-ns-<gpu>-<commit>.json`` evidence under ``--out``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -127,12 +128,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ns-steps", type=int, default=10, help="timed calls per NS stack")
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--commit", default=None)
+    parser.add_argument("--small-tiles", help="block,block_k,warps,stages of small tables")
+    parser.add_argument("--large-tiles", help="block,block_k,warps,stages of large tables")
     args = parser.parse_args(argv)
+    # Module constants read when a plan is first built: set before any is.
+    if args.small_tiles:
+        T.SMALL_TILES = T.TileConfig(*map(int, args.small_tiles.split(",")))
+    if args.large_tiles:
+        T.LARGE_TILES = T.TileConfig(*map(int, args.large_tiles.split(",")))
     device = torch.device("cuda")
     if not torch.cuda.is_available():
         print("bench_triton_ns needs a CUDA GPU", file=sys.stderr)
         return 2
-    results: dict[str, Any] = {"steps": args.steps, "warmup": args.warmup, "sets": {}}
+    results: dict[str, Any] = {
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "tiles": {
+            "small": dataclasses.asdict(T.SMALL_TILES),
+            "large": dataclasses.asdict(T.LARGE_TILES),
+        },
+        "sets": {},
+    }
     for name in args.sets.split(","):
         rows: dict[str, Any] = {}
         for variant, options in VARIANTS.items():

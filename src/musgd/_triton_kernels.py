@@ -19,105 +19,116 @@ import triton.language as tl
 
 
 @triton.jit
-def normalize(src, x, problems, eps, BLOCK: tl.constexpr):
-    row = problems + tl.program_id(0) * 8
-    m = tl.load(row + 0)
-    n = tl.load(row + 1)
-    x_off = tl.load(row + 2)
-    s_off = tl.load(row + 4)
-    sr = tl.load(row + 5)
-    sc = tl.load(row + 6)
-    numel = m * n
+def sumsq(src, partial, problems, BLOCK: tl.constexpr):
+    """Partial sums of squares of one matrix: program (p, s) sums chunks s, s+S, s+2S, ..."""
+    p = tl.program_id(0)
+    s = tl.program_id(1)
+    split = tl.num_programs(1)
+    row = problems + p * 8
+    numel = tl.load(row + 0) * tl.load(row + 1)
+    base = src + tl.load(row + 4)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, numel, BLOCK):
+    for start in range(s * BLOCK, numel, split * BLOCK):
         idx = start + tl.arange(0, BLOCK)
-        v = tl.load(src + s_off + idx, mask=idx < numel, other=0.0).to(tl.float32)
+        v = tl.load(base + idx, mask=idx < numel, other=0.0).to(tl.float32)
         acc += v * v
-    inv = 1.0 / (tl.sqrt(tl.sum(acc, axis=0)) + eps)
-    for start in range(0, numel, BLOCK):
-        idx = start + tl.arange(0, BLOCK)
-        mask = idx < numel
-        r = idx // n
-        c = idx % n
-        v = tl.load(src + s_off + r * sr + c * sc, mask=mask, other=0.0).to(tl.float32)
-        tl.store(x + x_off + idx, (v * inv).to(x.dtype.element_ty), mask=mask)
+    tl.store(partial + p * split + s, tl.sum(acc, axis=0))
 
 
 @triton.jit
-def gram(x, a, problems, tiles, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
+def normalize(src, x, partial, problems, eps, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
+    """``X = G / (‖G‖_F + eps)`` in the working dtype, transposed by strides where tall."""
+    p = tl.program_id(0)
+    s = tl.program_id(1)
+    split = tl.num_programs(1)
+    row = problems + p * 8
+    n = tl.load(row + 1).to(tl.int32)
+    numel = tl.load(row + 0).to(tl.int32) * n
+    sr = tl.load(row + 5).to(tl.int32)
+    sc = tl.load(row + 6).to(tl.int32)
+    parts = tl.load(partial + p * split + tl.arange(0, SPLIT), mask=tl.arange(0, SPLIT) < split)
+    inv = 1.0 / (tl.sqrt(tl.sum(parts, axis=0)) + eps)
+    base = src + tl.load(row + 4)
+    xb = x + tl.load(row + 2)
+    for start in range(s * BLOCK, numel, split * BLOCK):
+        idx = start + tl.arange(0, BLOCK)
+        mask = idx < numel
+        v = tl.load(base + (idx // n) * sr + (idx % n) * sc, mask=mask, other=0.0)
+        tl.store(xb + idx, (v.to(tl.float32) * inv).to(x.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _problem(problems, tiles, BM: tl.constexpr):
+    """A program's problem row and the row/column indices of its output tile."""
     t = tiles + tl.program_id(0) * 3
     p = tl.load(t)
     ti = tl.load(t + 1)
     tj = tl.load(t + 2)
-    row = problems + p * 8
-    m = tl.load(row + 0)
-    n = tl.load(row + 1)
-    x_off = tl.load(row + 2)
-    a_off = tl.load(row + 3)
     rm = ti * BM + tl.arange(0, BM)
     rn = tj * BM + tl.arange(0, BM)
+    return p, problems + p * 8, rm, rn, ti != tj
+
+
+@triton.jit
+def _mma(left, right, acc, UPCAST: tl.constexpr):
+    if UPCAST:
+        return tl.dot(left.to(tl.float32), right.to(tl.float32), acc)
+    return tl.dot(left, right, acc)
+
+
+@triton.jit
+def _store_symmetric(base, m, rm, rn, out, mirror):
+    """Store a tile of a symmetric ``m x m`` result and, off the diagonal, its mirror."""
+    mask = (rm[:, None] < m) & (rn[None, :] < m)
+    tl.store(base + rm[:, None] * m + rn[None, :], out, mask=mask)
+    if mirror:
+        tl.store(base + rn[None, :] * m + rm[:, None], out, mask=mask)
+
+
+@triton.jit
+def gram(x, a, problems, tiles, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
+    """``A = X·Xᵀ`` on one lower-triangle tile; both operands are row blocks of X."""
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM)
+    m = tl.load(row + 0).to(tl.int32)
+    n = tl.load(row + 1).to(tl.int32)
+    xb = x + tl.load(row + 2)
     rk = tl.arange(0, BK)
+    # Rows past m are read as row (r mod m) -- in bounds -- and never stored.
+    left = xb + (rm % m)[:, None] * n + rk[None, :]
+    right = xb + (rn % m)[:, None] * n + rk[None, :]
     acc = tl.zeros((BM, BM), dtype=tl.float32)
     for k in range(0, n, BK):
-        kk = k + rk
-        left = tl.load(
-            x + x_off + rm[:, None] * n + kk[None, :],
-            mask=(rm[:, None] < m) & (kk[None, :] < n),
-            other=0.0,
-        )
-        right = tl.load(
-            x + x_off + rn[None, :] * n + kk[:, None],
-            mask=(rn[None, :] < m) & (kk[:, None] < n),
-            other=0.0,
-        )
-        if UPCAST:
-            acc = tl.dot(left.to(tl.float32), right.to(tl.float32), acc)
-        else:
-            acc = tl.dot(left, right, acc)
-    out = acc.to(a.dtype.element_ty)
-    mask = (rm[:, None] < m) & (rn[None, :] < m)
-    tl.store(a + a_off + rm[:, None] * m + rn[None, :], out, mask=mask)
-    if ti != tj:  # the mirrored tile of the symmetric result
-        tl.store(a + a_off + rn[None, :] * m + rm[:, None], out, mask=mask)
+        kmask = rk[None, :] < n - k
+        lt = tl.load(left, mask=kmask, other=0.0)
+        rt = tl.load(right, mask=kmask, other=0.0)
+        acc = _mma(lt, tl.trans(rt), acc, UPCAST)
+        left += BK
+        right += BK
+    _store_symmetric(a + tl.load(row + 3), m, rm, rn, acc.to(a.dtype.element_ty), mirror)
 
 
 @triton.jit
 def poly(
     a, b_out, problems, tiles, cb, cc, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr
 ):
-    t = tiles + tl.program_id(0) * 3
-    p = tl.load(t)
-    ti = tl.load(t + 1)
-    tj = tl.load(t + 2)
-    row = problems + p * 8
-    m = tl.load(row + 0)
-    a_off = tl.load(row + 3)
-    rm = ti * BM + tl.arange(0, BM)
-    rn = tj * BM + tl.arange(0, BM)
+    """``B = b·A + c·A·A`` on one lower-triangle tile (A symmetric, so is B)."""
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM)
+    m = tl.load(row + 0).to(tl.int32)
+    ab = a + tl.load(row + 3)
     rk = tl.arange(0, BK)
+    left = ab + (rm % m)[:, None] * m + rk[None, :]
+    right = ab + rk[:, None] * m + (rn % m)[None, :]
     acc = tl.zeros((BM, BM), dtype=tl.float32)
     for k in range(0, m, BK):
-        kk = k + rk
-        left = tl.load(
-            a + a_off + rm[:, None] * m + kk[None, :],
-            mask=(rm[:, None] < m) & (kk[None, :] < m),
-            other=0.0,
-        )
-        right = tl.load(
-            a + a_off + kk[:, None] * m + rn[None, :],
-            mask=(kk[:, None] < m) & (rn[None, :] < m),
-            other=0.0,
-        )
-        if UPCAST:
-            acc = tl.dot(left.to(tl.float32), right.to(tl.float32), acc)
-        else:
-            acc = tl.dot(left, right, acc)
+        lt = tl.load(left, mask=rk[None, :] < m - k, other=0.0)
+        rt = tl.load(right, mask=rk[:, None] < m - k, other=0.0)
+        acc = _mma(lt, rt, acc, UPCAST)
+        left += BK
+        right += BK * m
     mask = (rm[:, None] < m) & (rn[None, :] < m)
-    aij = tl.load(a + a_off + rm[:, None] * m + rn[None, :], mask=mask, other=0.0)
+    aij = tl.load(ab + rm[:, None] * m + rn[None, :], mask=mask, other=0.0)
     out = (cb * aij.to(tl.float32) + cc * acc).to(b_out.dtype.element_ty)
-    tl.store(b_out + a_off + rm[:, None] * m + rn[None, :], out, mask=mask)
-    if ti != tj:
-        tl.store(b_out + a_off + rn[None, :] * m + rm[:, None], out, mask=mask)
+    _store_symmetric(b_out + tl.load(row + 3), m, rm, rn, out, mirror)
 
 
 @triton.jit
@@ -134,48 +145,33 @@ def update(
     FINAL: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
-    t = tiles + tl.program_id(0) * 3
-    p = tl.load(t)
-    ti = tl.load(t + 1)
-    tj = tl.load(t + 2)
-    row = problems + p * 8
-    m = tl.load(row + 0)
-    n = tl.load(row + 1)
-    x_off = tl.load(row + 2)
-    a_off = tl.load(row + 3)
-    rm = ti * BM + tl.arange(0, BM)
-    rn = tj * BM + tl.arange(0, BM)
+    """``X' = a·X + B·X`` on one tile; the last iteration writes ``scale·X'`` in the matrix's
+    own orientation and dtype (``out`` is then the packed result)."""
+    p, row, rm, rn, _mirror = _problem(problems, tiles, BM)
+    m = tl.load(row + 0).to(tl.int32)
+    n = tl.load(row + 1).to(tl.int32)
+    xb = x + tl.load(row + 2)
+    bb = bmat + tl.load(row + 3)
     rk = tl.arange(0, BK)
+    left = bb + (rm % m)[:, None] * m + rk[None, :]
+    right = xb + rk[:, None] * n + (rn % n)[None, :]
     acc = tl.zeros((BM, BM), dtype=tl.float32)
     for k in range(0, m, BK):
-        kk = k + rk
-        left = tl.load(
-            bmat + a_off + rm[:, None] * m + kk[None, :],
-            mask=(rm[:, None] < m) & (kk[None, :] < m),
-            other=0.0,
-        )
-        right = tl.load(
-            x + x_off + kk[:, None] * n + rn[None, :],
-            mask=(kk[:, None] < m) & (rn[None, :] < n),
-            other=0.0,
-        )
-        if UPCAST:
-            acc = tl.dot(left.to(tl.float32), right.to(tl.float32), acc)
-        else:
-            acc = tl.dot(left, right, acc)
+        lt = tl.load(left, mask=rk[None, :] < m - k, other=0.0)
+        rt = tl.load(right, mask=rk[:, None] < m - k, other=0.0)
+        acc = _mma(lt, rt, acc, UPCAST)
+        left += BK
+        right += BK * n
     mask = (rm[:, None] < m) & (rn[None, :] < n)
-    xij = tl.load(x + x_off + rm[:, None] * n + rn[None, :], mask=mask, other=0.0)
+    xij = tl.load(xb + rm[:, None] * n + rn[None, :], mask=mask, other=0.0)
     res = ca * xij.to(tl.float32) + acc
     if FINAL:
-        # Back to the matrix's own orientation and dtype, with its RMS scale.
-        s_off = tl.load(row + 4)
-        sr = tl.load(row + 5)
-        sc = tl.load(row + 6)
-        scale = tl.load(scales + p)
-        res = res.to(x.dtype.element_ty).to(tl.float32) * scale
-        ptrs = out + s_off + rm[:, None] * sr + rn[None, :] * sc
+        # Round to the working dtype (as the torch backend's result is), then scale.
+        sr = tl.load(row + 5).to(tl.int32)
+        sc = tl.load(row + 6).to(tl.int32)
+        res = res.to(x.dtype.element_ty).to(tl.float32) * tl.load(scales + p)
+        ptrs = out + tl.load(row + 4) + rm[:, None] * sr + rn[None, :] * sc
         tl.store(ptrs, res.to(out.dtype.element_ty), mask=mask)
     else:
-        tl.store(
-            out + x_off + rm[:, None] * n + rn[None, :], res.to(out.dtype.element_ty), mask=mask
-        )
+        ptrs = out + tl.load(row + 2) + rm[:, None] * n + rn[None, :]
+        tl.store(ptrs, res.to(out.dtype.element_ty), mask=mask)

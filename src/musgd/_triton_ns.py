@@ -90,6 +90,7 @@ class TablePlan:
     x_numel: int
     a_numel: int
     tiles: TileConfig
+    split: int  # programs per matrix of the normalization launches
 
 
 def _tile_count(extent: int, block: int) -> int:
@@ -125,6 +126,7 @@ def build_plan(shapes: Sequence[tuple[int, int]], device: torch.device) -> Table
         x_numel=x_off,
         a_numel=a_off,
         tiles=tiles,
+        split=max(1, min(MAX_SPLIT, max(r * c for r, c in shapes) // SPLIT_ELEMENTS)),
     )
 
 
@@ -154,6 +156,15 @@ def _kernels() -> Any:
 
 
 NORMALIZE_BLOCK = 1024
+# The normalization launches give each matrix up to MAX_SPLIT programs, one per SPLIT_ELEMENTS
+# elements of the largest matrix: a 4096 x 4096 matrix is read by 64 programs, not one.
+SPLIT_ELEMENTS = 1 << 18
+MAX_SPLIT = 64
+
+
+def triton_next_pow2(value: int) -> int:
+    """The smallest power of two >= ``value`` (Triton block sizes must be powers of two)."""
+    return 1 << max(0, value - 1).bit_length()
 
 
 def run_plan(
@@ -165,7 +176,7 @@ def run_plan(
 ) -> Tensor:
     """``scale · NS(matrix)`` for every matrix packed (row-major, in plan order) in ``src``.
 
-    Returns a fresh flat tensor of ``src``'s dtype and layout. Launches ``1 + 3·len(triples)``
+    Returns a fresh flat tensor of ``src``'s dtype and layout. Launches ``2 + 3·len(triples)``
     kernels; the caller has checked that the backend applies.
     """
     k = _kernels()
@@ -183,7 +194,20 @@ def run_plan(
         "num_stages": cfg.num_stages,
         "UPCAST": interpreting(),
     }
-    k.normalize[(count,)](src, x, plan.problems, eps, BLOCK=NORMALIZE_BLOCK, num_warps=4)
+    split = plan.split
+    partial = torch.empty(count * split, dtype=torch.float32, device=src.device)
+    grid = (count, split)
+    k.sumsq[grid](src, partial, plan.problems, BLOCK=NORMALIZE_BLOCK, num_warps=4)
+    k.normalize[grid](
+        src,
+        x,
+        partial,
+        plan.problems,
+        eps,
+        BLOCK=NORMALIZE_BLOCK,
+        SPLIT=max(2, triton_next_pow2(split)),
+        num_warps=4,
+    )
     last = len(triples) - 1
     for i, (ca, cb, cc) in enumerate(triples):
         k.gram[square](
