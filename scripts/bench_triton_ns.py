@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,7 @@ def ns_throughput(device: torch.device, steps: int, warmup: int) -> dict[str, An
         flops = _ns_flops(batch, rows, cols, 5)
         t_ms, r_ms = torch_t.summary.median, triton_t.summary.median
         out[f"{batch}x{rows}x{cols}"] = {
+            "tiles": dataclasses.asdict(plan.tiles),
             "nominal_gflop": flops / 1e9,
             "torch_ms": t_ms,
             "triton_ms": r_ms,
@@ -149,15 +151,30 @@ def main(argv: list[str] | None = None) -> int:
         },
         "sets": {},
     }
+    # First, before any torch.profiler session: at d844cf2 the Triton NS measured after the
+    # profiled yolo26n variants ran about 4x slower than the same tables timed alone
+    # (docs/evidence/musgd-triton-tiles-h200-d844cf2.json).
+    results["ns_throughput"] = ns_throughput(device, args.ns_steps, 3)
     for name in args.sets.split(","):
         rows: dict[str, Any] = {}
         for variant, options in VARIANTS.items():
             opt = _optimizer(name, options, device)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                opt.step()
             timing = time_steps(opt.step, steps=args.steps, warmup=args.warmup, device=device)
             s = timing.summary
             row: dict[str, Any] = {"median_ms": s.median, "min_ms": s.min, "max_ms": s.max}
+            stats = opt._replay.stats
+            row["replay"] = {
+                "recordings": stats.recordings,
+                "replays": stats.replays,
+                "failures": stats.failures,
+                "fallbacks": dict(stats.fallbacks),
+            }
             if name == "yolo26n":
                 row.update(_kernels_per_step(opt, device))
+            row["warnings"] = [str(w.message)[:300] for w in caught]
             rows[variant] = row
             print(
                 f"{name} {variant:34s} {s.median:8.3f} ms ({s.min:.3f}-{s.max:.3f}) "
@@ -165,7 +182,6 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         results["sets"][name] = rows
-    results["ns_throughput"] = ns_throughput(device, args.ns_steps, 3)
     evidence = build_evidence(
         "musgd-triton-ns", results, device=device, argv=sys.argv[1:], commit=args.commit
     )

@@ -46,7 +46,10 @@ def normalize(src, x, partial, problems, eps, BLOCK: tl.constexpr, SPLIT: tl.con
     numel = tl.load(row + 0).to(tl.int32) * n
     sr = tl.load(row + 5).to(tl.int32)
     sc = tl.load(row + 6).to(tl.int32)
-    parts = tl.load(partial + p * split + tl.arange(0, SPLIT), mask=tl.arange(0, SPLIT) < split)
+    # Masked lanes must read 0: an undefined value would enter every norm (it did, on the H200:
+    # replays then differed from eager runs at d844cf2).
+    lanes = tl.arange(0, SPLIT)
+    parts = tl.load(partial + p * split + lanes, mask=lanes < split, other=0.0)
     inv = 1.0 / (tl.sqrt(tl.sum(parts, axis=0)) + eps)
     base = src + tl.load(row + 4)
     xb = x + tl.load(row + 2)
