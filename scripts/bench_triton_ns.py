@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import sys
 import warnings
@@ -158,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.sets.split(","):
         rows: dict[str, Any] = {}
         for variant, options in VARIANTS.items():
+            # Free the previous variant's graphs and pools now, not during this one's capture
+            # (suspected cause of the one failed recording at b4ed20a, yolo26m "triton both").
+            gc.collect()
+            torch.cuda.synchronize(device)
             opt = _optimizer(name, options, device)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")

@@ -71,11 +71,14 @@ class TileConfig:
     num_stages: int
 
 
-# Measured on the H200 (docs/evidence/musgd-triton-tiles-h200-d844cf2.json): 64x64 tiles with
-# BK 64 ran the YOLO26 tables fastest (0.86 / 1.55 / 2.20 ms for n / s / m) and the large stacks
-# within 4% of the best; every 128-wide configuration was 2-9x slower on both.
+# Measured on the H200 (docs/evidence/musgd-triton-tiles-h200-d844cf2.json, the rows whose block
+# equals the plan's: the script then re-tiled plans without rebuilding their tile tables): for
+# the yolo26n table 64x64 tiles with BK 64 replayed fastest (0.86 ms); for the yolo26s/m tables
+# and the 24x1024x4096 and 8x4096x4096 stacks 128x128 tiles with BK 64 and 8 warps did (2.38 and
+# 4.21 ms; 33.4 and 211.3 ms), 64x64 tiles took 55.4 and 359.9 ms on the stacks
+# (musgd-triton-ns-h200-b4ed20a.json).
 SMALL_TILES = TileConfig(block=64, block_k=64, num_warps=4, num_stages=3)
-LARGE_TILES = TileConfig(block=64, block_k=64, num_warps=4, num_stages=3)
+LARGE_TILES = TileConfig(block=128, block_k=64, num_warps=8, num_stages=3)
 # A plan whose largest working row count reaches this uses the large tiles.
 LARGE_ROWS = 512
 
@@ -100,10 +103,14 @@ def _tile_count(extent: int, block: int) -> int:
     return (extent + block - 1) // block
 
 
-def build_plan(shapes: Sequence[tuple[int, int]], device: torch.device) -> TablePlan:
-    """The problem and tile tables of matrices viewed as ``shapes`` (``(rows, cols)`` each)."""
+def build_plan(
+    shapes: Sequence[tuple[int, int]], device: torch.device, tiles: TileConfig | None = None
+) -> TablePlan:
+    """The problem and tile tables of matrices viewed as ``shapes`` (``(rows, cols)`` each),
+    tiled by ``tiles`` (default: by the largest working row count, see ``LARGE_ROWS``)."""
     work = [(min(r, c), max(r, c)) for r, c in shapes]
-    tiles = LARGE_TILES if max(m for m, _ in work) >= LARGE_ROWS else SMALL_TILES
+    if tiles is None:
+        tiles = LARGE_TILES if max(m for m, _ in work) >= LARGE_ROWS else SMALL_TILES
     rows: list[list[int]] = []
     square: list[tuple[int, int, int]] = []
     rect: list[tuple[int, int, int]] = []
