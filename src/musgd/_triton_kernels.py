@@ -89,6 +89,23 @@ def _store_symmetric(base, m, rm, rn, out, mirror):
 
 
 @triton.jit
+def _square_times(sq, m, rm, rhs, w, rn, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
+    """``S[rm, :] · R[:, rn]`` in fp32, for ``S`` (``m x m``) at ``sq`` and ``R`` (``m x w``) at
+    ``rhs``, both row-major; out-of-range rows and columns are read clamped, never stored."""
+    rk = tl.arange(0, BK)
+    left = sq + (rm % m)[:, None] * m + rk[None, :]
+    right = rhs + rk[:, None] * w + (rn % w)[None, :]
+    acc = tl.zeros((BM, BM), dtype=tl.float32)
+    for k in range(0, m, BK):
+        lt = tl.load(left, mask=rk[None, :] < m - k, other=0.0)
+        rt = tl.load(right, mask=rk[:, None] < m - k, other=0.0)
+        acc = _mma(lt, rt, acc, UPCAST)
+        left += BK
+        right += BK * w
+    return acc
+
+
+@triton.jit
 def gram(x, a, problems, tiles, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
     """``A = X·Xᵀ`` on one lower-triangle tile; both operands are row blocks of X."""
     _p, row, rm, rn, mirror = _problem(problems, tiles, BM)
@@ -118,16 +135,7 @@ def poly(
     _p, row, rm, rn, mirror = _problem(problems, tiles, BM)
     m = tl.load(row + 0).to(tl.int32)
     ab = a + tl.load(row + 3)
-    rk = tl.arange(0, BK)
-    left = ab + (rm % m)[:, None] * m + rk[None, :]
-    right = ab + rk[:, None] * m + (rn % m)[None, :]
-    acc = tl.zeros((BM, BM), dtype=tl.float32)
-    for k in range(0, m, BK):
-        lt = tl.load(left, mask=rk[None, :] < m - k, other=0.0)
-        rt = tl.load(right, mask=rk[:, None] < m - k, other=0.0)
-        acc = _mma(lt, rt, acc, UPCAST)
-        left += BK
-        right += BK * m
+    acc = _square_times(ab, m, rm, ab, m, rn, BM, BK, UPCAST)
     mask = (rm[:, None] < m) & (rn[None, :] < m)
     aij = tl.load(ab + rm[:, None] * m + rn[None, :], mask=mask, other=0.0)
     out = (cb * aij.to(tl.float32) + cc * acc).to(b_out.dtype.element_ty)
@@ -154,17 +162,7 @@ def update(
     m = tl.load(row + 0).to(tl.int32)
     n = tl.load(row + 1).to(tl.int32)
     xb = x + tl.load(row + 2)
-    bb = bmat + tl.load(row + 3)
-    rk = tl.arange(0, BK)
-    left = bb + (rm % m)[:, None] * m + rk[None, :]
-    right = xb + rk[:, None] * n + (rn % n)[None, :]
-    acc = tl.zeros((BM, BM), dtype=tl.float32)
-    for k in range(0, m, BK):
-        lt = tl.load(left, mask=rk[None, :] < m - k, other=0.0)
-        rt = tl.load(right, mask=rk[:, None] < m - k, other=0.0)
-        acc = _mma(lt, rt, acc, UPCAST)
-        left += BK
-        right += BK * n
+    acc = _square_times(bmat + tl.load(row + 3), m, rm, xb, n, rn, BM, BK, UPCAST)
     mask = (rm[:, None] < m) & (rn[None, :] < n)
     xij = tl.load(xb + rm[:, None] * n + rn[None, :], mask=mask, other=0.0)
     res = ca * xij.to(tl.float32) + acc
