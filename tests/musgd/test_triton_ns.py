@@ -193,3 +193,47 @@ def test_normalization_split_over_several_programs_agrees_with_one_program(
     for a, b in zip(one, several, strict=True):
         # Partial sums add in a different order: the norm may move by float32 rounding only.
         torch.testing.assert_close(a, b, atol=1e-2, rtol=0)
+
+
+# --- the table path of the replaying orthogonalizer (fake recorder; any `run` of torch ops) ---
+
+
+def _table_run(src: Tensor) -> Tensor:
+    """A stand-in for ``run_plan`` made of torch operations, which the fake recorder replays."""
+    return torch.tanh(src) * 3.0
+
+
+def test_replayed_table_is_bit_identical_owned_and_recorded_once() -> None:
+    from replay_fakes import FakeRecorder
+
+    from musgd._replay import ReplayOrthogonalizer, ReplayState
+
+    recorder = FakeRecorder()
+    state = ReplayState(recorder, orth_bound=lambda: 10, update_bound=lambda: 10)
+    orth = ReplayOrthogonalizer(state)
+    gen = torch.Generator().manual_seed(0)
+    results = []
+    for _ in range(4):
+        src = torch.randn(300, generator=gen)
+        out = orth.table(("table-key",), src, _table_run)
+        assert torch.equal(out, _table_run(src))
+        results.append(out)
+    assert (recorder.records, state.stats.recordings, state.stats.replays) == (1, 1, 3)
+    assert len({r.data_ptr() for r in results}) == len(results), "results must not alias"
+    # Another key (another layout or settings) is another recording.
+    orth.table(("other-key",), torch.randn(300, generator=gen), _table_run)
+    assert state.stats.recordings == 2
+
+
+def test_table_falls_back_to_a_direct_call_where_replay_cannot_run() -> None:
+    from replay_fakes import FakeRecorder
+
+    from musgd._replay import ReplayOrthogonalizer, ReplayState
+
+    recorder = FakeRecorder(capture_underway=True)  # an enclosing capture: run directly
+    state = ReplayState(recorder, orth_bound=lambda: 10, update_bound=lambda: 10)
+    src = torch.randn(50)
+    out = ReplayOrthogonalizer(state).table(("k",), src, _table_run)
+    assert torch.equal(out, _table_run(src))
+    assert recorder.records == 0
+    assert state.stats.fallbacks["capture"] == 1
