@@ -166,6 +166,9 @@ def _kernels() -> Any:
 
 
 NORMALIZE_BLOCK = 1024
+# Matrices index their elements in 32 bits inside the kernels (offsets into the workspaces are
+# 64-bit): a larger matrix runs the torch backend.
+MAX_ELEMENTS = 1 << 31
 # The normalization launches give each matrix up to MAX_SPLIT programs, one per SPLIT_ELEMENTS
 # elements of the largest matrix: a 4096 x 4096 matrix is read by 64 programs, not one.
 SPLIT_ELEMENTS = 1 << 18
@@ -305,6 +308,8 @@ def orthogonalize_table(
     reason = fallback_reason(requested, first.device, dtype)
     if reason is None and any(m.device != first.device or m.dtype != first.dtype for m in members):
         reason = "the group mixes devices or dtypes"
+    if reason is None and any(r * c >= MAX_ELEMENTS for r, c in shapes):
+        reason = "a matrix has 2**31 or more elements (the kernels index tiles in 32 bits)"
     if reason is not None:
         warn_fallback(requested, reason)
         return None

@@ -237,3 +237,18 @@ def test_table_falls_back_to_a_direct_call_where_replay_cannot_run() -> None:
     assert torch.equal(out, _table_run(src))
     assert recorder.records == 0
     assert state.stats.fallbacks["capture"] == 1
+
+
+def test_a_matrix_too_large_for_32_bit_indexing_runs_the_torch_backend() -> None:
+    T._WARNED.clear()
+    small = torch.zeros(2, 2, device=DEVICE)  # the shapes decide; no large tensor is allocated
+    with pytest.warns(RuntimeWarning, match="2\\*\\*31"):
+        result = T.orthogonalize_table(
+            [small],
+            ((1 << 16, 1 << 15),),
+            requested="triton",
+            triples=TRIPLES,
+            eps=1e-7,
+            dtype=torch.bfloat16,
+        )
+    assert result is None
