@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -47,6 +47,8 @@ class NSSettings:
     coefficients: tuple[Triple, ...]
     eps: float
     dtype: torch.dtype
+    # "auto", "triton" or "torch": which Newton–Schulz backend the foreach body runs (WP-009).
+    backend: str = "torch"
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,14 @@ class Orthogonalizer(Protocol):
     def batched(self, G: Tensor, ns: NSSettings) -> Tensor: ...
 
     def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None: ...
+
+    def table(self, key: Hashable, src: Tensor, run: Callable[[Tensor], Tensor]) -> Tensor:
+        """``run(src)``: a whole group's Newton–Schulz table (Triton backend), fresh storage.
+
+        ``key`` names everything ``run`` depends on besides ``src``; a replaying orthogonalizer
+        records ``run`` under it. This default calls ``run`` directly.
+        """
+        return run(src)
 
     def stacked(self, members: Sequence[Tensor], bucket: Bucket, ns: NSSettings) -> Tensor:
         """``scale * NS(stack)`` of one bucket's tensors, in fresh storage the caller owns.
@@ -452,6 +462,39 @@ def orthogonalize_bucket(
     add_orthogonalized(updates, bucket.indices, O, hyper, bucket)
 
 
+def orthogonalize_table_into(
+    n: Sequence[Tensor],
+    updates: list[Tensor],
+    layout: Layout,
+    hyper: Hyper,
+    ns: NSSettings,
+    orth: Orthogonalizer,
+) -> bool:
+    """Step 3 for all of a group's matrices through the Triton backend's one table, then
+    ``U += w_muon*O``; False (nothing done) when ``ns.backend`` is "torch" or Triton does not
+    apply, so that the caller runs the per-bucket torch backend."""
+    if ns.backend == "torch" or not layout.matrices:
+        return False
+    from musgd._triton_ns import orthogonalize_table  # Triton is imported only when it runs
+
+    shapes = tuple(rc for rc in layout.shapes if rc is not None)
+    result = orthogonalize_table(
+        _pick(n, layout.matrices),
+        shapes,
+        requested=ns.backend,
+        triples=ns.coefficients,
+        eps=ns.eps,
+        dtype=ns.dtype,
+        run=orth.table,  # looked up only when Triton runs
+    )
+    if result is None:
+        return False
+    flat, parts = result
+    flat.mul_(hyper.w_muon)
+    torch._foreach_add_(_pick(updates, layout.matrices), parts)
+    return True
+
+
 def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
     """The ``(B, rows, cols)`` stack of a bucket's tensors, with as few dispatches as possible.
 
@@ -510,7 +553,9 @@ def prepare_updates_foreach(
     """
     n = momentum_foreach(bufs, grads, hyper, structure)
     updates = sgd_terms_foreach(n, layout, hyper)
-    if structure.muon:
+    if structure.muon and not orthogonalize_table_into(
+        n, updates, layout, hyper, structure.ns, orth
+    ):
         buckets = layout.buckets
         orth.run_buckets(
             [

@@ -38,6 +38,7 @@ from musgd._newton_schulz import (
     resolve_ns_dtype,
 )
 from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
+from musgd._triton_ns import BACKENDS as NS_BACKENDS
 from musgd._update_replay import UpdateReplayer
 
 if TYPE_CHECKING:
@@ -122,6 +123,13 @@ class MuSGD(Optimizer):
             orthogonalized as shards. Tensor parallel and HSDP meshes raise an error. With a
             group, ``capture_updates`` records no whole-group graph (collectives run inside
             the step); ``capture_orthogonalization`` replays each rank's share.
+        ns_backend: which Newton-Schulz code runs a group's matrices in the foreach body.
+            ``"triton"``: the grouped Triton kernels (one problem table per group, three
+            grouped launches per iteration, bf16 operands with fp32 accumulation,
+            deterministic); ``"torch"`` (default): batched ``torch.bmm`` calls per bucket;
+            ``"auto"``: Triton on CUDA when it is installed, else torch. Where Triton does not
+            apply (no CUDA, ``ns_dtype=torch.float32``, a compile trace) the torch backend
+            runs; an explicit ``"triton"`` says so once. Lives in each param group.
     """
 
     def __init__(
@@ -143,6 +151,7 @@ class MuSGD(Optimizer):
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
         process_group: ProcessGroup | None = None,
+        ns_backend: str = "torch",
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -158,6 +167,7 @@ class MuSGD(Optimizer):
             "use_muon": use_muon,
             "capture_orthogonalization": capture_orthogonalization,
             "capture_updates": capture_updates,
+            "ns_backend": ns_backend,
         }
         _validate_group(defaults, where="MuSGD")
         defaults["ns_coefficients"] = resolve_coefficients(ns_coefficients, ns_steps)
@@ -320,6 +330,7 @@ def group_structure(group: dict[str, Any], device: torch.device) -> Structure:
             coefficients=tuple(tuple(t) for t in group["ns_coefficients"]),
             eps=float(group["eps"]),
             dtype=resolve_ns_dtype(group["ns_dtype"], device),
+            backend=str(group["ns_backend"]),
         ),
     )
 
@@ -361,6 +372,8 @@ def _validate_group(group: dict[str, Any], *, where: str) -> None:
     for name in ("capture_orthogonalization", "capture_updates"):
         if not isinstance(group[name], bool):
             fail(name, "True or False")
+    if group["ns_backend"] not in NS_BACKENDS:
+        fail("ns_backend", " or ".join(map(repr, NS_BACKENDS)))
     try:
         resolve_coefficients(group["ns_coefficients"], group["ns_steps"])
     except (ValueError, TypeError) as exc:

@@ -131,6 +131,9 @@ class BranchedOrthogonalizer(Orthogonalizer):
     def stacked(self, members: Sequence[Tensor], bucket: Bucket, ns: NSSettings) -> Tensor:
         return self._inner.stacked(members, bucket, ns)
 
+    def table(self, key: Hashable, src: Tensor, run: Callable[[Tensor], Tensor]) -> Tensor:
+        return self._inner.table(key, src, run)
+
     def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
         lanes, inline = plan_branches(costs, len(self._streams), self._cost_limit)
         if not lanes:
@@ -441,7 +444,7 @@ class ReplayState:
         last = self._last_ns
         if last is not None and last[0] is ns:
             return last[1]
-        key = (typed(ns.steps), typed(ns.coefficients), typed(ns.eps), ns.dtype)
+        key = (typed(ns.steps), typed(ns.coefficients), typed(ns.eps), ns.dtype, ns.backend)
         self._last_ns = (ns, key)
         return key
 
@@ -561,22 +564,46 @@ class ReplayOrthogonalizer(Orthogonalizer):
     def _call_eager(self, kind: str, G: Tensor, ns: NSSettings) -> Tensor:
         return self._eager.single(G, ns) if kind == "single" else self._eager.batched(G, ns)
 
+    def table(self, key: Hashable, src: Tensor, run: Callable[[Tensor], Tensor]) -> Tensor:
+        """A group's Triton table, replayed like a batched call (same rules, same cache)."""
+        state = self._state
+        device = src.device
+        reason = state.context_fallback(device) or tensor_fallback(src, device)
+        if reason is not None:
+            state.fallback(reason)
+            return run(src)
+        full = ("table", key, tuple(src.shape), src.dtype, device, state.environment_key(device))
+        return self._replayed(full, src, run, f"a Triton table of {src.numel()} elements")
+
     def _run(self, kind: str, G: Tensor, ns: NSSettings) -> Tensor:
         state = self._state
-        recorder = state.recorder
         device = G.device
         reason = state.context_fallback(device) or tensor_fallback(G, device)
         if reason is not None:
             state.fallback(reason)
             return self._call_eager(kind, G, ns)
         key = self._key(kind, tuple(G.shape), G.stride(), G.dtype, device, ns)
+        return self._replayed(
+            key,
+            G,
+            lambda X: self._call_eager(kind, X, ns),
+            f"the {kind} orthogonalization of a {tuple(G.shape)} matrix",
+        )
+
+    def _replayed(
+        self, key: Hashable, G: Tensor, fn: Callable[[Tensor], Tensor], what: str
+    ) -> Tensor:
+        """``fn(G)`` from the recording of ``key``; a new key runs eagerly, then records."""
+        state = self._state
+        recorder = state.recorder
+        device = G.device
         entry = state.orth_cache.get(key)
         if entry is not None:
             entry.static.copy_(G)
             entry.recording.replay()
             state.stats.replays += 1
             return entry.recording.outputs[0].clone()
-        result = self._call_eager(kind, G, ns)
+        result = fn(G)
         refusal = state.orth_cache.admits(key)
         if refusal is not None:
             state.fallback(refusal)
@@ -584,10 +611,10 @@ class ReplayOrthogonalizer(Orthogonalizer):
         static = torch.empty_like(G)
         static.copy_(G)
         try:
-            recording = recorder.record(lambda: (self._call_eager(kind, static, ns),), device)
+            recording = recorder.record(lambda: (fn(static),), device)
         except Exception as exc:  # any failure: nothing published, this key stays eager
             state.orth_cache.refuse(key)
-            state.failed(f"the {kind} orthogonalization of a {tuple(G.shape)} matrix", exc)
+            state.failed(what, exc)
             return result
         state.orth_cache.publish(key, _OrthEntry(static, recording))
         state.stats.recordings += 1

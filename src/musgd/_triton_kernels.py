@@ -1,0 +1,178 @@
+"""The Triton kernels of the grouped Newton–Schulz backend (see ``musgd._triton_ns``).
+
+Imported only when that backend runs, so that ``import musgd`` never imports Triton. Whether
+Triton interprets these kernels on the CPU is decided when this module is first imported (it
+reads ``TRITON_INTERPRET`` then). Each tile of every output is written by one program, with a
+fixed reduction order and no atomics: results are deterministic.
+
+``UPCAST`` (interpreter only) widens bf16/fp16 operands to float32 before each block product:
+Triton's CPU interpreter multiplies bf16 blocks wrongly (numpy has no bf16), and the widening is
+exact, since a product of two bf16 or fp16 values fits in float32.
+"""
+
+# mypy: ignore-errors
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sumsq(src, partial, problems, BLOCK: tl.constexpr):
+    """Partial sums of squares of one matrix: program (p, s) sums chunks s, s+S, s+2S, ..."""
+    p = tl.program_id(0)
+    s = tl.program_id(1)
+    split = tl.num_programs(1)
+    row = problems + p * 8
+    numel = tl.load(row + 0) * tl.load(row + 1)
+    base = src + tl.load(row + 4)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(s * BLOCK, numel, split * BLOCK):
+        idx = start + tl.arange(0, BLOCK)
+        v = tl.load(base + idx, mask=idx < numel, other=0.0).to(tl.float32)
+        acc += v * v
+    tl.store(partial + p * split + s, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def normalize(src, x, partial, problems, eps, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
+    """``X = G / (‖G‖_F + eps)`` in the working dtype, transposed by strides where tall."""
+    p = tl.program_id(0)
+    s = tl.program_id(1)
+    split = tl.num_programs(1)
+    row = problems + p * 8
+    n = tl.load(row + 1).to(tl.int32)
+    numel = tl.load(row + 0).to(tl.int32) * n
+    sr = tl.load(row + 5).to(tl.int32)
+    sc = tl.load(row + 6).to(tl.int32)
+    # Masked lanes must read 0: an undefined value would enter every norm (it did, on the H200:
+    # replays then differed from eager runs at d844cf2).
+    lanes = tl.arange(0, SPLIT)
+    parts = tl.load(partial + p * split + lanes, mask=lanes < split, other=0.0)
+    inv = 1.0 / (tl.sqrt(tl.sum(parts, axis=0)) + eps)
+    base = src + tl.load(row + 4)
+    xb = x + tl.load(row + 2)
+    for start in range(s * BLOCK, numel, split * BLOCK):
+        idx = start + tl.arange(0, BLOCK)
+        mask = idx < numel
+        v = tl.load(base + (idx // n) * sr + (idx % n) * sc, mask=mask, other=0.0)
+        tl.store(xb + idx, (v.to(tl.float32) * inv).to(x.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _problem(problems, tiles, BM: tl.constexpr):
+    """A program's problem row and the row/column indices of its output tile."""
+    t = tiles + tl.program_id(0) * 3
+    p = tl.load(t)
+    ti = tl.load(t + 1)
+    tj = tl.load(t + 2)
+    rm = ti * BM + tl.arange(0, BM)
+    rn = tj * BM + tl.arange(0, BM)
+    return p, problems + p * 8, rm, rn, ti != tj
+
+
+@triton.jit
+def _mma(left, right, acc, UPCAST: tl.constexpr):
+    if UPCAST:
+        return tl.dot(left.to(tl.float32), right.to(tl.float32), acc)
+    return tl.dot(left, right, acc)
+
+
+@triton.jit
+def _store_symmetric(base, m, rm, rn, out, mirror):
+    """Store a tile of a symmetric ``m x m`` result and, off the diagonal, its mirror."""
+    mask = (rm[:, None] < m) & (rn[None, :] < m)
+    tl.store(base + rm[:, None] * m + rn[None, :], out, mask=mask)
+    if mirror:
+        tl.store(base + rn[None, :] * m + rm[:, None], out, mask=mask)
+
+
+@triton.jit
+def _square_times(sq, m, rm, rhs, w, rn, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
+    """``S[rm, :] · R[:, rn]`` in fp32, for ``S`` (``m x m``) at ``sq`` and ``R`` (``m x w``) at
+    ``rhs``, both row-major; out-of-range rows and columns are read clamped, never stored."""
+    rk = tl.arange(0, BK)
+    left = sq + (rm % m)[:, None] * m + rk[None, :]
+    right = rhs + rk[:, None] * w + (rn % w)[None, :]
+    acc = tl.zeros((BM, BM), dtype=tl.float32)
+    for k in range(0, m, BK):
+        lt = tl.load(left, mask=rk[None, :] < m - k, other=0.0)
+        rt = tl.load(right, mask=rk[:, None] < m - k, other=0.0)
+        acc = _mma(lt, rt, acc, UPCAST)
+        left += BK
+        right += BK * w
+    return acc
+
+
+@triton.jit
+def gram(x, a, problems, tiles, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
+    """``A = X·Xᵀ`` on one lower-triangle tile; both operands are row blocks of X."""
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM)
+    m = tl.load(row + 0).to(tl.int32)
+    n = tl.load(row + 1).to(tl.int32)
+    xb = x + tl.load(row + 2)
+    rk = tl.arange(0, BK)
+    # Rows past m are read as row (r mod m) -- in bounds -- and never stored.
+    left = xb + (rm % m)[:, None] * n + rk[None, :]
+    right = xb + (rn % m)[:, None] * n + rk[None, :]
+    acc = tl.zeros((BM, BM), dtype=tl.float32)
+    for k in range(0, n, BK):
+        kmask = rk[None, :] < n - k
+        lt = tl.load(left, mask=kmask, other=0.0)
+        rt = tl.load(right, mask=kmask, other=0.0)
+        acc = _mma(lt, tl.trans(rt), acc, UPCAST)
+        left += BK
+        right += BK
+    _store_symmetric(a + tl.load(row + 3), m, rm, rn, acc.to(a.dtype.element_ty), mirror)
+
+
+@triton.jit
+def poly(
+    a, b_out, problems, tiles, cb, cc, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr
+):
+    """``B = b·A + c·A·A`` on one lower-triangle tile (A symmetric, so is B)."""
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM)
+    m = tl.load(row + 0).to(tl.int32)
+    ab = a + tl.load(row + 3)
+    acc = _square_times(ab, m, rm, ab, m, rn, BM, BK, UPCAST)
+    mask = (rm[:, None] < m) & (rn[None, :] < m)
+    aij = tl.load(ab + rm[:, None] * m + rn[None, :], mask=mask, other=0.0)
+    out = (cb * aij.to(tl.float32) + cc * acc).to(b_out.dtype.element_ty)
+    _store_symmetric(b_out + tl.load(row + 3), m, rm, rn, out, mirror)
+
+
+@triton.jit
+def update(
+    bmat,
+    x,
+    out,
+    problems,
+    scales,
+    tiles,
+    ca,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    FINAL: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """``X' = a·X + B·X`` on one tile; the last iteration writes ``scale·X'`` in the matrix's
+    own orientation and dtype (``out`` is then the packed result)."""
+    p, row, rm, rn, _mirror = _problem(problems, tiles, BM)
+    m = tl.load(row + 0).to(tl.int32)
+    n = tl.load(row + 1).to(tl.int32)
+    xb = x + tl.load(row + 2)
+    acc = _square_times(bmat + tl.load(row + 3), m, rm, xb, n, rn, BM, BK, UPCAST)
+    mask = (rm[:, None] < m) & (rn[None, :] < n)
+    xij = tl.load(xb + rm[:, None] * n + rn[None, :], mask=mask, other=0.0)
+    res = ca * xij.to(tl.float32) + acc
+    if FINAL:
+        # Round to the working dtype (as the torch backend's result is), then scale.
+        sr = tl.load(row + 5).to(tl.int32)
+        sc = tl.load(row + 6).to(tl.int32)
+        res = res.to(x.dtype.element_ty).to(tl.float32) * tl.load(scales + p)
+        ptrs = out + tl.load(row + 4) + rm[:, None] * sr + rn[None, :] * sc
+        tl.store(ptrs, res.to(out.dtype.element_ty), mask=mask)
+    else:
+        ptrs = out + tl.load(row + 2) + rm[:, None] * n + rn[None, :]
+        tl.store(ptrs, res.to(out.dtype.element_ty), mask=mask)

@@ -1,0 +1,328 @@
+"""Grouped Triton Newton–Schulz: one problem table per param group, a few launches per iteration.
+
+Spec §1's quintic iteration, run over every matrix of a group at once (issue #14, WP-009):
+
+* the group's matrices ``n`` are packed into one flat buffer (one ``torch.cat``);
+* one launch normalizes every matrix by its Frobenius norm and writes it, in the working dtype and
+  already transposed where ``rows > cols`` (by strides, no copy), into the ``X`` workspace;
+* each iteration is three grouped launches over a tile table covering every matrix:
+  ``A = X·Xᵀ`` (lower-triangle tiles only, mirrored on store), ``B = b·A + c·A·A`` (likewise
+  symmetric) and ``X = a·X + B·X``, with the coefficient epilogues fused;
+* the last iteration writes ``scale·X`` back in the original orientation and dtype.
+
+Operands are bf16 (or fp16), accumulation fp32. Every output tile is written by exactly one
+program with a fixed reduction order and no atomics, so results are deterministic and the launches
+can be captured in CUDA graphs. Triton is imported lazily: where it is missing, or a case does not
+apply (no CUDA, float32 ``ns_dtype``, a compile trace), :func:`orthogonalize_table` returns None
+and the caller runs the torch backend.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import os
+import threading
+import warnings
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+BACKENDS = ("auto", "triton", "torch")
+# Working dtypes the kernels support; float32 would need exact (non-TF32) dots: torch backend.
+TRITON_NS_DTYPES = (torch.bfloat16, torch.float16)
+# Columns of the problem table (int64): working (m, n) with m <= n, offsets of X and A/B in
+# their workspaces, offset of the matrix in the packed source, X's (row, col) strides there.
+_M, _N, _XOFF, _AOFF, _SOFF, _SR, _SC = range(7)
+_COLUMNS = 8
+# Plans (device tables) are kept for the life of the process: CUDA graphs recorded over a plan
+# read its tables by address. Beyond this many layouts new plans are built per call (eager only).
+MAX_PLANS = 256
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.cache
+def triton_importable() -> bool:
+    """Whether the ``triton`` package can be imported (without importing it)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def check_backend(value: object) -> None:
+    """Raise ValueError unless ``value`` names a Newton–Schulz backend."""
+    if not isinstance(value, str) or value not in BACKENDS:
+        raise ValueError(f"ns_backend must be one of {', '.join(map(repr, BACKENDS))}")
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Tile sizes and launch settings of one plan's matmul kernels."""
+
+    block: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+# Measured on the H200 (docs/evidence/musgd-triton-tiles-h200-d844cf2.json, the rows whose block
+# equals the plan's: the script then re-tiled plans without rebuilding their tile tables): for
+# the yolo26n table 64x64 tiles with BK 64 replayed fastest (0.86 ms); for the yolo26s/m tables
+# and the 24x1024x4096 and 8x4096x4096 stacks 128x128 tiles with BK 64 and 8 warps did (2.38 and
+# 4.21 ms; 33.4 and 211.3 ms), 64x64 tiles took 55.4 and 359.9 ms on the stacks
+# (musgd-triton-ns-h200-b4ed20a.json).
+SMALL_TILES = TileConfig(block=64, block_k=64, num_warps=4, num_stages=3)
+LARGE_TILES = TileConfig(block=128, block_k=64, num_warps=8, num_stages=3)
+# A plan whose largest working row count reaches this uses the large tiles.
+LARGE_ROWS = 512
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """The device tables and workspace sizes of one group layout."""
+
+    shapes: tuple[tuple[int, int], ...]
+    sizes: tuple[int, ...]
+    problems: Tensor
+    scales: Tensor
+    square_tiles: Tensor
+    rect_tiles: Tensor
+    x_numel: int
+    a_numel: int
+    tiles: TileConfig
+    split: int  # programs per matrix of the normalization launches
+
+
+def _tile_count(extent: int, block: int) -> int:
+    return (extent + block - 1) // block
+
+
+def build_plan(
+    shapes: Sequence[tuple[int, int]], device: torch.device, tiles: TileConfig | None = None
+) -> TablePlan:
+    """The problem and tile tables of matrices viewed as ``shapes`` (``(rows, cols)`` each),
+    tiled by ``tiles`` (default: by the largest working row count, see ``LARGE_ROWS``)."""
+    work = [(min(r, c), max(r, c)) for r, c in shapes]
+    if tiles is None:
+        tiles = LARGE_TILES if max(m for m, _ in work) >= LARGE_ROWS else SMALL_TILES
+    rows: list[list[int]] = []
+    square: list[tuple[int, int, int]] = []
+    rect: list[tuple[int, int, int]] = []
+    x_off = a_off = s_off = 0
+    for p, ((r, c), (m, n)) in enumerate(zip(shapes, work, strict=True)):
+        # Source layout is the matrix's (r, c) row-major view; X is it, or its transpose.
+        sr, sc = (c, 1) if r <= c else (1, c)
+        rows.append([m, n, x_off, a_off, s_off, sr, sc, 0])
+        tm, tn = _tile_count(m, tiles.block), _tile_count(n, tiles.block)
+        square.extend((p, i, j) for i in range(tm) for j in range(i + 1))
+        rect.extend((p, i, j) for i in range(tm) for j in range(tn))
+        x_off += m * n
+        a_off += m * m
+        s_off += r * c
+    scales = [0.2 * math.sqrt(max(r, c)) for r, c in shapes]
+    return TablePlan(
+        shapes=tuple(shapes),
+        sizes=tuple(r * c for r, c in shapes),
+        problems=torch.tensor(rows, dtype=torch.int64, device=device),
+        scales=torch.tensor(scales, dtype=torch.float32, device=device),
+        square_tiles=torch.tensor(square, dtype=torch.int32, device=device),
+        rect_tiles=torch.tensor(rect, dtype=torch.int32, device=device),
+        x_numel=x_off,
+        a_numel=a_off,
+        tiles=tiles,
+        split=max(1, min(MAX_SPLIT, max(r * c for r, c in shapes) // SPLIT_ELEMENTS)),
+    )
+
+
+_PLANS: dict[tuple[tuple[tuple[int, int], ...], torch.device], TablePlan] = {}
+_PLANS_LOCK = threading.Lock()
+
+
+def plan_for(shapes: tuple[tuple[int, int], ...], device: torch.device) -> TablePlan:
+    """The cached plan of ``shapes`` on ``device`` (built on first use, outside any capture)."""
+    key = (shapes, device)
+    with _PLANS_LOCK:
+        plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    plan = build_plan(shapes, device)
+    with _PLANS_LOCK:
+        if len(_PLANS) < MAX_PLANS:
+            plan = _PLANS.setdefault(key, plan)
+    return plan
+
+
+def _kernels() -> Any:
+    """The kernel module, imported on first use (it imports Triton)."""
+    from musgd import _triton_kernels
+
+    return _triton_kernels
+
+
+NORMALIZE_BLOCK = 1024
+# Matrices index their elements in 32 bits inside the kernels (offsets into the workspaces are
+# 64-bit): a larger matrix runs the torch backend.
+MAX_ELEMENTS = 1 << 31
+# The normalization launches give each matrix up to MAX_SPLIT programs, one per SPLIT_ELEMENTS
+# elements of the largest matrix: a 4096 x 4096 matrix is read by 64 programs, not one.
+SPLIT_ELEMENTS = 1 << 18
+MAX_SPLIT = 64
+
+
+def triton_next_pow2(value: int) -> int:
+    """The smallest power of two >= ``value`` (Triton block sizes must be powers of two)."""
+    return 1 << max(0, value - 1).bit_length()
+
+
+def run_plan(
+    plan: TablePlan,
+    src: Tensor,
+    triples: Sequence[tuple[float, float, float]],
+    eps: float,
+    dtype: torch.dtype,
+) -> Tensor:
+    """``scale · NS(matrix)`` for every matrix packed (row-major, in plan order) in ``src``.
+
+    Returns a fresh flat tensor of ``src``'s dtype and layout. Launches ``2 + 3·len(triples)``
+    kernels; the caller has checked that the backend applies.
+    """
+    k = _kernels()
+    cfg = plan.tiles
+    count = len(plan.shapes)
+    x = torch.empty(plan.x_numel, dtype=dtype, device=src.device)
+    x_next = torch.empty_like(x)
+    a = torch.empty(plan.a_numel, dtype=dtype, device=src.device)
+    b = torch.empty_like(a)
+    out = torch.empty_like(src)
+    square = (plan.square_tiles.size(0),)
+    rect = (plan.rect_tiles.size(0),)
+    launch = {
+        "num_warps": cfg.num_warps,
+        "num_stages": cfg.num_stages,
+        "UPCAST": interpreting(),
+    }
+    split = plan.split
+    partial = torch.empty(count * split, dtype=torch.float32, device=src.device)
+    grid = (count, split)
+    k.sumsq[grid](src, partial, plan.problems, BLOCK=NORMALIZE_BLOCK, num_warps=4)
+    k.normalize[grid](
+        src,
+        x,
+        partial,
+        plan.problems,
+        eps,
+        BLOCK=NORMALIZE_BLOCK,
+        SPLIT=max(2, triton_next_pow2(split)),
+        num_warps=4,
+    )
+    last = len(triples) - 1
+    for i, (ca, cb, cc) in enumerate(triples):
+        k.gram[square](
+            x, a, plan.problems, plan.square_tiles, BM=cfg.block, BK=cfg.block_k, **launch
+        )
+        k.poly[square](
+            a, b, plan.problems, plan.square_tiles, cb, cc, BM=cfg.block, BK=cfg.block_k, **launch
+        )
+        final = i == last
+        k.update[rect](
+            b,
+            x,
+            out if final else x_next,
+            plan.problems,
+            plan.scales,
+            plan.rect_tiles,
+            ca,
+            BM=cfg.block,
+            BK=cfg.block_k,
+            FINAL=final,
+            **launch,
+        )
+        x, x_next = x_next, x
+    return out
+
+
+# Why the Triton backend does not apply, said once per process and reason.
+_WARNED: set[str] = set()
+
+
+def fallback_reason(requested: str, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the Triton backend cannot run a group on ``device`` in ``dtype``, or None.
+
+    On the CPU it runs only in Triton's interpreter and only when asked for by name ("auto"
+    means CUDA): the interpreter is a testing tool, orders of magnitude slower than torch.
+    """
+    if not triton_importable():
+        return "triton is not installed"
+    cpu_ok = device.type == "cpu" and interpreting() and requested == "triton"
+    if device.type != "cuda" and not cpu_ok:
+        return f"its kernels run on CUDA devices only, not {device.type}"
+    if dtype not in TRITON_NS_DTYPES:
+        return f"ns_dtype {dtype} is not supported by its kernels (bfloat16, float16)"
+    if torch.compiler.is_compiling():
+        return "a torch.compile trace is active"
+    return None
+
+
+def warn_fallback(requested: str, reason: str) -> None:
+    """Say once per reason that the torch backend runs instead; silent for ``auto`` off CUDA."""
+    if requested == "auto" and (reason.startswith("its kernels") or "installed" in reason):
+        return
+    if reason in _WARNED:
+        return
+    _WARNED.add(reason)
+    warnings.warn(
+        f"MuSGD ns_backend={requested!r}: the Triton Newton-Schulz backend does not apply "
+        f"({reason}); the torch backend runs instead, with the same math. Pass "
+        "ns_backend='torch' to silence this.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def orthogonalize_table(
+    members: Sequence[Tensor],
+    shapes: tuple[tuple[int, int], ...],
+    *,
+    requested: str,
+    triples: Sequence[tuple[float, float, float]],
+    eps: float,
+    dtype: torch.dtype,
+    run: Callable[[Hashable, Tensor, Callable[[Tensor], Tensor]], Tensor] | None = None,
+) -> tuple[Tensor, list[Tensor]] | None:
+    """``0.2·sqrt(max(rows, cols))·NS(m)`` for each matrix ``m`` of ``members`` (``shapes`` are
+    their ``(rows, cols)`` views): one fresh flat tensor and its per-member views.
+
+    Returns None when the Triton backend does not apply (saying why once, see
+    :func:`warn_fallback`). ``run(key, src, fn)`` may replace the direct call ``fn(src)`` on the
+    packed source (a replaying orthogonalizer records it under ``key``).
+    """
+    if requested == "torch" or not members:
+        return None
+    first = members[0]
+    reason = fallback_reason(requested, first.device, dtype)
+    if reason is None and any(m.device != first.device or m.dtype != first.dtype for m in members):
+        reason = "the group mixes devices or dtypes"
+    if reason is None and any(r * c >= MAX_ELEMENTS for r, c in shapes):
+        reason = "a matrix has 2**31 or more elements (the kernels index tiles in 32 bits)"
+    if reason is not None:
+        warn_fallback(requested, reason)
+        return None
+    plan = plan_for(shapes, first.device)
+    src = torch.cat([m.reshape(-1) for m in members])
+    triples = tuple(triples)
+
+    def table(packed: Tensor) -> Tensor:
+        return run_plan(plan, packed, triples, eps, dtype)
+
+    key = ("triton-table", shapes, triples, eps, dtype)
+    out = table(src) if run is None else run(key, src, table)
+    views = [
+        o.view(m.shape) for o, m in zip(torch.split(out, list(plan.sizes)), members, strict=True)
+    ]
+    return out, views

@@ -1,0 +1,149 @@
+"""The Triton Newton–Schulz backend on CUDA: YOLO26 shapes against float64, replay bit-identity."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from musgd_reference import MUON_TRIPLE, rel_err
+from torch import Tensor
+
+from musgd import MuSGD, orthogonalize
+from musgd import _triton_ns as T
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton"),
+]
+
+DEVICE = torch.device("cuda")
+DATA = Path(__file__).resolve().parents[2] / "src" / "musgd" / "bench" / "data"
+TRIPLES = (MUON_TRIPLE,) * 5
+# tests/musgd/test_newton_schulz.py: the band of five default iterations over normalized singular
+# values in [0.003, 1], with 0.02 of bf16 margin; condition number 4 keeps them >= 0.031 here
+# for every YOLO26 shape (min dimension <= 512).
+BAND = (0.6818 - 0.02, 1.2024 + 0.02)
+
+
+def yolo_matrices(name: str) -> list[list[int]]:
+    shapes: list[list[int]] = json.loads((DATA / f"{name}_shapes.json").read_text())["matrices"]
+    return shapes
+
+
+def well_conditioned(rows: int, cols: int, gen: torch.Generator) -> Tensor:
+    k = min(rows, cols)
+    U, _ = torch.linalg.qr(torch.randn(rows, k, generator=gen, device=DEVICE, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(cols, k, generator=gen, device=DEVICE, dtype=torch.float64))
+    s = torch.linspace(1.0, 0.25, k, dtype=torch.float64, device=DEVICE)
+    return (U * s) @ V.T
+
+
+def ns64(G: Tensor) -> Tensor:
+    X = G.double()
+    tall = X.shape[0] > X.shape[1]
+    X = X.T if tall else X
+    X = X / (torch.linalg.vector_norm(X) + 1e-7)
+    for a, b, c in TRIPLES:
+        A = X @ X.T
+        X = a * X + (b * A + c * A @ A) @ X
+    return X.T if tall else X
+
+
+@pytest.mark.parametrize("name", ["yolo26n", "yolo26s", "yolo26m"])
+def test_yolo26_table_in_the_polar_band_and_close_to_the_torch_backend(name: str) -> None:
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    members, shapes = [], []
+    for shape in yolo_matrices(name):
+        rows, cols = shape[0], math.prod(shape) // shape[0]
+        members.append(well_conditioned(rows, cols, gen).float().reshape(shape))
+        shapes.append((rows, cols))
+    result = T.orthogonalize_table(
+        members, tuple(shapes), requested="triton", triples=TRIPLES, eps=1e-7, dtype=torch.bfloat16
+    )
+    assert result is not None
+    worst: dict[str, float] = {"triton": 0.0, "torch": 0.0, "gap": 0.0}
+    for G, O, (rows, cols) in zip(members, result[1], shapes, strict=True):
+        scale = 0.2 * math.sqrt(max(rows, cols))
+        Q = O.reshape(rows, cols).double() / scale
+        G2 = G.reshape(rows, cols)
+        expected = ns64(G2)
+        reference = orthogonalize(G2).double()
+        errs = {
+            "triton": rel_err(Q, expected),
+            "torch": rel_err(reference, expected),
+            "gap": rel_err(Q, reference),
+        }
+        worst = {k: max(worst[k], v) for k, v in errs.items()}
+        svals = torch.linalg.svdvals(Q)
+        assert BAND[0] <= float(svals.min()), (rows, cols)
+        assert float(svals.max()) <= BAND[1], (rows, cols)
+        assert errs["triton"] < 0.04, (rows, cols, errs)
+        assert errs["gap"] < 3 * errs["torch"] + 1e-3, (rows, cols, errs)
+    print(name, worst)
+
+
+def test_table_is_deterministic_on_cuda() -> None:
+    gen = torch.Generator(device=DEVICE).manual_seed(1)
+    members = [torch.randn(s, generator=gen, device=DEVICE) for s in ([256, 128, 3, 3], [64, 640])]
+    shapes = ((256, 1152), (64, 640))
+    kwargs: dict[str, Any] = {"requested": "triton", "triples": TRIPLES, "eps": 1e-7}
+    first = T.orthogonalize_table(members, shapes, dtype=torch.bfloat16, **kwargs)
+    second = T.orthogonalize_table(members, shapes, dtype=torch.bfloat16, **kwargs)
+    assert first is not None
+    assert second is not None
+    assert torch.equal(first[0], second[0])
+
+
+def _run(name: str, options: dict[str, Any], steps: int = 4) -> tuple[MuSGD, list[Tensor]]:
+    gen = torch.Generator(device=DEVICE).manual_seed(2)
+    data = json.loads((DATA / f"{name}_shapes.json").read_text())
+    shapes = [*data["matrices"][:40], *data["biases"][:10]]
+    params = [torch.randn(s, generator=gen, device=DEVICE).requires_grad_() for s in shapes]
+    opt = MuSGD(params, lr=0.02, weight_decay=5e-4, ns_backend="triton", **options)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen, device=DEVICE)
+        opt.step()
+    torch.cuda.synchronize()
+    return opt, [p.detach().clone() for p in params]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"capture_orthogonalization": True},
+        {"capture_updates": True},
+        {"capture_orthogonalization": True, "capture_updates": True},
+    ],
+    ids=["orth", "updates", "both"],
+)
+def test_replayed_triton_steps_are_bit_identical_to_eager(flags: dict[str, bool]) -> None:
+    _, eager = _run("yolo26n", {})
+    opt, replayed = _run("yolo26n", flags)
+    stats = opt._replay.stats
+    assert stats.failures == 0
+    assert stats.recordings >= 1
+    assert stats.replays >= 3, "replay must not silently turn eager"
+    for a, b in zip(eager, replayed, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_triton_and_torch_backends_agree_on_a_step() -> None:
+    _, triton_params = _run("yolo26n", {}, steps=1)
+    gen = torch.Generator(device=DEVICE).manual_seed(2)
+    data = json.loads((DATA / "yolo26n_shapes.json").read_text())
+    shapes = [*data["matrices"][:40], *data["biases"][:10]]
+    params = [torch.randn(s, generator=gen, device=DEVICE).requires_grad_() for s in shapes]
+    before = [p.detach().clone() for p in params]
+    opt = MuSGD(params, lr=0.02, weight_decay=5e-4, ns_backend="torch")
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen, device=DEVICE)
+    opt.step()
+    for p, q, w0 in zip(params, triton_params, before, strict=True):
+        # The orthogonalized part of the change differs by bf16 rounding only.
+        assert rel_err(q - w0, p.detach() - w0) < 0.05

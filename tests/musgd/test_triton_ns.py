@@ -1,0 +1,254 @@
+"""The grouped Triton Newton–Schulz backend: numerics, determinism, optimizer routing, fallback.
+
+Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set here before
+the kernel module is first imported) on small shapes; with one, on CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import warnings
+
+import pytest
+import torch
+from musgd_reference import MUON_TRIPLE, ns64, rel_err
+from test_newton_schulz import BAND, well_conditioned
+from torch import Tensor
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+# Before anything imports triton: triton.language's own helpers are built interpreted or not
+# when it is first imported (this module is collected before any test runs).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from musgd import MuSGD, orthogonalize
+from musgd import _triton_ns as T
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+# Wide, tall (transposed by strides), tiny, several tiles (> 64 rows) and a 1-row-tile remainder.
+SHAPES = ((16, 27), (40, 24), (70, 130), (3, 5), (96, 64))
+TRIPLES = (MUON_TRIPLE,) * 5
+# Relative Frobenius error against the float64 iteration: the torch backend's bf16 bound
+# (tests/musgd/test_newton_schulz.py ITERATION_RTOL), the same for both backends.
+RTOL = {torch.bfloat16: 0.04, torch.float16: 0.005}
+# Triton's CPU interpreter converts float32 to bf16 by truncation, not rounding to nearest
+# (measured: 52% of 1024 random values differ from torch's cast), so its results sit further
+# from float64: measured 1.1-1.7x the torch backend's error on SHAPES. Compiled kernels round
+# to nearest, like torch.
+ERR_RATIO = 2.0 if T.interpreting() else 1.6
+
+
+def scale(rows: int, cols: int) -> float:
+    return 0.2 * math.sqrt(max(rows, cols))
+
+
+def table(members: list[Tensor], dtype: torch.dtype = torch.bfloat16) -> list[Tensor]:
+    shapes = tuple((m.shape[0], m.numel() // m.shape[0]) for m in members)
+    result = T.orthogonalize_table(
+        members, shapes, requested="triton", triples=TRIPLES, eps=1e-7, dtype=dtype
+    )
+    assert result is not None, "the Triton backend must apply here"
+    return result[1]
+
+
+def inputs(seed: int) -> list[Tensor]:
+    return [
+        well_conditioned(r, c, seed=seed + i).to(torch.float32).to(DEVICE)
+        for i, (r, c) in enumerate(SHAPES)
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_table_matches_the_float64_iteration_and_the_polar_band(dtype: torch.dtype) -> None:
+    members = inputs(seed=1)
+    for G, O in zip(members, table(members, dtype), strict=True):
+        r, c = G.shape
+        assert O.shape == G.shape
+        assert O.dtype == G.dtype
+        Q = O.double().cpu() / scale(r, c)
+        expected = ns64(G.double().cpu(), TRIPLES)
+        assert rel_err(Q, expected) < RTOL[dtype], (r, c)
+        svals = torch.linalg.svdvals(Q)
+        assert BAND[0] <= float(svals.min()), (r, c)
+        assert float(svals.max()) <= BAND[1], (r, c)
+
+
+def test_table_agrees_with_the_torch_backend_within_bf16_rounding() -> None:
+    members = inputs(seed=7)
+    for G, O in zip(members, table(members), strict=True):
+        r, c = G.shape
+        reference = orthogonalize(G) * scale(r, c)
+        expected = ns64(G.double().cpu(), TRIPLES) * scale(r, c)
+        torch_err = rel_err(reference.double().cpu(), expected)
+        triton_err = rel_err(O.double().cpu(), expected)
+        gap = rel_err(O.double().cpu(), reference.double().cpu())
+        # Both round to bf16 at the same points, not to the same bits: Triton is about as close
+        # to float64 as torch, and the two differ by about that much (independent roundings).
+        assert triton_err < ERR_RATIO * torch_err, (r, c)
+        assert gap < 3 * torch_err, (r, c)
+
+
+def test_table_is_deterministic_and_leaves_inputs_unchanged() -> None:
+    members = inputs(seed=3)
+    before = [m.clone() for m in members]
+    first, second = table(members), table(members)
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+    for m, b in zip(members, before, strict=True):
+        assert torch.equal(m, b)
+
+
+def test_conv_kernels_are_viewed_as_rows_by_cols() -> None:
+    kernel = torch.randn(8, 3, 3, 3, device=DEVICE)
+    (O,) = table([kernel])
+    assert O.shape == kernel.shape
+    expected = orthogonalize(kernel.reshape(8, 27)) * scale(8, 27)
+    assert rel_err(O.reshape(8, 27).double().cpu(), expected.double().cpu()) < 0.05
+
+
+def test_zero_matrix_gives_zero_not_nan() -> None:
+    (O,) = table([torch.zeros(6, 10, device=DEVICE)])
+    assert torch.equal(O, torch.zeros_like(O))
+
+
+def test_plan_covers_one_triangle_of_each_gram_and_every_update_tile() -> None:
+    plan = T.build_plan([(70, 130), (200, 10)], torch.device("cpu"))
+    # Working shapes (70, 130) and (10, 200); 64-wide tiles: 2x2 and 1x1 Gram grids.
+    assert plan.square_tiles.tolist() == [[0, 0, 0], [0, 1, 0], [0, 1, 1], [1, 0, 0]]
+    assert len(plan.rect_tiles) == 2 * 3 + 1 * 4
+    assert plan.x_numel == 70 * 130 + 10 * 200
+    assert plan.a_numel == 70 * 70 + 10 * 10
+    # The tall matrix is read transposed through its strides: X[r, c] = G[c, r].
+    assert plan.problems[1].tolist()[:7] == [10, 200, 70 * 130, 70 * 70, 70 * 130, 1, 10]
+
+
+def _steps(backend: str, ns_dtype: torch.dtype = torch.bfloat16) -> list[Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(8, 3, 3, 3), (16, 8), (24, 4), (16,), (6, 6), (6, 6)]
+    params = [torch.randn(s, generator=gen).to(DEVICE).requires_grad_() for s in shapes]
+    opt = MuSGD(params, lr=0.1, weight_decay=0.01, ns_backend=backend, ns_dtype=ns_dtype)
+    for _ in range(3):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen).to(DEVICE)
+        opt.step()
+    return [p.detach().clone() for p in params]
+
+
+def test_optimizer_with_triton_agrees_with_torch_backend() -> None:
+    start = _steps("torch")  # same seeds: compare the parameter changes
+    for a, b in zip(_steps("triton"), start, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=5e-3, rtol=0)
+
+
+def test_float32_ns_dtype_falls_back_to_torch_with_one_warning() -> None:
+    T._WARNED.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = _steps("triton", ns_dtype=torch.float32)
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1
+    assert "float32" in messages[0]
+    for a, b in zip(result, _steps("torch", ns_dtype=torch.float32), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_auto_off_cuda_runs_the_torch_backend_silently(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    if DEVICE.type == "cuda":
+        pytest.skip("auto selects Triton on CUDA")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = _steps("auto")
+    for a, b in zip(result, _steps("torch"), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bad", ["gpu", "", None, 1])
+def test_bad_backend_raises_value_error_naming_it(bad: object) -> None:
+    with pytest.raises(ValueError, match="ns_backend"):
+        MuSGD([torch.zeros(2, 2, requires_grad=True)], lr=0.1, ns_backend=bad)  # type: ignore[arg-type]
+
+
+def test_backend_lives_in_each_group_and_in_the_state_dict() -> None:
+    a, b = torch.zeros(4, 4, requires_grad=True), torch.zeros(4, 4, requires_grad=True)
+    opt = MuSGD([{"params": [a]}, {"params": [b], "ns_backend": "auto"}], lr=0.1)
+    assert [g["ns_backend"] for g in opt.param_groups] == ["torch", "auto"]
+    assert opt.state_dict()["param_groups"][1]["ns_backend"] == "auto"
+
+
+def test_normalization_split_over_several_programs_agrees_with_one_program(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shapes = ((48, 40), (20, 36))
+    members = [torch.randn(s, device=DEVICE) for s in shapes]
+    one = table(members)
+    monkeypatch.setattr(T, "SPLIT_ELEMENTS", 256)  # a new plan: 7 programs per matrix
+    monkeypatch.setattr(T, "_PLANS", {})
+    assert T.plan_for(shapes, DEVICE).split == 48 * 40 // 256
+    several = table(members)
+    for a, b in zip(one, several, strict=True):
+        # Partial sums add in a different order: the norm may move by float32 rounding only.
+        torch.testing.assert_close(a, b, atol=1e-2, rtol=0)
+
+
+# --- the table path of the replaying orthogonalizer (fake recorder; any `run` of torch ops) ---
+
+
+def _table_run(src: Tensor) -> Tensor:
+    """A stand-in for ``run_plan`` made of torch operations, which the fake recorder replays."""
+    return torch.tanh(src) * 3.0
+
+
+def test_replayed_table_is_bit_identical_owned_and_recorded_once() -> None:
+    from replay_fakes import FakeRecorder
+
+    from musgd._replay import ReplayOrthogonalizer, ReplayState
+
+    recorder = FakeRecorder()
+    state = ReplayState(recorder, orth_bound=lambda: 10, update_bound=lambda: 10)
+    orth = ReplayOrthogonalizer(state)
+    gen = torch.Generator().manual_seed(0)
+    results = []
+    for _ in range(4):
+        src = torch.randn(300, generator=gen)
+        out = orth.table(("table-key",), src, _table_run)
+        assert torch.equal(out, _table_run(src))
+        results.append(out)
+    assert (recorder.records, state.stats.recordings, state.stats.replays) == (1, 1, 3)
+    assert len({r.data_ptr() for r in results}) == len(results), "results must not alias"
+    # Another key (another layout or settings) is another recording.
+    orth.table(("other-key",), torch.randn(300, generator=gen), _table_run)
+    assert state.stats.recordings == 2
+
+
+def test_table_falls_back_to_a_direct_call_where_replay_cannot_run() -> None:
+    from replay_fakes import FakeRecorder
+
+    from musgd._replay import ReplayOrthogonalizer, ReplayState
+
+    recorder = FakeRecorder(capture_underway=True)  # an enclosing capture: run directly
+    state = ReplayState(recorder, orth_bound=lambda: 10, update_bound=lambda: 10)
+    src = torch.randn(50)
+    out = ReplayOrthogonalizer(state).table(("k",), src, _table_run)
+    assert torch.equal(out, _table_run(src))
+    assert recorder.records == 0
+    assert state.stats.fallbacks["capture"] == 1
+
+
+def test_a_matrix_too_large_for_32_bit_indexing_runs_the_torch_backend() -> None:
+    T._WARNED.clear()
+    small = torch.zeros(2, 2, device=DEVICE)  # the shapes decide; no large tensor is allocated
+    with pytest.warns(RuntimeWarning, match="2\\*\\*31"):
+        result = T.orthogonalize_table(
+            [small],
+            ((1 << 16, 1 << 15),),
+            requested="triton",
+            triples=TRIPLES,
+            eps=1e-7,
+            dtype=torch.bfloat16,
+        )
+    assert result is None
