@@ -105,6 +105,9 @@ class MuSGD(Optimizer):
             orthogonalized as shards. Tensor parallel and HSDP meshes raise an error. With a
             group, ``capture_updates`` records no whole-group graph (collectives run inside
             the step); ``capture_orthogonalization`` replays each rank's share.
+        shard_balance: how the distributed plan balances ranks: ``"flops"`` (default,
+            Newton-Schulz FLOPs) or ``"measured"`` (each layout's first step times every
+            bucket's batched call on every rank and balances the slowest rank's seconds).
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class MuSGD(Optimizer):
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
         process_group: ProcessGroup | None = None,
+        shard_balance: str = "flops",
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -159,7 +163,7 @@ class MuSGD(Optimizer):
         self._orth_replay: Orthogonalizer = ReplayOrthogonalizer(self._replay)
         self._update_replay = UpdateReplayer(self._replay)
         # Distributed (DDP with process_group, or FSDP2 DTensor parameters): NS work is shared.
-        self._sharded = ShardedStep(process_group)
+        self._sharded = ShardedStep(process_group, shard_balance)
 
     def _count_matrices(self) -> int:
         """The number of parameters routed to Newton-Schulz: the bound on recordings."""
@@ -240,7 +244,7 @@ class MuSGD(Optimizer):
         if self._sharded.applies(params):
             # Collectives sit inside this step, so no whole-group recording: each rank replays
             # only its own Newton-Schulz share (through `orth`).
-            self._sharded.step(step, orth=orth, lr=lr)
+            self._sharded.step(step, orth=orth, lr=lr, body=self._prepare)
             return
         if group["capture_updates"]:
             updates = self._update_replay.prepare(index, step, body=self._prepare, orth=orth)
