@@ -161,7 +161,9 @@ def plan_buckets(
     A bucket of ``B`` equal-shape matrices costing ``F`` of the total ``T`` is cut into
     ``min(B, world_size, ceil(F / (T / world_size**2)))`` contiguous slices: big buckets (twelve
     attention matrices over eight ranks) spread over every rank, while small ones stay whole,
-    since for small matrices each extra batched call costs launch latency, not arithmetic.
+    since for small matrices each extra batched call costs launch latency, not arithmetic
+    (with measured costs ``F`` counts only the per-matrix seconds: each slice pays the call's
+    fixed cost again).
     Slices are assigned largest first to the least-loaded rank (ties: lower bucket, then lower
     rank). The cost is the FLOPs, or with ``costs`` (one :class:`CallCost` per bucket, the same
     on every rank) the seconds ``costs[b](slice size)``, which also charges each extra slice its
@@ -181,19 +183,20 @@ def plan_buckets(
     def cost(b: int, count: int) -> float:
         return float(per_matrix[b] * count) if costs is None else costs[b](count)
 
-    def parts_of(count: int, whole: float, total: float) -> int:
+    def parts_of(b: int, count: int, total: float) -> int:
         if costs is None:  # integer arithmetic: FLOP plans do not depend on float rounding
             units = max(1, int(total) // (world_size * world_size))
-            return min(count, world_size, -(-int(whole) // units))
+            return min(count, world_size, -(-(per_matrix[b] * count) // units))
+        # Only the per-matrix part shrinks when a bucket is split; the fixed part is paid again.
         grain = total / (world_size * world_size)
-        return max(1, min(count, world_size, math.ceil(whole / grain) if grain > 0 else 1))
+        divisible = costs[b].per_matrix * count
+        return max(1, min(count, world_size, math.ceil(divisible / grain) if grain > 0 else 1))
 
-    whole = [cost(b, len(bucket.indices)) for b, bucket in enumerate(buckets)]
-    total = sum(whole)
+    total = sum(cost(b, len(bucket.indices)) for b, bucket in enumerate(buckets))
     slices: list[tuple[int, int, int, float]] = []  # (bucket, start, stop, cost)
     for b, bucket in enumerate(buckets):
         count = len(bucket.indices)
-        parts = parts_of(count, whole[b], total)
+        parts = parts_of(b, count, total)
         for start, stop in _split(count, parts):
             slices.append((b, start, stop, cost(b, stop - start)))
     loads = [0.0] * world_size

@@ -21,6 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
+import musgd._distributed as distributed
 import musgd._functional as functional
 from musgd import MuSGD, param_groups
 
@@ -74,12 +75,13 @@ def full(t: Tensor) -> Tensor:
 def train(model: nn.Module, opt: MuSGD, steps: range, grads_log: list[list[Tensor]] | None) -> None:
     """Run ``steps``; log the full gradients each step used when ``grads_log`` is given."""
     rank = dist.get_rank()
+    device = next(iter(model.parameters())).device
     for step in steps:
-        x, y = batch(step, rank)
+        x, y = (t.to(device) for t in batch(step, rank))
         loss = (model(x) - y).square().mean()
         loss.backward()
         if grads_log is not None:
-            grads_log.append([full(p.grad) for p in model.parameters() if p.grad is not None])
+            grads_log.append([full(p.grad).cpu() for p in model.parameters() if p.grad is not None])
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -113,13 +115,15 @@ def snapshot(model: nn.Module, opt: MuSGD) -> list[Tensor]:
     return [full(p) for p in params] + [full(opt.state[p]["momentum_buffer"]) for p in params]
 
 
-def wrap(kind: str, init: nn.Module) -> tuple[nn.Module, nn.Module, dist.ProcessGroup | None]:
+def wrap(
+    kind: str, init: nn.Module, device_type: str = "cpu"
+) -> tuple[nn.Module, nn.Module, dist.ProcessGroup | None]:
     """(training module, module holding the parameters, process group for MuSGD)."""
     model = copy.deepcopy(init)
     if kind == "ddp":
         return DistributedDataParallel(model), model, dist.group.WORLD
-    # An explicit CPU mesh: on a machine with a GPU, fully_shard would otherwise pick CUDA.
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    # An explicit mesh: on a machine with a GPU, fully_shard would otherwise pick CUDA.
+    mesh = init_device_mesh(device_type, (dist.get_world_size(),))
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -181,6 +185,8 @@ def main(rank: int, world: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
+        # Every bucket its own stage: the overlapped exchange runs with several stages in flight.
+        distributed.STAGE_BYTES = 1
         count_matrices()
         torch.manual_seed(0)
         init = Net()

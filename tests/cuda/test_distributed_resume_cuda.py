@@ -1,0 +1,46 @@
+"""The cross-world-size checkpoint on GPUs: saved at world size 2 over NCCL, resumed at 1 and 2.
+
+The CPU test (tests/musgd/test_distributed_resume.py) holds because CPU batched Newton-Schulz is
+slice-invariant; on CUDA the resumed world-size-1 run orthogonalizes whole buckets where the saving
+run split them over two GPUs, so this checks that cuBLAS gives the same bits for both slicings
+(and that NCCL's exchange and FSDP2's resharded load change none). Needs two CUDA GPUs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
+from test_distributed_resume import first_difference, run_phases
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs (NCCL)"),
+]
+
+
+@pytest.fixture(scope="module")
+def phases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_phases(tmp_path_factory.mktemp("resume-cuda"), "nccl", (1, 2))
+
+
+@pytest.mark.parametrize("kind", ["ddp", "fsdp"])
+@pytest.mark.parametrize("world", [1, 2])
+def test_nccl_checkpoint_of_world_2_resumes_bit_identically(
+    phases: dict[str, Any], kind: str, world: int
+) -> None:
+    final = phases["save"][0][kind]["final"]
+    for rank, res in enumerate(phases[f"resume-w{world}"]):
+        diff = first_difference(res[kind], final)
+        assert diff is None, f"{kind} resumed at world size {world}, rank {rank}: {diff}"
+
+
+@pytest.mark.parametrize("kind", ["ddp", "fsdp"])
+def test_nccl_ranks_agree_bitwise(phases: dict[str, Any], kind: str) -> None:
+    zero, one = (res[kind] for res in phases["save"])
+    assert first_difference(one["final"], zero["final"]) is None
