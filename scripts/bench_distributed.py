@@ -36,7 +36,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from musgd import MuSGD
-from musgd._distributed import WorkItem, plan_buckets, plan_stages, wire_dtype
+from musgd._distributed import WorkItem, plan_buckets, plan_stages
 from musgd._functional import Layout, build_layout
 from musgd.bench._evidence import (
     SCHEMA,
@@ -79,11 +79,15 @@ GEMM_EFFICIENCY = 0.5
 CALL_FLOOR_S = 600e-6
 COLLECTIVE_LATENCY_S = 30e-6  # one NCCL collective across 8 GPUs of one NVLink host
 NVLINK_BYTES_PER_S = 300e9  # effective NCCL bus bandwidth per GPU on NVLink 4 (900 GB/s raw)
-# The element-wise part of a step (momentum, Nesterov, the mix, decay, the write, the stack and
-# the casts around Newton-Schulz) reads and writes about 128 bytes per float32 parameter (counted
-# operation by operation in docs/engineering/distributed-scaling.md) at an effective HBM
-# bandwidth of 3.5 TB/s (H200: 4.8 TB/s peak). DDP repeats it on every rank; FSDP2 shards it.
-UPDATE_BYTES_PER_PARAM = 128
+# The element-wise part of a step reads and writes about 128 bytes per float32 parameter (counted
+# operation by operation in docs/engineering/distributed-scaling.md): 40 for momentum and the
+# Nesterov input, which every rank runs on every parameter, and 88 for the rest (the SGD term,
+# the stack and casts around Newton-Schulz, the mix, decay and the write), which under DDP only
+# the owner of a matrix runs; the other ranks copy the owner's new parameters in (8 bytes).
+# Effective HBM bandwidth 3.5 TB/s (H200: 4.8 TB/s peak). FSDP2 runs all of it on its shard.
+MOMENTUM_BYTES_PER_PARAM = 40
+REST_BYTES_PER_PARAM = 88
+COPY_BYTES_PER_PARAM = 8
 HBM_BYTES_PER_S = 3.5e12
 # The 1-GPU calibration the predictions start from (a screen: see the scaling model's page).
 CALIBRATION = Path("docs/evidence/musgd-distributed-cuda-h200-1gpu-20261129.json")
@@ -284,8 +288,8 @@ def _plan_numbers(args: argparse.Namespace, world: int) -> dict[str, Any]:
         b = layout.buckets[item.bucket]
         per_rank[item.owner] += (item.stop - item.start) * b.rows * b.cols
     width = max(per_rank)
-    # float32 parameters: results travel in ns_dtype when narrower (lossless, wire_dtype).
-    itemsize = wire_dtype(torch.float32, DTYPES[args.ns_dtype]).itemsize
+    # The owners' new float32 parameters travel (4 bytes each).
+    itemsize = torch.float32.itemsize
     return {
         "matrices": len(layout.matrices),
         "buckets": len(layout.buckets),
@@ -417,14 +421,16 @@ def predict(name: str, world: int) -> dict[str, Any]:
                 fsdp[r] += count * (b.rows - rows) * b.cols
             else:
                 fsdp[r] += count * rows * b.cols
-    wire = 2  # bytes: float32 parameters, bf16 Newton-Schulz -> matrices travel in bf16
+    # DDP moves the owners' new float32 parameters (4 bytes); FSDP2 moves matrices in bf16 (the
+    # NS input and result, lossless for bf16 Newton-Schulz).
+    wire, fsdp_wire = 4, 2
     dtypes = [torch.float32] * len(layout.buckets)
     stages = plan_stages(plan, layout, dtypes, [wire] * len(layout.buckets))
     stage_elements = [
         sum(math.prod(_item_dims(layout, plan.items[k])) for k in st.keys) for st in stages
     ]
     ddp_bytes = wire * (world - 1) * max(owned)
-    fsdp_bytes = wire * max(fsdp)
+    fsdp_bytes = fsdp_wire * max(fsdp)
     bw = NVLINK_BYTES_PER_S
     return {
         "set": name,
@@ -478,16 +484,28 @@ def calibrated(name: str, world: int, medians: dict[str, float]) -> dict[str, An
     """Step times at ``world`` ranks from the measured 1-GPU medians of one set (ms).
 
     ``T1`` (replicated, measured) = ``E`` (element-wise, from bytes) + ``N1`` (Newton-Schulz,
-    the rest). Sharded: ``E + N1·s + x``, with ``s`` the busiest rank's share of the NS model's
-    time and ``x`` the exchange left exposed by the overlap (the last stage's bytes, plus one
-    latency per stage). FSDP2: ``E/W + N1·s + c/W + x'``, with ``c`` the copies the 1-GPU FSDP2
+    the rest). Sharded: ``E_W + N1·s + x``, with ``E_W`` the DDP rank's element-wise work
+    (momentum on all, the rest on its own matrices, copies of the others'), ``s`` the busiest
+    rank's share of the NS model's time and ``x`` the exchange left exposed by the overlap (the
+    last stage's bytes, plus one latency per stage). FSDP2: ``E/W + N1·s + c/W + x'``, with ``c`` the copies the 1-GPU FSDP2
     arm paid over replicated (gather and scatter through itself) spread over ``W`` ranks.
     """
     model = predict(name, world)
     t1 = medians["replicated"]
-    update = 1e3 * UPDATE_BYTES_PER_PARAM * model["params"] / HBM_BYTES_PER_S
-    update = min(update, t1 / 2)
+    per_param_ms = 1e3 * model["params"] / HBM_BYTES_PER_S
+    update = min(per_param_ms * (MOMENTUM_BYTES_PER_PARAM + REST_BYTES_PER_PARAM), t1 / 2)
     ns1 = t1 - update
+    # DDP: momentum everywhere, the rest on the owner, a copy of the others' new parameters.
+    scale = update / (per_param_ms * (MOMENTUM_BYTES_PER_PARAM + REST_BYTES_PER_PARAM))
+    update_ddp = (
+        scale
+        * per_param_ms
+        * (
+            MOMENTUM_BYTES_PER_PARAM
+            + REST_BYTES_PER_PARAM / world
+            + COPY_BYTES_PER_PARAM * (world - 1) / world
+        )
+    )
     share = model["ns_ms_sharded_max_rank"] / model["ns_ms_replicated"]
     stages = model["stages"]
     last = model["last_stage_fraction"]
@@ -495,7 +513,7 @@ def calibrated(name: str, world: int, medians: dict[str, float]) -> dict[str, An
     exposed_ddp = last * (model["ddp_exchange_ms"] - 1e3 * COLLECTIVE_LATENCY_S) + latency
     exposed_fsdp = last * (model["fsdp_exchange_ms"] - 2e3 * COLLECTIVE_LATENCY_S) + 2 * latency
     copies = max(0.0, medians.get("fsdp", t1) - t1)
-    sharded = update + ns1 * share + exposed_ddp
+    sharded = update_ddp + ns1 * share + exposed_ddp
     fsdp = update / world + ns1 * share + copies / world + exposed_fsdp
     if world == 1:  # both run the single-process body
         sharded = fsdp = t1
@@ -504,6 +522,7 @@ def calibrated(name: str, world: int, medians: dict[str, float]) -> dict[str, An
         "world": world,
         "replicated_ms (measured at 1 GPU)": t1,
         "update_ms (element-wise, model)": update,
+        "ddp_update_ms_per_rank": update_ddp,
         "ns_ms at 1 GPU (T1 - update)": ns1,
         "busiest rank's NS share": share,
         "stages": stages,

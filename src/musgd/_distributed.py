@@ -44,6 +44,7 @@ from torch import Tensor
 from musgd._functional import (
     Bucket,
     GroupStep,
+    Hyper,
     Layout,
     Orthogonalizer,
     PrepareFn,
@@ -392,20 +393,25 @@ class ShardedStep:
             return
         # The foreach body's own pieces, in its order, give the same bits.
         n = momentum_foreach(M, G, hyper, structure)
-        updates = sgd_terms_foreach(n, layout, hyper)
         # Every rank joins a new layout's agreement check, even one without matrices this step.
         plan = self._plan(layout, P, group, world, structure, orth) if structure.muon else None
-        if layout.matrices and plan is not None and plan.items:
-            comm = _Comm(group, rank)
-            dtypes = [P[b.indices[0]].dtype for b in layout.buckets]
-            wire = [wire_dtype(d, structure.ns.dtype).itemsize for d in dtypes]
-            stages = plan_stages(plan, layout, dtypes, wire)
-            orthogonalize = _orthogonalize_fsdp if sharded else _orthogonalize_ddp
-            results = orthogonalize(n, stages, layout, plan, comm, structure=structure, orth=orth)
-            for item, orthed in zip(plan.items, results, strict=True):
-                bucket = layout.buckets[item.bucket]
-                indices = bucket.indices[item.start : item.stop]
-                add_orthogonalized(updates, indices, orthed.mul_(bucket.scale), hyper)
+        if not (layout.matrices and plan is not None and plan.items):
+            _finish_local(P, n, layout, hyper, structure, lr)
+            return
+        comm = _Comm(group, rank)
+        dtypes = [P[b.indices[0]].dtype for b in layout.buckets]
+        if not sharded:
+            stages = plan_stages(plan, layout, dtypes, [d.itemsize for d in dtypes])
+            _step_ddp(P, n, stages, layout, plan, comm, hyper, structure, orth, lr)
+            return
+        wire = [wire_dtype(d, structure.ns.dtype).itemsize for d in dtypes]
+        stages = plan_stages(plan, layout, dtypes, wire)
+        updates = sgd_terms_foreach(n, layout, hyper)
+        results = _orthogonalize_fsdp(n, stages, layout, plan, comm, structure=structure, orth=orth)
+        for item, orthed in zip(plan.items, results, strict=True):
+            bucket = layout.buckets[item.bucket]
+            indices = bucket.indices[item.start : item.stop]
+            add_orthogonalized(updates, indices, orthed.mul_(bucket.scale), hyper)
         if structure.decay:
             add_decay_foreach(updates, P, layout, hyper)
         apply_updates(P, updates, lr)
@@ -544,71 +550,128 @@ def _all_gather(output: Tensor, send: Tensor, group: dist.ProcessGroup) -> dist.
     return work
 
 
-def _orthogonalize_ddp(
+def _finish_local(
+    P: Sequence[Tensor],
+    n: Sequence[Tensor],
+    layout: Layout,
+    hyper: Hyper,
+    structure: Structure,
+    lr: float,
+    *,
+    muon: Callable[[list[Tensor]], None] | None = None,
+) -> None:
+    """Steps 3-5 of the parameters ``layout`` names (indices into ``P`` and ``n``).
+
+    ``muon`` adds the orthogonalized terms into the updates when given; the operations are the
+    foreach body's, so each element gets the same bits whichever subset runs them.
+    """
+    updates = sgd_terms_foreach(n, layout, hyper)
+    if muon is not None:
+        muon(updates)
+    if structure.decay:
+        add_decay_foreach(updates, P, layout, hyper)
+    apply_updates(P, updates, lr)
+
+
+def _subset(layout: Layout, matrices: Sequence[int], vectors: Sequence[int]) -> Layout:
+    """The parameters ``matrices`` and ``vectors`` of ``layout`` as a layout of their own,
+    indexed in the order given (matrices first)."""
+    order = [*matrices, *vectors]
+    return Layout(
+        matrices=tuple(range(len(matrices))),
+        vectors=tuple(range(len(matrices), len(order))),
+        buckets=(),
+        shapes=tuple(layout.shapes[i] for i in order),
+    )
+
+
+def _step_ddp(
+    P: Sequence[Tensor],
     n: Sequence[Tensor],
     stages: Sequence[Stage],
     layout: Layout,
     plan: ShardPlan,
     comm: _Comm,
-    *,
+    hyper: Hyper,
     structure: Structure,
     orth: Orthogonalizer,
-) -> list[Tensor]:
-    """This rank's share stage by stage, each stage's all_gather in flight under the next.
+    lr: float,
+) -> None:
+    """DDP steps 3-5: each rank updates its own matrices and all_gathers the new parameters.
 
-    Returns O (unscaled) per plan item. A stage's results are packed into one buffer padded to
-    the largest rank's share and gathered asynchronously; the previous stage is unpacked only
-    after the next one's Newton-Schulz has been issued.
+    Momentum (already done by the caller) runs on every rank, so every rank keeps the whole
+    optimizer state. Per stage, the owner orthogonalizes its slices, mixes, decays and writes
+    those matrices -- exactly the single-process arithmetic -- and one asynchronous all_gather
+    (padded to the largest rank's share) hands the new parameters to every rank while the next
+    stage computes. The element-wise work on matrices is thus shared out too, not only
+    Newton-Schulz. Vectors are updated on every rank.
     """
     group, rank = comm.group, comm.rank
     world = plan.world_size
-    results: dict[int, Tensor] = {}
     pending: list[tuple[Stage, Tensor, int, dist.Work, Tensor]] = []
     for stage in stages:
-        for k in stage.keys:
-            item = plan.items[k]
-            if item.owner == rank:
-                b = layout.buckets[item.bucket]
-                stack = stack_bucket([n[i] for i in _item_matrices(layout, item)], b)
-                results[k] = orth.batched(stack, structure.ns)
+        owned = [plan.items[k] for k in stage.keys if plan.items[k].owner == rank]
+        indices = [i for item in owned for i in _item_matrices(layout, item)]
+        if indices:
+            sub = _subset(layout, indices, ())
+
+            def muon(updates: list[Tensor], owned: list[WorkItem] = owned) -> None:
+                start = 0
+                for item in owned:
+                    b = layout.buckets[item.bucket]
+                    mats = _item_matrices(layout, item)
+                    orthed = orth.batched(stack_bucket([n[i] for i in mats], b), structure.ns)
+                    local = tuple(range(start, start + len(mats)))
+                    add_orthogonalized(updates, local, orthed.mul_(b.scale), hyper)
+                    start += len(mats)
+
+            _finish_local(
+                [P[i] for i in indices],
+                [n[i] for i in indices],
+                sub,
+                hyper,
+                structure,
+                lr,
+                muon=muon,
+            )
         sizes = [0] * world
         for k in stage.keys:
             sizes[plan.items[k].owner] += math.prod(_item_shape(layout, plan.items[k]))
         width = max(sizes)
-        if width:
-            wire = wire_dtype(stage.dtype, structure.ns.dtype)
-            mine = [results[k].reshape(-1).to(wire) for k in stage.keys if k in results]
-            pad = torch.zeros(width - sizes[rank], dtype=wire, device=n[0].device)
-            send = torch.cat([*mine, pad])
-            received = torch.empty(world * width, dtype=wire, device=send.device)
-            work = _all_gather(received, send, group)
-            pending.append((stage, received, width, work, send))
+        mine = [P[i].reshape(-1) for i in indices]
+        pad = torch.zeros(width - sizes[rank], dtype=stage.dtype, device=P[0].device)
+        send = torch.cat([*mine, pad])
+        received = torch.empty(world * width, dtype=stage.dtype, device=send.device)
+        pending.append((stage, received, width, _all_gather(received, send, group), send))
         if len(pending) > 1:
-            _unpack_gathered(pending.pop(0), layout, plan, rank, results)
+            _write_gathered(pending.pop(0), P, layout, plan, rank)
     while pending:
-        _unpack_gathered(pending.pop(0), layout, plan, rank, results)
-    return [results[k] for k in range(len(plan.items))]
+        _write_gathered(pending.pop(0), P, layout, plan, rank)
+    if layout.vectors:
+        vectors = list(layout.vectors)
+        vec = _subset(layout, (), vectors)
+        _finish_local([P[i] for i in vectors], [n[i] for i in vectors], vec, hyper, structure, lr)
 
 
-def _unpack_gathered(
+def _write_gathered(
     entry: tuple[Stage, Tensor, int, dist.Work, Tensor],
+    P: Sequence[Tensor],
     layout: Layout,
     plan: ShardPlan,
     rank: int,
-    results: dict[int, Tensor],
 ) -> None:
-    """Wait for one stage's all_gather and view the other ranks' results out of it."""
+    """Wait for one stage's all_gather and copy the other ranks' new parameters in."""
     stage, received, width, work, _ = entry
     work.wait()
     offsets = [r * width for r in range(plan.world_size)]
     for k in stage.keys:
         item = plan.items[k]
-        shape = _item_shape(layout, item)
-        size = math.prod(shape)
-        start = offsets[item.owner]
-        offsets[item.owner] += size
-        if item.owner != rank:
-            results[k] = received[start : start + size].view(shape).to(stage.dtype)
+        for i in _item_matrices(layout, item):
+            size = P[i].numel()
+            start = offsets[item.owner]
+            offsets[item.owner] += size
+            if item.owner != rank:
+                P[i].copy_(received[start : start + size].view(P[i].shape))
 
 
 def wire_dtype(param_dtype: torch.dtype, ns_dtype: torch.dtype) -> torch.dtype:
@@ -657,7 +720,7 @@ def _orthogonalize_fsdp(
             item = plan.items[k]
             cols = layout.buckets[item.bucket].cols
             for i in _item_matrices(layout, item):
-                send_parts[item.owner].append(n[i].reshape(-1).to(wire))
+                send_parts[item.owner].append(n[i].reshape(-1))
                 if item.owner == rank:
                     for src in range(world):
                         recv_sizes[src] += splits[i][src] * cols
@@ -674,21 +737,23 @@ def _orthogonalize_fsdp(
             b = layout.buckets[item.bucket]
             indices = _item_matrices(layout, item)
             if item.owner == rank:
-                mats = []
+                pieces = []
                 for i in indices:
-                    pieces = []
                     for src in range(world):
                         size = splits[i][src] * b.cols
                         pieces.append(gathered[src][cursors[src] : cursors[src] + size])
                         cursors[src] += size
-                    mats.append(torch.cat(pieces).view(b.rows, b.cols))
-                full = orth.batched(torch.stack(mats).to(stage.dtype), structure.ns)
+                # One copy assembles the stack in the wire dtype, and Newton-Schulz runs on it
+                # as it is: it would cast a float32 copy of these values straight back to the
+                # wire dtype (wire_dtype), so its result is bit for bit the same, still in the
+                # wire dtype for the return.
+                stack = torch.cat(pieces).view(len(indices), b.rows, b.cols)
+                full = orth.batched(stack, structure.ns)
                 # Scatter: each rank gets its rows of every result, in plan order.
                 for j, i in enumerate(indices):
                     lo = 0
                     for dst in range(world):
-                        rows = full[j, lo : lo + splits[i][dst]]
-                        back_parts[dst].append(rows.reshape(-1).to(wire))
+                        back_parts[dst].append(full[j, lo : lo + splits[i][dst]].reshape(-1))
                         lo += splits[i][dst]
             for i in indices:
                 back_sizes[item.owner] += splits[i][rank] * b.cols
@@ -754,7 +819,8 @@ def _all_to_all(
     """Start sending ``parts[r]`` (concatenated) to rank ``r``; wait on the result."""
     send_sizes = [sum(t.numel() for t in ts) for ts in parts]
     flat = [t for ts in parts for t in ts]
-    send = torch.cat(flat) if flat else torch.empty(0, dtype=dtype, device=device)
+    # One concatenation, then one cast to the wire dtype (a no-op when it matches).
+    send = torch.cat(flat).to(dtype) if flat else torch.empty(0, dtype=dtype, device=device)
     recv = torch.empty(sum(recv_sizes), dtype=dtype, device=device)
     work = dist.all_to_all_single(
         recv,

@@ -136,11 +136,13 @@ def run_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
     opt = make_optimizer(inner, group)
     grads_log: list[list[Tensor]] = []
     counts_before = COUNTS["matrices"]
+    written_before = COUNTS["written"]
     train(trained, opt, range(SAVE_AFTER), grads_log)
     model_sd, optim_sd = get_state_dict(inner, opt)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(ckpt))
     train(trained, opt, range(SAVE_AFTER, STEPS), grads_log)
     orthogonalized = COUNTS["matrices"] - counts_before
+    written = COUNTS["written"] - written_before
     final = snapshot(inner, opt)
 
     resumed, inner2, group2 = wrap(kind, init)
@@ -161,10 +163,11 @@ def run_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
         "resumed": snapshot(inner2, opt2),
         "reference": reference(init, grads_log),
         "orthogonalized": orthogonalized,
+        "written": written,
     }
 
 
-COUNTS = {"matrices": 0}
+COUNTS = {"matrices": 0, "written": 0}
 
 
 def count_matrices() -> None:
@@ -178,6 +181,17 @@ def count_matrices() -> None:
     functional.EagerOrthogonalizer.batched = counted  # type: ignore[method-assign]
 
 
+def count_written() -> None:
+    """Count the parameter elements this rank's distributed step writes (step 5)."""
+    original = distributed.apply_updates
+
+    def counted(params: Any, updates: Any, lr: float) -> None:
+        COUNTS["written"] += sum(p.numel() for p in params)
+        original(params, updates, lr)
+
+    distributed.apply_updates = counted  # type: ignore[assignment]
+
+
 def main(rank: int, world: int, port: int, out: str) -> None:
     """Spawn target: both cases on this rank, results to ``<out>/rank<rank>.pt``."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -188,6 +202,7 @@ def main(rank: int, world: int, port: int, out: str) -> None:
         # Every bucket its own stage: the overlapped exchange runs with several stages in flight.
         distributed.STAGE_BYTES = 1
         count_matrices()
+        count_written()
         torch.manual_seed(0)
         init = Net()
         results = {

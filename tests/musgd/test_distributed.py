@@ -105,6 +105,29 @@ def test_each_rank_orthogonalizes_only_its_planned_share(spawned: Any, kind: str
         assert max(counted) < total  # no rank does all the work
 
 
+def test_each_ddp_rank_writes_only_its_own_matrices_and_every_vector(spawned: Any) -> None:
+    # The element-wise update of a matrix runs on its owner only; the others copy the result.
+    world, ranks = spawned
+    expected = [0] * world
+    for group in param_groups(Net(), weight_decay=0.01):
+        params = list(group["params"])
+        layout = build_layout(params, None)
+        plan = plan_buckets(layout.buckets, world)
+        vectors = sum(params[i].numel() for i in layout.vectors)
+        for r in range(world):
+            owned = plan.owned(r) if world > 1 else plan.items
+            matrices = sum(
+                params[i].numel()
+                for item in owned
+                for i in layout.buckets[item.bucket].indices[item.start : item.stop]
+            )
+            expected[r] += STEPS * (matrices + vectors)
+    assert [res["ddp"]["written"] for res in ranks] == expected
+    if world > 1:
+        total = STEPS * sum(p.numel() for p in Net().parameters())
+        assert max(expected) < total
+
+
 def test_batched_newton_schulz_is_slice_invariant_on_cpu() -> None:
     # The precondition for comparing against plain single-process MuSGD bit for bit.
     G = torch.randn(5, 16, 27, generator=torch.Generator().manual_seed(3))
