@@ -228,10 +228,12 @@ def plan_stages(
 
     ``dtypes[b]`` is bucket ``b``'s parameter dtype and ``wire_bytes[b]`` the bytes one of its
     elements travels in. A stage closes after the bucket that brings it to :data:`STAGE_BYTES`
-    (counting every rank's results), or before a bucket of another dtype. Each stage is one
+    (counting every rank's share), or before a bucket of another dtype; the smallest stage is
+    then moved last, since its exchange is the one nothing overlaps. Each stage is one
     collective (DDP) or one pair (FSDP2); while it is in flight the next stage is computed.
     """
     stages: list[Stage] = []
+    sizes: list[int] = []
     keys: list[int] = []
     size = 0
     dtype: torch.dtype | None = None
@@ -240,6 +242,7 @@ def plan_stages(
         nonlocal keys, size
         if keys and dtype is not None:
             stages.append(Stage(dtype, tuple(keys)))
+            sizes.append(size)
         keys, size = [], 0
 
     for k, item in enumerate(plan.items):
@@ -253,6 +256,11 @@ def plan_stages(
         if last_of_bucket and size >= STAGE_BYTES:
             close()
     close()
+    if stages:
+        # Nothing runs under the last stage's exchange: make it the smallest one (first of
+        # equals), keeping the others in plan order.
+        last = min(range(len(stages)), key=lambda j: (sizes[j], j))
+        stages.append(stages.pop(last))
     return tuple(stages)
 
 

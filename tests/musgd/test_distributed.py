@@ -290,10 +290,11 @@ def test_stages_cut_the_plan_in_order_by_bytes_and_dtype(monkeypatch: pytest.Mon
     stages = plan_stages(plan, layout, dtypes, [2, 2, 2, 2])
     assert [s.keys for s in stages] == [
         tuple(k for k, i in enumerate(plan.items) if i.bucket == 0),  # 128 bytes: closes
-        tuple(k for k, i in enumerate(plan.items) if i.bucket in (1, 2)),  # closed by the dtype
-        tuple(k for k, i in enumerate(plan.items) if i.bucket == 3),
+        tuple(k for k, i in enumerate(plan.items) if i.bucket == 3),  # 36 bytes
+        # 20 bytes, closed by the dtype change; the smallest, so it goes last.
+        tuple(k for k, i in enumerate(plan.items) if i.bucket in (1, 2)),
     ]
-    assert [s.dtype for s in stages] == [torch.float32, torch.float32, torch.bfloat16]
+    assert [s.dtype for s in stages] == [torch.float32, torch.bfloat16, torch.float32]
     monkeypatch.setattr(distributed, "STAGE_BYTES", 1)
     assert len(plan_stages(plan, layout, dtypes, [2, 2, 2, 2])) == len(buckets)
 
