@@ -7,11 +7,15 @@ Two ways to run it:
 * GPUs: ``torchrun --nproc-per-node N scripts/bench_distributed.py`` (see
   scripts/gpu_distributed.sh) times the launched world size with NCCL; rank 0 writes the file.
 
-Per world size it reports the median (min-max) step time of the *sharded* step
-(``MuSGD(..., process_group=WORLD)``), of the *fsdp* step (the same parameters sharded by FSDP2
-``fully_shard``) and of the *replicated* one (``process_group=None``: each rank orthogonalizes
-every matrix, the redundant baseline), the plan's Newton-Schulz FLOPs per rank, the bytes each
-rank receives in the result ``all_gather``, and whether the arms agree bitwise.
+Per world size it reports the median (min-max) step time of every arm (``ARMS``): *replicated*
+(``process_group=None``: each rank orthogonalizes every matrix, the redundant baseline),
+*sharded* (``MuSGD(..., process_group=WORLD)``, FLOP plan), *sharded_measured*
+(``shard_balance="measured"``), *sharded_replay* and *replicated_replay*
+(``capture_orthogonalization``) and *fsdp* (the same parameters sharded by FSDP2
+``fully_shard``); each arm's speed-up over replicated, whether its ranks agree bitwise and
+whether it equals the replicated arm bitwise; the plan each sharded arm used; and the plan's
+Newton-Schulz FLOPs and exchange bytes per rank. ``--predict W`` prints the scaling model
+(docs/engineering/distributed-scaling.md), calibrated on 1-GPU medians with ``--calibration``.
 """
 
 from __future__ import annotations
@@ -487,8 +491,9 @@ def calibrated(name: str, world: int, medians: dict[str, float]) -> dict[str, An
     the rest). Sharded: ``E_W + N1·s + x``, with ``E_W`` the DDP rank's element-wise work
     (momentum on all, the rest on its own matrices, copies of the others'), ``s`` the busiest
     rank's share of the NS model's time and ``x`` the exchange left exposed by the overlap (the
-    last stage's bytes, plus one latency per stage). FSDP2: ``E/W + N1·s + c/W + x'``, with ``c`` the copies the 1-GPU FSDP2
-    arm paid over replicated (gather and scatter through itself) spread over ``W`` ranks.
+    last stage's bytes, plus one latency per stage). FSDP2: ``E/W + N1·s + c/W + x'``, with
+    ``c`` the copies the 1-GPU FSDP2 arm paid over replicated (gather and scatter through
+    itself) spread over ``W`` ranks.
     """
     model = predict(name, world)
     t1 = medians["replicated"]
