@@ -16,7 +16,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
-from test_distributed_resume import first_difference, run_phases
+from test_distributed_resume import check_resumed, check_saving_run, run_phases
 
 pytestmark = [
     pytest.mark.cuda,
@@ -34,13 +34,9 @@ def phases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_nccl_checkpoint_of_world_2_resumes_bit_identically(
     phases: dict[str, Any], kind: str, world: int
 ) -> None:
-    final = phases["save"][0][kind]["final"]
-    for rank, res in enumerate(phases[f"resume-w{world}"]):
-        diff = first_difference(res[kind], final)
-        assert diff is None, f"{kind} resumed at world size {world}, rank {rank}: {diff}"
+    check_resumed(phases, kind, world)
 
 
 @pytest.mark.parametrize("kind", ["ddp", "fsdp"])
-def test_nccl_ranks_agree_bitwise(phases: dict[str, Any], kind: str) -> None:
-    zero, one = (res[kind] for res in phases["save"])
-    assert first_difference(one["final"], zero["final"]) is None
+def test_nccl_saving_ranks_agree_and_training_moved(phases: dict[str, Any], kind: str) -> None:
+    check_saving_run(phases, kind)

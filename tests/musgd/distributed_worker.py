@@ -51,6 +51,15 @@ class Net(nn.Module):
         return self.head(h)
 
 
+def first_difference(a: list[Tensor], b: list[Tensor]) -> str | None:
+    """Where two lists of tensors first differ (for assertion messages), or None."""
+    assert len(a) == len(b)
+    for k, (x, y) in enumerate(zip(a, b, strict=True)):
+        if not torch.equal(x, y):
+            return f"tensor {k}: max |diff| {(x - y).abs().max().item():.3g}"
+    return None
+
+
 def batch(step: int, rank: int) -> tuple[Tensor, Tensor]:
     """This rank's data for ``step`` (the same on every run)."""
     gen = torch.Generator().manual_seed(1000 * step + rank)

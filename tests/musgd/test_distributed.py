@@ -39,7 +39,7 @@ from musgd._functional import Bucket, Layout, build_layout
 # Spawned ranks import the worker by module name, whatever pytest's import mode: make its folder
 # importable here (spawn hands this sys.path to the children).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from distributed_worker import STEPS, Net, main
+from distributed_worker import STEPS, Net, first_difference, main
 
 KINDS = ("ddp", "fsdp")
 
@@ -58,19 +58,11 @@ def spawned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     return world, [torch.load(out / f"rank{r}.pt") for r in range(world)]
 
 
-def _first_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> str | None:
-    assert len(a) == len(b)
-    for k, (x, y) in enumerate(zip(a, b, strict=True)):
-        if not torch.equal(x, y):
-            return f"tensor {k}: max |diff| {(x - y).abs().max().item():.3g}"
-    return None
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_matches_single_process_reference_bitwise(spawned: Any, kind: str) -> None:
     _, ranks = spawned
     for rank, res in enumerate(ranks):
-        diff = _first_difference(res[kind]["final"], res[kind]["reference"])
+        diff = first_difference(res[kind]["final"], res[kind]["reference"])
         assert diff is None, f"{kind} rank {rank}: {diff}"
 
 
@@ -78,14 +70,14 @@ def test_matches_single_process_reference_bitwise(spawned: Any, kind: str) -> No
 def test_ranks_agree_bitwise(spawned: Any, kind: str) -> None:
     _, ranks = spawned
     for rank, res in enumerate(ranks[1:], start=1):
-        assert _first_difference(res[kind]["final"], ranks[0][kind]["final"]) is None, rank
+        assert first_difference(res[kind]["final"], ranks[0][kind]["final"]) is None, rank
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_resume_through_distributed_checkpoint_is_bit_identical(spawned: Any, kind: str) -> None:
     _, ranks = spawned
     for rank, res in enumerate(ranks):
-        diff = _first_difference(res[kind]["resumed"], res[kind]["final"])
+        diff = first_difference(res[kind]["resumed"], res[kind]["final"])
         assert diff is None, f"{kind} rank {rank}: {diff}"
 
 

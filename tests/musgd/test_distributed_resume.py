@@ -19,6 +19,7 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from distributed_worker import first_difference
 from resume_worker import main
 
 
@@ -40,17 +41,26 @@ def run_phases(out: Path, backend: str, resume_worlds: tuple[int, ...]) -> dict[
     return results
 
 
-def first_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> str | None:
-    assert len(a) == len(b)
-    for k, (x, y) in enumerate(zip(a, b, strict=True)):
-        if not torch.equal(x, y):
-            return f"tensor {k}: max |diff| {(x - y).abs().max().item():.3g}"
-    return None
-
-
 @pytest.fixture(scope="module")
 def phases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return run_phases(tmp_path_factory.mktemp("resume"), "gloo", (1, 2))
+
+
+def check_resumed(phases: dict[str, Any], kind: str, world: int) -> None:
+    """Every rank resumed at ``world`` holds the uninterrupted run's final state, bit for bit."""
+    final = phases["save"][0][kind]["final"]
+    for rank, res in enumerate(phases[f"resume-w{world}"]):
+        diff = first_difference(res[kind], final)
+        assert diff is None, f"{kind} resumed at world size {world}, rank {rank}: {diff}"
+
+
+def check_saving_run(phases: dict[str, Any], kind: str) -> None:
+    """The saving ranks agree bitwise and recorded gradients that move the parameters."""
+    zero, one = (res[kind] for res in phases["save"])
+    assert first_difference(one["final"], zero["final"]) is None
+    assert len(zero["grads"]) > 0
+    # The recorded steps changed the parameters: a resume that skipped them would fail above.
+    assert any(g.abs().sum() > 0 for g in zero["grads"][0])
 
 
 @pytest.mark.parametrize("kind", ["ddp", "fsdp"])
@@ -58,16 +68,9 @@ def phases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_checkpoint_of_world_2_resumes_bit_identically(
     phases: dict[str, Any], kind: str, world: int
 ) -> None:
-    final = phases["save"][0][kind]["final"]
-    for rank, res in enumerate(phases[f"resume-w{world}"]):
-        diff = first_difference(res[kind], final)
-        assert diff is None, f"{kind} resumed at world size {world}, rank {rank}: {diff}"
+    check_resumed(phases, kind, world)
 
 
 @pytest.mark.parametrize("kind", ["ddp", "fsdp"])
 def test_saving_ranks_agree_and_training_moved(phases: dict[str, Any], kind: str) -> None:
-    zero, one = (res[kind] for res in phases["save"])
-    assert first_difference(one["final"], zero["final"]) is None
-    assert len(zero["grads"]) > 0
-    # The recorded steps changed the parameters: a resume that skipped them would fail above.
-    assert any(g.abs().sum() > 0 for g in zero["grads"][0])
+    check_saving_run(phases, kind)
