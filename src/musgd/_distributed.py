@@ -281,14 +281,16 @@ def measure_costs(
     (clamped at zero). Callers agree on the result across ranks (``ShardedStep`` takes the
     maximum), since timings differ by rank and the plan must not.
     """
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    # Drawn on the device with its own generator: no host-side draw of a large bucket, and the
+    # global random state the training uses is left alone.
+    gen = torch.Generator(device=device).manual_seed(0)
     out: list[CallCost] = []
     for bucket, dtype in zip(buckets, dtypes, strict=True):
         count = len(bucket.indices)
         sizes = sorted({count, max(1, -(-count // world_size))})
         seconds: list[float] = []
         for k in sizes:
-            G = torch.randn(k, bucket.rows, bucket.cols, generator=gen).to(device, dtype)
+            G = torch.randn(k, bucket.rows, bucket.cols, generator=gen, device=device, dtype=dtype)
             times = []
             for r in range(repeats + 1):
                 _synchronize(device)

@@ -301,9 +301,11 @@ def test_measure_costs_fits_fixed_and_per_matrix_seconds(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(distributed.time, "perf_counter", lambda: clock[0])
     buckets = (Bucket(3, 5, (0, 1, 2, 3)), Bucket(2, 2, (4,)))
+    rng = torch.get_rng_state()
     costs = measure_costs(
         buckets, [torch.float32, torch.float32], torch.device("cpu"), 2, call=call, repeats=2
     )
+    assert torch.equal(torch.get_rng_state(), rng)  # the training's random stream is untouched
     assert costs[0] == CallCost(0.5, 0.25)
     assert costs[1] == CallCost(0.0, 0.75)  # one size only: all of it per matrix
     assert sorted(set(sizes)) == [1, 2, 4]  # whole buckets and half of the 4-matrix one
