@@ -84,13 +84,14 @@ CALL_FLOOR_S = 600e-6
 COLLECTIVE_LATENCY_S = 30e-6  # one NCCL collective across 8 GPUs of one NVLink host
 NVLINK_BYTES_PER_S = 300e9  # effective NCCL bus bandwidth per GPU on NVLink 4 (900 GB/s raw)
 # The element-wise part of a step reads and writes about 128 bytes per float32 parameter (counted
-# operation by operation in docs/engineering/distributed-scaling.md): 40 for momentum and the
-# Nesterov input, which every rank runs on every parameter, and 88 for the rest (the SGD term,
-# the stack and casts around Newton-Schulz, the mix, decay and the write), which under DDP only
-# the owner of a matrix runs; the other ranks copy the owner's new parameters in (8 bytes).
-# Effective HBM bandwidth 3.5 TB/s (H200: 4.8 TB/s peak). FSDP2 runs all of it on its shard.
-MOMENTUM_BYTES_PER_PARAM = 40
-REST_BYTES_PER_PARAM = 88
+# operation by operation in docs/engineering/distributed-scaling.md): 20 for the momentum update,
+# which every rank runs on every parameter (the state stays whole), and 108 for the rest (the
+# Nesterov input, the SGD term, the stack and casts around Newton-Schulz, the mix, decay and the
+# write), which under DDP only the owner of a matrix runs; the other ranks copy the owner's new
+# parameters in (8 bytes). Effective HBM bandwidth 3.5 TB/s (H200: 4.8 TB/s peak). FSDP2 runs
+# all of it on its shard.
+MOMENTUM_BYTES_PER_PARAM = 20
+REST_BYTES_PER_PARAM = 108
 COPY_BYTES_PER_PARAM = 8
 HBM_BYTES_PER_S = 3.5e12
 # The 1-GPU calibration the predictions start from (a screen: see the scaling model's page).
@@ -501,6 +502,7 @@ def calibrated(name: str, world: int, medians: dict[str, float]) -> dict[str, An
     update = min(per_param_ms * (MOMENTUM_BYTES_PER_PARAM + REST_BYTES_PER_PARAM), t1 / 2)
     ns1 = t1 - update
     # DDP: momentum everywhere, the rest on the owner, a copy of the others' new parameters.
+    # (Vectors, a negligible share, are counted as matrices.)
     scale = update / (per_param_ms * (MOMENTUM_BYTES_PER_PARAM + REST_BYTES_PER_PARAM))
     update_ddp = (
         scale

@@ -31,6 +31,7 @@ w_muon*scale*NS(n) + wd*W``, ``W <- W - lr*U``. Newton-Schulz goes through whate
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -401,19 +402,20 @@ class ShardedStep:
         if world == 1:
             apply_updates(P, body(P, G, M, layout, hyper, structure, orth), lr)
             return
-        # The foreach body's own pieces, in its order, give the same bits.
-        n = momentum_foreach(M, G, hyper, structure)
         # Every rank joins a new layout's agreement check, even one without matrices this step.
         plan = self._plan(layout, P, group, world, structure, orth) if structure.muon else None
         if not (layout.matrices and plan is not None and plan.items):
-            _finish_local(P, n, layout, hyper, structure, lr)
+            # The foreach body's own pieces, in its order, give the same bits.
+            _finish_local(P, momentum_foreach(M, G, hyper, structure), layout, hyper, structure, lr)
             return
         comm = _Comm(group, rank)
         dtypes = [P[b.indices[0]].dtype for b in layout.buckets]
         if not sharded:
+            n = _momentum_ddp(M, G, layout, plan, rank, hyper, structure)
             stages = plan_stages(plan, layout, dtypes, [d.itemsize for d in dtypes])
             _step_ddp(P, n, stages, layout, plan, comm, hyper, structure, orth, lr)
             return
+        n = momentum_foreach(M, G, hyper, structure)
         wire = [wire_dtype(d, structure.ns.dtype).itemsize for d in dtypes]
         stages = plan_stages(plan, layout, dtypes, wire)
         updates = sgd_terms_foreach(n, layout, hyper)
@@ -593,6 +595,35 @@ def _subset(layout: Layout, matrices: Sequence[int], vectors: Sequence[int]) -> 
         buckets=(),
         shapes=tuple(layout.shapes[i] for i in order),
     )
+
+
+def _momentum_ddp(
+    M: Sequence[Tensor],
+    G: Sequence[Tensor],
+    layout: Layout,
+    plan: ShardPlan,
+    rank: int,
+    hyper: Hyper,
+    structure: Structure,
+) -> list[Tensor]:
+    """Steps 1-2 under DDP: ``m <- mu*m + g`` everywhere, ``n`` only where this rank needs it.
+
+    Every rank updates every momentum buffer (the state stays whole and replicated), but the
+    Nesterov input of a matrix is only read by its owner: the others skip it. Returns ``n`` in
+    group order, holding the (unused) buffer itself for the matrices this rank does not own.
+    """
+    owned = {i for item in plan.owned(rank) for i in _item_matrices(layout, item)}
+    others = [i for i in layout.matrices if i not in owned]
+    skip = set(others)
+    mine = [i for i in range(len(M)) if i not in skip]
+    n = list(M)
+    needed = momentum_foreach([M[i] for i in mine], [G[i] for i in mine], hyper, structure)
+    for i, t in zip(mine, needed, strict=True):
+        n[i] = t
+    if others:
+        plain = dataclasses.replace(structure, nesterov=False)
+        momentum_foreach([M[i] for i in others], [G[i] for i in others], hyper, plain)
+    return n
 
 
 def _step_ddp(
