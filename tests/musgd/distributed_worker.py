@@ -146,12 +146,14 @@ def run_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
     grads_log: list[list[Tensor]] = []
     counts_before = COUNTS["matrices"]
     written_before = COUNTS["written"]
+    nesterov_before = COUNTS["nesterov"]
     train(trained, opt, range(SAVE_AFTER), grads_log)
     model_sd, optim_sd = get_state_dict(inner, opt)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(ckpt))
     train(trained, opt, range(SAVE_AFTER, STEPS), grads_log)
     orthogonalized = COUNTS["matrices"] - counts_before
     written = COUNTS["written"] - written_before
+    nesterov = COUNTS["nesterov"] - nesterov_before
     final = snapshot(inner, opt)
 
     resumed, inner2, group2 = wrap(kind, init)
@@ -173,10 +175,11 @@ def run_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
         "reference": reference(init, grads_log),
         "orthogonalized": orthogonalized,
         "written": written,
+        "nesterov": nesterov,
     }
 
 
-COUNTS = {"matrices": 0, "written": 0}
+COUNTS = {"matrices": 0, "written": 0, "nesterov": 0}
 
 
 def count_matrices() -> None:
@@ -191,14 +194,22 @@ def count_matrices() -> None:
 
 
 def count_written() -> None:
-    """Count the parameter elements this rank's distributed step writes (step 5)."""
+    """Count the parameter elements this rank's distributed step writes (step 5) and those it
+    computes a Nesterov input for (step 2)."""
     original = distributed.apply_updates
+    momentum = distributed.momentum_foreach
 
     def counted(params: Any, updates: Any, lr: float) -> None:
         COUNTS["written"] += sum(p.numel() for p in params)
         original(params, updates, lr)
 
+    def counted_momentum(bufs: Any, grads: Any, hyper: Any, structure: Any) -> list[Tensor]:
+        if structure.nesterov:
+            COUNTS["nesterov"] += sum(b.numel() for b in bufs)
+        return momentum(bufs, grads, hyper, structure)
+
     distributed.apply_updates = counted  # type: ignore[assignment]
+    distributed.momentum_foreach = counted_momentum  # type: ignore[assignment]
 
 
 def main(rank: int, world: int, port: int, out: str) -> None:
