@@ -130,6 +130,9 @@ class MuSGD(Optimizer):
             ``"auto"``: Triton on CUDA when it is installed, else torch. Where Triton does not
             apply (no CUDA, ``ns_dtype=torch.float32``, a compile trace) the torch backend
             runs; an explicit ``"triton"`` says so once. Lives in each param group.
+        shard_balance: how the distributed plan balances ranks: ``"flops"`` (default,
+            Newton-Schulz FLOPs) or ``"measured"`` (each layout's first step times every
+            bucket's batched call on every rank and balances the slowest rank's seconds).
     """
 
     def __init__(
@@ -152,6 +155,7 @@ class MuSGD(Optimizer):
         capture_updates: bool = False,
         process_group: ProcessGroup | None = None,
         ns_backend: str = "torch",
+        shard_balance: str = "flops",
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -186,7 +190,7 @@ class MuSGD(Optimizer):
         self._orth_replay: Orthogonalizer = ReplayOrthogonalizer(self._replay)
         self._update_replay = UpdateReplayer(self._replay)
         # Distributed (DDP with process_group, or FSDP2 DTensor parameters): NS work is shared.
-        self._sharded = ShardedStep(process_group)
+        self._sharded = ShardedStep(process_group, shard_balance)
         # Single-process groups stack matrices of equal column count, zero-padding rows
         # (`build_layout`); the sharded plan slices same-shape buckets, so it never pads.
         self._pad_buckets = True
@@ -276,7 +280,7 @@ class MuSGD(Optimizer):
         if sharded:
             # Collectives sit inside this step, so no whole-group recording: each rank replays
             # only its own Newton-Schulz share (through `orth`).
-            self._sharded.step(step, orth=orth, lr=lr)
+            self._sharded.step(step, orth=orth, lr=lr, body=self._prepare)
             return
         if group["capture_updates"]:
             updates = self._update_replay.prepare(index, step, body=self._prepare, orth=orth)

@@ -21,6 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
+import musgd._distributed as distributed
 import musgd._functional as functional
 from musgd import MuSGD, param_groups
 
@@ -50,6 +51,15 @@ class Net(nn.Module):
         return self.head(h)
 
 
+def first_difference(a: list[Tensor], b: list[Tensor]) -> str | None:
+    """Where two lists of tensors first differ (for assertion messages), or None."""
+    assert len(a) == len(b)
+    for k, (x, y) in enumerate(zip(a, b, strict=True)):
+        if not torch.equal(x, y):
+            return f"tensor {k}: max |diff| {(x - y).abs().max().item():.3g}"
+    return None
+
+
 def batch(step: int, rank: int) -> tuple[Tensor, Tensor]:
     """This rank's data for ``step`` (the same on every run)."""
     gen = torch.Generator().manual_seed(1000 * step + rank)
@@ -74,12 +84,13 @@ def full(t: Tensor) -> Tensor:
 def train(model: nn.Module, opt: MuSGD, steps: range, grads_log: list[list[Tensor]] | None) -> None:
     """Run ``steps``; log the full gradients each step used when ``grads_log`` is given."""
     rank = dist.get_rank()
+    device = next(iter(model.parameters())).device
     for step in steps:
-        x, y = batch(step, rank)
+        x, y = (t.to(device) for t in batch(step, rank))
         loss = (model(x) - y).square().mean()
         loss.backward()
         if grads_log is not None:
-            grads_log.append([full(p.grad) for p in model.parameters() if p.grad is not None])
+            grads_log.append([full(p.grad).cpu() for p in model.parameters() if p.grad is not None])
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -116,13 +127,15 @@ def snapshot(model: nn.Module, opt: MuSGD) -> list[Tensor]:
     return [full(p) for p in params] + [full(opt.state[p]["momentum_buffer"]) for p in params]
 
 
-def wrap(kind: str, init: nn.Module) -> tuple[nn.Module, nn.Module, dist.ProcessGroup | None]:
+def wrap(
+    kind: str, init: nn.Module, device_type: str = "cpu"
+) -> tuple[nn.Module, nn.Module, dist.ProcessGroup | None]:
     """(training module, module holding the parameters, process group for MuSGD)."""
     model = copy.deepcopy(init)
     if kind == "ddp":
         return DistributedDataParallel(model), model, dist.group.WORLD
-    # An explicit CPU mesh: on a machine with a GPU, fully_shard would otherwise pick CUDA.
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    # An explicit mesh: on a machine with a GPU, fully_shard would otherwise pick CUDA.
+    mesh = init_device_mesh(device_type, (dist.get_world_size(),))
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -135,11 +148,15 @@ def run_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
     opt = make_optimizer(inner, group)
     grads_log: list[list[Tensor]] = []
     counts_before = COUNTS["matrices"]
+    written_before = COUNTS["written"]
+    nesterov_before = COUNTS["nesterov"]
     train(trained, opt, range(SAVE_AFTER), grads_log)
     model_sd, optim_sd = get_state_dict(inner, opt)
     dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(ckpt))
     train(trained, opt, range(SAVE_AFTER, STEPS), grads_log)
     orthogonalized = COUNTS["matrices"] - counts_before
+    written = COUNTS["written"] - written_before
+    nesterov = COUNTS["nesterov"] - nesterov_before
     final = snapshot(inner, opt)
 
     resumed, inner2, group2 = wrap(kind, init)
@@ -160,10 +177,12 @@ def run_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
         "resumed": snapshot(inner2, opt2),
         "reference": reference(init, grads_log),
         "orthogonalized": orthogonalized,
+        "written": written,
+        "nesterov": nesterov,
     }
 
 
-COUNTS = {"matrices": 0}
+COUNTS = {"matrices": 0, "written": 0, "nesterov": 0}
 
 
 def count_matrices() -> None:
@@ -177,6 +196,25 @@ def count_matrices() -> None:
     functional.EagerOrthogonalizer.batched = counted  # type: ignore[method-assign]
 
 
+def count_written() -> None:
+    """Count the parameter elements this rank's distributed step writes (step 5) and those it
+    computes a Nesterov input for (step 2)."""
+    original = distributed.apply_updates
+    momentum = distributed.momentum_foreach
+
+    def counted(params: Any, updates: Any, lr: float) -> None:
+        COUNTS["written"] += sum(p.numel() for p in params)
+        original(params, updates, lr)
+
+    def counted_momentum(bufs: Any, grads: Any, hyper: Any, structure: Any) -> list[Tensor]:
+        if structure.nesterov:
+            COUNTS["nesterov"] += sum(b.numel() for b in bufs)
+        return momentum(bufs, grads, hyper, structure)
+
+    distributed.apply_updates = counted  # type: ignore[assignment]
+    distributed.momentum_foreach = counted_momentum  # type: ignore[assignment]
+
+
 def main(rank: int, world: int, port: int, out: str) -> None:
     """Spawn target: both cases on this rank, results to ``<out>/rank<rank>.pt``."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -184,7 +222,10 @@ def main(rank: int, world: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
+        # Every bucket its own stage: the overlapped exchange runs with several stages in flight.
+        distributed.STAGE_BYTES = 1
         count_matrices()
+        count_written()
         torch.manual_seed(0)
         init = Net()
         results = {
