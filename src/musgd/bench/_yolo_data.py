@@ -1,8 +1,8 @@
 """A synthetic YOLO-format detection dataset, generated offline (the GPU machine has no network).
 
-Each image is a noisy background with 1 to 4 filled rectangles; each rectangle is one labelled
+Each image (JPEG) is a noisy background with 1 to 4 filled rectangles; each rectangle is one labelled
 box of the class that selects its colour. The layout is the documented YOLO detection format:
-``images/{train,val}/*.png``, ``labels/{train,val}/*.txt`` with one ``class cx cy w h`` line per
+``images/{train,val}/*.jpg``, ``labels/{train,val}/*.txt`` with one ``class cx cy w h`` line per
 box (normalized to [0, 1]) and a ``data.yaml`` naming the splits and classes.
 """
 
@@ -63,7 +63,7 @@ def write_synthetic_dataset(
         labels.mkdir(parents=True, exist_ok=True)
         for i in range(count):
             img, lines = _image(generator, size)
-            Image.fromarray(img.numpy()).save(images / f"{i:05d}.png")
+            Image.fromarray(img.numpy()).save(images / f"{i:05d}.jpg", quality=90)
             (labels / f"{i:05d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     names = "\n".join(f"  {i}: class{i}" for i in range(len(_COLOURS)))
     yaml = root / "data.yaml"
