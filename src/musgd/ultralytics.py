@@ -9,6 +9,10 @@ needs only PyTorch. The trainer needs the optional Ultralytics package
 
     YOLO("yolo26n.yaml").train(data="coco8.yaml", epochs=10, trainer=MuSGDTrainer)
 
+From a shell, in the ``yolo train`` style (``key=value`` pairs; ``model`` names the model)::
+
+    musgd-yolo model=yolo26n.yaml data=coco8.yaml epochs=10 imgsz=640 batch=16
+
 ``MuSGDTrainer`` is a ``DetectionTrainer`` whose ``build_optimizer`` lets the stock trainer build
 its MuSGD param groups (weight, bn, bias, muon and the lr x 3 head groups, with their
 hyperparameters) and moves them into :class:`UltralyticsMuSGD` with both replay flags on.
@@ -28,8 +32,10 @@ __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on
     "MuSGDTrainer",
     "UltralyticsMuSGD",
     "from_stock",
+    "main",
     "muon_scale",
     "musgd_trainer",
+    "parse_train_args",
     "require_ultralytics",
 ]
 
@@ -138,6 +144,63 @@ def musgd_trainer(
     )
 
 
+def _scalar(value: str, load: Any) -> Any:
+    """An int or float where ``value`` reads as one (``1e-3`` too), else its YAML value."""
+    if not value:
+        return None
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return load(value)
+
+
+def parse_train_args(argv: list[str]) -> tuple[str, dict[str, Any]]:
+    """``model`` and the ``model.train`` keyword arguments of ``key=value`` command-line pairs.
+
+    Values are read as YAML scalars (``epochs=10`` is an int, ``amp=false`` a bool, ``lr0=1e-3``
+    a float); ``model`` defaults to ``yolo26n.yaml``. ``trainer`` and ``optimizer`` are refused:
+    this command always trains with :data:`MuSGDTrainer`.
+    """
+    import yaml
+
+    model = "yolo26n.yaml"
+    kwargs: dict[str, Any] = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep or not key:
+            raise ValueError(f"arguments are key=value pairs (yolo train style), got {arg!r}")
+        if key in ("trainer", "optimizer"):
+            raise ValueError(f"{key}= is fixed by musgd-yolo (it trains with UltralyticsMuSGD)")
+        parsed = _scalar(value, yaml.safe_load)
+        if key == "model":
+            model = str(parsed)
+        else:
+            kwargs[key] = parsed
+    return model, kwargs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``musgd-yolo key=value ...``: ``YOLO(model).train(..., trainer=MuSGDTrainer)``."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in args):
+        print("usage: musgd-yolo [model=yolo26n.yaml] key=value ...  (model.train arguments)")
+        return 0
+    try:
+        model_name, kwargs = parse_train_args(args)
+        require_ultralytics()
+    except (ValueError, ImportError) as exc:
+        print(f"musgd-yolo: {exc}", file=sys.stderr)
+        return 2
+    from ultralytics import YOLO
+
+    YOLO(model_name).train(trainer=musgd_trainer(), **kwargs)
+    return 0
+
+
 def __getattr__(name: str) -> Any:
     """``MuSGDTrainer``: built on first access, so importing this module needs no Ultralytics."""
     if name == "MuSGDTrainer":
@@ -145,3 +208,7 @@ def __getattr__(name: str) -> Any:
         globals()[name] = trainer
         return trainer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -351,3 +351,32 @@ def test_missing_ultralytics_gives_an_install_hint(monkeypatch: pytest.MonkeyPat
         _ = module.MuSGDTrainer
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = module.Nope
+
+
+def test_command_line_pairs_become_train_arguments() -> None:
+    from musgd.ultralytics import parse_train_args
+
+    model, kwargs = parse_train_args(
+        ["model=yolo26s.yaml", "data=d.yaml", "epochs=10", "amp=false", "lr0=1e-3", "name="]
+    )
+    assert model == "yolo26s.yaml"
+    assert kwargs == {"data": "d.yaml", "epochs": 10, "amp": False, "lr0": 1e-3, "name": None}
+    assert parse_train_args([]) == ("yolo26n.yaml", {})
+    with pytest.raises(ValueError, match="key=value pairs"):
+        parse_train_args(["epochs"])
+    with pytest.raises(ValueError, match="optimizer= is fixed"):
+        parse_train_args(["optimizer=SGD"])
+
+
+def test_command_line_errors_exit_2_with_a_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from musgd.ultralytics import main
+
+    assert main(["trainer=x"]) == 2
+    assert "fixed by musgd-yolo" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ultralytics", None)
+    assert main(["epochs=1"]) == 2
+    assert 'pip install "wpgate[ultralytics]"' in capsys.readouterr().err
+    assert main(["--help"]) == 0
+    assert "usage: musgd-yolo" in capsys.readouterr().out

@@ -292,3 +292,24 @@ def test_resume_from_a_checkpoint_of_ours_with_our_trainer(
     assert isinstance(opt, UltralyticsMuSGD)
     assert resumed.trainer.start_epoch == 1
     assert any("momentum_buffer_SGD" in s for s in opt.state.values())
+
+
+def test_command_line_entry_point_trains_with_ours(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import musgd.ultralytics as module
+
+    built: list[UltralyticsMuSGD] = []
+    original = module.from_stock
+
+    def spy(stock: Any, **kw: Any) -> UltralyticsMuSGD:
+        built.append(original(stock, **kw))
+        return built[-1]
+
+    monkeypatch.setattr(module, "from_stock", spy)
+    args = [f"data={tiny_dataset}", "epochs=1", "imgsz=64", "batch=4", "device=cpu", "workers=0"]
+    args += ["plots=false", f"project={tmp_path}", "name=cli", "amp=false", "verbose=false"]
+    assert module.main(args) == 0
+    assert len(built) == 1
+    assert any("momentum_buffer_SGD" in s for s in built[0].state.values()), "it stepped"
+    assert (tmp_path / "cli" / "results.csv").is_file()

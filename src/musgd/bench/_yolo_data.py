@@ -1,9 +1,9 @@
 """A synthetic YOLO-format detection dataset, generated offline (the GPU machine has no network).
 
-Each image (JPEG) is a noisy background with 1 to 4 filled rectangles; each rectangle is one labelled
-box of the class that selects its colour. The layout is the documented YOLO detection format:
-``images/{train,val}/*.jpg``, ``labels/{train,val}/*.txt`` with one ``class cx cy w h`` line per
-box (normalized to [0, 1]) and a ``data.yaml`` naming the splits and classes.
+Each image (JPEG) is a noisy background with 1 to 4 filled rectangles; each rectangle is one
+labelled box of the class that selects its colour. The layout is the documented YOLO detection
+format: ``images/{train,val}/*.jpg``, ``labels/{train,val}/*.txt`` with one ``class cx cy w h``
+line per box (normalized to [0, 1]) and a ``data.yaml`` naming the splits and classes.
 """
 
 from __future__ import annotations
