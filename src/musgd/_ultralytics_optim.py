@@ -38,9 +38,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from musgd._distributed import ShardedStep
 from musgd._functional import (
-    EagerOrthogonalizer,
     GroupStep,
     Hyper,
     Layout,
@@ -50,6 +48,7 @@ from musgd._functional import (
     Structure,
     apply_updates,
     build_layout,
+    momentum_foreach,
     stack_bucket,
 )
 from musgd._newton_schulz import (
@@ -61,8 +60,6 @@ from musgd._newton_schulz import (
     resolve_coefficients,
 )
 from musgd._optimizer import MuSGD, ParamsT
-from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
-from musgd._update_replay import UpdateReplayer
 
 SGD_BUFFER = "momentum_buffer_SGD"
 # Ultralytics 8.4's constructor defaults (its reference documentation, R150).
@@ -107,20 +104,16 @@ def sgd_direction(
     hyper: Hyper,
     structure: Structure,
 ) -> list[Tensor]:
-    """``g' = g + λ*P``; ``s <- b*s + g'`` in place; returns ``g' + b*s`` (nesterov) or ``s``."""
-    bufs = list(bufs)
+    """``g' = g + λ*P``; ``s <- b*s + g'`` in place; returns ``g' + b*s`` (nesterov) or ``s``.
+
+    The momentum half is the default flavour's (``momentum_foreach``) on ``g'``.
+    """
     if structure.decay:
         decayed = list(torch._foreach_mul(list(params), hyper.weight_decay))
         torch._foreach_add_(decayed, list(grads))
     else:
         decayed = list(grads)
-    torch._foreach_mul_(bufs, hyper.momentum)
-    torch._foreach_add_(bufs, decayed)
-    if not structure.nesterov:
-        return bufs
-    v = list(torch._foreach_mul(bufs, hyper.momentum))
-    torch._foreach_add_(v, decayed)
-    return v
+    return momentum_foreach(bufs, decayed, hyper, structure)
 
 
 def _orthogonalize_into(
@@ -171,14 +164,9 @@ class UltralyticsBody:
             return sgd_direction(params, grads, bufs, hyper, structure)
         count = len(params)
         muon_bufs, sgd_bufs = list(bufs[:count]), list(bufs[count:])
+        # m <- b*m + (1-b)*g and u = b*m + (1-b)*g: the default momentum on (1-b)*g.
         damped = list(torch._foreach_mul(list(grads), hyper.w_sgd))
-        torch._foreach_mul_(muon_bufs, hyper.momentum)
-        torch._foreach_add_(muon_bufs, damped)
-        if structure.nesterov:
-            u = list(torch._foreach_mul(muon_bufs, hyper.momentum))
-            torch._foreach_add_(u, damped)
-        else:
-            u = muon_bufs
+        u = momentum_foreach(muon_bufs, damped, hyper, structure)
         if not structure.muon:
             v = sgd_direction(params, grads, sgd_bufs, hyper, structure)
             return list(torch._foreach_mul(v, self.sgd))
@@ -294,15 +282,7 @@ class UltralyticsMuSGD(MuSGD):
         del defaults["params"]
         # MuSGD's own constructor validates its own flavour's settings: set up the same machinery.
         Optimizer.__init__(self, params, defaults)
-        self._orth: Orthogonalizer = EagerOrthogonalizer()
-        self._replay = ReplayState(
-            CudaGraphRecorder(),
-            orth_bound=self._count_matrices,
-            update_bound=lambda: max(self._count_matrices(), len(self.param_groups)),
-        )
-        self._orth_replay: Orthogonalizer = ReplayOrthogonalizer(self._replay)
-        self._update_replay = UpdateReplayer(self._replay)
-        self._sharded = ShardedStep(None)
+        self._setup_execution(foreach=None, process_group=None)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate the group (before anything is stored), then add it."""
@@ -330,7 +310,7 @@ class UltralyticsMuSGD(MuSGD):
             )
         use_muon = bool(group["use_muon"])
         if use_muon:
-            bufs = [*bufs, *self._sgd_buffers(params)]
+            bufs = [*bufs, *self._buffers(params, SGD_BUFFER)]
         momentum = float(group["momentum"])
         weight_decay = float(group["weight_decay"])
         lr = float(group["lr"])
@@ -353,13 +333,3 @@ class UltralyticsMuSGD(MuSGD):
         else:
             updates = step.prepare(self._body, orth)
         apply_updates(params, updates, lr)
-
-    def _sgd_buffers(self, params: list[Tensor]) -> list[Tensor]:
-        """The ``momentum_buffer_SGD`` of ``use_muon`` parameters, zeros at first use."""
-        bufs: list[Tensor] = []
-        for p in params:
-            state = self.state[p]
-            if SGD_BUFFER not in state:
-                state[SGD_BUFFER] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            bufs.append(cast(Tensor, state[SGD_BUFFER]))
-        return bufs

@@ -163,27 +163,30 @@ def test_muon_scale_is_the_stock_one(shape: tuple[int, ...]) -> None:
     assert muon_scale(shape) != pytest.approx(math.sqrt(max(1.0, shape[0] / ns.shape[1])))
 
 
-def _train(data: Path, project: Path, name: str, **kw: Any) -> Any:
+def _train(data: Path, project: Path, name: str, *, callback: Any = None, **kw: Any) -> Any:
+    """A tiny real training run (64 px, batch 4, CPU); ``callback`` runs at each model save."""
     from ultralytics import YOLO
 
     model = YOLO("yolo26n.yaml")
-    model.train(
-        data=str(data),
-        epochs=kw.pop("epochs", 1),
-        imgsz=64,
-        batch=4,
-        device="cpu",
-        workers=0,
-        plots=False,
-        project=str(project),
-        name=name,
-        exist_ok=True,
-        seed=0,
-        deterministic=True,
-        amp=False,
-        verbose=False,
-        **kw,
-    )
+    if callback is not None:
+        model.add_callback("on_model_save", callback)
+    settings: dict[str, Any] = {
+        "data": str(data),
+        "epochs": 1,
+        "imgsz": 64,
+        "batch": 4,
+        "device": "cpu",
+        "workers": 0,
+        "plots": False,
+        "project": str(project),
+        "name": name,
+        "exist_ok": True,
+        "seed": 0,
+        "deterministic": True,
+        "amp": False,
+        "verbose": False,
+    }
+    model.train(**{**settings, **kw})
     return model
 
 
@@ -203,26 +206,8 @@ def test_trainer_builds_the_stock_groups_into_ours_and_checkpoints_cross_load(
         saved.append(torch.load(trainer.last, weights_only=False))
 
     stock_model = _train(tiny_dataset, tmp_path, "stock", optimizer="MuSGD")
-    from ultralytics import YOLO
-
-    ours_model = YOLO("yolo26n.yaml")
-    ours_model.add_callback("on_model_save", keep_checkpoint)
-    ours_model.train(
-        data=str(tiny_dataset),
-        epochs=2,
-        imgsz=64,
-        batch=4,
-        device="cpu",
-        workers=0,
-        plots=False,
-        project=str(tmp_path),
-        name="ours",
-        exist_ok=True,
-        seed=0,
-        deterministic=True,
-        amp=False,
-        verbose=False,
-        trainer=MuSGDTrainer,
+    ours_model = _train(
+        tiny_dataset, tmp_path, "ours", callback=keep_checkpoint, epochs=2, trainer=MuSGDTrainer
     )
     stock_opt, ours_opt = stock_model.trainer.optimizer, ours_model.trainer.optimizer
     assert isinstance(ours_opt, UltralyticsMuSGD)
@@ -266,25 +251,7 @@ def test_resume_from_a_checkpoint_of_ours_with_our_trainer(
             target.write_bytes(Path(trainer.last).read_bytes())
             checkpoints.append(target)
 
-    model = YOLO("yolo26n.yaml")
-    model.add_callback("on_model_save", keep)
-    model.train(
-        data=str(tiny_dataset),
-        epochs=2,
-        imgsz=64,
-        batch=4,
-        device="cpu",
-        workers=0,
-        plots=False,
-        project=str(tmp_path),
-        name="run",
-        exist_ok=True,
-        seed=0,
-        deterministic=True,
-        amp=False,
-        verbose=False,
-        trainer=MuSGDTrainer,
-    )
+    _train(tiny_dataset, tmp_path, "run", callback=keep, epochs=2, trainer=MuSGDTrainer)
     assert checkpoints
     resumed = YOLO(str(checkpoints[0]))
     resumed.train(resume=True, trainer=MuSGDTrainer, device="cpu", workers=0)
