@@ -238,8 +238,9 @@ def test_trainer_builds_the_stock_groups_into_ours_and_checkpoints_cross_load(
             assert torch.equal(back.state_dict()["state"][key][name], t)
 
 
-def test_resume_from_a_checkpoint_of_ours_with_our_trainer(
-    tiny_dataset: Path, tmp_path: Path
+@pytest.mark.parametrize("first", ["ours", "stock"])
+def test_resume_with_our_trainer_from_a_checkpoint_of_ours_or_stock(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
 ) -> None:
     from ultralytics import YOLO
 
@@ -251,10 +252,26 @@ def test_resume_from_a_checkpoint_of_ours_with_our_trainer(
             target.write_bytes(Path(trainer.last).read_bytes())
             checkpoints.append(target)
 
-    _train(tiny_dataset, tmp_path, "run", callback=keep, epochs=2, trainer=MuSGDTrainer)
+    chosen = {"trainer": MuSGDTrainer} if first == "ours" else {"optimizer": "MuSGD"}
+    _train(tiny_dataset, tmp_path, "run", callback=keep, epochs=2, **chosen)
     assert checkpoints
+    saved = torch.load(checkpoints[0], weights_only=False)["optimizer"]
+    loaded: list[dict[str, Any]] = []
+    original = UltralyticsMuSGD.load_state_dict
+
+    def spy(self: UltralyticsMuSGD, state_dict: dict[str, Any]) -> None:
+        loaded.append(state_dict)
+        original(self, state_dict)
+        # Right after loading, every buffer is the checkpoint's (cast to the parameter dtype).
+        for key, state in state_dict["state"].items():
+            for name, t in state.items():
+                assert torch.equal(self.state_dict()["state"][key][name], t.float())
+
+    monkeypatch.setattr(UltralyticsMuSGD, "load_state_dict", spy)
     resumed = YOLO(str(checkpoints[0]))
     resumed.train(resume=True, trainer=MuSGDTrainer, device="cpu", workers=0)
+    assert len(loaded) == 1
+    assert len(loaded[0]["state"]) == len(saved["state"]) > 0
     opt = resumed.trainer.optimizer
     assert isinstance(opt, UltralyticsMuSGD)
     assert resumed.trainer.start_epoch == 1
