@@ -110,6 +110,7 @@ def _train_kwargs(args: argparse.Namespace, data: Path, batch: int, epochs: int)
         "exist_ok": True,
         "verbose": False,
         "deterministic": False,
+        "amp": args.amp,
     }
 
 
@@ -322,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a CPU check")
     parser.add_argument("--parts", default="identity,train")
     parser.add_argument("--batch-sizes", default="4,16")
+    parser.add_argument(
+        "--amp",
+        choices=("true", "false"),
+        default="true",
+        help="the trainer's mixed precision (false skips its AMP check, which wants a download)",
+    )
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--commit", default=None, help="the full sha the tree came from")
     parser.add_argument(
@@ -337,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     require_ultralytics()
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    args.amp = args.amp == "true"
     if args.quick:
         args.imgsz, n_train, args.iters, args.workers = 64, 16, 8, 0
         args.identity_steps, args.identity_batch = 12, 4
