@@ -286,11 +286,13 @@ class UltralyticsMuSGD(MuSGD):
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate the group (before anything is stored), then add it."""
+        params = param_group.get("params", [])
+        # A generator is read once, here: the stored group and the check see the same list.
+        param_group = {
+            **param_group,
+            "params": [params] if isinstance(params, Tensor) else list(params),
+        }
         merged = {**self.defaults, **param_group}
-        if isinstance(merged.get("params"), Tensor):
-            merged["params"] = [merged["params"]]
-        else:
-            merged["params"] = list(merged.get("params", []))
         validate_flavour_group(merged, where=f"param_groups[{len(self.param_groups)}]")
         Optimizer.add_param_group(self, param_group)
 

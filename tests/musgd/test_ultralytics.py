@@ -380,3 +380,13 @@ def test_command_line_errors_exit_2_with_a_message(
     assert 'pip install "wpgate[ultralytics]"' in capsys.readouterr().err
     assert main(["--help"]) == 0
     assert "usage: musgd-yolo" in capsys.readouterr().out
+
+
+def test_groups_given_generators_keep_their_parameters() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Linear(4, 2))
+    weights = (m.weight for m in model)
+    biases = (m.bias for m in model)
+    opt = UltralyticsMuSGD([{"params": weights, "use_muon": True}, {"params": biases}], **KW)
+    assert [len(g["params"]) for g in opt.param_groups] == [2, 2]
+    opt.add_param_group({"params": torch.nn.Parameter(torch.zeros(3))})
+    assert len(opt.param_groups[2]["params"]) == 1
