@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
+# Each test module skips itself (pytest.importorskip) where ultralytics is not installed.
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,10 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
+pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ultralytics_gpu.py"
 
 

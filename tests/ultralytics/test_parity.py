@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import torch
 from torch import Tensor
+
+pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
 from ultralytics.optim.muon import MuSGD as StockMuSGD
 
 from musgd.ultralytics import MuSGDTrainer, UltralyticsMuSGD, muon_scale
