@@ -4,8 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
+# The Ultralytics parity tests run in their own venv: PyPI's torchvision (which ultralytics needs)
+# does not import beside the CPU torch 2.13.0 above; torch 2.14.1 with torchvision 0.29.1 does.
+UL_VENV := .venv-ul
+UL_PY := $(UL_VENV)/bin/python
+UL_STAMP := $(UL_VENV)/.installed
+UL_TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test test-cuda lint check gate demo bench docs serve clean
+.PHONY: setup test test-ultralytics test-cuda lint check gate demo bench docs serve clean
 
 setup: $(STAMP)
 
@@ -18,7 +24,20 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --ignore=tests/ultralytics
+	$(MAKE) test-ultralytics
+
+$(UL_STAMP): pyproject.toml
+	test -x $(UL_PY) || $(PYTHON) -m venv $(UL_VENV)
+	$(UL_PY) -m pip install -q $(UL_TORCH)
+	$(UL_PY) -m pip install -q "ultralytics>=8.4" pytest
+	touch $(UL_STAMP)
+
+# Skips (saying so) only where ultralytics cannot be installed, and never in CI (CI=true).
+test-ultralytics:
+	@if $(MAKE) $(UL_STAMP); then PYTHONPATH=src $(UL_PY) -m pytest -q tests/ultralytics; \
+	elif [ "$${CI:-}" = true ]; then echo "ultralytics could not be installed (CI)"; exit 1; \
+	else echo "SKIPPED tests/ultralytics: ultralytics could not be installed here"; fi
 
 test-cuda: $(STAMP)
 	$(PY) -m pytest -q -m cuda tests/cuda
@@ -52,4 +71,4 @@ bench: $(STAMP)
 	$(PY) scripts/bench_musgd.py
 
 clean:
-	rm -rf $(VENV) build dist site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(UL_VENV) build dist site .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU gate: CUDA tests and the optimizer benchmarks in one call on a GPU machine.
 # Runs from source (PYTHONPATH=src); writes logs and evidence JSON under $OUT (default ./out).
-#   scripts/gpu_gate.sh [tests] [optimizer] [train] [profile] [triton] [quick]   (none: the first three)
+#   scripts/gpu_gate.sh [tests] [optimizer] [train] [profile] [triton] [ultralytics] [quick]
+#   (none: the first three)
 # Each stage has its own time limit (STAGE_LIMIT_S, default 240 s) so that one slow stage cannot
 # take the others' results with it. Measured on an H200 (2026-11-29, 8b82f26): the CUDA tests
 # take about 125 s, the optimizer benchmark on all three sets in five rounds about 150 s, the
@@ -58,8 +59,11 @@ for s in "${stages[@]}"; do
       timeout "$limit" $PY scripts/bench_triton_ns.py "${commit[@]}" --steps 30 --warmup 5 --ns-steps 5 --out "$OUT/" \
         2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    ultralytics)  # YOLO26n in the Ultralytics trainer; needs the .whl wheels (docs/ultralytics.md)
+      OUT="$OUT" LIMIT_S="$limit" bash scripts/gpu_ultralytics.sh ${quick:+--quick} 2>&1 | tee -a "$OUT/gate.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     quick) ;;
-    *) echo "unknown stage: $s (use tests, optimizer, train, profile, triton, quick)" >&2; exit 2 ;;
+    *) echo "unknown stage: $s (use tests, optimizer, train, profile, triton, ultralytics, quick)" >&2; exit 2 ;;
   esac
 done
 echo "gpu_gate rc=$rc" | tee -a "$OUT/gate.log"

@@ -176,6 +176,18 @@ class MuSGD(Optimizer):
         _validate_group(defaults, where="MuSGD")
         defaults["ns_coefficients"] = resolve_coefficients(ns_coefficients, ns_steps)
         super().__init__(params, defaults)
+        self._setup_execution(
+            foreach=foreach, process_group=process_group, shard_balance=shard_balance
+        )
+
+    def _setup_execution(
+        self,
+        *,
+        foreach: bool | None,
+        process_group: ProcessGroup | None,
+        shard_balance: str = "flops",
+    ) -> None:
+        """Bodies, orthogonalizers, replay state and the distributed step (chosen once)."""
         # The execution strategy is chosen once (house style): bodies and orthogonalizer.
         self._prepare: PrepareFn = (
             prepare_updates_per_tensor if foreach is False else prepare_updates_foreach
@@ -312,14 +324,14 @@ class MuSGD(Optimizer):
             grads.append(g)
         return params, grads
 
-    def _buffers(self, params: list[Tensor]) -> list[Tensor]:
-        """The momentum buffers of ``params``, created (zeros) at a parameter's first step."""
+    def _buffers(self, params: list[Tensor], key: str = MOMENTUM_BUFFER) -> list[Tensor]:
+        """The ``key`` buffers of ``params``, created (zeros) at a parameter's first step."""
         bufs: list[Tensor] = []
         for p in params:
             state = self.state[p]
-            if MOMENTUM_BUFFER not in state:
-                state[MOMENTUM_BUFFER] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            bufs.append(cast(Tensor, state[MOMENTUM_BUFFER]))
+            if key not in state:
+                state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            bufs.append(cast(Tensor, state[key]))
         return bufs
 
 

@@ -1,0 +1,337 @@
+"""The Ultralytics-compatible MuSGD flavour (``shared/specs/ultralytics-compat.md``).
+
+Same constructor and state-dict layout as the Ultralytics 8.4 ``MuSGD`` (``muon=``, ``sgd=``,
+per-group ``use_muon``, buffers ``momentum_buffer`` and ``momentum_buffer_SGD``); the update
+rule below runs on this project's execution machinery (bucketed Newton–Schulz, the replay of
+``capture_orthogonalization`` and ``capture_updates``). For a ``use_muon`` group, parameter ``P``
+with gradient ``g``, momentum ``b`` (β), weight decay ``λ``, learning rate ``lr``::
+
+    m <- b*m + (1-b)*g                     (buffer momentum_buffer)
+    u <- b*m + (1-b)*g  (nesterov)  or  m
+    O <- sqrt(max(1, shape[-2]/shape[-1])) * NS(u viewed as (rows, numel/rows))
+    g' <- g + λ*(P - lr*muon*O)            (decay on the Muon-updated parameter)
+    s <- b*s + g'                          (buffer momentum_buffer_SGD)
+    v <- g' + b*s  (nesterov)  or  s
+    P <- P - lr*(muon*O + sgd*v)
+
+Other groups: ``g' = g + λ*P``, ``m <- b*m + g'``, ``v = g' + b*m`` (nesterov) or ``m``,
+``P <- P - lr*v``. The Ultralytics implementation writes the Muon part before the SGD part; here
+both parts go into one update ``U`` written as ``P <- P - lr*U`` (one foreach write, the same
+split into preparation and write as the default flavour), which differs from it by float32
+rounding only.
+
+The learning rate enters the preparation (through the decay of the Muon-updated parameter), so
+replay reads it, like ``momentum``, ``1 - momentum`` and ``weight_decay``, from a float32 0-d
+device tensor refilled outside the recording (the four slots of :class:`~musgd._functional.Hyper`,
+see :func:`flavour_hyper`). ``muon`` and ``sgd`` are constructor constants, part of the body.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from musgd._functional import (
+    GroupStep,
+    Hyper,
+    Layout,
+    NSSettings,
+    Orthogonalizer,
+    Scalar,
+    Structure,
+    apply_updates,
+    build_layout,
+    momentum_foreach,
+    stack_bucket,
+)
+from musgd._newton_schulz import (
+    DEFAULT_COEFFICIENTS,
+    DEFAULT_EPS,
+    DEFAULT_NS_DTYPE,
+    DEFAULT_STEPS,
+    SUPPORTED_NS_DTYPES,
+    resolve_coefficients,
+)
+from musgd._optimizer import MuSGD, ParamsT
+
+SGD_BUFFER = "momentum_buffer_SGD"
+# Ultralytics 8.4's constructor defaults (its reference documentation, R150).
+ULTRALYTICS_DEFAULTS: dict[str, Any] = {
+    "lr": 1e-3,
+    "momentum": 0.0,
+    "weight_decay": 0.0,
+    "nesterov": False,
+    "use_muon": False,
+    "muon": 0.5,
+    "sgd": 0.5,
+}
+_NS_COEFFICIENTS = resolve_coefficients(DEFAULT_COEFFICIENTS, DEFAULT_STEPS)
+
+
+def flavour_hyper(momentum: Scalar, weight_decay: Scalar, lr: Scalar, damping: Scalar) -> Hyper:
+    """This flavour's four per-step values in the replay machinery's four hyperparameter slots.
+
+    ``Hyper`` names the default flavour's values; here its slots carry ``momentum`` (b),
+    ``weight_decay`` (λ), ``w_muon``: the learning rate, ``w_sgd``: ``1 - momentum``. Every slot
+    is refilled outside a recording whenever its value changes, so warm-up schedules of
+    ``lr`` and ``momentum`` replay with current values.
+    """
+    return Hyper(momentum=momentum, weight_decay=weight_decay, w_muon=lr, w_sgd=damping)
+
+
+def muon_scale(shape: Sequence[int]) -> float:
+    """The Ultralytics flavour's Muon scale: ``sqrt(max(1, shape[-2]/shape[-1]))``.
+
+    Measured on the installed Ultralytics 8.4.190 as a black box (one step on a zero parameter,
+    ``lr=1``, ``momentum=0``, ``muon=1``, ``sgd=0``; tests/ultralytics checks it): the ratio is that
+    of the tensor's last two dimensions, so ``rows/cols`` for a matrix but ``kh/kw`` for a conv
+    kernel ``(O, I, kh, kw)``, not the ``rows/cols`` of its matrix view that the spec states.
+    """
+    return math.sqrt(max(1.0, shape[-2] / shape[-1]))
+
+
+def sgd_direction(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    bufs: Sequence[Tensor],
+    hyper: Hyper,
+    structure: Structure,
+) -> list[Tensor]:
+    """``g' = g + λ*P``; ``s <- b*s + g'`` in place; returns ``g' + b*s`` (nesterov) or ``s``.
+
+    The momentum half is the default flavour's (``momentum_foreach``) on ``g'``.
+    """
+    if structure.decay:
+        decayed = list(torch._foreach_mul(list(params), hyper.weight_decay))
+        torch._foreach_add_(decayed, list(grads))
+    else:
+        decayed = list(grads)
+    return momentum_foreach(bufs, decayed, hyper, structure)
+
+
+def _orthogonalize_into(
+    out: list[Tensor | None],
+    u: Sequence[Tensor],
+    layout: Layout,
+    index: int,
+    ns: NSSettings,
+    orth: Orthogonalizer,
+) -> None:
+    """One bucket's job: ``O`` of the bucket's matrices of ``u``, written into ``out``."""
+    bucket = layout.buckets[index]
+    members = [u[i] for i in bucket.indices]
+    O = orth.batched(stack_bucket(members, bucket), ns)
+    scales = [muon_scale(m.shape) for m in members]
+    if len(set(scales)) == 1:
+        O.mul_(scales[0])
+        scales = [1.0] * len(members)
+    for i, o, scale in zip(bucket.indices, O.unbind(0), scales, strict=True):
+        out[i] = o.reshape(u[i].shape) if scale == 1.0 else o.reshape(u[i].shape).mul(scale)
+
+
+@dataclass(frozen=True)
+class UltralyticsBody:
+    """The flavour's update preparation (a ``PrepareFn``); ``muon`` and ``sgd`` are constants.
+
+    Frozen, so equal weights compare and hash equal: a recording's key holds the body.
+    """
+
+    muon: float
+    sgd: float
+
+    def __call__(
+        self,
+        params: Sequence[Tensor],
+        grads: Sequence[Tensor],
+        bufs: Sequence[Tensor],
+        layout: Layout,
+        hyper: Hyper,
+        structure: Structure,
+        orth: Orthogonalizer,
+    ) -> list[Tensor]:
+        """``U`` for ``P <- P - lr*U``; buffers updated in place.
+
+        ``bufs`` holds the Muon buffers then, for a ``use_muon`` group, the SGD buffers.
+        """
+        if not layout.matrices:
+            return sgd_direction(params, grads, bufs, hyper, structure)
+        count = len(params)
+        muon_bufs, sgd_bufs = list(bufs[:count]), list(bufs[count:])
+        # m <- b*m + (1-b)*g and u = b*m + (1-b)*g: the default momentum on (1-b)*g.
+        damped = list(torch._foreach_mul(list(grads), hyper.w_sgd))
+        u = momentum_foreach(muon_bufs, damped, hyper, structure)
+        if not structure.muon:
+            v = sgd_direction(params, grads, sgd_bufs, hyper, structure)
+            return list(torch._foreach_mul(v, self.sgd))
+        found: list[Tensor | None] = [None] * count
+        orth.run_buckets(
+            [
+                functools.partial(_orthogonalize_into, found, u, layout, k, structure.ns, orth)
+                for k in range(len(layout.buckets))
+            ],
+            [b.cost for b in layout.buckets],
+        )
+        O = cast(list[Tensor], found)
+        updated = list(params)
+        if structure.decay:
+            # The decay of the Ultralytics rule reads the parameter after its Muon write.
+            step = torch._foreach_mul(O, hyper.w_muon)
+            torch._foreach_mul_(step, self.muon)
+            updated = list(torch._foreach_sub(list(params), step))
+        v = sgd_direction(updated, grads, sgd_bufs, hyper, structure)
+        U = list(torch._foreach_mul(v, self.sgd))
+        torch._foreach_add_(U, torch._foreach_mul(O, self.muon))
+        return U
+
+
+def _fail(where: str, name: str, rule: str, value: object) -> None:
+    raise ValueError(f"{where}: {name} must be {rule}, got {value!r}")
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validate_flavour_group(group: dict[str, Any], *, where: str) -> None:
+    """Raise ValueError naming the argument when a group's setting is out of range."""
+    lr = group["lr"]
+    if isinstance(lr, Tensor) and lr.numel() == 1:
+        lr = float(lr)
+    if not _finite(lr) or lr < 0:
+        _fail(where, "lr", "a finite number >= 0", group["lr"])
+    mu = group["momentum"]
+    if not _finite(mu) or not 0.0 <= mu < 1.0:
+        _fail(where, "momentum", "a number in [0, 1)", mu)
+    wd = group["weight_decay"]
+    if not _finite(wd) or wd < 0:
+        _fail(where, "weight_decay", "a finite number >= 0", wd)
+    for name in ("nesterov", "use_muon", "capture_orthogonalization", "capture_updates"):
+        if not isinstance(group[name], bool):
+            _fail(where, name, "True or False", group[name])
+    if group["use_muon"]:
+        for j, p in enumerate(group["params"]):
+            if p.ndim < 2:
+                raise ValueError(
+                    f"{where}: use_muon=True needs matrices or conv kernels (ndim >= 2), but "
+                    f"params[{j}] has shape {tuple(p.shape)}; put it in a group with "
+                    "use_muon=False"
+                )
+
+
+class UltralyticsMuSGD(MuSGD):
+    """MuSGD with the Ultralytics 8.4 constructor, update rule and state-dict layout.
+
+    Drop-in for ``ultralytics.optim.MuSGD``: ``UltralyticsMuSGD(groups, lr=..., momentum=...,
+    weight_decay=..., nesterov=..., use_muon=..., muon=0.2, sgd=1.0)``; its state dicts load into
+    the Ultralytics optimizer and back. The update rule is in this module's docstring.
+
+    Args:
+        params: parameters or param groups; a group's ``use_muon=True`` sends its parameters
+            (ndim >= 2) through Newton–Schulz, ``False`` (default) through SGD with momentum.
+        lr, momentum, weight_decay, nesterov, use_muon: as in Ultralytics (group defaults).
+        muon: weight of the orthogonalized part (>= 0). Default 0.5 (the trainer passes 0.2).
+        sgd: weight of the SGD part of ``use_muon`` groups (>= 0). Default 0.5 (trainer: 1.0).
+        ns_dtype: Newton–Schulz working dtype (bf16 as in Ultralytics; fp16 or fp32).
+        capture_orthogonalization, capture_updates: replay (see :class:`musgd.MuSGD`);
+            bit-identical to this optimizer's eager steps. Both live in each param group.
+    """
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = ULTRALYTICS_DEFAULTS["lr"],
+        momentum: float = ULTRALYTICS_DEFAULTS["momentum"],
+        weight_decay: float = ULTRALYTICS_DEFAULTS["weight_decay"],
+        nesterov: bool = ULTRALYTICS_DEFAULTS["nesterov"],
+        use_muon: bool = ULTRALYTICS_DEFAULTS["use_muon"],
+        muon: float = ULTRALYTICS_DEFAULTS["muon"],
+        sgd: float = ULTRALYTICS_DEFAULTS["sgd"],
+        *,
+        ns_dtype: torch.dtype = DEFAULT_NS_DTYPE,
+        capture_orthogonalization: bool = False,
+        capture_updates: bool = False,
+    ) -> None:
+        for name, value in (("muon", muon), ("sgd", sgd)):
+            if not _finite(value) or value < 0:
+                _fail("UltralyticsMuSGD", name, "a finite number >= 0", value)
+        if ns_dtype not in SUPPORTED_NS_DTYPES:
+            _fail("UltralyticsMuSGD", "ns_dtype", "torch.bfloat16, float16 or float32", ns_dtype)
+        self.muon = float(muon)
+        self.sgd = float(sgd)
+        self.ns_dtype = ns_dtype
+        self._body = UltralyticsBody(self.muon, self.sgd)
+        self._ns = NSSettings(DEFAULT_STEPS, _NS_COEFFICIENTS, DEFAULT_EPS, ns_dtype)
+        defaults: dict[str, Any] = {
+            "lr": lr,
+            "momentum": momentum,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "use_muon": use_muon,
+            "capture_orthogonalization": capture_orthogonalization,
+            "capture_updates": capture_updates,
+            "params": [],
+        }
+        validate_flavour_group(defaults, where="UltralyticsMuSGD")
+        del defaults["params"]
+        # MuSGD's own constructor validates its own flavour's settings: set up the same machinery.
+        Optimizer.__init__(self, params, defaults)
+        self._setup_execution(foreach=None, process_group=None)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Validate the group (before anything is stored), then add it."""
+        params = param_group.get("params", [])
+        # A generator is read once, here: the stored group and the check see the same list.
+        param_group = {
+            **param_group,
+            "params": [params] if isinstance(params, Tensor) else list(params),
+        }
+        merged = {**self.defaults, **param_group}
+        validate_flavour_group(merged, where=f"param_groups[{len(self.param_groups)}]")
+        Optimizer.add_param_group(self, param_group)
+
+    def _step_group(
+        self,
+        index: int,
+        group: dict[str, Any],
+        params: list[Tensor],
+        grads: list[Tensor],
+        bufs: list[Tensor],
+    ) -> None:
+        if self._sharded.applies(params):
+            raise RuntimeError(
+                "UltralyticsMuSGD does not shard FSDP2 (DTensor) parameters; use it with DDP or "
+                "one process (each rank then runs the whole Newton-Schulz work), or use "
+                "musgd.MuSGD for FSDP2"
+            )
+        use_muon = bool(group["use_muon"])
+        if use_muon:
+            bufs = [*bufs, *self._buffers(params, SGD_BUFFER)]
+        momentum = float(group["momentum"])
+        weight_decay = float(group["weight_decay"])
+        lr = float(group["lr"])
+        step = GroupStep(
+            params=params,
+            grads=grads,
+            bufs=bufs,
+            layout=build_layout(params, use_muon),
+            hyper=flavour_hyper(momentum, weight_decay, lr, 1.0 - momentum),
+            structure=Structure(
+                nesterov=bool(group["nesterov"]),
+                decay=weight_decay != 0.0,
+                muon=use_muon and self.muon != 0.0,
+                ns=self._ns,
+            ),
+        )
+        orth = self._orth_replay if group["capture_orthogonalization"] else self._orth
+        if group["capture_updates"]:
+            updates = self._update_replay.prepare(index, step, body=self._body, orth=orth)
+        else:
+            updates = step.prepare(self._body, orth)
+        apply_updates(params, updates, lr)

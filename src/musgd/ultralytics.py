@@ -1,0 +1,214 @@
+"""YOLO26 users: an Ultralytics-compatible MuSGD with replay, and a trainer that uses it.
+
+``UltralyticsMuSGD`` takes the Ultralytics 8.4 ``MuSGD`` constructor and state-dict layout and
+needs only PyTorch. The trainer needs the optional Ultralytics package
+(``pip install "wpgate[ultralytics]"``), imported only when a trainer is asked for::
+
+    from ultralytics import YOLO
+    from musgd.ultralytics import MuSGDTrainer
+
+    YOLO("yolo26n.yaml").train(data="coco8.yaml", epochs=10, trainer=MuSGDTrainer)
+
+From a shell, in the ``yolo train`` style (``key=value`` pairs; ``model`` names the model)::
+
+    musgd-yolo model=yolo26n.yaml data=coco8.yaml epochs=10 imgsz=640 batch=16
+
+``MuSGDTrainer`` is a ``DetectionTrainer`` whose ``build_optimizer`` lets the stock trainer build
+its MuSGD param groups (weight, bn, bias, muon and the lr x 3 head groups, with their
+hyperparameters) and moves them into :class:`UltralyticsMuSGD` with both replay flags on.
+``musgd_trainer(base)`` does the same for any other Ultralytics trainer class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.optim import Optimizer
+
+from musgd._ultralytics_optim import ULTRALYTICS_DEFAULTS, UltralyticsMuSGD, muon_scale
+
+__all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on first use
+    "MuSGDTrainer",
+    "UltralyticsMuSGD",
+    "from_stock",
+    "main",
+    "muon_scale",
+    "musgd_trainer",
+    "parse_train_args",
+    "require_ultralytics",
+]
+
+INSTALL_HINT = 'pip install "wpgate[ultralytics]"'
+_STOCK_NAME = "MuSGD"
+
+
+def require_ultralytics() -> Any:
+    """Import and return the ``ultralytics`` package, or raise ImportError saying how to get it."""
+    try:
+        import ultralytics
+    except ImportError as exc:
+        raise ImportError(
+            "musgd.ultralytics needs the Ultralytics package for its trainer, and it is not "
+            f"installed (or failed to import: {exc}). Install it with: {INSTALL_HINT}"
+        ) from exc
+    return ultralytics
+
+
+def from_stock(
+    stock: Optimizer,
+    *,
+    capture_orthogonalization: bool = True,
+    capture_updates: bool = True,
+    ns_dtype: torch.dtype = torch.bfloat16,
+) -> UltralyticsMuSGD:
+    """An :class:`UltralyticsMuSGD` over the same param groups as an Ultralytics ``MuSGD``.
+
+    Every key of every group (``param_group`` names, ``lr``, ``momentum``, ...) is kept, and
+    ``muon``/``sgd`` are read from the stock optimizer. The stock optimizer must not have
+    stepped yet: its state is not carried over (load a checkpoint's state dict instead).
+    """
+    if any(stock.state.values()):
+        raise ValueError(
+            "from_stock needs an optimizer that has not stepped yet (its momentum buffers would "
+            "be lost); load its state_dict() into the new optimizer instead"
+        )
+    defaults = {k: stock.defaults.get(k, v) for k, v in ULTRALYTICS_DEFAULTS.items()}
+    muon = getattr(stock, "muon", ULTRALYTICS_DEFAULTS["muon"])
+    sgd = getattr(stock, "sgd", ULTRALYTICS_DEFAULTS["sgd"])
+    groups = [dict(group) for group in stock.param_groups]
+    return UltralyticsMuSGD(
+        groups,
+        lr=defaults["lr"],
+        momentum=defaults["momentum"],
+        weight_decay=defaults["weight_decay"],
+        nesterov=defaults["nesterov"],
+        use_muon=defaults["use_muon"],
+        muon=muon,
+        sgd=sgd,
+        ns_dtype=ns_dtype,
+        capture_orthogonalization=capture_orthogonalization,
+        capture_updates=capture_updates,
+    )
+
+
+def musgd_trainer(
+    base: type[Any] | None = None,
+    *,
+    capture_orthogonalization: bool = True,
+    capture_updates: bool = True,
+    ns_dtype: torch.dtype = torch.bfloat16,
+) -> type[Any]:
+    """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
+
+    Its ``build_optimizer`` asks the stock trainer for its ``MuSGD`` (whatever ``optimizer=``
+    says: this trainer exists to train with MuSGD) and returns :func:`from_stock` of it. The
+    trainer's warm-up and scheduler keep writing ``lr`` and ``momentum`` into the groups; its
+    checkpoints hold ``UltralyticsMuSGD.state_dict()``, which loads into the stock optimizer and
+    back.
+    """
+    name = "MuSGDTrainer"
+    if base is None:
+        require_ultralytics()
+        from ultralytics.models.yolo.detect import DetectionTrainer
+
+        base = DetectionTrainer
+    else:
+        name = f"MuSGD{base.__name__}"
+    if not callable(getattr(base, "build_optimizer", None)):
+        raise TypeError(
+            f"musgd_trainer needs an Ultralytics trainer class with build_optimizer, got {base!r}"
+        )
+    options: dict[str, Any] = {
+        "capture_orthogonalization": capture_orthogonalization,
+        "capture_updates": capture_updates,
+        "ns_dtype": ns_dtype,
+    }
+
+    def build_optimizer(
+        self: Any, model: Any, name: str = "auto", *args: Any, **kwargs: Any
+    ) -> Any:
+        stock = base.build_optimizer(self, model, _STOCK_NAME, *args, **kwargs)
+        return from_stock(stock, **options)
+
+    # The default's name is the one this module exports, so `from musgd.ultralytics import
+    # MuSGDTrainer` (what a DDP launch file would write) finds it.
+    return type(
+        name,
+        (base,),
+        {
+            "build_optimizer": build_optimizer,
+            "__module__": __name__,
+            "__doc__": f"{base.__name__} training with UltralyticsMuSGD (replay flags on).",
+        },
+    )
+
+
+def _scalar(value: str, load: Any) -> Any:
+    """An int or float where ``value`` reads as one (``1e-3`` too), else its YAML value."""
+    if not value:
+        return None
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return load(value)
+
+
+def parse_train_args(argv: list[str]) -> tuple[str, dict[str, Any]]:
+    """``model`` and the ``model.train`` keyword arguments of ``key=value`` command-line pairs.
+
+    Values are read as YAML scalars (``epochs=10`` is an int, ``amp=false`` a bool, ``lr0=1e-3``
+    a float); ``model`` defaults to ``yolo26n.yaml``. ``trainer`` and ``optimizer`` are refused:
+    this command always trains with :data:`MuSGDTrainer`.
+    """
+    import yaml
+
+    model = "yolo26n.yaml"
+    kwargs: dict[str, Any] = {}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep or not key:
+            raise ValueError(f"arguments are key=value pairs (yolo train style), got {arg!r}")
+        if key in ("trainer", "optimizer"):
+            raise ValueError(f"{key}= is fixed by musgd-yolo (it trains with UltralyticsMuSGD)")
+        parsed = _scalar(value, yaml.safe_load)
+        if key == "model":
+            model = str(parsed)
+        else:
+            kwargs[key] = parsed
+    return model, kwargs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``musgd-yolo key=value ...``: ``YOLO(model).train(..., trainer=MuSGDTrainer)``."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in args):
+        print("usage: musgd-yolo [model=yolo26n.yaml] key=value ...  (model.train arguments)")
+        return 0
+    try:
+        model_name, kwargs = parse_train_args(args)
+        require_ultralytics()
+    except (ValueError, ImportError) as exc:
+        print(f"musgd-yolo: {exc}", file=sys.stderr)
+        return 2
+    from ultralytics import YOLO
+
+    YOLO(model_name).train(trainer=musgd_trainer(), **kwargs)
+    return 0
+
+
+def __getattr__(name: str) -> Any:
+    """``MuSGDTrainer``: built on first access, so importing this module needs no Ultralytics."""
+    if name == "MuSGDTrainer":
+        trainer = musgd_trainer()
+        globals()[name] = trainer
+        return trainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,392 @@
+"""The Ultralytics-compatible flavour on CPU, without the Ultralytics package.
+
+Against an independent float64 reference of shared/specs/ultralytics-compat.md written here (not
+calling the production code), replay through the fake recorder, the state-dict layout, the
+checks of bad input, and the trainer factory on a stand-in trainer class. The comparison with
+the installed Ultralytics package is tests/ultralytics/ (its own environment, `make test`).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+from musgd import MuSGD
+from musgd.ultralytics import (
+    UltralyticsMuSGD,
+    from_stock,
+    muon_scale,
+    musgd_trainer,
+    require_ultralytics,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_common import assert_same
+from replay_fakes import FakeRecorder
+
+# Conv kernels incl. depthwise (C, 1, 3, 3) and kh != kw, and plain matrices; two share a bucket.
+MATRICES = [(16, 3, 3, 3), (32, 16, 3, 1), (24, 1, 3, 3), (24, 1, 3, 3), (40, 8), (8, 40)]
+VECTORS = [(16,), (32,), (24,)]
+KW: dict[str, Any] = {"lr": 0.02, "momentum": 0.9, "nesterov": True, "muon": 0.2, "sgd": 1.0}
+
+
+def make_params(seed: int = 0) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=gen) * 0.5) for s in MATRICES + VECTORS]
+
+
+def stock_groups(params: list[torch.nn.Parameter], decay: float = 5e-4) -> list[dict[str, Any]]:
+    """Groups as the Ultralytics trainer builds them: muon matrices, bn weights, biases."""
+    m = len(MATRICES)
+    return [
+        {"params": params[:m], "use_muon": True, "weight_decay": decay, "param_group": "muon"},
+        {"params": params[m : m + 2], "weight_decay": 0.0, "param_group": "bn"},
+        {"params": params[m + 2 :], "weight_decay": decay, "param_group": "bias"},
+    ]
+
+
+def set_grads(params: list[torch.nn.Parameter], step: int, skip: frozenset[int] = frozenset()):
+    gen = torch.Generator().manual_seed(100 + step)
+    for i, p in enumerate(params):
+        g = torch.randn(p.shape, generator=gen)
+        p.grad = None if i in skip else g
+
+
+def warmup(opt: torch.optim.Optimizer, step: int) -> None:
+    """What the trainer's warm-up does: write lr and momentum into every group each iteration."""
+    for group in opt.param_groups:
+        group["lr"] = 0.02 * (step + 1) / 8
+        group["momentum"] = 0.8 + 0.015 * step
+
+
+def _ns64(G: Tensor) -> Tensor:
+    """Quintic Newton–Schulz in float64 (the spec's coefficients, 5 steps, eps 1e-7)."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    X = G.double()
+    tall = X.shape[0] > X.shape[1]
+    if tall:
+        X = X.T
+    X = X / (X.norm() + 1e-7)
+    for _ in range(5):
+        A = X @ X.T
+        X = a * X + (b * A + c * A @ A) @ X
+    return X.T if tall else X
+
+
+class Reference:
+    """The spec's update rule in float64, one parameter at a time, Muon write before SGD write."""
+
+    def __init__(self, params: list[Tensor], groups: list[dict[str, Any]]) -> None:
+        self.p = [t.detach().double().clone() for t in params]
+        self.groups = groups  # dicts with "idx", "use_muon", "weight_decay"
+        self.m: dict[int, Tensor] = {}
+        self.s: dict[int, Tensor] = {}
+
+    def step(self, grads: list[Tensor | None], lr: float, beta: float, nesterov: bool) -> None:
+        for group in self.groups:
+            wd = group["weight_decay"]
+            for i in group["idx"]:
+                g = grads[i]
+                if g is None:
+                    continue
+                g = g.double()
+                P = self.p[i]
+                if group["use_muon"]:
+                    m = self.m.setdefault(i, torch.zeros_like(P))
+                    m.mul_(beta).add_((1 - beta) * g)
+                    u = beta * m + (1 - beta) * g if nesterov else m
+                    O = _ns64(u.reshape(P.shape[0], -1)).reshape(P.shape)
+                    O = O * math.sqrt(max(1.0, P.shape[-2] / P.shape[-1]))
+                    P.sub_(lr * KW["muon"] * O)
+                    gd = g + wd * P
+                    s = self.s.setdefault(i, torch.zeros_like(P))
+                    s.mul_(beta).add_(gd)
+                    v = gd + beta * s if nesterov else s
+                    P.sub_(lr * KW["sgd"] * v)
+                else:
+                    gd = g + wd * P
+                    m = self.m.setdefault(i, torch.zeros_like(P))
+                    m.mul_(beta).add_(gd)
+                    v = gd + beta * m if nesterov else m
+                    P.sub_(lr * v)
+
+
+def _ref_groups(decay: float = 5e-4) -> list[dict[str, Any]]:
+    m = len(MATRICES)
+    return [
+        {"idx": range(m), "use_muon": True, "weight_decay": decay},
+        {"idx": range(m, m + 2), "use_muon": False, "weight_decay": 0.0},
+        {"idx": range(m + 2, m + 3), "use_muon": False, "weight_decay": decay},
+    ]
+
+
+def _rel(a: Tensor, b: Tensor, scale: Tensor) -> float:
+    return float((a.double() - b.double()).norm() / scale.double().norm().clamp_min(1e-30))
+
+
+@pytest.mark.parametrize(("ns_dtype", "tol"), [(torch.float32, 1e-5), (torch.bfloat16, 2**-8)])
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_steps_match_a_float64_reference_of_the_spec(
+    ns_dtype: torch.dtype, tol: float, nesterov: bool
+) -> None:
+    """Eight warm-up steps (lr and momentum change every step), one gradient skipped at step 3.
+
+    The tolerance is relative to each parameter's total change: bf16 Newton-Schulz carries a
+    unit roundoff of 2**-8 into the orthogonalized part; in float32 it is 1e-5.
+    """
+    params = make_params()
+    init = [p.detach().clone() for p in params]
+    opt = UltralyticsMuSGD(stock_groups(params), ns_dtype=ns_dtype, **{**KW, "nesterov": nesterov})
+    ref = Reference(params, _ref_groups())
+    for step in range(8):
+        skip = frozenset({1}) if step == 3 else frozenset()
+        set_grads(params, step, skip)
+        warmup(opt, step)
+        opt.step()
+        grads = [p.grad for p in params]
+        ref.step(grads, 0.02 * (step + 1) / 8, 0.8 + 0.015 * step, nesterov)
+    for p, r, p0 in zip(params, ref.p, init, strict=True):
+        assert _rel(p.detach(), r, r - p0.double()) < tol, tuple(p.shape)
+
+
+def test_state_layout_is_the_ultralytics_one() -> None:
+    params = make_params()
+    opt = UltralyticsMuSGD(stock_groups(params), **KW)
+    set_grads(params, 0, skip=frozenset({len(MATRICES)}))
+    opt.step()
+    sd = opt.state_dict()
+    keys = [tuple(sorted(sd["state"][i])) for i in sorted(sd["state"])]
+    muon, sgd = ("momentum_buffer", "momentum_buffer_SGD"), ("momentum_buffer",)
+    assert keys == [muon] * len(MATRICES) + [sgd] * (len(VECTORS) - 1)
+    assert len(MATRICES) not in sd["state"], "a parameter without a gradient gets no state"
+    group = sd["param_groups"][0]
+    for key in ("lr", "momentum", "weight_decay", "nesterov", "use_muon", "param_group"):
+        assert key in group
+    assert (opt.muon, opt.sgd) == (0.2, 1.0)
+
+
+def test_state_dict_round_trip_and_resume_are_bit_identical() -> None:
+    pa, pb = make_params(), make_params()
+    a = UltralyticsMuSGD(stock_groups(pa), **KW)
+    b = UltralyticsMuSGD(stock_groups(pb), **KW)
+    for step in range(3):
+        for ps, opt in ((pa, a), (pb, b)):
+            set_grads(ps, step)
+            opt.step()
+    buf = io.BytesIO()
+    torch.save(b.state_dict(), buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=True)
+    resumed = UltralyticsMuSGD(stock_groups(pb), **{**KW, "lr": 0.5})
+    resumed.load_state_dict(loaded)
+    for step in range(3, 6):
+        for ps, opt in ((pa, a), (pb, resumed)):
+            set_grads(ps, step)
+            opt.step()
+    assert_same(pa, pb, a, resumed)
+    assert resumed.param_groups[0]["lr"] == KW["lr"]
+
+
+def test_a_state_dict_without_replay_flags_loads_with_the_constructor_mode() -> None:
+    params = make_params()
+    opt = UltralyticsMuSGD(stock_groups(params), **KW)
+    sd = opt.state_dict()
+    for group in sd["param_groups"]:  # what the Ultralytics optimizer writes
+        del group["capture_orthogonalization"], group["capture_updates"]
+    ours = UltralyticsMuSGD(stock_groups(make_params()), capture_updates=True, **KW)
+    ours.load_state_dict(sd)
+    assert all(g["capture_updates"] for g in ours.param_groups)
+
+
+def with_fake(opt: MuSGD) -> FakeRecorder:
+    recorder = FakeRecorder()
+    opt._replay.recorder = recorder
+    return recorder
+
+
+@pytest.mark.parametrize("both", [False, True])
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_replay_is_bit_identical_under_warmup_without_rerecording(
+    both: bool, nesterov: bool
+) -> None:
+    pa, pb = make_params(), make_params()
+    kw = {**KW, "nesterov": nesterov}
+    eager = UltralyticsMuSGD(stock_groups(pa), **kw)
+    replay = UltralyticsMuSGD(
+        stock_groups(pb), capture_updates=True, capture_orthogonalization=both, **kw
+    )
+    recorder = with_fake(replay)
+    for step in range(6):
+        for ps, opt in ((pa, eager), (pb, replay)):
+            set_grads(ps, step)
+            warmup(opt, step)
+            opt.step()
+        assert_same(pa, pb, eager, replay)
+    assert recorder.records == 3, "one recording per group; warm-up changes no key"
+    assert replay._replay.stats.replays == 6 * 3
+
+
+def test_replay_rerecords_when_weight_decay_turns_on() -> None:
+    pa, pb = make_params(), make_params()
+    eager = UltralyticsMuSGD(stock_groups(pa, decay=0.0), **KW)
+    replay = UltralyticsMuSGD(stock_groups(pb, decay=0.0), capture_updates=True, **KW)
+    recorder = with_fake(replay)
+    for step in range(4):
+        for ps, opt in ((pa, eager), (pb, replay)):
+            if step == 2:  # the trainer resets weight_decay on resume
+                opt.param_groups[0]["weight_decay"] = 5e-4
+            set_grads(ps, step)
+            opt.step()
+        assert_same(pa, pb, eager, replay)
+    assert recorder.records == 4
+
+
+def test_muon_scale_reads_the_last_two_dimensions() -> None:
+    assert muon_scale((64, 16)) == 2.0
+    assert muon_scale((256, 1, 3, 3)) == 1.0  # depthwise: not sqrt(256 / 9)
+    assert muon_scale((32, 16, 3, 1)) == math.sqrt(3)
+    assert muon_scale((8, 40)) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"lr": -1.0}, "lr must be a finite number >= 0"),
+        ({"lr": float("nan")}, "lr must be"),
+        ({"momentum": 1.0}, "momentum must be a number in"),
+        ({"weight_decay": -1e-4}, "weight_decay must be"),
+        ({"nesterov": 1}, "nesterov must be True or False"),
+        ({"use_muon": "yes"}, "use_muon must be True or False"),
+        ({"muon": -0.2}, "muon must be a finite number >= 0"),
+        ({"sgd": float("inf")}, "sgd must be"),
+        ({"ns_dtype": torch.float64}, "ns_dtype must be"),
+        ({"capture_updates": None}, "capture_updates must be True or False"),
+    ],
+)
+def test_bad_settings_raise_naming_the_argument(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        UltralyticsMuSGD(make_params(), **kwargs)
+
+
+def test_bad_group_settings_raise_before_anything_is_stored() -> None:
+    params = make_params()
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: momentum must be"):
+        UltralyticsMuSGD([{"params": params[:2]}, {"params": params[2:4], "momentum": -0.1}])
+    with pytest.raises(ValueError, match=r"params\[1\] has shape \(16,\).*use_muon=False"):
+        UltralyticsMuSGD([{"params": [params[0], params[len(MATRICES)]], "use_muon": True}])
+
+
+def test_fsdp_dtensor_parameters_are_refused_with_a_clear_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    params = make_params()
+    opt = UltralyticsMuSGD(stock_groups(params), **KW)
+    monkeypatch.setattr(opt._sharded, "applies", lambda ps: True)
+    set_grads(params, 0)
+    with pytest.raises(RuntimeError, match="does not shard FSDP2"):
+        opt.step()
+
+
+class _StockLike(torch.optim.SGD):
+    """A stand-in for the Ultralytics optimizer: its groups, defaults and muon/sgd attributes."""
+
+    def __init__(self, groups: list[dict[str, Any]], **kw: Any) -> None:
+        super().__init__(groups, lr=kw["lr"], momentum=kw["momentum"], nesterov=kw["nesterov"])
+        self.muon, self.sgd = kw["muon"], kw["sgd"]
+
+
+def test_from_stock_keeps_every_group_key_and_the_weights() -> None:
+    params = make_params()
+    stock = _StockLike(stock_groups(params), **KW)
+    ours = from_stock(stock, capture_updates=False)
+    assert (ours.muon, ours.sgd) == (0.2, 1.0)
+    for g_ours, g_stock in zip(ours.param_groups, stock.param_groups, strict=True):
+        assert g_ours["params"] == g_stock["params"]
+        for key in ("param_group", "lr", "momentum", "weight_decay", "nesterov"):
+            assert g_ours[key] == g_stock[key]
+    set_grads(params, 0)
+    stock.step()
+    with pytest.raises(ValueError, match="has not stepped yet"):
+        from_stock(stock)
+
+
+def test_musgd_trainer_builds_ours_from_the_stock_musgd_groups() -> None:
+    seen: list[str] = []
+
+    class FakeTrainer:
+        def build_optimizer(self, model: Any, name: str = "auto", lr: float = 0.001, **kw: Any):
+            seen.append(name)
+            return _StockLike(stock_groups(model), **{**KW, "lr": lr})
+
+    trainer_cls = musgd_trainer(FakeTrainer, capture_orthogonalization=False)
+    assert trainer_cls.__name__ == "MuSGDFakeTrainer"
+    assert issubclass(trainer_cls, FakeTrainer)
+    opt = trainer_cls().build_optimizer(make_params(), "SGD", lr=0.01)
+    assert seen == ["MuSGD"], "the stock MuSGD groups are asked for, whatever optimizer= says"
+    assert isinstance(opt, UltralyticsMuSGD)
+    assert opt.param_groups[0]["lr"] == 0.01
+    assert opt.param_groups[0]["capture_updates"] is True
+    assert opt.param_groups[0]["capture_orthogonalization"] is False
+    with pytest.raises(TypeError, match="build_optimizer"):
+        musgd_trainer(int)
+
+
+def test_missing_ultralytics_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ultralytics", None)
+    with pytest.raises(ImportError, match=r'pip install "wpgate\[ultralytics\]"'):
+        require_ultralytics()
+    with pytest.raises(ImportError, match="wpgate"):
+        musgd_trainer()
+    import musgd.ultralytics as module
+
+    monkeypatch.delitem(module.__dict__, "MuSGDTrainer", raising=False)
+    with pytest.raises(ImportError, match="wpgate"):
+        _ = module.MuSGDTrainer
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = module.Nope
+
+
+def test_command_line_pairs_become_train_arguments() -> None:
+    from musgd.ultralytics import parse_train_args
+
+    model, kwargs = parse_train_args(
+        ["model=yolo26s.yaml", "data=d.yaml", "epochs=10", "amp=false", "lr0=1e-3", "name="]
+    )
+    assert model == "yolo26s.yaml"
+    assert kwargs == {"data": "d.yaml", "epochs": 10, "amp": False, "lr0": 1e-3, "name": None}
+    assert parse_train_args([]) == ("yolo26n.yaml", {})
+    with pytest.raises(ValueError, match="key=value pairs"):
+        parse_train_args(["epochs"])
+    with pytest.raises(ValueError, match="optimizer= is fixed"):
+        parse_train_args(["optimizer=SGD"])
+
+
+def test_command_line_errors_exit_2_with_a_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from musgd.ultralytics import main
+
+    assert main(["trainer=x"]) == 2
+    assert "fixed by musgd-yolo" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ultralytics", None)
+    assert main(["epochs=1"]) == 2
+    assert 'pip install "wpgate[ultralytics]"' in capsys.readouterr().err
+    assert main(["--help"]) == 0
+    assert "usage: musgd-yolo" in capsys.readouterr().out
+
+
+def test_groups_given_generators_keep_their_parameters() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Linear(4, 2))
+    weights = (m.weight for m in model)
+    biases = (m.bias for m in model)
+    opt = UltralyticsMuSGD([{"params": weights, "use_muon": True}, {"params": biases}], **KW)
+    assert [len(g["params"]) for g in opt.param_groups] == [2, 2]
+    opt.add_param_group({"params": torch.nn.Parameter(torch.zeros(3))})
+    assert len(opt.param_groups[2]["params"]) == 1

@@ -1,0 +1,301 @@
+"""Ours against the installed Ultralytics MuSGD (black box), 20 steps, and its trainer.
+
+Tolerance. Both run Newton-Schulz in bfloat16 (8 significant bits, unit roundoff u = 2**-8) but
+in different orders (the package batches by column count with zero-padded rows, we batch equal
+shapes), so their orthogonalized parts differ by bf16 rounding, which each of the five
+iterations adds to: up to about 5u (2%) of the Muon part. Each parameter's difference must
+therefore stay within 5u of its total change over the run (measured worst: 7e-5 on the YOLO26n
+shapes, 6e-3 on the real model). The Muon buffer sees only gradients and agrees to float32
+rounding (1e-6); the SGD buffer carries the decay of the Muon-updated parameter and gets the
+bf16 bound. With float32 Newton-Schulz ours agrees tighter with the exact rule (1e-5 against a
+float64 reference: tests/musgd/test_ultralytics.py), not with the bf16 package.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
+from ultralytics.optim.muon import MuSGD as StockMuSGD
+
+from musgd.ultralytics import MuSGDTrainer, UltralyticsMuSGD, muon_scale
+
+BF16_TOL = 5 * 2.0**-8
+FP32_TOL = 1e-6
+KW: dict[str, Any] = {"lr": 0.01, "momentum": 0.937, "nesterov": True, "muon": 0.2, "sgd": 1.0}
+SHAPES = json.loads((Path(__file__).parent / "data" / "yolo26n_shapes.json").read_text())
+
+
+def _groups(muon: list[Tensor], bn: list[Tensor], bias: list[Tensor]) -> list[dict[str, Any]]:
+    return [
+        {"params": muon, "use_muon": True, "weight_decay": 5e-4, "param_group": "muon"},
+        {"params": bn, "weight_decay": 0.0, "param_group": "bn"},
+        {"params": bias, "weight_decay": 0.0, "param_group": "bias"},
+    ]
+
+
+def _warmup(opts: tuple[torch.optim.Optimizer, ...], step: int) -> None:
+    """lr and momentum written into every group each iteration, as the trainer's warm-up does."""
+    for opt in opts:
+        for group in opt.param_groups:
+            group["lr"] = KW["lr"] * (step + 1) / 20
+            group["momentum"] = 0.8 + (KW["momentum"] - 0.8) * step / 20
+
+
+@torch.no_grad()
+def _rel(a: Tensor, b: Tensor, scale: Tensor) -> float:
+    return float((a.double() - b.double()).norm() / scale.double().norm().clamp_min(1e-30))
+
+
+def _assert_parity(
+    ps: list[Tensor], pu: list[Tensor], init: list[Tensor], ours: Any, stock: Any
+) -> dict[str, float]:
+    worst = {"param": 0.0, "momentum_buffer": 0.0, "momentum_buffer_SGD": 0.0}
+    for p_s, p_u, p0 in zip(ps, pu, init, strict=True):
+        worst["param"] = max(worst["param"], _rel(p_u, p_s, p_s.detach() - p0))
+        s_state, u_state = stock.state.get(p_s, {}), ours.state.get(p_u, {})
+        assert s_state.keys() == u_state.keys()
+        for name in s_state:
+            worst[name] = max(worst[name], _rel(u_state[name], s_state[name], s_state[name]))
+    assert worst["param"] < BF16_TOL, worst
+    assert worst["momentum_buffer_SGD"] < BF16_TOL, worst
+    return worst
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_yolo26n_shaped_parameters_agree_with_stock_over_20_steps(nesterov: bool) -> None:
+    def make() -> dict[str, list[torch.nn.Parameter]]:
+        gen = torch.Generator().manual_seed(1)
+        return {
+            k: [torch.nn.Parameter(torch.randn(s, generator=gen) * 0.1) for s in SHAPES[k]]
+            for k in ("matrices", "norm_weights", "biases")
+        }
+
+    a, b = make(), make()
+    kw = {**KW, "nesterov": nesterov}
+    stock = StockMuSGD(_groups(a["matrices"], a["norm_weights"], a["biases"]), **kw)
+    ours = UltralyticsMuSGD(_groups(b["matrices"], b["norm_weights"], b["biases"]), **kw)
+    ps, pu = [p for v in a.values() for p in v], [p for v in b.values() for p in v]
+    init = [p.detach().clone() for p in ps]
+    gen = torch.Generator().manual_seed(2)
+    for step in range(20):
+        for p_s, p_u in zip(ps, pu, strict=True):
+            g = torch.randn(p_s.shape, generator=gen)
+            p_s.grad, p_u.grad = g.clone(), g.clone()
+        _warmup((stock, ours), step)
+        stock.step()
+        ours.step()
+    worst = _assert_parity(ps, pu, init, ours, stock)
+    assert worst["momentum_buffer"] < FP32_TOL, worst
+
+
+def _split(model: torch.nn.Module) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    muon, bn, bias = [], [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if p.ndim >= 2:
+            muon.append(p)
+        elif name.endswith("bias"):
+            bias.append(p)
+        else:
+            bn.append(p)
+    return muon, bn, bias
+
+
+def _loss(out: Any) -> Tensor:
+    if isinstance(out, Tensor):
+        return out.float().pow(2).mean()
+    items = out.values() if isinstance(out, dict) else out
+    return sum((_loss(o) for o in items), torch.zeros(()))
+
+
+def test_real_yolo26n_model_agrees_with_stock_over_20_steps() -> None:
+    """A real YOLO26n's parameters, groups and gradients (forward and backward on images).
+
+    The gradients come from the stock-trained copy and are given to both optimizers: a free run
+    of this model is chaotic (two stock runs 1e-6 apart end 80% of their change apart after 20
+    steps at batch 4, 128 px), so only the same gradients compare the optimizers themselves.
+    """
+    from ultralytics import YOLO
+
+    torch.manual_seed(0)
+    base = YOLO("yolo26n.yaml").model.float().train()
+    m_s, m_u = copy.deepcopy(base), copy.deepcopy(base)
+    stock = StockMuSGD(_groups(*_split(m_s)), **KW)
+    ours = UltralyticsMuSGD(_groups(*_split(m_u)), **KW)
+    ps = [p for g in stock.param_groups for p in g["params"]]
+    pu = [p for g in ours.param_groups for p in g["params"]]
+    assert len(ps) > 300
+    init = [p.detach().clone() for p in ps]
+    gen = torch.Generator().manual_seed(3)
+    for step in range(20):
+        x = torch.rand(2, 3, 64, 64, generator=gen)
+        _warmup((stock, ours), step)
+        stock.zero_grad(set_to_none=True)
+        _loss(m_s(x)).backward()
+        for p_s, p_u in zip(ps, pu, strict=True):
+            p_u.grad = None if p_s.grad is None else p_s.grad.clone()
+        stock.step()
+        ours.step()
+    worst = _assert_parity(ps, pu, init, ours, stock)
+    assert worst["momentum_buffer"] < FP32_TOL, worst
+
+
+@pytest.mark.parametrize("shape", [(48, 16, 1, 1), (32, 16, 3, 1), (64, 2, 5, 1), (256, 1, 3, 3)])
+def test_muon_scale_is_the_stock_one(shape: tuple[int, ...]) -> None:
+    """One pure-Muon step from zero (lr=1, momentum=0, muon=1, sgd=0): ||step|| / ||NS||."""
+    from musgd import orthogonalize
+
+    w = torch.nn.Parameter(torch.zeros(shape))
+    opt = StockMuSGD([{"params": [w], "use_muon": True}], lr=1.0, muon=1.0, sgd=0.0)
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(4))
+    w.grad = g
+    opt.step()
+    ns = orthogonalize(g.reshape(shape[0], -1))
+    assert float(w.detach().norm() / ns.norm()) == pytest.approx(muon_scale(shape), rel=0.01)
+    assert muon_scale(shape) != pytest.approx(math.sqrt(max(1.0, shape[0] / ns.shape[1])))
+
+
+def _train(data: Path, project: Path, name: str, *, callback: Any = None, **kw: Any) -> Any:
+    """A tiny real training run (64 px, batch 4, CPU); ``callback`` runs at each model save."""
+    from ultralytics import YOLO
+
+    model = YOLO("yolo26n.yaml")
+    if callback is not None:
+        model.add_callback("on_model_save", callback)
+    settings: dict[str, Any] = {
+        "data": str(data),
+        "epochs": 1,
+        "imgsz": 64,
+        "batch": 4,
+        "device": "cpu",
+        "workers": 0,
+        "plots": False,
+        "project": str(project),
+        "name": name,
+        "exist_ok": True,
+        "seed": 0,
+        "deterministic": True,
+        "amp": False,
+        "verbose": False,
+    }
+    model.train(**{**settings, **kw})
+    return model
+
+
+def _layout(opt: torch.optim.Optimizer) -> list[tuple[Any, ...]]:
+    return [
+        (g.get("param_group"), g["use_muon"], g["weight_decay"], g["nesterov"], len(g["params"]))
+        for g in opt.param_groups
+    ]
+
+
+def test_trainer_builds_the_stock_groups_into_ours_and_checkpoints_cross_load(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    saved: list[dict[str, Any]] = []
+
+    def keep_checkpoint(trainer: Any) -> None:  # before the final strip removes the optimizer
+        saved.append(torch.load(trainer.last, weights_only=False))
+
+    stock_model = _train(tiny_dataset, tmp_path, "stock", optimizer="MuSGD")
+    ours_model = _train(
+        tiny_dataset, tmp_path, "ours", callback=keep_checkpoint, epochs=2, trainer=MuSGDTrainer
+    )
+    stock_opt, ours_opt = stock_model.trainer.optimizer, ours_model.trainer.optimizer
+    assert isinstance(ours_opt, UltralyticsMuSGD)
+    assert _layout(ours_opt) == _layout(stock_opt)
+    assert {g["param_group"] for g in ours_opt.param_groups} >= {"bn", "bias", "muon"}
+    assert (ours_opt.muon, ours_opt.sgd) == (stock_opt.muon, stock_opt.sgd)
+    assert all(
+        g["capture_updates"] and g["capture_orthogonalization"] for g in ours_opt.param_groups
+    )
+    # Warm-up wrote the groups' lr every iteration: the head groups keep their lr x 3.
+    lrs = sorted({round(g["lr"], 12) for g in ours_opt.param_groups})
+    assert len(lrs) == 2
+    assert lrs[1] == pytest.approx(3 * lrs[0])
+
+    assert saved
+    assert saved[0]["optimizer"] is not None
+    sd = saved[0]["optimizer"]
+    # Ours -> stock: a freshly built stock optimizer over the same groups takes our state.
+    fresh = StockMuSGD([{**g, "params": list(g["params"])} for g in stock_opt.param_groups])
+    fresh.load_state_dict(sd)
+    buffers = {tuple(sorted(s)) for s in fresh.state_dict()["state"].values()}
+    assert buffers == {("momentum_buffer",), ("momentum_buffer", "momentum_buffer_SGD")}
+    # Stock -> ours: and back, with every buffer bit-identical.
+    back = UltralyticsMuSGD([{**g, "params": list(g["params"])} for g in ours_opt.param_groups])
+    back.load_state_dict(fresh.state_dict())
+    for key, state in fresh.state_dict()["state"].items():
+        for name, t in state.items():
+            assert torch.equal(back.state_dict()["state"][key][name], t)
+
+
+@pytest.mark.parametrize("first", ["ours", "stock"])
+def test_resume_with_our_trainer_from_a_checkpoint_of_ours_or_stock(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    from ultralytics import YOLO
+
+    checkpoints: list[Path] = []
+
+    def keep(trainer: Any) -> None:
+        if trainer.epoch == 0:
+            target = tmp_path / "epoch1.pt"
+            target.write_bytes(Path(trainer.last).read_bytes())
+            checkpoints.append(target)
+
+    chosen = {"trainer": MuSGDTrainer} if first == "ours" else {"optimizer": "MuSGD"}
+    _train(tiny_dataset, tmp_path, "run", callback=keep, epochs=2, **chosen)
+    assert checkpoints
+    saved = torch.load(checkpoints[0], weights_only=False)["optimizer"]
+    loaded: list[dict[str, Any]] = []
+    original = UltralyticsMuSGD.load_state_dict
+
+    def spy(self: UltralyticsMuSGD, state_dict: dict[str, Any]) -> None:
+        loaded.append(state_dict)
+        original(self, state_dict)
+        # Right after loading, every buffer is the checkpoint's (cast to the parameter dtype).
+        for key, state in state_dict["state"].items():
+            for name, t in state.items():
+                assert torch.equal(self.state_dict()["state"][key][name], t.float())
+
+    monkeypatch.setattr(UltralyticsMuSGD, "load_state_dict", spy)
+    resumed = YOLO(str(checkpoints[0]))
+    resumed.train(resume=True, trainer=MuSGDTrainer, device="cpu", workers=0)
+    assert len(loaded) == 1
+    assert len(loaded[0]["state"]) == len(saved["state"]) > 0
+    opt = resumed.trainer.optimizer
+    assert isinstance(opt, UltralyticsMuSGD)
+    assert resumed.trainer.start_epoch == 1
+    assert any("momentum_buffer_SGD" in s for s in opt.state.values())
+
+
+def test_command_line_entry_point_trains_with_ours(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import musgd.ultralytics as module
+
+    built: list[UltralyticsMuSGD] = []
+    original = module.from_stock
+
+    def spy(stock: Any, **kw: Any) -> UltralyticsMuSGD:
+        built.append(original(stock, **kw))
+        return built[-1]
+
+    monkeypatch.setattr(module, "from_stock", spy)
+    args = [f"data={tiny_dataset}", "epochs=1", "imgsz=64", "batch=4", "device=cpu", "workers=0"]
+    args += ["plots=false", f"project={tmp_path}", "name=cli", "amp=false", "verbose=false"]
+    assert module.main(args) == 0
+    assert len(built) == 1
+    assert any("momentum_buffer_SGD" in s for s in built[0].state.values()), "it stepped"
+    assert (tmp_path / "cli" / "results.csv").is_file()
