@@ -13,7 +13,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-export PYTHONPATH=src PYTHONUNBUFFERED=1
+# Anything already on PYTHONPATH (e.g. carried wheels unpacked to /tmp/ul-site) stays on it.
+export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(tests optimizer train)

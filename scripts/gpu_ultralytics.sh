@@ -11,13 +11,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-export PYTHONPATH=src PYTHONUNBUFFERED=1
+# Anything already on PYTHONPATH (e.g. carried wheels unpacked to /tmp/ul-site) stays on it.
+export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 if ! $PY -c "import ultralytics" 2>/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/ul-site .whl/ultralytics-*.whl .whl/ultralytics_thop-*.whl .whl/polars-*.whl \
     || { echo "ultralytics wheels missing: carry .whl (see docs/ultralytics.md)" >&2; exit 3; }
-  export PYTHONPATH=src:/tmp/ul-site
+  export PYTHONPATH="$PYTHONPATH:/tmp/ul-site"
 fi
 commit=()
 if [ -n "${GATE_COMMIT:-}" ]; then
