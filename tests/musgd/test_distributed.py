@@ -105,7 +105,7 @@ def test_each_ddp_rank_writes_only_its_own_matrices_and_every_vector(spawned: An
     expected = [0] * world
     for group in param_groups(Net(), weight_decay=0.01):
         params = list(group["params"])
-        layout = build_layout(params, None)
+        layout = build_layout(params, group.get("use_muon"))
         plan = plan_buckets(layout.buckets, world)
         vectors = sum(params[i].numel() for i in layout.vectors)
         for r in range(world):
