@@ -23,7 +23,7 @@ if [ -n "${GATE_COMMIT:-}" ]; then
 fi
 sizing=(--rounds 7 --steps 280 --warmup 10)
 [ "${1:-}" = quick ] && sizing=(--rounds 1 --steps 2 --warmup 1)
-variants="bucketed eager,both"
+variants="bucketed eager,torch-NS eager,both,torch-NS both"
 [ "$DEVICE" = cuda ] || variants="bucketed eager"
 # The peer joins when its module imports here (it is optional, never installed by this project).
 if $PY -c "import ultralytics.optim.muon" >/dev/null 2>&1; then

@@ -26,6 +26,7 @@ if not torch.cuda.is_available():
 
 from musgd import MuSGD, orthogonalize
 from musgd import _triton_ns as T
+from musgd._optimizer import group_structure
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 # Wide, tall (transposed by strides), tiny, several tiles (> 64 rows) and a 1-row-tile remainder.
@@ -175,9 +176,33 @@ def test_bad_backend_raises_value_error_naming_it(bad: object) -> None:
 
 def test_backend_lives_in_each_group_and_in_the_state_dict() -> None:
     a, b = torch.zeros(4, 4, requires_grad=True), torch.zeros(4, 4, requires_grad=True)
-    opt = MuSGD([{"params": [a]}, {"params": [b], "ns_backend": "auto"}], lr=0.1)
-    assert [g["ns_backend"] for g in opt.param_groups] == ["torch", "auto"]
-    assert opt.state_dict()["param_groups"][1]["ns_backend"] == "auto"
+    opt = MuSGD([{"params": [a]}, {"params": [b], "ns_backend": "torch"}], lr=0.1)
+    assert [g["ns_backend"] for g in opt.param_groups] == ["auto", "torch"]
+    assert opt.state_dict()["param_groups"][1]["ns_backend"] == "torch"
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton", "torch"])
+@pytest.mark.parametrize("flag", ["capture_orthogonalization", "capture_updates"])
+def test_capture_flags_never_change_the_backend(backend: str, flag: str) -> None:
+    # Replay is bit-identical to eager only if both run the same Newton-Schulz code.
+    structures = [
+        group_structure(
+            MuSGD([torch.zeros(2, 2)], lr=0.1, ns_backend=backend, **{flag: on}).param_groups[0],
+            torch.device("cpu"),
+        )
+        for on in (False, True)
+    ]
+    assert structures[0].ns == structures[1].ns
+    assert structures[0].ns.backend == backend
+
+
+def test_auto_with_float32_runs_the_torch_backend_without_a_warning() -> None:
+    T._WARNED.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = _steps("auto", ns_dtype=torch.float32)
+    for a, b in zip(result, _steps("torch", ns_dtype=torch.float32), strict=True):
+        assert torch.equal(a, b)
 
 
 def test_normalization_split_over_several_programs_agrees_with_one_program(

@@ -70,6 +70,14 @@ def musgd_variants() -> list[Variant]:
             _musgd(capture_orthogonalization=True, capture_updates=True),
             cuda_only=True,
         ),
+        # The default ns_backend="auto" runs the Triton kernels on CUDA; these run the torch
+        # backend (batched cuBLAS products) in the same run, eager and recorded whole.
+        Variant("torch-NS eager", _musgd(ns_backend="torch"), cuda_only=True),
+        Variant(
+            "torch-NS both",
+            _musgd(ns_backend="torch", capture_orthogonalization=True, capture_updates=True),
+            cuda_only=True,
+        ),
     ]
 
 
