@@ -387,9 +387,9 @@ def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None
 def test_count_regression_zero_eager_bodies_during_replayed_steps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    ns_calls = count_ns_bodies(monkeypatch)
+    ns_calls = count_ns_bodies(monkeypatch)  # the torch backend's body: ask for that backend
     ref_p, ref, rep_p, rep = twins(
-        flags={"capture_updates": True, "capture_orthogonalization": True}
+        flags={"capture_updates": True, "capture_orthogonalization": True}, ns_backend="torch"
     )
     prep_calls = [0]
     real = rep._prepare
