@@ -126,7 +126,7 @@ def _module_found(name: str) -> bool:
 def ultralytics_variant() -> Variant | None:
     """The installed Ultralytics MuSGD as an external peer, or None when it is not installed.
 
-    A black box, timed only: it is built as its documented constructor allows (R142), with the
+    A black box, timed only: it is built as its documented constructor allows (R140), with the
     matrices (the routed ``(rows, cols)`` views, conv kernels as they are) in a ``use_muon``
     group and the vectors in a plain SGD group, ``muon=0.2, sgd=1.0`` as its trainer passes them.
     Its update rule differs from MuSGD's (a second momentum buffer per matrix), so only its
