@@ -124,16 +124,18 @@ class MuSGD(Optimizer):
             group, ``capture_updates`` records no whole-group graph (collectives run inside
             the step); ``capture_orthogonalization`` replays each rank's share.
         ns_backend: which Newton-Schulz code runs a group's matrices in the foreach body.
-            ``"auto"`` (default): the grouped Triton kernels on CUDA where they apply, else
+            ``"auto"`` (default): the grouped Triton kernels on CUDA where they apply and the
+            group's Newton-Schulz arithmetic is at most ``AUTO_MAX_FLOP`` (300 GFLOP a step:
+            detectors such as YOLO26 n/s/m, where launches cost more than arithmetic), else
             torch, silently. ``"triton"``: the grouped Triton kernels (one problem table per
             group, three grouped launches per iteration, bf16 operands with fp32 accumulation,
             deterministic); where they do not apply (no CUDA or Triton,
             ``ns_dtype=torch.float32``, a compile trace) the torch backend runs and says so
             once. ``"torch"``: batched ``torch.bmm`` calls per bucket. The capture flags never
             change the backend (replay stays bit-identical to eager), but they change which is
-            faster: on the H200 (YOLO26 shapes, WP-009) Triton makes the eager step 1.6-1.9x
+            faster: on the H200 (YOLO26 shapes, WP-009) Triton makes the eager step 1.6-2.4x
             faster, while with ``capture_updates`` torch's recorded cuBLAS calls win on
-            yolo26s/m (2.0 / 3.8 ms against 3.1 / 5.5 ms): pass ``ns_backend="torch"`` there.
+            yolo26s/m (1.9 / 3.6 ms against 3.0 / 5.3 ms): pass ``ns_backend="torch"`` there.
             Lives in each param group.
         shard_balance: how the distributed plan balances ranks: ``"flops"`` (default,
             Newton-Schulz FLOPs) or ``"measured"`` (each layout's first step times every

@@ -247,6 +247,25 @@ def run_plan(
     return out
 
 
+#: The most Newton-Schulz arithmetic (nominal FLOP per step) a group may have for ``"auto"`` to
+#: run it through the Triton table. Small tables are launch-bound, where the table's few launches
+#: win; large ones are arithmetic-bound, where the kernels reach 12-13% of cuBLAS (WP-009: on the
+#: H200 the eager step of yolo26m, 186 GFLOP, took 5.3 ms with the table and 8.6 ms with torch,
+#: while 24x1024x4096 took 33.2 ms against 4.4 ms). 300 GFLOP is about 4 ms of table time.
+AUTO_MAX_FLOP = 300e9
+
+
+@functools.lru_cache(maxsize=MAX_PLANS)
+def table_flop(shapes: tuple[tuple[int, int], ...], steps: int) -> float:
+    """Nominal Newton-Schulz FLOP of one table: ``4·m²·n + 2·m³`` per matrix and iteration
+    (``m <= n``), as the benchmark counts it."""
+    total = 0
+    for rows, cols in shapes:
+        m, n = min(rows, cols), max(rows, cols)
+        total += 4 * m * m * n + 2 * m * m * m
+    return float(total * steps)
+
+
 # Why the Triton backend does not apply, said once per process and reason.
 _WARNED: set[str] = set()
 
@@ -311,6 +330,8 @@ def orthogonalize_table(
         reason = "the group mixes devices or dtypes"
     if reason is None and any(r * c >= MAX_ELEMENTS for r, c in shapes):
         reason = "a matrix has 2**31 or more elements (the kernels index tiles in 32 bits)"
+    if reason is None and requested == "auto" and table_flop(shapes, len(triples)) > AUTO_MAX_FLOP:
+        reason = "the group's Newton-Schulz arithmetic is large, where cuBLAS is faster"
     if reason is not None:
         warn_fallback(requested, reason)
         return None

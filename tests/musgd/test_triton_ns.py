@@ -277,3 +277,38 @@ def test_a_matrix_too_large_for_32_bit_indexing_runs_the_torch_backend() -> None
             dtype=torch.bfloat16,
         )
     assert result is None
+
+
+def test_auto_leaves_tables_of_much_arithmetic_to_the_torch_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(T, "fallback_reason", lambda *args: None)  # as on a CUDA device
+    members = [torch.randn(16, 24, device=DEVICE)]
+    shapes = ((16, 24),)
+    work = T.table_flop(shapes, len(TRIPLES))
+    assert work == len(TRIPLES) * (4 * 16 * 16 * 24 + 2 * 16**3)
+
+    def run(requested: str) -> object:
+        return T.orthogonalize_table(
+            members, shapes, requested=requested, triples=TRIPLES, eps=1e-7, dtype=torch.bfloat16
+        )
+
+    monkeypatch.setattr(T, "AUTO_MAX_FLOP", work)
+    assert run("auto") is not None
+    monkeypatch.setattr(T, "AUTO_MAX_FLOP", work - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "auto" falls back silently
+        assert run("auto") is None
+    assert run("triton") is not None  # asked for by name, it runs whatever the size
+
+
+def test_the_auto_bound_keeps_yolo26_on_triton_and_transformer_blocks_on_torch() -> None:
+    from musgd._functional import matrix_shape
+    from musgd.bench._models import PARAMETER_SETS
+
+    def flop(name: str) -> float:
+        shapes = [matrix_shape(spec.shape) for spec in PARAMETER_SETS[name]()]
+        return T.table_flop(tuple(s for s in shapes if s is not None), 5)
+
+    assert max(flop(n) for n in ("nano", "yolo26n", "yolo26s", "yolo26m")) < T.AUTO_MAX_FLOP
+    assert min(flop(n) for n in ("transformer", "large")) > T.AUTO_MAX_FLOP
