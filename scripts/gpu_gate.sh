@@ -10,24 +10,10 @@
 # All four fit one 600 s call with STAGE_LIMIT_S=215 (342 and 420 s in all at a077695 and
 # f130040, 103 CUDA tests); pass GATE_COMMIT=$(git rev-parse HEAD).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-# Anything already on PYTHONPATH (e.g. carried wheels unpacked to /tmp/ul-site) stays on it.
-export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-PY=${PY:-python3}
+source "$(dirname "$0")/_gpu_env.sh"  # root, $OUT, PYTHONPATH, $PY; GATE_COMMIT -> commit=()
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(tests optimizer train)
 quick=""
-# The machine's copy of the tree sits over a stale .git (an older HEAD, the tree's changes shown
-# as modifications): pass the commit the tree came from (GATE_COMMIT=$(git rev-parse HEAD), the
-# full sha), and hide that .git so the benchmarks record the named commit instead of refusing
-# it as disagreeing with HEAD.
-commit=()
-if [ -n "${GATE_COMMIT:-}" ]; then
-  commit=(--commit "$GATE_COMMIT")
-  export GIT_DIR="$PWD/.gate-no-git"
-fi
 for s in "${stages[@]}"; do [ "$s" = quick ] && quick="--quick"; done
 rc=0
 {

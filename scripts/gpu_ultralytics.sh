@@ -8,22 +8,12 @@
 # Needs the wheels of ultralytics 8.4.190, ultralytics-thop and polars in .whl/ (carry .whl)
 # where the machine lacks ultralytics; they go to /tmp/ul-site, nothing else is installed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-# Anything already on PYTHONPATH (e.g. carried wheels unpacked to /tmp/ul-site) stays on it.
-export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-PY=${PY:-python3}
+source "$(dirname "$0")/_gpu_env.sh"  # root, $OUT, PYTHONPATH, $PY; GATE_COMMIT -> commit=()
 if ! $PY -c "import ultralytics" 2>/dev/null; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/ul-site .whl/ultralytics-*.whl .whl/ultralytics_thop-*.whl .whl/polars-*.whl \
     || { echo "ultralytics wheels missing: carry .whl (see docs/ultralytics.md)" >&2; exit 3; }
   export PYTHONPATH="$PYTHONPATH:/tmp/ul-site"
-fi
-commit=()
-if [ -n "${GATE_COMMIT:-}" ]; then
-  commit=(--commit "$GATE_COMMIT")
-  export GIT_DIR="$PWD/.gate-no-git"  # the machine's .git is stale: record the named commit
 fi
 timeout "${LIMIT_S:-420}" $PY scripts/ultralytics_gpu.py --device "${DEVICE:-cuda}" --out "$OUT" "${commit[@]}" "$@" \
   > "$OUT/ultralytics.log" 2>&1

@@ -8,19 +8,9 @@
 # Expected on an H200: compile test about 1-2 min, benchmark about 2 min (three sets, three
 # variants, seven rounds of 40 steps).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-# Anything already on PYTHONPATH (e.g. carried wheels unpacked to /tmp/ul-site) stays on it.
-export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-PY=${PY:-python3}
+source "$(dirname "$0")/_gpu_env.sh"  # root, $OUT, PYTHONPATH, $PY; GATE_COMMIT -> commit=()
 DEVICE=${DEVICE:-cuda}
 limit=${STAGE_LIMIT_S:-280}
-commit=()
-if [ -n "${GATE_COMMIT:-}" ]; then
-  commit=(--commit "$GATE_COMMIT")
-  export GIT_DIR="$PWD/.gate-no-git"
-fi
 sizing=(--rounds 7 --steps 280 --warmup 10)
 [ "${1:-}" = quick ] && sizing=(--rounds 1 --steps 2 --warmup 1)
 variants="bucketed eager,torch-NS eager,both,torch-NS both"
