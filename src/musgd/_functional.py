@@ -475,6 +475,8 @@ def orthogonalize_table_into(
     apply, so that the caller runs the per-bucket torch backend."""
     if ns.backend == "torch" or not layout.matrices:
         return False
+    if ns.backend == "auto" and n[layout.matrices[0]].device.type != "cuda":
+        return False  # "auto" means CUDA: skip the table's set-up on every other device
     from musgd._triton_ns import orthogonalize_table  # Triton is imported only when it runs
 
     shapes = tuple(rc for rc in layout.shapes if rc is not None)
@@ -485,7 +487,7 @@ def orthogonalize_table_into(
         triples=ns.coefficients,
         eps=ns.eps,
         dtype=ns.dtype,
-        run=orth.table,  # looked up only when Triton runs
+        run=orth.table,  # called only when Triton runs
     )
     if result is None:
         return False

@@ -92,6 +92,9 @@ class _ReversedJobs:
     def stacked(self, members: Sequence[Tensor], bucket: Bucket, ns: NSSettings) -> Tensor:
         return self.inner.stacked(members, bucket, ns)
 
+    def table(self, key: Hashable, src: Tensor, run: Callable[[Tensor], Tensor]) -> Tensor:
+        return self.inner.table(key, src, run)
+
     def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
         if len(jobs) > 1:
             self.owner.reordered += 1
