@@ -68,7 +68,11 @@ def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any
 
 
 def twins(
-    *, flags: dict[str, bool] | None = None, dtype: torch.dtype = torch.float32, **options: Any
+    *,
+    flags: dict[str, bool] | None = None,
+    dtype: torch.dtype = torch.float32,
+    recorder: CudaGraphRecorder | None = None,
+    **options: Any,
 ) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD]:
     flags = {"capture_updates": True} if flags is None else flags
     ref_p, rep_p = make_params(dtype=dtype), make_params(dtype=dtype)
@@ -76,7 +80,7 @@ def twins(
         ref_p,
         MuSGD(groups(ref_p), lr=0.02, **options),
         rep_p,
-        MuSGD(groups(rep_p), lr=0.02, **options, **flags),
+        MuSGD(groups(rep_p), lr=0.02, **options, **flags, recorder=recorder),
     )
 
 
@@ -117,11 +121,8 @@ def test_parallel_branches_change_no_bit(branches: int, cost_limit: int) -> None
     With the limit at 200,000 the two cheapest of the five buckets take lanes and the three
     costlier ones run inline on the capturing stream, overlapping them.
     """
-    ref_p, ref, rep_p, rep = twins(flags={"capture_updates": True})
-    recorder = rep._replay.recorder
-    assert isinstance(recorder, CudaGraphRecorder)
-    recorder.branches = branches
-    recorder.branch_cost_limit = cost_limit
+    recorder = CudaGraphRecorder(branches=branches, branch_cost_limit=cost_limit)
+    ref_p, ref, rep_p, rep = twins(flags={"capture_updates": True}, recorder=recorder)
     for step in range(6):
         step_both(ref_p, ref, rep_p, rep, step)
         assert_same(ref_p, rep_p, ref, rep)

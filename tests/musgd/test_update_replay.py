@@ -51,21 +51,19 @@ def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any
     return split_groups(params, len(MATRICES), **extra)
 
 
-def with_fake(opt: MuSGD, **options: Any) -> FakeRecorder:
-    recorder = FakeRecorder(**options)
-    opt._replay.recorder = recorder
-    return recorder
-
-
 def twins(
-    *, flags: dict[str, bool] | None = None, **options: Any
+    *,
+    flags: dict[str, bool] | None = None,
+    recorder: FakeRecorder | None = None,
+    **options: Any,
 ) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD, FakeRecorder]:
     """An eager optimizer and a replaying one (fake recorder) over identical parameters."""
     flags = {"capture_updates": True} if flags is None else flags
+    recorder = FakeRecorder() if recorder is None else recorder
     ref_p, rep_p = make_params(), make_params()
     ref = MuSGD(groups(ref_p), lr=0.02, **options)
-    rep = MuSGD(groups(rep_p), lr=0.02, **options, **flags)
-    return ref_p, ref, rep_p, rep, with_fake(rep)
+    rep = MuSGD(groups(rep_p), lr=0.02, **options, **flags, recorder=recorder)
+    return ref_p, ref, rep_p, rep, recorder
 
 
 CONFIGS = [
@@ -201,8 +199,8 @@ def _fallback_params(kind: str) -> list[torch.nn.Parameter]:
 def test_parameter_layout_fallbacks(kind: str) -> None:
     ref_p, rep_p = _fallback_params(kind), _fallback_params(kind)
     ref = MuSGD(groups(ref_p), lr=0.02)
-    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True)
-    recorder = with_fake(rep)
+    recorder = FakeRecorder()
+    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
     for step in range(2):
         step_both(ref_p, ref, rep_p, rep, step)
     assert_same(ref_p, rep_p, ref, rep)
@@ -213,8 +211,8 @@ def test_parameter_layout_fallbacks(kind: str) -> None:
 def test_non_float32_groups_fall_back() -> None:
     ref_p, rep_p = make_params(dtype=torch.bfloat16), make_params(dtype=torch.bfloat16)
     ref = MuSGD(groups(ref_p), lr=0.02)
-    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True)
-    recorder = with_fake(rep)
+    recorder = FakeRecorder()
+    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
     for step in range(2):
         step_both(ref_p, ref, rep_p, rep, step)
     assert_same(ref_p, rep_p, ref, rep)
@@ -275,11 +273,11 @@ def test_autocast_and_requires_grad_gradients_fall_back() -> None:
 def test_failed_pass_restores_every_tensor_before_continuing(fail_in: str) -> None:
     """Seed 003's review: a failure in the warm-up pass must restore state as the capture's does."""
     params = make_params()
-    opt = MuSGD(groups(params), lr=0.02, capture_updates=True)
-    with_fake(opt)
+    recorder = FakeRecorder()
+    opt = MuSGD(groups(params), lr=0.02, capture_updates=True, recorder=recorder)
     set_grads(params, 0)
     opt.step()  # momentum is non-zero from here on, so a missing restore would show
-    opt._replay.recorder = FakeRecorder(fail_in=fail_in)
+    recorder.fail_in = fail_in  # the next recording's warm-up or capture pass fails
     opt._replay.clear()
     set_grads(params, 1)
     group = opt.param_groups[0]
@@ -297,8 +295,7 @@ def test_failed_pass_restores_every_tensor_before_continuing(fail_in: str) -> No
 
 @pytest.mark.parametrize("fail_in", ["warmup", "capture"])
 def test_failed_recording_continues_eagerly_warns_once_and_never_retries(fail_in: str) -> None:
-    ref_p, ref, rep_p, rep, _ = twins()
-    recorder = with_fake(rep, fail_in=fail_in)
+    ref_p, ref, rep_p, rep, recorder = twins(recorder=FakeRecorder(fail_in=fail_in))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(4):
@@ -373,8 +370,7 @@ def test_resume_mid_run_matches_an_uninterrupted_run() -> None:
     for step in range(3):
         step_both(ref_p, ref, first_p, first, step)
     resumed_p = [torch.nn.Parameter(p.detach().clone()) for p in first_p]
-    resumed = MuSGD(groups(resumed_p), lr=0.02, capture_updates=True)
-    with_fake(resumed)
+    resumed = MuSGD(groups(resumed_p), lr=0.02, capture_updates=True, recorder=FakeRecorder())
     resumed.load_state_dict(first.state_dict())
     for step in range(3, 6):
         step_both(ref_p, ref, resumed_p, resumed, step)
@@ -406,8 +402,13 @@ def _count_prepare(opt: MuSGD) -> list[int]:
 
 def test_count_regression_no_eager_preparation_during_replayed_steps() -> None:
     params = make_params()
-    opt = MuSGD(groups(params), lr=0.02, capture_updates=True, capture_orthogonalization=True)
-    with_fake(opt)
+    opt = MuSGD(
+        groups(params),
+        lr=0.02,
+        capture_updates=True,
+        capture_orthogonalization=True,
+        recorder=FakeRecorder(),
+    )
     calls = _count_prepare(opt)
     set_grads(params, 0)
     opt.step()
@@ -429,8 +430,7 @@ def test_count_regression_fails_when_replay_turns_eager(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(UpdateReplayer, "prepare", eager_only)
     params = make_params()
-    opt = MuSGD(groups(params), lr=0.02, capture_updates=True)
-    with_fake(opt)
+    opt = MuSGD(groups(params), lr=0.02, capture_updates=True, recorder=FakeRecorder())
     calls = _count_prepare(opt)
     for step in range(3):
         set_grads(params, step)
@@ -478,8 +478,8 @@ def test_cuda_padding_bound_replays_transposed_stacks_bit_for_bit(
     for flags in ({"capture_updates": True}, {"capture_orthogonalization": True}):
         ref_p, rep_p = make(), make()
         ref = MuSGD(split_groups(ref_p, 5), lr=0.02)
-        rep = MuSGD(split_groups(rep_p, 5), lr=0.02, **flags)
-        recorder = with_fake(rep)
+        recorder = FakeRecorder()
+        rep = MuSGD(split_groups(rep_p, 5), lr=0.02, **flags, recorder=recorder)
         for step in range(3):
             step_both(ref_p, ref, rep_p, rep, step)
             assert_same(ref_p, rep_p, ref, rep)
