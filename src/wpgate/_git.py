@@ -344,6 +344,20 @@ def _ask(
         return None
 
 
+def commit_msg_context(root: Path) -> tuple[str, str | None, bool]:
+    """Comment character, author ident and whether a merge is in progress, for commit-msg."""
+    ident = _ask(root, ["var", "GIT_AUTHOR_IDENT"])
+    text = ident.stdout.decode("utf-8", "replace").strip() if ident and not ident.returncode else ""
+    # "Name <email> 1700000000 +0000": the author is everything before the timestamp.
+    author = text.rsplit(" ", 2)[0] if text.count(" ") >= 2 else None
+    merge = _ask(root, ["rev-parse", "--git-path", "MERGE_HEAD"])
+    merge_head = (
+        merge.stdout.decode("utf-8", "replace").strip() if merge and not merge.returncode else ""
+    )
+    merging = bool(merge_head) and (root / merge_head).exists()
+    return comment_char(root), author, merging
+
+
 def head_state(root: Path, paths: Sequence[str] = ()) -> tuple[str | None, bool | None]:
     """HEAD's sha and whether the tree differs from it.
 
