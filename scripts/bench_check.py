@@ -41,6 +41,10 @@ IDENTICAL_MARKERS = 20
 # The code the measurement runs on; their hashes go into the evidence file.
 MEASURED = (
     "src/wpgate/_docs.py",
+    "src/wpgate/_documents.py",
+    "src/wpgate/_evidence_tree.py",
+    "src/wpgate/project_index.py",
+    "src/wpgate/records.py",
     "src/wpgate/_git.py",
     "src/wpgate/_config.py",
     "src/wpgate/_output.py",

@@ -282,7 +282,7 @@ def changelog(fmt: str, root: str | None) -> int:
 @_root_option
 def docs(fmt: str, root: str | None) -> int:
     """Run the docs linters (provenance, wp, evidence, changelog): the wpgate-docs hook."""
-    from wpgate._docs import parse_once
+    from wpgate._documents import parse_once
 
     config = _config(root)
     with parse_once():
@@ -332,7 +332,7 @@ def init(name: str | None, root: str | None) -> int:
 @_root_option
 def check(fmt: str, root: str | None) -> int:
     """Run every linter the configuration enables."""
-    from wpgate._docs import parse_once
+    from wpgate._documents import parse_once
 
     config = _config(root)
     with parse_once():  # the trailers' references and the docs linters share each document

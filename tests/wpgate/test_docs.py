@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wpgate import _docs
+from wpgate import _docs, _documents
 from wpgate._config import load_config
 from wpgate.cli import main
 
@@ -34,7 +34,7 @@ def test_load_references_reads_every_id() -> None:
 
 
 def test_layout_from_config_section() -> None:
-    layout = _docs.docs_layout({"docs": {"evidence": "ev", "claims": "x/*.md"}})
+    layout = _documents.docs_layout({"docs": {"evidence": "ev", "claims": "x/*.md"}})
     assert (layout.evidence, layout.claims, layout.provenance) == (
         "ev",
         ("x/*.md",),
@@ -45,14 +45,14 @@ def test_layout_from_config_section() -> None:
 def test_resolve_inside_refuses_escapes(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs/up").symlink_to(tmp_path.parent)
-    assert _docs.resolve_inside(tmp_path, "docs", "a/b.json") == ("docs/a/b.json", None)
-    assert _docs.resolve_inside(tmp_path, "docs/x", "../a.json", allow_parent=True) == (
+    assert _documents.resolve_inside(tmp_path, "docs", "a/b.json") == ("docs/a/b.json", None)
+    assert _documents.resolve_inside(tmp_path, "docs/x", "../a.json", allow_parent=True) == (
         "docs/a.json",
         None,
     )
-    assert _docs.resolve_inside(tmp_path, "docs", "../../a.json", allow_parent=True)[0] is None
+    assert _documents.resolve_inside(tmp_path, "docs", "../../a.json", allow_parent=True)[0] is None
     for target in ("../../etc/passwd", "/etc/passwd", "C:\\x", "up/x.json"):
-        path, why = _docs.resolve_inside(tmp_path, "docs", target)
+        path, why = _documents.resolve_inside(tmp_path, "docs", target)
         assert path is None
         assert why is not None
 

@@ -68,3 +68,59 @@ def test_every_declared_base_dependency_is_imported_by_wpgate() -> None:
     }
     assert declared, "pyproject.toml declares no base dependencies"
     assert declared <= used, f"declared but never imported by src/wpgate: {sorted(declared - used)}"
+
+
+def _wpgate_imports(path: Path) -> set[str]:
+    """Every wpgate module ``path`` imports: at module level, under ``if TYPE_CHECKING:`` and
+    inside functions (a lazy import that closes a loop is a cycle all the same)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wpgate"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("wpgate"))
+    return found
+
+
+# The one loop left (WP-015 says so): the configuration validates rule names against the
+# registry, and the trailer rules take the configuration's types.
+KNOWN_LAZY_EDGES = {("wpgate._config", "wpgate.rules")}
+
+
+def test_wpgate_modules_import_each_other_without_a_cycle() -> None:
+    package = ROOT / "src" / "wpgate"
+    modules = {
+        ".".join(("wpgate", *path.relative_to(package).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        ): path
+        for path in package.rglob("*.py")
+    }
+    graph = {
+        name: {
+            m
+            for m in _wpgate_imports(path)
+            if m in modules and m != name and (name, m) not in KNOWN_LAZY_EDGES
+        }
+        for name, path in modules.items()
+    }
+    # A package's __init__ runs before its sub-modules: importing `wpgate.rules.x` imports
+    # `wpgate.rules` first, so that edge counts too.
+    for name in modules:
+        parent = name.rpartition(".")[0]
+        if parent in modules and parent != "wpgate":
+            graph[name].add(parent)
+    state: dict[str, int] = {}
+
+    def visit(name: str, trail: tuple[str, ...]) -> None:
+        if state.get(name) == 2:
+            return
+        assert state.get(name) != 1, f"import cycle: {' -> '.join((*trail, name))}"
+        state[name] = 1
+        for target in sorted(graph[name]):
+            visit(target, (*trail, name))
+        state[name] = 2
+
+    assert "wpgate.records" in graph["wpgate.rules.evidence"]
+    for name in sorted(graph):
+        visit(name, ())
