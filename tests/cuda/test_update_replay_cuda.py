@@ -1,12 +1,12 @@
 """Update-preparation replay (``capture_updates``) with the real CUDA-graph recorder.
 
-Every comparison is ``torch.equal`` against an eager twin fed the same gradients.
+Every comparison is ``torch.equal`` against an eager twin fed the same gradients. The contracts
+both recorders keep are tests/musgd/update_replay_contracts.py, imported here and run on CUDA.
 """
 
 from __future__ import annotations
 
 import gc
-import io
 import sys
 import threading
 import warnings
@@ -44,6 +44,14 @@ from replay_helpers import (
     assert_runs_identical,
     deterministic,
     train_detector,
+)
+
+# The shared contracts, collected here with this file's `replay_backend` fixture.
+from update_replay_contracts import (
+    ReplayBackend,
+    test_hyperparameter_schedules_are_honoured_without_rerecording,  # noqa: F401
+    test_replayed_steps_match_eager_with_one_replay_per_group,  # noqa: F401
+    test_resume_mid_run_matches_an_uninterrupted_run,  # noqa: F401
 )
 
 pytestmark = [
@@ -84,32 +92,10 @@ def twins(
     )
 
 
-CONFIGS = [
-    {},
-    {"nesterov": False},
-    {"w_muon": 0.0},
-    {"foreach": False},
-    {"ns_dtype": torch.float32},
-    {"momentum": 0.0, "ns_steps": 3},
-]
-
-
-@pytest.mark.parametrize("options", CONFIGS)
-@pytest.mark.parametrize("both", [False, True])
-def test_replayed_steps_are_bit_identical_with_one_replay_per_group(
-    options: dict[str, Any], both: bool
-) -> None:
-    ref_p, ref, rep_p, rep = twins(
-        flags={"capture_updates": True, "capture_orthogonalization": both}, **options
-    )
-    for step in range(6):
-        step_both(ref_p, ref, rep_p, rep, step)
-        assert_same(ref_p, rep_p, ref, rep)
-    stats = rep._replay.stats
-    assert stats.recordings == 2
-    assert stats.replays == 6 * 2
-    assert stats.failures == 0
-    assert len(rep._replay.orth_cache) == 0
+@pytest.fixture
+def replay_backend() -> ReplayBackend:
+    """The shared contracts (tests/musgd/update_replay_contracts.py) with real CUDA graphs."""
+    return ReplayBackend("cuda", DEVICE, tuple(MATRICES), tuple(VECTORS), CudaGraphRecorder)
 
 
 @pytest.mark.parametrize(
@@ -148,24 +134,6 @@ def test_branched_bucket_jobs_run_eagerly_match_in_order_jobs() -> None:
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
-def test_hyperparameter_schedules_and_lr_scheduler_without_rerecording() -> None:
-    ref_p, ref, rep_p, rep = twins()
-    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s)) for o in (ref, rep)]
-    for step in range(8):
-        for opt in (ref, rep):
-            for group in opt.param_groups:
-                group["momentum"] = 0.8 + 0.02 * step
-                group["w_muon"] = 0.3 + 0.05 * step
-                group["w_sgd"] = 0.7 - 0.05 * step
-                if group["weight_decay"]:
-                    group["weight_decay"] = 0.01 * (step + 1)
-        step_both(ref_p, ref, rep_p, rep, step)
-        for sched in scheds:
-            sched.step()
-        assert_same(ref_p, rep_p, ref, rep)
-    assert rep._replay.stats.recordings == 2
-
-
 def test_structural_changes_record_new_keys() -> None:
     ref_p, ref, rep_p, rep = twins()
     changes: list[dict[str, Any]] = [
@@ -191,21 +159,6 @@ def test_skipped_gradients_and_changing_bucket_order() -> None:
         step_both(ref_p, ref, rep_p, rep, step, skip=skips[step % len(skips)])
         assert_same(ref_p, rep_p, ref, rep)
     assert rep._replay.stats.failures == 0
-
-
-def test_resume_mid_run_matches_an_uninterrupted_run() -> None:
-    ref_p, ref, first_p, first = twins()
-    for step in range(4):
-        step_both(ref_p, ref, first_p, first, step)
-    buffer = io.BytesIO()
-    torch.save(first.state_dict(), buffer)
-    buffer.seek(0)
-    resumed_p = [torch.nn.Parameter(p.detach().clone()) for p in first_p]
-    resumed = MuSGD(groups(resumed_p), lr=0.02, capture_updates=True)
-    resumed.load_state_dict(torch.load(buffer, weights_only=True))
-    for step in range(4, 8):
-        step_both(ref_p, ref, resumed_p, resumed, step)
-    assert_same(ref_p, resumed_p, ref, resumed)
 
 
 def test_load_state_dict_drops_recordings_and_keeps_types_and_bits() -> None:
