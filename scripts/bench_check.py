@@ -31,6 +31,7 @@ from wpgate.evidence import (
     GitState,
     evidence_document,
     git_state,
+    host_environment,
     source_hashes,
     write_evidence,
 )
@@ -213,15 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     document = evidence_document(
         "check-throughput",
         command=["python", "scripts/bench_check.py", *(argv or sys.argv[1:])],
-        environment={
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpu": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "git": subprocess.run(
+        environment=host_environment(
+            cpu=platform.processor() or platform.machine(),
+            git=subprocess.run(
                 ["git", "--version"], capture_output=True, text=True, check=False
             ).stdout.strip(),
-        },
+        ),
         # A measured file that differs from HEAD makes the commit meaningless: record none.
         git=GitState(None if state.dirty else state.commit, state.dirty),
         sources=source_hashes(REPO, (REPO / rel for rel in MEASURED)),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -31,7 +30,13 @@ sys.path.insert(0, str(REPO / "src"))
 from wpgate._config import load_config  # noqa: E402
 from wpgate._git import parse_range  # noqa: E402
 from wpgate._output import format_report  # noqa: E402
-from wpgate.evidence import evidence_document, git_state, source_hashes, write_evidence  # noqa: E402
+from wpgate.evidence import (  # noqa: E402
+    evidence_document,
+    git_state,
+    host_environment,
+    source_hashes,
+    write_evidence,
+)
 
 # The code the measurement runs on; their hashes go into the evidence file.
 SOURCES = (
@@ -167,17 +172,13 @@ def evidence_document_for(
         kind,
         results,
         command=command,
-        environment={
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "load_average_1_5_15_min_before": [round(x, 2) for x in load_before],
-            "load_average_1_5_15_min_after": [round(x, 2) for x in os.getloadavg()],
-            "git": subprocess.run(["git", "--version"], capture_output=True, check=False)
+        environment=host_environment(
+            load_average_1_5_15_min_before=[round(x, 2) for x in load_before],
+            load_average_1_5_15_min_after=[round(x, 2) for x in os.getloadavg()],
+            git=subprocess.run(["git", "--version"], capture_output=True, check=False)
             .stdout.decode()
             .strip(),
-        },
+        ),
         git=git_state(REPO, sources),
         sources=source_hashes(REPO, (REPO / rel for rel in sources)),
     )

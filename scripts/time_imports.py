@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from wpgate.evidence import evidence_document, git_state, source_hashes, write_evidence
+from wpgate.evidence import (
+    evidence_document,
+    git_state,
+    host_environment,
+    source_hashes,
+    write_evidence,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 MODULES = ("git", "wpgate.cli")
@@ -65,12 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         "import-times",
         results,
         command=["python", "scripts/time_imports.py", *(argv or sys.argv[1:])],
-        environment={
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()],
-        },
+        environment=host_environment(
+            load_average_1_5_15_min=[round(x, 2) for x in os.getloadavg()]
+        ),
         git=git_state(REPO, MEASURED),
         sources=source_hashes(REPO, (REPO / rel for rel in MEASURED)),
     )

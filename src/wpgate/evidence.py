@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
+import platform
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ __all__ = [
     "evidence_document",
     "find_repo_root",
     "git_state",
+    "host_environment",
     "source_hashes",
     "write_evidence",
 ]
@@ -67,6 +70,17 @@ def source_hashes(base: Path, paths: Iterable[Path]) -> dict[str, str]:
     return {
         path.relative_to(base).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(paths)
+    }
+
+
+def host_environment(**extra: Any) -> dict[str, Any]:
+    """Where a benchmark ran: Python, platform, machine and CPU count, then ``extra``'s keys."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        **extra,
     }
 
 

@@ -16,6 +16,7 @@ from wpgate.evidence import (
     evidence_document,
     find_repo_root,
     git_state,
+    host_environment,
     source_hashes,
     write_evidence,
 )
@@ -111,3 +112,10 @@ def test_git_state_over_the_whole_tree_and_over_the_measured_paths(tmp_path: Pat
     assert git_state(tmp_path) == GitState(None, None)  # not a repository
     assert find_repo_root(root / "sub" / "dir") == root
     assert find_repo_root(tmp_path) is None
+
+
+def test_host_environment_names_the_machine_and_keeps_the_extra_keys_last() -> None:
+    environment = host_environment(gpu=None, load=[0.5])
+    assert list(environment) == ["python", "platform", "machine", "cpu_count", "gpu", "load"]
+    assert environment["python"].count(".") == 2
+    assert environment["load"] == [0.5]
