@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +32,7 @@ from wpgate._documents import (
     read_text,
 )
 from wpgate._git import first_citing_commits, is_work_tree, require_full_history
-from wpgate._model import Finding
+from wpgate._model import RULES, Finding
 from wpgate._output import LinterRun, Summary
 from wpgate.parsers.front_matter import parse_front_matter
 from wpgate.parsers.markdown import parse_markdown
@@ -43,6 +43,9 @@ from wpgate.parsers.work_packages import (
     parse_work_package,
     sort_key,
 )
+
+#: A docs rule's check: the loaded document (or tree) and the linter's options, to findings.
+Check = Callable[[Any, Mapping[str, Any]], Iterator[Finding]]
 
 if TYPE_CHECKING:
     from wpgate._config import Config
@@ -233,6 +236,28 @@ def rule_enabled(config: Any, rule_id: str) -> bool:
     return rule_id not in {str(d).upper() for d in disabled}
 
 
+def enabled_checks(config: Any, checks: Iterable[Check]) -> list[Check]:
+    """The ``checks`` whose rule ``config`` leaves on: a switched-off rule's check never runs.
+
+    Each check is found by its qualified name among the registered rules (its module registers
+    it on import; a module imported twice registers its first functions); a check that no rule
+    registers is a programming error (KeyError).
+    """
+    rule_of = {_name(rule.check): rule.rule_id for rule in RULES}
+    return [check for check in checks if rule_enabled(config, rule_of[_name(check)])]
+
+
+def _name(check: Callable[..., Any]) -> tuple[str, str]:
+    return check.__module__, check.__qualname__
+
+
+def run_checks(
+    config: Any, checks: Iterable[Check], loaded: Any, options: Mapping[str, Any]
+) -> list[Finding]:
+    """The findings of the enabled ``checks`` over ``loaded``; the others are not called."""
+    return [f for check in enabled_checks(config, checks) for f in check(loaded, options)]
+
+
 def _keep(config: Any, findings: Iterable[Finding]) -> list[Finding]:
     """The findings of enabled rules, sorted by file, line and rule."""
     return sorted(f for f in findings if rule_enabled(config, f.rule_id))
@@ -244,8 +269,8 @@ def _provenance(root: Path, config: Any, history: bool) -> tuple[list[Finding], 
 
     parsed = load_provenance(root, config)
     options = config_section(config, "provenance")
-    findings = [f for check in rules.CHECKS for f in check(parsed, options)]
-    if history and is_work_tree(root):
+    findings = run_checks(config, rules.CHECKS, parsed, options)
+    if history and rule_enabled(config, "WPG207") and is_work_tree(root):
         require_full_history(root, "the first-use history check (wpgate provenance --history)")
         citations = first_citing_commits(root)
         findings.extend(rules.check_first_use_history(parsed, citations, options))
@@ -264,8 +289,9 @@ def _work_packages(root: Path, config: Any) -> tuple[list[Finding], int]:
 
     registry = load_work_packages(root, config)
     options = config_section(config, "wp")
-    findings = [f for check in rules.CHECKS for f in check(registry, options)]
-    findings.extend(rules.check_gates(registry, GateResolver(root).resolve, options))
+    findings = run_checks(config, rules.CHECKS, registry, options)
+    if rule_enabled(config, "WPG306"):
+        findings.extend(rules.check_gates(registry, GateResolver(root).resolve, options))
     # Findings about the folder itself (WPG303: it does not exist) are not pages.
     folder = registry.directory
     pages = len(
@@ -295,7 +321,7 @@ def _evidence(root: Path, config: Any, git: bool, collect: bool) -> tuple[list[F
         collect=collect and bool(options.get("collect", True)) and rule_enabled(config, "WPG409"),
         identical=rule_enabled(config, "WPG408"),
     )
-    findings = [f for check in rules.CHECKS for f in check(tree, options)]
+    findings = run_checks(config, rules.CHECKS, tree, options)
     return _keep(config, findings), len(tree.claims)
 
 
@@ -318,8 +344,8 @@ def _changelog(root: Path, config: Any) -> tuple[list[Finding], int]:
         return _keep(config, [problem] if problem else []), 0
     section = parse_unreleased(text, rel)
     options = config_section(config, "changelog")
-    findings = list(rules.check_unreleased_section(section, options))
-    if section.names:
+    findings = run_checks(config, rules.CHECKS, section, options)
+    if section.names and rule_enabled(config, "WPG502"):
         findings.extend(rules.check_names(section, load_project_index(root, config), options))
     return _keep(config, findings), len(section.names)
 

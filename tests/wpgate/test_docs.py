@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -169,3 +170,38 @@ def test_evidence_commits_beyond_a_shallow_cut_exit_2(tmp_path: Path) -> None:
     assert _docs.lint_evidence(root, collect=False) == []
     with pytest.raises(GitError, match=r"clone is shallow.*git fetch --unshallow"):
         _docs.lint_evidence(clone, collect=False)
+
+
+def test_a_switched_off_rules_check_is_never_called() -> None:
+    from wpgate.rules import provenance as rules
+
+    kept = _docs.enabled_checks({"disable": ["WPG203"]}, rules.CHECKS)
+    assert rules.check_unique_ids not in kept
+    assert kept == [c for c in rules.CHECKS if c is not rules.check_unique_ids]
+
+
+@pytest.mark.parametrize(
+    ("linter", "rule_id", "module", "name"),
+    [
+        ("provenance", "WPG207", "wpgate._docs", "first_citing_commits"),
+        ("wp", "WPG306", "wpgate.references", "GateResolver"),
+        ("changelog", "WPG502", "wpgate.project_index", "load_project_index"),
+    ],
+)
+def test_switched_off_rules_skip_their_expensive_inputs(
+    monkeypatch: pytest.MonkeyPatch, linter: str, rule_id: str, module: str, name: str
+) -> None:
+    """History reads, gate resolution and the project index serve one rule each."""
+
+    def refuse(*_args: object) -> None:
+        raise AssertionError(f"{name} ran")
+
+    monkeypatch.setattr(importlib.import_module(module), name, refuse)
+    lint = {
+        "provenance": lambda config: _docs.lint_provenance(ROOT, config, history=True),
+        "wp": lambda config: _docs.lint_work_packages(ROOT, config),
+        "changelog": lambda config: _docs.lint_changelog(ROOT, config),
+    }[linter]
+    lint({"disable": [rule_id]})
+    with pytest.raises(AssertionError, match=f"{name} ran"):  # control: on, it runs
+        lint({})

@@ -198,3 +198,6 @@ def _register() -> None:
 
 
 _register()
+
+#: The checks that need nothing but the unreleased section (WPG502 also needs the project index).
+CHECKS = (check_unreleased_section,)
