@@ -16,13 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wpgate.evidence import (
-    evidence_document,
-    git_state,
-    host_environment,
-    source_hashes,
-    write_evidence,
-)
+from wpgate import evidence
 
 REPO = Path(__file__).resolve().parent.parent
 MODULES = ("git", "wpgate.cli")
@@ -66,19 +60,19 @@ def main(argv: list[str] | None = None) -> int:
         }
         for module, values in samples.items()
     }
-    document = evidence_document(
+    document = evidence.evidence_document(
         "import-times",
         results,
         command=["python", "scripts/time_imports.py", *(argv or sys.argv[1:])],
-        environment=host_environment(
+        environment=evidence.host_environment(
             load_average_1_5_15_min=[round(x, 2) for x in os.getloadavg()]
         ),
-        git=git_state(REPO, MEASURED),
-        sources=source_hashes(REPO, (REPO / rel for rel in MEASURED)),
+        git=evidence.git_state(REPO, MEASURED),
+        sources=evidence.source_hashes(REPO, (REPO / rel for rel in MEASURED)),
     )
     for module, entry in results.items():
         print(f"import {module}: median {entry['median_ms']} ms")
-    print(f"wrote {write_evidence(document, args.out)}")
+    print(f"wrote {evidence.write_evidence(document, args.out)}")
     return 0
 
 

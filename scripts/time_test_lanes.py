@@ -16,13 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from wpgate.evidence import (
-    evidence_document,
-    git_state,
-    host_environment,
-    source_hashes,
-    write_evidence,
-)
+from wpgate import evidence
 
 REPO = Path(__file__).resolve().parent.parent
 PYTEST = [
@@ -69,18 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"{name}: {[round(s, 1) for s, _, _ in runs]} s; {runs[-1][2]}")
     results["target_fast_seconds"] = 90
-    document = evidence_document(
+    document = evidence.evidence_document(
         "test-lanes",
         results,
         command=["python", "scripts/time_test_lanes.py", *(argv or sys.argv[1:])],
-        environment=host_environment(
+        environment=evidence.host_environment(
             load_average_1_5_15_min_before=[round(x, 2) for x in load_before],
             load_average_1_5_15_min_after=[round(x, 2) for x in os.getloadavg()],
         ),
-        git=git_state(REPO, MEASURED),
-        sources=source_hashes(REPO, (REPO / rel for rel in MEASURED)),
+        git=evidence.git_state(REPO, MEASURED),
+        sources=evidence.source_hashes(REPO, (REPO / rel for rel in MEASURED)),
     )
-    print(f"wrote {write_evidence(document, args.out)}")
+    print(f"wrote {evidence.write_evidence(document, args.out)}")
     return 0
 
 
