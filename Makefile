@@ -11,7 +11,7 @@ UL_PY := $(UL_VENV)/bin/python
 UL_STAMP := $(UL_VENV)/.installed
 UL_TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test test-ultralytics test-cuda lint check gate demo bench docs serve clean
+.PHONY: setup test test-fast test-ultralytics test-cuda lint check gate demo bench docs serve clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,12 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q --ignore=tests/ultralytics
 	$(MAKE) test-ultralytics
+
+# The fast lane while you work: everything but the tests marked slow (multi-process worlds,
+# torch.compile, the benchmark harness end to end, the site in a browser, git hooks, megabyte
+# timing) and the CUDA ones. `make test` (README, CI) still runs everything.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not cuda" --ignore=tests/ultralytics
 
 $(UL_STAMP): pyproject.toml
 	test -x $(UL_PY) || $(PYTHON) -m venv $(UL_VENV)

@@ -18,8 +18,6 @@ included), history checks on. Writes ``docs/evidence/check-throughput.json``.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import platform
 import statistics
@@ -29,12 +27,25 @@ import tempfile
 import time
 from pathlib import Path
 
+from wpgate.evidence import (
+    GitState,
+    evidence_document,
+    git_state,
+    host_environment,
+    source_hashes,
+    write_evidence,
+)
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES, SOURCES, CLAIMS, EVIDENCE_FILES, PHASES = 1000, 500, 2000, 50, 10
 IDENTICAL_MARKERS = 20
 # The code the measurement runs on; their hashes go into the evidence file.
 MEASURED = (
     "src/wpgate/_docs.py",
+    "src/wpgate/_documents.py",
+    "src/wpgate/_evidence_tree.py",
+    "src/wpgate/project_index.py",
+    "src/wpgate/records.py",
     "src/wpgate/_git.py",
     "src/wpgate/_config.py",
     "src/wpgate/_output.py",
@@ -121,10 +132,9 @@ def build_tree(
     _git(root, "commit", "-q", "-m", f"feat: sources\n\nProvenance: R1-R{sources}")
     measured_commit = _git(root, "rev-parse", "HEAD")
     for index in range(evidence_files):
-        hashes = {
-            f"src/pkg/m{n}.py": hashlib.sha256((root / f"src/pkg/m{n}.py").read_bytes()).hexdigest()
-            for n in (index % 20, (index + 1) % 20)
-        }
+        hashes = source_hashes(
+            root, (root / f"src/pkg/m{n}.py" for n in (index % 20, (index + 1) % 20))
+        )
         document = {
             "schema": "wpgate-evidence/1",
             "environment": {"torch": "2.13.0+cpu", "gpu": None},
@@ -136,7 +146,7 @@ def build_tree(
                 "saved": 0.1001,
             },
         }
-        _write(root, f"docs/evidence/e{index:02d}.json", json.dumps(document, indent=2) + "\n")
+        write_evidence(document, root / f"docs/evidence/e{index:02d}.json")
     for index in range(packages):
         wp_id = f"{index + 1:04d}"
         depends = f'["{index:04d}"]' if index else "[]"
@@ -184,33 +194,6 @@ def measure(root: Path, runs: int, src: Path = REPO / "src") -> tuple[list[float
     return times, output
 
 
-def _state() -> tuple[str | None, bool | None]:
-    """This repository's HEAD and whether tracked files differ from it."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None, None
-    untracked = subprocess.run(
-        ["git", "-C", str(REPO), "ls-files", "--others", "--exclude-standard", "--", *MEASURED],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    # Measured files that are not committed make the commit meaningless: record it as dirty.
-    return head, bool(status.strip() or untracked.strip())
-
-
 def main(argv: list[str] | None = None) -> int:
     """Build the tree, time the runs, write the evidence file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -226,26 +209,21 @@ def main(argv: list[str] | None = None) -> int:
         build_tree(root, packages=PACKAGES * scale, sources=SOURCES * scale)
         build_s = time.perf_counter() - built
         times, output = measure(root, args.runs, args.src.resolve())
-    head, dirty = _state()
+    state = git_state(REPO, MEASURED)
     summary = output.strip().splitlines()[-1]
-    evidence = {
-        "schema": "wpgate-evidence/1",
-        "kind": "check-throughput",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": ["python", "scripts/bench_check.py", *(argv or sys.argv[1:])],
-        "environment": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpu": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "git": subprocess.run(
+    document = evidence_document(
+        "check-throughput",
+        command=["python", "scripts/bench_check.py", *(argv or sys.argv[1:])],
+        environment=host_environment(
+            cpu=platform.processor() or platform.machine(),
+            git=subprocess.run(
                 ["git", "--version"], capture_output=True, text=True, check=False
             ).stdout.strip(),
-        },
-        "git_commit": None if dirty else head,
-        "git_dirty": dirty,
-        "sources": {rel: hashlib.sha256((REPO / rel).read_bytes()).hexdigest() for rel in MEASURED},
-        "results": {
+        ),
+        # A measured file that differs from HEAD makes the commit meaningless: record none.
+        git=GitState(None if state.dirty else state.commit, state.dirty),
+        sources=source_hashes(REPO, (REPO / rel for rel in MEASURED)),
+        results={
             "workload": {
                 "work_packages": PACKAGES * scale,
                 "sources": SOURCES * scale,
@@ -270,11 +248,10 @@ def main(argv: list[str] | None = None) -> int:
             "includes": "interpreter start, config, every docs linter, git (history, hashes, "
             "markers), report",
         },
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(evidence, indent=2) + "\n", encoding="utf-8")
+    )
+    write_evidence(document, args.out)
     print(
-        f"wpgate check: median {evidence['results']['check_s']['median']} s "  # type: ignore[index]
+        f"wpgate check: median {document['results']['check_s']['median']} s "
         f"(min {min(times):.3f}, max {max(times):.3f}) over {len(times)} runs; {summary}"
     )
     print(f"wrote {args.out}")

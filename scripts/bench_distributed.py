@@ -48,6 +48,7 @@ from musgd.bench._evidence import (
     find_repo_root,
     git_state,
     source_hashes,
+    write_evidence,
 )
 from musgd.bench._models import PARAMETER_SETS, ParamSpec, make_parameters, transformer_parameters
 
@@ -391,9 +392,7 @@ def write(doc: dict[str, Any], out: Path | None) -> Path:
     stamp = str(doc["created"]).replace(":", "").replace("-", "")[:15]
     name = f"musgd-distributed-{where}-{stamp}.json"
     path = folder / name if out is None else (out / name if out.is_dir() else out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    return path
+    return write_evidence(doc, path)
 
 
 def _call_seconds(flops: int) -> float:

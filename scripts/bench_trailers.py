@@ -13,10 +13,7 @@ included). Writes ``docs/evidence/trailers-throughput.json`` (schema ``wpgate-ev
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -33,6 +30,13 @@ sys.path.insert(0, str(REPO / "src"))
 from wpgate._config import load_config  # noqa: E402
 from wpgate._git import parse_range  # noqa: E402
 from wpgate._output import format_report  # noqa: E402
+from wpgate.evidence import (  # noqa: E402
+    evidence_document,
+    git_state,
+    host_environment,
+    source_hashes,
+    write_evidence,
+)
 
 # The code the measurement runs on; their hashes go into the evidence file.
 SOURCES = (
@@ -143,21 +147,6 @@ def reference_ms(iterations: int = 300_000) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def _git_commit(sources: Sequence[str] = SOURCES) -> tuple[str | None, bool]:
-    """HEAD of this repository and whether the measured sources differ from it."""
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, check=False
-    )
-    if head.returncode != 0:
-        return None, True
-    dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--", *sources],
-        capture_output=True,
-        check=False,
-    )
-    return head.stdout.decode().strip(), bool(dirty.stdout.strip())
-
-
 def _summary(values: list[float]) -> dict[str, float]:
     """Median and range, rounded for the report."""
     return {
@@ -167,31 +156,32 @@ def _summary(values: list[float]) -> dict[str, float]:
     }
 
 
-def evidence_header(
-    kind: str, command: str, sources: Sequence[str], load_before: Sequence[float]
+def evidence_document_for(
+    kind: str,
+    command: str,
+    sources: Sequence[str],
+    load_before: Sequence[float],
+    results: dict[str, Any],
 ) -> dict[str, Any]:
-    """The ``wpgate-evidence/1`` keys before ``results``: where, when and on what code it ran."""
-    commit, dirty = _git_commit(sources)
-    return {
-        "schema": "wpgate-evidence/1",
-        "kind": kind,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": command,
-        "environment": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "machine": platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "load_average_1_5_15_min_before": [round(x, 2) for x in load_before],
-            "load_average_1_5_15_min_after": [round(x, 2) for x in os.getloadavg()],
-            "git": subprocess.run(["git", "--version"], capture_output=True, check=False)
+    """The ``wpgate-evidence/1`` document: where, when and on what code it ran, and ``results``.
+
+    The commit is HEAD; the run counts as dirty when a measured source differs from it or is not
+    committed (then the source hashes, not the commit, bind the numbers to code).
+    """
+    return evidence_document(
+        kind,
+        results,
+        command=command,
+        environment=host_environment(
+            load_average_1_5_15_min_before=[round(x, 2) for x in load_before],
+            load_average_1_5_15_min_after=[round(x, 2) for x in os.getloadavg()],
+            git=subprocess.run(["git", "--version"], capture_output=True, check=False)
             .stdout.decode()
             .strip(),
-        },
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "sources": {rel: hashlib.sha256((REPO / rel).read_bytes()).hexdigest() for rel in sources},
-    }
+        ),
+        git=git_state(REPO, sources),
+        sources=source_hashes(REPO, (REPO / rel for rel in sources)),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,14 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     findings = {f for _, _, f in in_process}
     rates = [args.commits / s for s, _, _ in in_process]
     cli_rates = [args.commits / s for s, _ in cli]
-    evidence = {
-        **evidence_header(
-            "trailers-throughput",
-            "python scripts/bench_trailers.py " + " ".join(argv or sys.argv[1:]),
-            SOURCES,
-            load_before,
-        ),
-        "results": {
+    evidence = evidence_document_for(
+        "trailers-throughput",
+        "python scripts/bench_trailers.py " + " ".join(argv or sys.argv[1:]),
+        SOURCES,
+        load_before,
+        {
             "commits": args.commits,
             "runs": args.runs,
             "build_seconds": round(build_s, 2),
@@ -251,10 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             "cli_exit_codes": sorted({rc for _, rc in cli}),
             "target_commits_per_second": 20_000,
         },
-    }
+    )
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(evidence, indent=2) + "\n", encoding="utf-8")
+    write_evidence(evidence, out)
     rate = _summary(rates)
     print(
         f"{args.commits} commits: {rate['median']} commits/s in process "

@@ -20,7 +20,6 @@ Writes a ``wpgate-evidence/1`` file with medians of ``--runs`` runs and every sa
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -33,9 +32,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from bench_trailers import _summary, evidence_header, reference_ms  # noqa: E402
+from bench_trailers import _summary, evidence_document_for, reference_ms  # noqa: E402
 from wpgate._commits import differences_from_git  # noqa: E402
 from wpgate._git import git_trailers, parse_range  # noqa: E402
+from wpgate.evidence import write_evidence  # noqa: E402
 
 SOURCES = (
     "src/wpgate/cli.py",
@@ -162,18 +162,15 @@ def main(argv: list[str] | None = None) -> int:
             "wall_samples": [round(w, 3) for w in walls],
             "exit_codes": sorted({rc for _, _, rc in runs}),
         }
-    evidence = {
-        **evidence_header(
-            "trailers-git-exact-throughput",
-            "python scripts/bench_trailers_git.py " + " ".join(argv or sys.argv[1:]),
-            SOURCES,
-            load_before,
-        ),
-        "results": results,
-    }
+    evidence = evidence_document_for(
+        "trailers-git-exact-throughput",
+        "python scripts/bench_trailers_git.py " + " ".join(argv or sys.argv[1:]),
+        SOURCES,
+        load_before,
+        results,
+    )
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(evidence, indent=2) + "\n", encoding="utf-8")
+    write_evidence(evidence, out)
     lines = [f"{count} commits, {len(differ)} differ from git ({url_lines} URL lines by spec)"]
     for name in samples:
         entry = results[name]

@@ -37,7 +37,7 @@ from musgd._newton_schulz import (
     resolve_coefficients,
     resolve_ns_dtype,
 )
-from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
+from musgd._replay import CudaGraphRecorder, Recorder, ReplayOrthogonalizer, ReplayState
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
 from musgd._update_replay import UpdateReplayer
 
@@ -140,6 +140,9 @@ class MuSGD(Optimizer):
         shard_balance: how the distributed plan balances ranks: ``"flops"`` (default,
             Newton-Schulz FLOPs) or ``"measured"`` (each layout's first step times every
             bucket's batched call on every rank and balances the slowest rank's seconds).
+        recorder: what records and replays device work for the two capture options (default:
+            a ``CudaGraphRecorder``); a seam for tests and tools, e.g. a recorder with other
+            ``branches``, or a CPU fake with CUDA-graph semantics.
     """
 
     def __init__(
@@ -163,6 +166,7 @@ class MuSGD(Optimizer):
         process_group: ProcessGroup | None = None,
         ns_backend: str = "auto",
         shard_balance: str = "flops",
+        recorder: Recorder | None = None,
     ) -> None:
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -184,7 +188,10 @@ class MuSGD(Optimizer):
         defaults["ns_coefficients"] = resolve_coefficients(ns_coefficients, ns_steps)
         super().__init__(params, defaults)
         self._setup_execution(
-            foreach=foreach, process_group=process_group, shard_balance=shard_balance
+            foreach=foreach,
+            process_group=process_group,
+            shard_balance=shard_balance,
+            recorder=recorder,
         )
 
     def _setup_execution(
@@ -193,6 +200,7 @@ class MuSGD(Optimizer):
         foreach: bool | None,
         process_group: ProcessGroup | None,
         shard_balance: str = "flops",
+        recorder: Recorder | None = None,
     ) -> None:
         """Bodies, orthogonalizers, replay state and the distributed step (chosen once)."""
         # The execution strategy is chosen once (house style): bodies and orthogonalizer.
@@ -202,7 +210,7 @@ class MuSGD(Optimizer):
         self._orth: Orthogonalizer = EagerOrthogonalizer()
         # Replay (spec §2): recordings are bounded by the number of matrix parameters.
         self._replay = ReplayState(
-            CudaGraphRecorder(),
+            CudaGraphRecorder() if recorder is None else recorder,
             orth_bound=self._count_matrices,
             update_bound=lambda: max(self._count_matrices(), len(self.param_groups)),
         )

@@ -60,6 +60,7 @@ from musgd._newton_schulz import (
     resolve_coefficients,
 )
 from musgd._optimizer import MuSGD, ParamsT
+from musgd._replay import Recorder
 
 SGD_BUFFER = "momentum_buffer_SGD"
 # Ultralytics 8.4's constructor defaults (its reference documentation, R150).
@@ -241,6 +242,7 @@ class UltralyticsMuSGD(MuSGD):
         ns_dtype: Newton–Schulz working dtype (bf16 as in Ultralytics; fp16 or fp32).
         capture_orthogonalization, capture_updates: replay (see :class:`musgd.MuSGD`);
             bit-identical to this optimizer's eager steps. Both live in each param group.
+        recorder: what records device work for replay (see :class:`musgd.MuSGD`).
     """
 
     def __init__(
@@ -257,6 +259,7 @@ class UltralyticsMuSGD(MuSGD):
         ns_dtype: torch.dtype = DEFAULT_NS_DTYPE,
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
+        recorder: Recorder | None = None,
     ) -> None:
         for name, value in (("muon", muon), ("sgd", sgd)):
             if not _finite(value) or value < 0:
@@ -282,7 +285,7 @@ class UltralyticsMuSGD(MuSGD):
         del defaults["params"]
         # MuSGD's own constructor validates its own flavour's settings: set up the same machinery.
         Optimizer.__init__(self, params, defaults)
-        self._setup_execution(foreach=None, process_group=None)
+        self._setup_execution(foreach=None, process_group=None, recorder=recorder)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate the group (before anything is stored), then add it."""

@@ -4,12 +4,24 @@ them and runs the WPG1xx rules with the repository's references loaded once."""
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from wpgate._config import Config
-from wpgate._git import Commit, RevisionRange, git_trailers, read_commits
+from wpgate._git import (
+    Commit,
+    RevisionRange,
+    comment_char,
+    commit_msg_context,
+    git_trailers,
+    history_range,
+    parse_range,
+    pushed_range,
+    read_commits,
+)
+from wpgate._model import InvocationError
 from wpgate._output import LinterRun, Summary
 from wpgate.references import GateResolver, References
 from wpgate.rules.trailers import (
@@ -20,7 +32,13 @@ from wpgate.rules.trailers import (
 )
 from wpgate.trailers import Message, decode_message, parse_message
 
-__all__ = ["differences_from_git", "lint_message", "lint_range", "load_references"]
+__all__ = [
+    "differences_from_git",
+    "lint_message",
+    "lint_range",
+    "load_references",
+    "run_trailers",
+]
 
 
 def load_references(root: Path, config: Config) -> References:
@@ -158,3 +176,64 @@ def differences_from_git(
         if ours != theirs:
             differ.append(commit.sha)
     return count, differ
+
+
+def _read_input(source: str) -> bytes:
+    """The bytes of a file, or of stdin for ``-``."""
+    if source == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(source).read_bytes()
+    except OSError as exc:
+        raise InvocationError(f"cannot read {source} ({exc.strerror}); check the path") from exc
+
+
+def run_trailers(
+    config: Config,
+    *,
+    message_file: str | None,
+    rev_range: str | None,
+    history: bool,
+    pushed: bool,
+    pr: str | None,
+) -> LinterRun:
+    """Lint the one input the options select (the use case behind ``wpgate trailers``)."""
+    chosen = [
+        name
+        for name, on in (
+            ("MESSAGE_FILE", message_file is not None),
+            ("--range", rev_range is not None),
+            ("--history", history),
+            ("--pushed", pushed),
+            ("--pr", pr is not None),
+        )
+        if on
+    ]
+    if len(chosen) != 1:
+        given = f" (got {', '.join(chosen)})" if chosen else ""
+        raise InvocationError(
+            "pass exactly one input: a MESSAGE_FILE (or - for stdin), --range OLDER..NEWER, "
+            f"--history, --pushed or --pr FILE{given}"
+        )
+    root = config.root
+    if pr is not None:
+        label = "<pr>" if pr == "-" else pr
+        return lint_message(_read_input(pr), label, config, pr_mode=True)
+    if message_file is not None:
+        data = _read_input(message_file)
+        char, author, merging = commit_msg_context(root)
+        label = "<stdin>" if message_file == "-" else message_file
+        return lint_message(data, label, config, comment_char=char, author=author, merging=merging)
+    revisions: RevisionRange
+    if rev_range is not None:
+        revisions = parse_range(rev_range)
+    elif pushed:
+        revisions = pushed_range(history_start=config.history_start)
+    else:
+        if not config.history_start:
+            raise InvocationError(
+                "--history needs `history_start` (the first governed commit) in "
+                "[tool.wpgate] of pyproject.toml"
+            )
+        revisions = history_range(config.history_start)
+    return lint_range(config, revisions, comment_char=comment_char(root))

@@ -344,6 +344,39 @@ def _ask(
         return None
 
 
+def commit_msg_context(root: Path) -> tuple[str, str | None, bool]:
+    """Comment character, author ident and whether a merge is in progress, for commit-msg."""
+    ident = _ask(root, ["var", "GIT_AUTHOR_IDENT"])
+    text = ident.stdout.decode("utf-8", "replace").strip() if ident and not ident.returncode else ""
+    # "Name <email> 1700000000 +0000": the author is everything before the timestamp.
+    author = text.rsplit(" ", 2)[0] if text.count(" ") >= 2 else None
+    merge = _ask(root, ["rev-parse", "--git-path", "MERGE_HEAD"])
+    merge_head = (
+        merge.stdout.decode("utf-8", "replace").strip() if merge and not merge.returncode else ""
+    )
+    merging = bool(merge_head) and (root / merge_head).exists()
+    return comment_char(root), author, merging
+
+
+def head_state(root: Path, paths: Sequence[str] = ()) -> tuple[str | None, bool | None]:
+    """HEAD's sha and whether the tree differs from it.
+
+    Without ``paths``: whether any tracked file differs (untracked files do not count). With
+    ``paths``: whether any of them differs from HEAD or is not committed at all (untracked).
+    ``(None, None)`` when git is missing or ``root`` is no repository; the dirtiness is None when
+    ``git status`` fails. ``safe.directory`` lets a copied or mounted checkout owned by another
+    user still be read (git refuses it otherwise, and evidence would lose its commit).
+    """
+    safe = ["-c", f"safe.directory={root}"]
+    head = _ask(root, [*safe, "rev-parse", "--verify", "-q", "HEAD"])
+    if head is None or head.returncode != 0:
+        return None, None
+    scope = ["--", *paths] if paths else ["--untracked-files=no"]
+    status = _ask(root, [*safe, "status", "--porcelain", *scope])
+    dirty = None if status is None or status.returncode != 0 else bool(status.stdout.strip())
+    return head.stdout.decode().strip(), dirty
+
+
 def is_work_tree(root: Path) -> bool:
     """Whether ``root`` is inside a git work tree."""
     done = _ask(root, ["rev-parse", "--is-inside-work-tree"])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wpgate._docs import DocsLayout, docs_layout
+from wpgate._documents import DocsLayout, docs_layout
 
 __all__ = ["InitResult", "Scaffold", "init_repository", "plan_scaffolds"]
 

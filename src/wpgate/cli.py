@@ -15,9 +15,8 @@ from pathlib import Path
 import click
 
 from wpgate._config import Config, ConfigError, load_config
-from wpgate._git import GitError, RevisionRange, comment_char, history_range, pushed_range
-from wpgate._git import parse_range as parse_revision_range
-from wpgate._model import RULES, with_severity
+from wpgate._git import GitError
+from wpgate._model import RULES, InvocationError, with_severity
 from wpgate._output import FORMATS, LinterRun, Summary, format_report
 
 __all__ = ["CHECK_LINTERS", "cli", "main"]
@@ -26,10 +25,6 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 #: ``check`` runs each of these: ``(name, linter(config) -> LinterRun)``.
 Linter = Callable[[Config], LinterRun]
-
-
-class InvocationError(Exception):
-    """A wrong invocation detected after click parsed it (exit 2)."""
 
 
 def _emit(runs: Sequence[LinterRun], fmt: str, config: Config | None = None) -> int:
@@ -108,88 +103,6 @@ def cli() -> None:
 # --------------------------------------------------------------------------- trailers
 
 
-def _read_input(source: str) -> bytes:
-    """The bytes of a file, or of stdin for ``-``."""
-    if source == "-":
-        return sys.stdin.buffer.read()
-    try:
-        return Path(source).read_bytes()
-    except OSError as exc:
-        raise InvocationError(f"cannot read {source} ({exc.strerror}); check the path") from exc
-
-
-def _git_context(root: Path) -> tuple[str, str | None, bool]:
-    """Comment character, author ident and whether a merge is in progress, for commit-msg."""
-    import subprocess
-
-    def ask(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False)
-        except OSError:
-            return None
-        return done.stdout.decode("utf-8", "replace").strip() if done.returncode == 0 else None
-
-    ident = ask("var", "GIT_AUTHOR_IDENT")
-    # "Name <email> 1700000000 +0000": the author is everything before the timestamp.
-    author = ident.rsplit(" ", 2)[0] if ident and ident.count(" ") >= 2 else None
-    merge_head = ask("rev-parse", "--git-path", "MERGE_HEAD")
-    merging = bool(merge_head) and (root / str(merge_head)).exists()
-    return comment_char(root), author, merging
-
-
-def run_trailers(
-    config: Config,
-    *,
-    message_file: str | None,
-    rev_range: str | None,
-    history: bool,
-    pushed: bool,
-    pr: str | None,
-) -> LinterRun:
-    """Lint the one input the options select."""
-    from wpgate._commits import lint_message, lint_range
-
-    chosen = [
-        name
-        for name, on in (
-            ("MESSAGE_FILE", message_file is not None),
-            ("--range", rev_range is not None),
-            ("--history", history),
-            ("--pushed", pushed),
-            ("--pr", pr is not None),
-        )
-        if on
-    ]
-    if len(chosen) != 1:
-        given = f" (got {', '.join(chosen)})" if chosen else ""
-        raise InvocationError(
-            "pass exactly one input: a MESSAGE_FILE (or - for stdin), --range OLDER..NEWER, "
-            f"--history, --pushed or --pr FILE{given}"
-        )
-    root = config.root
-    if pr is not None:
-        label = "<pr>" if pr == "-" else pr
-        return lint_message(_read_input(pr), label, config, pr_mode=True)
-    if message_file is not None:
-        data = _read_input(message_file)
-        char, author, merging = _git_context(root)
-        label = "<stdin>" if message_file == "-" else message_file
-        return lint_message(data, label, config, comment_char=char, author=author, merging=merging)
-    revisions: RevisionRange
-    if rev_range is not None:
-        revisions = parse_revision_range(rev_range)
-    elif pushed:
-        revisions = pushed_range(history_start=config.history_start)
-    else:
-        if not config.history_start:
-            raise InvocationError(
-                "--history needs `history_start` (the first governed commit) in "
-                "[tool.wpgate] of pyproject.toml"
-            )
-        revisions = history_range(config.history_start)
-    return lint_range(config, revisions, comment_char=comment_char(root))
-
-
 @cli.command()
 @click.argument("message_file", required=False)
 @click.option("--range", "rev_range", metavar="OLDER..NEWER", help="Lint every commit of a range.")
@@ -214,6 +127,8 @@ def trailers(
     MESSAGE_FILE is the commit-msg hook's file (comments and the scissors part are dropped);
     `-` reads stdin.
     """
+    from wpgate._commits import run_trailers
+
     config = _config(root)
     run = run_trailers(
         config,
@@ -263,6 +178,8 @@ def explain(rule: str | None, list_all: bool) -> int:
 
 def _check_trailers(config: Config) -> LinterRun:
     """The governed history, when ``history_start`` is configured."""
+    from wpgate._commits import run_trailers
+
     if not config.history_start:
         return LinterRun((), Summary("trailers (history_start not set)", 0, "commit"))
     return run_trailers(
@@ -365,7 +282,7 @@ def changelog(fmt: str, root: str | None) -> int:
 @_root_option
 def docs(fmt: str, root: str | None) -> int:
     """Run the docs linters (provenance, wp, evidence, changelog): the wpgate-docs hook."""
-    from wpgate._docs import parse_once
+    from wpgate._documents import parse_once
 
     config = _config(root)
     with parse_once():
@@ -415,7 +332,7 @@ def init(name: str | None, root: str | None) -> int:
 @_root_option
 def check(fmt: str, root: str | None) -> int:
     """Run every linter the configuration enables."""
-    from wpgate._docs import parse_once
+    from wpgate._documents import parse_once
 
     config = _config(root)
     with parse_once():  # the trailers' references and the docs linters share each document

@@ -1,12 +1,12 @@
 """Update-preparation replay (``capture_updates``) with the real CUDA-graph recorder.
 
-Every comparison is ``torch.equal`` against an eager twin fed the same gradients.
+Every comparison is ``torch.equal`` against an eager twin fed the same gradients. The contracts
+both recorders keep are tests/musgd/update_replay_contracts.py, imported here and run on CUDA.
 """
 
 from __future__ import annotations
 
 import gc
-import io
 import sys
 import threading
 import warnings
@@ -46,6 +46,14 @@ from replay_helpers import (
     train_detector,
 )
 
+# The shared contracts, collected here with this file's `replay_backend` fixture.
+from update_replay_contracts import (
+    ReplayBackend,
+    test_hyperparameter_schedules_are_honoured_without_rerecording,  # noqa: F401
+    test_replayed_steps_match_eager_with_one_replay_per_group,  # noqa: F401
+    test_resume_mid_run_matches_an_uninterrupted_run,  # noqa: F401
+)
+
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
@@ -68,7 +76,11 @@ def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any
 
 
 def twins(
-    *, flags: dict[str, bool] | None = None, dtype: torch.dtype = torch.float32, **options: Any
+    *,
+    flags: dict[str, bool] | None = None,
+    dtype: torch.dtype = torch.float32,
+    recorder: CudaGraphRecorder | None = None,
+    **options: Any,
 ) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD]:
     flags = {"capture_updates": True} if flags is None else flags
     ref_p, rep_p = make_params(dtype=dtype), make_params(dtype=dtype)
@@ -76,36 +88,14 @@ def twins(
         ref_p,
         MuSGD(groups(ref_p), lr=0.02, **options),
         rep_p,
-        MuSGD(groups(rep_p), lr=0.02, **options, **flags),
+        MuSGD(groups(rep_p), lr=0.02, **options, **flags, recorder=recorder),
     )
 
 
-CONFIGS = [
-    {},
-    {"nesterov": False},
-    {"w_muon": 0.0},
-    {"foreach": False},
-    {"ns_dtype": torch.float32},
-    {"momentum": 0.0, "ns_steps": 3},
-]
-
-
-@pytest.mark.parametrize("options", CONFIGS)
-@pytest.mark.parametrize("both", [False, True])
-def test_replayed_steps_are_bit_identical_with_one_replay_per_group(
-    options: dict[str, Any], both: bool
-) -> None:
-    ref_p, ref, rep_p, rep = twins(
-        flags={"capture_updates": True, "capture_orthogonalization": both}, **options
-    )
-    for step in range(6):
-        step_both(ref_p, ref, rep_p, rep, step)
-        assert_same(ref_p, rep_p, ref, rep)
-    stats = rep._replay.stats
-    assert stats.recordings == 2
-    assert stats.replays == 6 * 2
-    assert stats.failures == 0
-    assert len(rep._replay.orth_cache) == 0
+@pytest.fixture
+def replay_backend() -> ReplayBackend:
+    """The shared contracts (tests/musgd/update_replay_contracts.py) with real CUDA graphs."""
+    return ReplayBackend("cuda", DEVICE, tuple(MATRICES), tuple(VECTORS), CudaGraphRecorder)
 
 
 @pytest.mark.parametrize(
@@ -117,11 +107,8 @@ def test_parallel_branches_change_no_bit(branches: int, cost_limit: int) -> None
     With the limit at 200,000 the two cheapest of the five buckets take lanes and the three
     costlier ones run inline on the capturing stream, overlapping them.
     """
-    ref_p, ref, rep_p, rep = twins(flags={"capture_updates": True})
-    recorder = rep._replay.recorder
-    assert isinstance(recorder, CudaGraphRecorder)
-    recorder.branches = branches
-    recorder.branch_cost_limit = cost_limit
+    recorder = CudaGraphRecorder(branches=branches, branch_cost_limit=cost_limit)
+    ref_p, ref, rep_p, rep = twins(flags={"capture_updates": True}, recorder=recorder)
     for step in range(6):
         step_both(ref_p, ref, rep_p, rep, step)
         assert_same(ref_p, rep_p, ref, rep)
@@ -145,24 +132,6 @@ def test_branched_bucket_jobs_run_eagerly_match_in_order_jobs() -> None:
         )
     torch.cuda.synchronize()
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
-
-
-def test_hyperparameter_schedules_and_lr_scheduler_without_rerecording() -> None:
-    ref_p, ref, rep_p, rep = twins()
-    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s)) for o in (ref, rep)]
-    for step in range(8):
-        for opt in (ref, rep):
-            for group in opt.param_groups:
-                group["momentum"] = 0.8 + 0.02 * step
-                group["w_muon"] = 0.3 + 0.05 * step
-                group["w_sgd"] = 0.7 - 0.05 * step
-                if group["weight_decay"]:
-                    group["weight_decay"] = 0.01 * (step + 1)
-        step_both(ref_p, ref, rep_p, rep, step)
-        for sched in scheds:
-            sched.step()
-        assert_same(ref_p, rep_p, ref, rep)
-    assert rep._replay.stats.recordings == 2
 
 
 def test_structural_changes_record_new_keys() -> None:
@@ -190,21 +159,6 @@ def test_skipped_gradients_and_changing_bucket_order() -> None:
         step_both(ref_p, ref, rep_p, rep, step, skip=skips[step % len(skips)])
         assert_same(ref_p, rep_p, ref, rep)
     assert rep._replay.stats.failures == 0
-
-
-def test_resume_mid_run_matches_an_uninterrupted_run() -> None:
-    ref_p, ref, first_p, first = twins()
-    for step in range(4):
-        step_both(ref_p, ref, first_p, first, step)
-    buffer = io.BytesIO()
-    torch.save(first.state_dict(), buffer)
-    buffer.seek(0)
-    resumed_p = [torch.nn.Parameter(p.detach().clone()) for p in first_p]
-    resumed = MuSGD(groups(resumed_p), lr=0.02, capture_updates=True)
-    resumed.load_state_dict(torch.load(buffer, weights_only=True))
-    for step in range(4, 8):
-        step_both(ref_p, ref, resumed_p, resumed, step)
-    assert_same(ref_p, resumed_p, ref, resumed)
 
 
 def test_load_state_dict_drops_recordings_and_keeps_types_and_bits() -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from compile_common import compiled_and_eager
+
+# torch.compile of a whole step compiles for seconds on a CPU (make test-fast skips it).
+pytestmark = pytest.mark.slow
 
 # Matrices of column counts 72 (16 and 12 rows: one zero-padded stack on CPU) and 16, vectors.
 SHAPES = [(16, 8, 3, 3), (12, 8, 3, 3), (24, 16), (8,), (16,)]

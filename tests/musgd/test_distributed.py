@@ -58,6 +58,7 @@ def spawned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     return world, [torch.load(out / f"rank{r}.pt") for r in range(world)]
 
 
+@pytest.mark.slow  # spawns gloo worlds of 1-3 processes (make test-fast skips it)
 @pytest.mark.parametrize("kind", KINDS)
 def test_matches_single_process_reference_bitwise(spawned: Any, kind: str) -> None:
     _, ranks = spawned
@@ -66,6 +67,7 @@ def test_matches_single_process_reference_bitwise(spawned: Any, kind: str) -> No
         assert diff is None, f"{kind} rank {rank}: {diff}"
 
 
+@pytest.mark.slow  # spawns gloo worlds of 1-3 processes (make test-fast skips it)
 @pytest.mark.parametrize("kind", KINDS)
 def test_ranks_agree_bitwise(spawned: Any, kind: str) -> None:
     _, ranks = spawned
@@ -73,6 +75,7 @@ def test_ranks_agree_bitwise(spawned: Any, kind: str) -> None:
         assert first_difference(res[kind]["final"], ranks[0][kind]["final"]) is None, rank
 
 
+@pytest.mark.slow  # spawns gloo worlds of 1-3 processes (make test-fast skips it)
 @pytest.mark.parametrize("kind", KINDS)
 def test_resume_through_distributed_checkpoint_is_bit_identical(spawned: Any, kind: str) -> None:
     _, ranks = spawned
@@ -81,6 +84,7 @@ def test_resume_through_distributed_checkpoint_is_bit_identical(spawned: Any, ki
         assert diff is None, f"{kind} rank {rank}: {diff}"
 
 
+@pytest.mark.slow  # spawns gloo worlds of 1-3 processes (make test-fast skips it)
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_rank_orthogonalizes_only_its_planned_share(spawned: Any, kind: str) -> None:
     world, ranks = spawned
@@ -98,6 +102,7 @@ def test_each_rank_orthogonalizes_only_its_planned_share(spawned: Any, kind: str
         assert max(counted) < total  # no rank does all the work
 
 
+@pytest.mark.slow  # spawns gloo worlds of 1-3 processes (make test-fast skips it)
 def test_each_ddp_rank_writes_only_its_own_matrices_and_every_vector(spawned: Any) -> None:
     # The element-wise update of a matrix (its Nesterov input onwards) runs on its owner only;
     # the others update its momentum buffer and copy the new parameter in.

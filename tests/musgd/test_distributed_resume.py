@@ -22,6 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distributed_worker import first_difference
 from resume_worker import main
 
+# Spawns gloo worlds of 1 and 2 processes (make test-fast skips it; make test runs it).
+pytestmark = pytest.mark.slow
+
 
 def _free_port() -> int:
     with socket.socket() as s:

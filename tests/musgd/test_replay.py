@@ -8,6 +8,7 @@ are all exercised here; tests/cuda/test_replay_cuda.py checks the real CUDA reco
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
 import warnings
 from collections.abc import Callable, Hashable
@@ -34,6 +35,7 @@ from musgd._replay import (
     tensor_fallback,
     typed,
 )
+from musgd.ultralytics import UltralyticsMuSGD
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -377,10 +379,31 @@ def make_params(seed: int = 0) -> list[torch.nn.Parameter]:
     return [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
 
 
-def fake_replay(opt: MuSGD) -> FakeRecorder:
+def test_the_recorder_is_a_keyword_only_seam_that_the_optimizer_records_with() -> None:
+    for cls in (MuSGD, UltralyticsMuSGD):
+        assert inspect.signature(cls).parameters["recorder"].kind is inspect.Parameter.KEYWORD_ONLY
+    with pytest.raises(TypeError):
+        MuSGD(
+            make_params(),
+            0.02,
+            0.9,
+            True,
+            0.0,
+            0.5,
+            0.5,
+            5,
+            DEFAULT_COEFFICIENTS,
+            1e-7,
+            "auto",
+            None,
+            FakeRecorder(),
+        )  # type: ignore[misc]
+    params = make_params()
     recorder = FakeRecorder()
-    opt._replay.recorder = recorder
-    return recorder
+    opt = MuSGD(params, lr=0.02, capture_orthogonalization=True, recorder=recorder)
+    set_grads(params, 0)
+    opt.step()
+    assert recorder.records == 5  # one recording per bucket, all through the given recorder
 
 
 @pytest.mark.parametrize("foreach", [True, False])
@@ -389,10 +412,15 @@ def test_optimizer_steps_match_eager_with_skipped_grads_and_changing_buckets(
 ) -> None:
     ref_params, rep_params = make_params(), make_params()
     ref = MuSGD(ref_params, lr=0.02, weight_decay=0.01, foreach=foreach)
+    recorder = FakeRecorder()
     rep = MuSGD(
-        rep_params, lr=0.02, weight_decay=0.01, foreach=foreach, capture_orthogonalization=True
+        rep_params,
+        lr=0.02,
+        weight_decay=0.01,
+        foreach=foreach,
+        capture_orthogonalization=True,
+        recorder=recorder,
     )
-    recorder = fake_replay(rep)
     # Skipping grads changes which buckets exist and their order within the group.
     skips: list[set[int]] = [set(), {1}, {0, 2}, set(), {3, 5}, set()]
     for step, skip in enumerate(skips):
@@ -410,8 +438,7 @@ def test_count_regression_no_eager_body_runs_during_replayed_steps(
     counted_bodies: list[int],
 ) -> None:
     params = make_params()
-    opt = MuSGD(params, lr=0.02, capture_orthogonalization=True)
-    fake_replay(opt)
+    opt = MuSGD(params, lr=0.02, capture_orthogonalization=True, recorder=FakeRecorder())
     set_grads(params, 0)
     opt.step()
     assert counted_bodies[0] > 0  # recording ran the bodies (eager result, warm-up, capture)
@@ -431,8 +458,7 @@ def test_count_regression_fails_when_replay_turns_eager(
         ReplayOrthogonalizer, "_run", lambda self, kind, G, ns: self._call_eager(kind, G, ns)
     )
     params = make_params()
-    opt = MuSGD(params, lr=0.02, capture_orthogonalization=True)
-    fake_replay(opt)
+    opt = MuSGD(params, lr=0.02, capture_orthogonalization=True, recorder=FakeRecorder())
     for step in range(2):
         set_grads(params, step)
         opt.step()
@@ -451,8 +477,8 @@ def test_replayed_shapes_include_a_zero_padded_bucket() -> None:
 
 def test_bound_is_the_number_of_matrix_parameters() -> None:
     params = make_params()
-    opt = MuSGD(params, lr=0.02, foreach=False, capture_orthogonalization=True)
-    recorder = fake_replay(opt)
+    recorder = FakeRecorder()
+    opt = MuSGD(params, lr=0.02, foreach=False, capture_orthogonalization=True, recorder=recorder)
     assert opt._count_matrices() == 7
     opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(4, 4))]})
     assert opt._count_matrices() == 8
@@ -467,8 +493,8 @@ def test_bound_is_the_number_of_matrix_parameters() -> None:
 def test_load_state_dict_drops_recordings_and_results_stay_exact() -> None:
     ref_params, rep_params = make_params(), make_params()
     ref = MuSGD(ref_params, lr=0.02)
-    rep = MuSGD(rep_params, lr=0.02, capture_orthogonalization=True)
-    recorder = fake_replay(rep)
+    recorder = FakeRecorder()
+    rep = MuSGD(rep_params, lr=0.02, capture_orthogonalization=True, recorder=recorder)
     for step in range(2):
         set_grads(ref_params, step)
         set_grads(rep_params, step)
@@ -487,11 +513,9 @@ def test_load_state_dict_drops_recordings_and_results_stay_exact() -> None:
 
 def test_resume_mid_run_matches_an_uninterrupted_run() -> None:
     ref_params = make_params()
-    ref = MuSGD(ref_params, lr=0.02, capture_orthogonalization=True)
-    fake_replay(ref)
+    ref = MuSGD(ref_params, lr=0.02, capture_orthogonalization=True, recorder=FakeRecorder())
     first_params = make_params()
-    first = MuSGD(first_params, lr=0.02, capture_orthogonalization=True)
-    fake_replay(first)
+    first = MuSGD(first_params, lr=0.02, capture_orthogonalization=True, recorder=FakeRecorder())
     for step in range(3):
         set_grads(ref_params, step)
         set_grads(first_params, step)
@@ -499,8 +523,9 @@ def test_resume_mid_run_matches_an_uninterrupted_run() -> None:
         first.step()
     saved = first.state_dict()
     resumed_params = [torch.nn.Parameter(p.detach().clone()) for p in first_params]
-    resumed = MuSGD(resumed_params, lr=0.02, capture_orthogonalization=True)
-    fake_replay(resumed)
+    resumed = MuSGD(
+        resumed_params, lr=0.02, capture_orthogonalization=True, recorder=FakeRecorder()
+    )
     resumed.load_state_dict(saved)
     for step in range(3, 6):
         set_grads(ref_params, step)
@@ -584,8 +609,8 @@ def test_plan_lanes_gives_the_largest_jobs_their_own_lanes() -> None:
 def test_step_scope_reads_the_context_once_per_step_and_anew_each_step() -> None:
     ref_p, rep_p = make_params(), make_params()
     ref = MuSGD(ref_p, lr=0.02)
-    rep = MuSGD(rep_p, lr=0.02, capture_orthogonalization=True)
-    recorder = fake_replay(rep)
+    recorder = FakeRecorder()
+    rep = MuSGD(rep_p, lr=0.02, capture_orthogonalization=True, recorder=recorder)
     reads: list[Hashable] = []
 
     def stream_key(device: torch.device) -> Hashable:

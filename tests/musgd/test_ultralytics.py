@@ -18,7 +18,6 @@ import pytest
 import torch
 from torch import Tensor
 
-from musgd import MuSGD
 from musgd.ultralytics import (
     UltralyticsMuSGD,
     from_stock,
@@ -205,12 +204,6 @@ def test_a_state_dict_without_replay_flags_loads_with_the_constructor_mode() -> 
     assert all(g["capture_updates"] for g in ours.param_groups)
 
 
-def with_fake(opt: MuSGD) -> FakeRecorder:
-    recorder = FakeRecorder()
-    opt._replay.recorder = recorder
-    return recorder
-
-
 @pytest.mark.parametrize("both", [False, True])
 @pytest.mark.parametrize("nesterov", [True, False])
 def test_replay_is_bit_identical_under_warmup_without_rerecording(
@@ -219,10 +212,14 @@ def test_replay_is_bit_identical_under_warmup_without_rerecording(
     pa, pb = make_params(), make_params()
     kw = {**KW, "nesterov": nesterov}
     eager = UltralyticsMuSGD(stock_groups(pa), **kw)
+    recorder = FakeRecorder()
     replay = UltralyticsMuSGD(
-        stock_groups(pb), capture_updates=True, capture_orthogonalization=both, **kw
+        stock_groups(pb),
+        capture_updates=True,
+        capture_orthogonalization=both,
+        **kw,
+        recorder=recorder,
     )
-    recorder = with_fake(replay)
     for step in range(6):
         for ps, opt in ((pa, eager), (pb, replay)):
             set_grads(ps, step)
@@ -236,8 +233,10 @@ def test_replay_is_bit_identical_under_warmup_without_rerecording(
 def test_replay_rerecords_when_weight_decay_turns_on() -> None:
     pa, pb = make_params(), make_params()
     eager = UltralyticsMuSGD(stock_groups(pa, decay=0.0), **KW)
-    replay = UltralyticsMuSGD(stock_groups(pb, decay=0.0), capture_updates=True, **KW)
-    recorder = with_fake(replay)
+    recorder = FakeRecorder()
+    replay = UltralyticsMuSGD(
+        stock_groups(pb, decay=0.0), capture_updates=True, **KW, recorder=recorder
+    )
     for step in range(4):
         for ps, opt in ((pa, eager), (pb, replay)):
             if step == 2:  # the trainer resets weight_decay on resume

@@ -2,8 +2,9 @@
 
 The fake recorder re-runs logged ATen operations on the recorded tensors, so a Python scalar
 frozen into a recording would replay a stale value here exactly as in a CUDA graph: the
-hyperparameter-schedule tests below would catch it. tests/cuda/test_update_replay_cuda.py runs
-the same contracts with real CUDA graphs.
+hyperparameter-schedule contract would catch it. The contracts both recorders must keep are
+update_replay_contracts.py, imported here and by tests/cuda/test_update_replay_cuda.py, which
+runs them with real CUDA graphs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_common import assert_same, record_first_group, set_grads, split_groups, step_both
 from replay_fakes import FakeRecorder
 
+# The shared contracts, collected here with this file's `replay_backend` fixture.
+from update_replay_contracts import (
+    ReplayBackend,
+    test_hyperparameter_schedules_are_honoured_without_rerecording,  # noqa: F401
+    test_replayed_steps_match_eager_with_one_replay_per_group,  # noqa: F401
+    test_resume_mid_run_matches_an_uninterrupted_run,  # noqa: F401
+)
+
 # (12, 16, 3, 3) shares the column count 144 of (16, 16, 3, 3): a zero-padded bucket.
 MATRICES = [
     (8, 3, 3, 3),
@@ -51,70 +60,42 @@ def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any
     return split_groups(params, len(MATRICES), **extra)
 
 
-def with_fake(opt: MuSGD, **options: Any) -> FakeRecorder:
-    recorder = FakeRecorder(**options)
-    opt._replay.recorder = recorder
-    return recorder
-
-
 def twins(
-    *, flags: dict[str, bool] | None = None, **options: Any
+    *,
+    flags: dict[str, bool] | None = None,
+    recorder: FakeRecorder | None = None,
+    **options: Any,
 ) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD, FakeRecorder]:
     """An eager optimizer and a replaying one (fake recorder) over identical parameters."""
     flags = {"capture_updates": True} if flags is None else flags
+    recorder = FakeRecorder() if recorder is None else recorder
     ref_p, rep_p = make_params(), make_params()
     ref = MuSGD(groups(ref_p), lr=0.02, **options)
-    rep = MuSGD(groups(rep_p), lr=0.02, **options, **flags)
-    return ref_p, ref, rep_p, rep, with_fake(rep)
+    rep = MuSGD(groups(rep_p), lr=0.02, **options, **flags, recorder=recorder)
+    return ref_p, ref, rep_p, rep, recorder
 
 
-CONFIGS = [
-    {},
-    {"nesterov": False},
-    {"w_muon": 0.0},
-    {"nesterov": False, "w_sgd": 0.0},
-    {"foreach": False},
-    {"momentum": 0.0, "w_muon": 1.0, "ns_steps": 3},
-]
+@pytest.fixture
+def replay_backend() -> ReplayBackend:
+    """The shared contracts (update_replay_contracts.py) on CPU, through the fake recorder."""
+    return ReplayBackend(
+        "cpu-fake", torch.device("cpu"), tuple(MATRICES), tuple(VECTORS), FakeRecorder
+    )
 
 
-@pytest.mark.parametrize("options", CONFIGS)
-@pytest.mark.parametrize("both", [False, True])
-def test_replayed_steps_match_eager_with_one_replay_per_group(
-    options: dict[str, Any], both: bool
+@pytest.mark.parametrize("options", [{}, {"w_muon": 0.0}, {"foreach": False}])
+def test_bucket_jobs_are_recorded_in_reverse_and_still_replay_exactly(
+    options: dict[str, Any],
 ) -> None:
-    flags = {"capture_updates": True, "capture_orthogonalization": both}
-    ref_p, ref, rep_p, rep, recorder = twins(flags=flags, **options)
+    """The matrix group's bucket jobs are recorded last first (warm-up and capture passes), as
+    parallel branches may finish them: the replayed bits cannot depend on their order."""
+    ref_p, ref, rep_p, rep, recorder = twins(**options)
     for step in range(4):
         step_both(ref_p, ref, rep_p, rep, step)
         assert_same(ref_p, rep_p, ref, rep)
-    assert recorder.records == 2, "one recording per group"
-    assert recorder.replays == 4 * 2, "one replay per group per step"
-    assert len(rep._replay.orth_cache) == 0, "Newton-Schulz runs inside the group's recording"
-    # The matrix group's bucket jobs were recorded last first (warm-up and capture passes), as
-    # parallel branches may finish them: the replayed bits above cannot depend on their order.
+    assert (recorder.records, recorder.replays) == (2, 4 * 2)
     foreach_buckets = options.get("foreach") is not False and options.get("w_muon") != 0.0
     assert recorder.reordered == (2 if foreach_buckets else 0)
-
-
-def test_hyperparameter_schedules_are_honoured_without_rerecording() -> None:
-    ref_p, ref, rep_p, rep, recorder = twins()
-    scheds = [torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s)) for opt in (ref, rep)]
-    for step in range(6):
-        for opt in (ref, rep):
-            for group in opt.param_groups:
-                # A warm-up schedule: every value changes every iteration.
-                group["momentum"] = 0.8 + 0.02 * step
-                group["w_muon"] = 0.3 + 0.05 * step
-                group["w_sgd"] = 0.7 - 0.05 * step
-                if group["weight_decay"]:
-                    group["weight_decay"] = 0.01 * (step + 1)
-        step_both(ref_p, ref, rep_p, rep, step)
-        for sched in scheds:
-            sched.step()
-        assert_same(ref_p, rep_p, ref, rep)
-    assert recorder.records == 2
-    assert rep._replay.stats.replays == 6 * 2
 
 
 def test_hyperparameter_types_in_groups_stay_native() -> None:
@@ -201,8 +182,8 @@ def _fallback_params(kind: str) -> list[torch.nn.Parameter]:
 def test_parameter_layout_fallbacks(kind: str) -> None:
     ref_p, rep_p = _fallback_params(kind), _fallback_params(kind)
     ref = MuSGD(groups(ref_p), lr=0.02)
-    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True)
-    recorder = with_fake(rep)
+    recorder = FakeRecorder()
+    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
     for step in range(2):
         step_both(ref_p, ref, rep_p, rep, step)
     assert_same(ref_p, rep_p, ref, rep)
@@ -213,8 +194,8 @@ def test_parameter_layout_fallbacks(kind: str) -> None:
 def test_non_float32_groups_fall_back() -> None:
     ref_p, rep_p = make_params(dtype=torch.bfloat16), make_params(dtype=torch.bfloat16)
     ref = MuSGD(groups(ref_p), lr=0.02)
-    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True)
-    recorder = with_fake(rep)
+    recorder = FakeRecorder()
+    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
     for step in range(2):
         step_both(ref_p, ref, rep_p, rep, step)
     assert_same(ref_p, rep_p, ref, rep)
@@ -275,11 +256,11 @@ def test_autocast_and_requires_grad_gradients_fall_back() -> None:
 def test_failed_pass_restores_every_tensor_before_continuing(fail_in: str) -> None:
     """Seed 003's review: a failure in the warm-up pass must restore state as the capture's does."""
     params = make_params()
-    opt = MuSGD(groups(params), lr=0.02, capture_updates=True)
-    with_fake(opt)
+    recorder = FakeRecorder()
+    opt = MuSGD(groups(params), lr=0.02, capture_updates=True, recorder=recorder)
     set_grads(params, 0)
     opt.step()  # momentum is non-zero from here on, so a missing restore would show
-    opt._replay.recorder = FakeRecorder(fail_in=fail_in)
+    recorder.fail_in = fail_in  # the next recording's warm-up or capture pass fails
     opt._replay.clear()
     set_grads(params, 1)
     group = opt.param_groups[0]
@@ -297,8 +278,7 @@ def test_failed_pass_restores_every_tensor_before_continuing(fail_in: str) -> No
 
 @pytest.mark.parametrize("fail_in", ["warmup", "capture"])
 def test_failed_recording_continues_eagerly_warns_once_and_never_retries(fail_in: str) -> None:
-    ref_p, ref, rep_p, rep, _ = twins()
-    recorder = with_fake(rep, fail_in=fail_in)
+    ref_p, ref, rep_p, rep, recorder = twins(recorder=FakeRecorder(fail_in=fail_in))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(4):
@@ -368,19 +348,6 @@ def test_state_dict_round_trip_keeps_types_and_bits_and_drops_recordings() -> No
     assert recorder.records == 4
 
 
-def test_resume_mid_run_matches_an_uninterrupted_run() -> None:
-    ref_p, ref, first_p, first, _ = twins()
-    for step in range(3):
-        step_both(ref_p, ref, first_p, first, step)
-    resumed_p = [torch.nn.Parameter(p.detach().clone()) for p in first_p]
-    resumed = MuSGD(groups(resumed_p), lr=0.02, capture_updates=True)
-    with_fake(resumed)
-    resumed.load_state_dict(first.state_dict())
-    for step in range(3, 6):
-        step_both(ref_p, ref, resumed_p, resumed, step)
-    assert_same(ref_p, resumed_p, ref, resumed)
-
-
 @pytest.mark.parametrize("requested", [True, False])
 def test_legacy_state_without_the_flag_takes_the_constructor_mode(requested: bool) -> None:
     opt = MuSGD(groups(make_params()), lr=0.02)
@@ -406,8 +373,13 @@ def _count_prepare(opt: MuSGD) -> list[int]:
 
 def test_count_regression_no_eager_preparation_during_replayed_steps() -> None:
     params = make_params()
-    opt = MuSGD(groups(params), lr=0.02, capture_updates=True, capture_orthogonalization=True)
-    with_fake(opt)
+    opt = MuSGD(
+        groups(params),
+        lr=0.02,
+        capture_updates=True,
+        capture_orthogonalization=True,
+        recorder=FakeRecorder(),
+    )
     calls = _count_prepare(opt)
     set_grads(params, 0)
     opt.step()
@@ -429,8 +401,7 @@ def test_count_regression_fails_when_replay_turns_eager(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(UpdateReplayer, "prepare", eager_only)
     params = make_params()
-    opt = MuSGD(groups(params), lr=0.02, capture_updates=True)
-    with_fake(opt)
+    opt = MuSGD(groups(params), lr=0.02, capture_updates=True, recorder=FakeRecorder())
     calls = _count_prepare(opt)
     for step in range(3):
         set_grads(params, step)
@@ -478,8 +449,8 @@ def test_cuda_padding_bound_replays_transposed_stacks_bit_for_bit(
     for flags in ({"capture_updates": True}, {"capture_orthogonalization": True}):
         ref_p, rep_p = make(), make()
         ref = MuSGD(split_groups(ref_p, 5), lr=0.02)
-        rep = MuSGD(split_groups(rep_p, 5), lr=0.02, **flags)
-        recorder = with_fake(rep)
+        recorder = FakeRecorder()
+        rep = MuSGD(split_groups(rep_p, 5), lr=0.02, **flags, recorder=recorder)
         for step in range(3):
             step_both(ref_p, ref, rep_p, rep, step)
             assert_same(ref_p, rep_p, ref, rep)

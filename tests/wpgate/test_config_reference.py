@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from wpgate._config import SETTINGS, load_config
-from wpgate._docs import DocsLayout
+from wpgate._documents import DocsLayout
 from wpgate.cli import main
 from wpgate.rules.trailers import TrailerOptions
 from wpgate.site._config_reference import option_rows, render_config_page

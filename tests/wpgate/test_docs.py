@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
 import pytest
 
-from wpgate import _docs
+from wpgate import _docs, _documents
 from wpgate._config import load_config
 from wpgate.cli import main
 
@@ -34,7 +35,7 @@ def test_load_references_reads_every_id() -> None:
 
 
 def test_layout_from_config_section() -> None:
-    layout = _docs.docs_layout({"docs": {"evidence": "ev", "claims": "x/*.md"}})
+    layout = _documents.docs_layout({"docs": {"evidence": "ev", "claims": "x/*.md"}})
     assert (layout.evidence, layout.claims, layout.provenance) == (
         "ev",
         ("x/*.md",),
@@ -45,14 +46,14 @@ def test_layout_from_config_section() -> None:
 def test_resolve_inside_refuses_escapes(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs/up").symlink_to(tmp_path.parent)
-    assert _docs.resolve_inside(tmp_path, "docs", "a/b.json") == ("docs/a/b.json", None)
-    assert _docs.resolve_inside(tmp_path, "docs/x", "../a.json", allow_parent=True) == (
+    assert _documents.resolve_inside(tmp_path, "docs", "a/b.json") == ("docs/a/b.json", None)
+    assert _documents.resolve_inside(tmp_path, "docs/x", "../a.json", allow_parent=True) == (
         "docs/a.json",
         None,
     )
-    assert _docs.resolve_inside(tmp_path, "docs", "../../a.json", allow_parent=True)[0] is None
+    assert _documents.resolve_inside(tmp_path, "docs", "../../a.json", allow_parent=True)[0] is None
     for target in ("../../etc/passwd", "/etc/passwd", "C:\\x", "up/x.json"):
-        path, why = _docs.resolve_inside(tmp_path, "docs", target)
+        path, why = _documents.resolve_inside(tmp_path, "docs", target)
         assert path is None
         assert why is not None
 
@@ -169,3 +170,38 @@ def test_evidence_commits_beyond_a_shallow_cut_exit_2(tmp_path: Path) -> None:
     assert _docs.lint_evidence(root, collect=False) == []
     with pytest.raises(GitError, match=r"clone is shallow.*git fetch --unshallow"):
         _docs.lint_evidence(clone, collect=False)
+
+
+def test_a_switched_off_rules_check_is_never_called() -> None:
+    from wpgate.rules import provenance as rules
+
+    kept = _docs.enabled_checks({"disable": ["WPG203"]}, rules.CHECKS)
+    assert rules.check_unique_ids not in kept
+    assert kept == [c for c in rules.CHECKS if c is not rules.check_unique_ids]
+
+
+@pytest.mark.parametrize(
+    ("linter", "rule_id", "module", "name"),
+    [
+        ("provenance", "WPG207", "wpgate._docs", "first_citing_commits"),
+        ("wp", "WPG306", "wpgate.references", "GateResolver"),
+        ("changelog", "WPG502", "wpgate.project_index", "load_project_index"),
+    ],
+)
+def test_switched_off_rules_skip_their_expensive_inputs(
+    monkeypatch: pytest.MonkeyPatch, linter: str, rule_id: str, module: str, name: str
+) -> None:
+    """History reads, gate resolution and the project index serve one rule each."""
+
+    def refuse(*_args: object) -> None:
+        raise AssertionError(f"{name} ran")
+
+    monkeypatch.setattr(importlib.import_module(module), name, refuse)
+    lint = {
+        "provenance": lambda config: _docs.lint_provenance(ROOT, config, history=True),
+        "wp": lambda config: _docs.lint_work_packages(ROOT, config),
+        "changelog": lambda config: _docs.lint_changelog(ROOT, config),
+    }[linter]
+    lint({"disable": [rule_id]})
+    with pytest.raises(AssertionError, match=f"{name} ran"):  # control: on, it runs
+        lint({})

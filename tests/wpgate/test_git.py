@@ -182,3 +182,16 @@ def test_no_name_reaches_git_before_end_of_options(repo: Path) -> None:
     evil = _git.RevisionRange("HEAD", ("--all",))
     with pytest.raises(GitError, match="starts with `-`"):
         list(_git.read_commits(repo, evil))
+
+
+def test_commit_msg_context_reads_comment_char_author_and_a_merge(tmp_path: Path) -> None:
+    root = new_repository(tmp_path)
+    git(root, "config", "core.commentChar", ";")
+    assert _git.commit_msg_context(root) == (";", "Ada Lovelace <ada@example.org>", False)
+    (root / ".git" / "MERGE_HEAD").write_text("0" * 40 + "\n")
+    assert _git.commit_msg_context(root)[2] is True
+
+
+def test_commit_msg_context_outside_a_repository_falls_back(tmp_path: Path) -> None:
+    char, _author, merging = _git.commit_msg_context(tmp_path)
+    assert (char, merging) == ("#", False)

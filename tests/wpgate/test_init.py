@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from git_helpers import git, new_repository
 
-from wpgate._docs import DocsLayout
+from wpgate._documents import DocsLayout
 from wpgate._init import plan_scaffolds
 from wpgate.cli import main
 

@@ -186,6 +186,7 @@ ADVERSARIAL_SHAPES = {
 }
 
 
+@pytest.mark.slow  # times megabyte inputs (make test-fast skips it)
 @pytest.mark.parametrize("shape", sorted(LARGE_SHAPES))
 def test_one_mebibyte_parses_fast(shape: str) -> None:
     text = LARGE_SHAPES[shape]
@@ -195,6 +196,7 @@ def test_one_mebibyte_parses_fast(shape: str) -> None:
     assert best < 0.1, f"{shape}: {best:.3f} s"
 
 
+@pytest.mark.slow  # times megabyte inputs (make test-fast skips it)
 @pytest.mark.parametrize("shape", sorted(ADVERSARIAL_SHAPES))
 def test_adversarial_shapes_are_linear(shape: str) -> None:
     text = ADVERSARIAL_SHAPES[shape]

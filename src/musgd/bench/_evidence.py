@@ -2,15 +2,14 @@
 
 A benchmark writes one JSON document (``"schema": "wpgate-evidence/1"``) holding the
 environment, the git commit and whether the tree was dirty, the sha256 of each optimizer source
-file (``src/musgd/*.py``) and the results. Documentation claims cite these files; the governance
-checker (``wpgate evidence``) compares the recorded hashes with the files at the recorded commit.
+file (``src/musgd/*.py``) and the results. The format and its one writer belong to wpgate
+(:mod:`wpgate.evidence`); this module says what a musgd benchmark records.
+Documentation claims cite these files; the governance checker (``wpgate evidence``) compares
+the recorded hashes with the files at the recorded commit.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
-import json
 import os
 import platform
 import re
@@ -18,31 +17,34 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-SCHEMA = "wpgate-evidence/1"
+from wpgate import evidence
+from wpgate.evidence import SCHEMA, GitState, git_state
+
+__all__ = [
+    "SCHEMA",
+    "GitState",
+    "build_evidence",
+    "check_commit",
+    "collect_environment",
+    "default_evidence_path",
+    "find_repo_root",
+    "git_state",
+    "source_hashes",
+    "write_evidence",
+]
+
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # src/musgd
 _TOOL_TIMEOUT_S = 30
 
 
-@dataclass(frozen=True)
-class GitState:
-    """HEAD of the repository a benchmark ran from, or None outside a git checkout."""
-
-    commit: str | None
-    dirty: bool | None
-
-
 def find_repo_root(start: Path = _PACKAGE_DIR) -> Path | None:
     """The nearest directory at or above ``start`` holding both ``.git`` and ``pyproject.toml``."""
-    for candidate in (start, *start.parents):
-        if (candidate / ".git").exists() and (candidate / "pyproject.toml").is_file():
-            return candidate
-    return None
+    return evidence.find_repo_root(start)
 
 
 def _output(argv: list[str]) -> str | None:
@@ -58,24 +60,6 @@ def _output(argv: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _git(root: Path, *args: str) -> str | None:
-    """Run a read-only git command in ``root``; None when git is missing or fails."""
-    # safe.directory: a copied or mounted checkout owned by another user is still ours to
-    # read; git refuses it otherwise and the evidence would lose its commit.
-    return _output(["git", "-c", f"safe.directory={root}", "-C", str(root), *args])
-
-
-def git_state(root: Path | None) -> GitState:
-    """HEAD's sha and whether tracked files differ from it (untracked files do not count)."""
-    if root is None:
-        return GitState(None, None)
-    head = _git(root, "rev-parse", "HEAD")
-    if head is None:
-        return GitState(None, None)
-    status = _git(root, "status", "--porcelain", "--untracked-files=no")
-    return GitState(head.strip(), None if status is None else bool(status.strip()))
-
-
 def source_hashes(root: Path | None = None, package_dir: Path = _PACKAGE_DIR) -> dict[str, str]:
     """sha256 of each optimizer source file ``<package_dir>/*.py``, keyed by relative path.
 
@@ -84,10 +68,7 @@ def source_hashes(root: Path | None = None, package_dir: Path = _PACKAGE_DIR) ->
     The benchmark sub-package is not an optimizer source and is not hashed.
     """
     base = root if root is not None and package_dir.is_relative_to(root) else package_dir.parent
-    return {
-        path.relative_to(base).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(package_dir.glob("*.py"))
-    }
+    return evidence.source_hashes(base, package_dir.glob("*.py"))
 
 
 def _driver_version() -> str | None:
@@ -164,18 +145,15 @@ def build_evidence(
                     "cannot read this checkout: evidence files record full commits"
                 )
             state, source = GitState(commit, None), "argument"
-    return {
-        "schema": SCHEMA,
-        "kind": kind,
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "command": [Path(sys.executable).name, "-m", "musgd.bench", *argv],
-        "environment": collect_environment(device),
-        "git_commit": state.commit,
-        "git_dirty": state.dirty,
-        "git_commit_source": source,
-        "sources": source_hashes(root),
-        "results": dict(results),
-    }
+    return evidence.evidence_document(
+        kind,
+        dict(results),
+        command=[Path(sys.executable).name, "-m", "musgd.bench", *argv],
+        environment=collect_environment(device),
+        git=state,
+        sources=source_hashes(root),
+        extra={"git_commit_source": source},
+    )
 
 
 def _slug(text: str) -> str:
@@ -183,29 +161,29 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
 
 
-def default_evidence_path(evidence: Mapping[str, Any]) -> Path:
+def default_evidence_path(document: Mapping[str, Any]) -> Path:
     """``docs/evidence/musgd-<kind>-<device>-<timestamp>[-<commit8>].json`` in the repository.
 
     Outside a repository the file goes to ``./evidence/`` under the working directory.
     """
     root = find_repo_root()
     folder = root / "docs" / "evidence" if root is not None else Path.cwd() / "evidence"
-    env = evidence["environment"]
+    env = document["environment"]
     device = env["gpu"] or f"cpu-{env['cpu']}"
-    stamp = str(evidence["created"]).replace(":", "").replace("-", "")[:15]
-    commit = evidence.get("git_commit")
+    stamp = str(document["created"]).replace(":", "").replace("-", "")[:15]
+    commit = document.get("git_commit")
     tail = f"-{str(commit)[:8]}" if commit else ""
-    return folder / f"musgd-{_slug(evidence['kind'])}-{_slug(device)[:40]}-{stamp}{tail}.json"
+    return folder / f"musgd-{_slug(document['kind'])}-{_slug(device)[:40]}-{stamp}{tail}.json"
 
 
-def write_evidence(evidence: Mapping[str, Any], out: Path | None = None) -> Path:
-    """Write ``evidence`` as indented JSON to ``out`` (a file, or a directory) or the default.
+def write_evidence(document: Mapping[str, Any], out: Path | None = None) -> Path:
+    """Write ``document`` with wpgate's evidence writer to ``out`` (a file or a directory).
 
-    Returns the path written. Raises OSError when the location cannot be written.
+    Without ``out`` it goes to :func:`default_evidence_path`. Returns the path written. Raises
+    OSError when the location cannot be written and ``wpgate.evidence.EvidenceError`` when the
+    document is not valid ``wpgate-evidence/1``.
     """
-    path = default_evidence_path(evidence)
+    path = default_evidence_path(document)
     if out is not None:
         path = out / path.name if out.is_dir() or str(out).endswith(("/", os.sep)) else out
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(evidence, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    return path
+    return evidence.write_evidence(document, path)

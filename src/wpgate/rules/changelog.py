@@ -1,7 +1,7 @@
 """Changelog rules (WPG5xx): the names the unreleased section promises exist in the tree.
 
 A backticked span is classified, then resolved against a :class:`ProjectIndex` built by
-``wpgate._docs.load_project_index``:
+``wpgate.project_index.load_project_index``:
 
 - ``--flag`` (or ``--a/--b``): the literal appears in the project's Python sources;
 - ``wpgate check --format json``, ``make gate``, ``python -m pkg.mod``: the console script (or
@@ -19,11 +19,11 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from wpgate._model import RULES, Finding, Rule
 from wpgate.parsers.changelog import CodeName, Unreleased
+from wpgate.records import ProjectIndex
 
 _FLAG_RE = re.compile(r"^--[A-Za-z0-9][\w.-]*(?:=\S*)?(?:/--[A-Za-z0-9][\w.-]*)*$")
 _DOTTED_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(\(.*\))?$")
@@ -42,21 +42,6 @@ _EXTENSIONS = (
     ".lock",
 )
 _KWARG_RE = re.compile(r"([A-Za-z_]\w*)\s*=")
-
-
-@dataclass(frozen=True)
-class ProjectIndex:
-    """What exists in the tree: files, Python modules and their names, flags, commands."""
-
-    files: frozenset[str]
-    directories: frozenset[str]
-    modules: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    members: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    identifiers: frozenset[str] = frozenset()
-    flags: frozenset[str] = frozenset()
-    commands: frozenset[str] = frozenset()
-    scripts: frozenset[str] = frozenset()
-    make_targets: frozenset[str] = frozenset()
 
 
 def _path_exists(index: ProjectIndex, text: str) -> bool:
@@ -213,3 +198,6 @@ def _register() -> None:
 
 
 _register()
+
+#: The checks that need nothing but the unreleased section (WPG502 also needs the project index).
+CHECKS = (check_unreleased_section,)

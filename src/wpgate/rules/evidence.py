@@ -1,20 +1,18 @@
 """Evidence rules (WPG4xx, governance spec §4): pure checks over a loaded evidence tree.
 
-The tree (``wpgate._docs.EvidenceTree``) already holds every answer that needs the file system,
-git or pytest; these functions only compare.
+The tree (``wpgate.records.EvidenceTree``, built by ``wpgate._evidence_tree``) already holds
+every answer that needs the file system, git or pytest; these functions only compare.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wpgate._model import RULES, Finding, Rule
 from wpgate.parsers.evidence import Evidence, Number, evidence_numbers
-
-if TYPE_CHECKING:
-    from wpgate._docs import ClaimContext, EvidenceTree
+from wpgate.records import ClaimContext, EvidenceTree
 
 _HUNDRED = Decimal(100)
 

@@ -30,7 +30,8 @@ from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
 from wpgate._config import Config, ConfigError, load_config
-from wpgate._docs import docs_layout, load_work_packages, read_text, resolve_inside
+from wpgate._docs import load_work_packages
+from wpgate._documents import docs_layout, read_text, resolve_inside
 from wpgate.parsers.evidence import parse_evidence
 from wpgate.site import _evidence, _reference, _roadmap
 from wpgate.site._escape import escape_html, escape_markdown

@@ -12,6 +12,9 @@ import torch
 
 from musgd.bench._cli import EXIT_OK, EXIT_USAGE, main
 
+# End-to-end runs of the benchmark harness CLI (make test-fast skips them, make test runs them).
+pytestmark = pytest.mark.slow
+
 
 def test_demo_quick_shows_loss_going_down(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--quick", "--device", "cpu"]) == EXIT_OK

@@ -19,6 +19,9 @@ from musgd.bench._train_bench import (
 )
 from musgd.bench._variants import Variant, select_variants
 
+# Complete training steps of the benchmark harness (make test-fast skips it; make test runs it).
+pytestmark = pytest.mark.slow
+
 CPU = torch.device("cpu")
 TINY = TrainConfig(batch_size=2, image_size=32, steps=2, warmup=1, seed=0)
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from wpgate._docs import lint_changelog, load_project_index
+from wpgate._docs import lint_changelog
 from wpgate.parsers.changelog import parse_unreleased
+from wpgate.project_index import load_project_index
 from wpgate.rules.changelog import ProjectIndex, check_names, resolve_name
 
 CLI = """import click

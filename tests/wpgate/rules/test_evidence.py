@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from git_helpers import isolated_git
 
-from wpgate._docs import lint_evidence, load_evidence
+from wpgate._docs import lint_evidence
+from wpgate._evidence_tree import load_evidence
 from wpgate._model import Finding
 from wpgate.rules import evidence as rules
 
@@ -221,6 +222,26 @@ def test_wpg409_count_marker_verified_by_collecting(repo: tuple[Path, str]) -> N
         ),
     ]
     assert lint_evidence(root, collect=False) == []
+
+
+def test_switched_off_marker_rules_never_run_git_diff_or_pytest(
+    repo: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WPG408 and WPG409 off: their git diffs and pytest collections are not run at all."""
+    root, first = repo
+    from wpgate import _evidence_tree
+
+    def refuse(*_args: object) -> None:
+        raise AssertionError("a switched-off rule's work ran")
+
+    _page(root, CLAIM + f"\n`collected 4 -- src` and `identical {first[:7]}..HEAD -- src/m.py`.")
+    monkeypatch.setattr(_evidence_tree, "count_collected", refuse)
+    monkeypatch.setattr(_evidence_tree, "paths_identical", refuse)
+    assert lint_evidence(root, {"disable": ["WPG408", "WPG409"]}) == []
+    with pytest.raises(AssertionError, match="switched-off"):  # control: on, they do run
+        lint_evidence(root, {"disable": ["WPG408"]})
+    with pytest.raises(AssertionError, match="switched-off"):
+        lint_evidence(root, {"disable": ["WPG409"]})
 
 
 def test_checks_are_pure_over_a_tree_without_git(tmp_path: Path) -> None:

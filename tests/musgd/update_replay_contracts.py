@@ -1,0 +1,123 @@
+"""Update-replay contracts with one body for both recorders: the CPU fake and CUDA graphs.
+
+tests/musgd/test_update_replay.py (CPU, ``FakeRecorder``) and
+tests/cuda/test_update_replay_cuda.py (CUDA, ``CudaGraphRecorder``) each define a
+``replay_backend`` fixture and import these tests, so each contract runs in both lanes from the
+same code. Every comparison is ``torch.equal`` against an eager twin fed the same gradients.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from replay_common import assert_same, split_groups, step_both
+
+from musgd import MuSGD
+from musgd._replay import Recorder
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReplayBackend:
+    """Where the contracts run: the device, the parameter shapes and a recorder factory."""
+
+    name: str
+    device: torch.device
+    matrices: tuple[Shape, ...]
+    vectors: tuple[Shape, ...]
+    new_recorder: Callable[[], Recorder]
+
+    def make_params(self, seed: int = 0) -> list[torch.nn.Parameter]:
+        gen = torch.Generator().manual_seed(seed)
+        return [
+            torch.nn.Parameter(torch.randn(s, generator=gen).to(self.device))
+            for s in self.matrices + self.vectors
+        ]
+
+    def groups(self, params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:
+        return split_groups(params, len(self.matrices))
+
+    def replaying(self, params: list[torch.nn.Parameter], **options: Any) -> MuSGD:
+        """A MuSGD with ``capture_updates`` (unless ``options`` says otherwise) and a recorder."""
+        options = {"capture_updates": True, **options}
+        return MuSGD(self.groups(params), lr=0.02, recorder=self.new_recorder(), **options)
+
+    def twins(
+        self, flags: dict[str, bool] | None = None, **options: Any
+    ) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD]:
+        """An eager optimizer and a replaying one over identical parameters."""
+        ref_p, rep_p = self.make_params(), self.make_params()
+        ref = MuSGD(self.groups(ref_p), lr=0.02, **options)
+        rep = self.replaying(rep_p, **(flags or {}), **options)
+        return ref_p, ref, rep_p, rep
+
+
+CONFIGS = [
+    {},
+    {"nesterov": False},
+    {"w_muon": 0.0},
+    {"nesterov": False, "w_sgd": 0.0},
+    {"foreach": False},
+    {"ns_dtype": torch.float32},
+    {"momentum": 0.0, "ns_steps": 3},
+    {"momentum": 0.0, "w_muon": 1.0, "ns_steps": 3},
+]
+
+
+@pytest.mark.parametrize("options", CONFIGS)
+@pytest.mark.parametrize("both", [False, True])
+def test_replayed_steps_match_eager_with_one_replay_per_group(
+    replay_backend: ReplayBackend, options: dict[str, Any], both: bool
+) -> None:
+    ref_p, ref, rep_p, rep = replay_backend.twins(
+        {"capture_updates": True, "capture_orthogonalization": both}, **options
+    )
+    for step in range(6):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    stats = rep._replay.stats
+    assert (stats.recordings, stats.replays, stats.failures) == (2, 6 * 2, 0), "one per group"
+    assert len(rep._replay.orth_cache) == 0, "Newton-Schulz runs inside the group's recording"
+
+
+def test_hyperparameter_schedules_are_honoured_without_rerecording(
+    replay_backend: ReplayBackend,
+) -> None:
+    ref_p, ref, rep_p, rep = replay_backend.twins()
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s)) for o in (ref, rep)]
+    for step in range(8):
+        for opt in (ref, rep):
+            for group in opt.param_groups:
+                # A warm-up schedule: every value changes every iteration.
+                group["momentum"] = 0.8 + 0.02 * step
+                group["w_muon"] = 0.3 + 0.05 * step
+                group["w_sgd"] = 0.7 - 0.05 * step
+                if group["weight_decay"]:
+                    group["weight_decay"] = 0.01 * (step + 1)
+        step_both(ref_p, ref, rep_p, rep, step)
+        for sched in scheds:
+            sched.step()
+        assert_same(ref_p, rep_p, ref, rep)
+    stats = rep._replay.stats
+    assert (stats.recordings, stats.replays) == (2, 8 * 2)
+
+
+def test_resume_mid_run_matches_an_uninterrupted_run(replay_backend: ReplayBackend) -> None:
+    ref_p, ref, first_p, first = replay_backend.twins()
+    for step in range(4):
+        step_both(ref_p, ref, first_p, first, step)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    resumed_p = [torch.nn.Parameter(p.detach().clone()) for p in first_p]
+    resumed = replay_backend.replaying(resumed_p)
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    for step in range(4, 8):
+        step_both(ref_p, ref, resumed_p, resumed, step)
+    assert_same(ref_p, resumed_p, ref, resumed)

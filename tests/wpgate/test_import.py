@@ -1,0 +1,126 @@
+"""Import contracts of the governance toolkit: its command line loads neither torch nor yaml.
+
+Each probe runs in a fresh interpreter, so nothing this test process imported can hide a leak;
+the control shows the probe does see a module that an import pulls in.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "yaml")
+
+
+def _loaded_after(statement: str) -> list[str]:
+    """The heavy top-level modules in ``sys.modules`` after ``statement``, in a new process."""
+    code = (
+        f"import sys\n{statement}\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    return ast.literal_eval(done.stdout.strip())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("module", ["wpgate", "wpgate.cli"])
+def test_the_command_line_loads_neither_torch_nor_yaml(module: str) -> None:
+    assert _loaded_after(f"import {module}") == []
+
+
+def test_the_probe_sees_a_module_an_import_pulls_in() -> None:
+    # Control: the site's evidence renderer imports yaml at module level, so the probe must say so.
+    assert _loaded_after("import wpgate.site._evidence") == ["yaml"]
+
+
+def _imported_top_levels(package: Path) -> set[str]:
+    names: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_every_declared_base_dependency_is_imported_by_wpgate() -> None:
+    """A declared dependency nothing imports is dead weight on every install (DECISIONS D1)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    # A requirement starts with its distribution name (PEP 508): letters, digits, `.`, `_`, `-`.
+    names = (re.match(r"[A-Za-z0-9._-]+", dep) for dep in project["dependencies"])
+    declared = {name[0].lower() for name in names if name}
+    providers = packages_distributions()
+    used = {
+        dist.lower()
+        for name in _imported_top_levels(ROOT / "src" / "wpgate")
+        for dist in providers.get(name, [])
+    }
+    assert declared, "pyproject.toml declares no base dependencies"
+    assert declared <= used, f"declared but never imported by src/wpgate: {sorted(declared - used)}"
+
+
+def _wpgate_imports(path: Path) -> set[str]:
+    """Every wpgate module ``path`` imports: at module level, under ``if TYPE_CHECKING:`` and
+    inside functions (a lazy import that closes a loop is a cycle all the same)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wpgate"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("wpgate"))
+    return found
+
+
+# The one loop left (WP-015 says so): the configuration validates rule names against the
+# registry, and the trailer rules take the configuration's types.
+KNOWN_LAZY_EDGES = {("wpgate._config", "wpgate.rules")}
+
+
+def test_wpgate_modules_import_each_other_without_a_cycle() -> None:
+    package = ROOT / "src" / "wpgate"
+    modules = {
+        ".".join(("wpgate", *path.relative_to(package).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        ): path
+        for path in package.rglob("*.py")
+    }
+    graph = {
+        name: {
+            m
+            for m in _wpgate_imports(path)
+            if m in modules and m != name and (name, m) not in KNOWN_LAZY_EDGES
+        }
+        for name, path in modules.items()
+    }
+    # A package's __init__ runs before its sub-modules: importing `wpgate.rules.x` imports
+    # `wpgate.rules` first, so that edge counts too.
+    for name in modules:
+        parent = name.rpartition(".")[0]
+        if parent in modules and parent != "wpgate":
+            graph[name].add(parent)
+    state: dict[str, int] = {}
+
+    def visit(name: str, trail: tuple[str, ...]) -> None:
+        if state.get(name) == 2:
+            return
+        assert state.get(name) != 1, f"import cycle: {' -> '.join((*trail, name))}"
+        state[name] = 1
+        for target in sorted(graph[name]):
+            visit(target, (*trail, name))
+        state[name] = 2
+
+    assert "wpgate.records" in graph["wpgate.rules.evidence"]
+    for name in sorted(graph):
+        visit(name, ())
