@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from distributed_worker import SAVE_AFTER, STEPS, Net, snapshot, train, wrap
+from distributed_worker import SAVE_AFTER, STEPS, Net, exit_now, snapshot, train, wrap
 from torch import Tensor, nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
@@ -105,5 +105,7 @@ def main(rank: int, world: int, port: int, out: str, phase: str, backend: str) -
                 saved = torch.load(folder / "save-w2-rank0.pt")
                 results[kind] = resume_case(kind, init, ckpt, saved[kind]["grads"])
         torch.save(results, folder / f"{phase}-w{world}-rank{rank}.pt")
+        dist.barrier()  # no rank tears the group down while another still uses it
     finally:
         dist.destroy_process_group()
+    exit_now()
