@@ -16,9 +16,9 @@ import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
 
-from wpgate._documents import docs_layout, glob_pages, read_text, resolve_inside, sha256_file
+from wpgate._config import Config
+from wpgate._documents import glob_pages, read_text, resolve_inside, sha256_file
 from wpgate._git import (
     blob_hashes_at,
     is_work_tree,
@@ -27,6 +27,7 @@ from wpgate._git import (
     resolve_commits,
 )
 from wpgate._model import Finding
+from wpgate.options import DocsLayout
 from wpgate.parsers.evidence import (
     CountMarker,
     EvidenceParse,
@@ -235,7 +236,7 @@ def _count_answers(
 
 def load_evidence(
     root: Path,
-    config: Any = None,
+    config: Config | None = None,
     *,
     git: bool = True,
     collect: bool = True,
@@ -247,7 +248,7 @@ def load_evidence(
     ``collected N -- paths`` markers; ``identical=False`` skips ``git diff`` for
     ``identical A..B -- paths`` markers.
     """
-    layout = docs_layout(config)
+    layout = DocsLayout.from_config(config)
     evidence_dir = layout.evidence.rstrip("/")
     files = _EvidenceFiles(root)
     files.load_folder(evidence_dir)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 from wpgate._model import RULES, Finding, Rule
+from wpgate.options import ChangelogOptions
 from wpgate.parsers.changelog import CodeName, Unreleased
 from wpgate.records import ProjectIndex
 
@@ -145,7 +145,7 @@ def _resolve_command(  # noqa: PLR0911 - one answer per command kind
     return None
 
 
-def check_unreleased_section(section: Unreleased, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_unreleased_section(section: Unreleased, options: ChangelogOptions) -> Iterator[Finding]:
     """WPG501: the changelog has an ``## [Unreleased]`` section (Keep a Changelog)."""
     if section.line == 0:
         yield Finding(
@@ -157,11 +157,10 @@ def check_unreleased_section(section: Unreleased, options: Mapping[str, Any]) ->
 
 
 def check_names(
-    section: Unreleased, index: ProjectIndex, options: Mapping[str, Any]
+    section: Unreleased, index: ProjectIndex, options: ChangelogOptions
 ) -> Iterator[Finding]:
     """WPG502: every backticked name in the unreleased section resolves in the tree."""
-    raw = options.get("ignore", ())
-    ignored = frozenset(str(x) for x in ([raw] if isinstance(raw, str) else raw))
+    ignored = frozenset(options.ignore)
     seen: set[tuple[str, int]] = set()
     for name in section.names:
         if name.text in ignored or (name.text, name.line) in seen:

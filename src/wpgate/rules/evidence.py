@@ -6,11 +6,11 @@ every answer that needs the file system, git or pytest; these functions only com
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
 
 from wpgate._model import RULES, Finding, Rule
+from wpgate.options import EvidenceOptions
 from wpgate.parsers.evidence import Evidence, Number, evidence_numbers
 from wpgate.records import ClaimContext, EvidenceTree
 
@@ -27,7 +27,7 @@ def _cited(tree: EvidenceTree, context: ClaimContext) -> list[Evidence]:
     return out
 
 
-def check_claim_cites(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG401: a claim cites at least one evidence file, kept under the evidence directory."""
     yield from (f for f in tree.findings if f.rule_id == "WPG401")
     for context in tree.claims:
@@ -53,7 +53,7 @@ def check_claim_cites(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterato
                 )
 
 
-def check_citations_inside(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_citations_inside(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG402: citations stay inside the repository (no absolute path, ``..`` or escaping link)."""
     for context in tree.claims:
         for citation in context.citations:
@@ -66,7 +66,7 @@ def check_citations_inside(tree: EvidenceTree, options: Mapping[str, Any]) -> It
                 )
 
 
-def check_citations_exist(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_citations_exist(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG403: every cited file exists."""
     for context in tree.claims:
         for citation in context.citations:
@@ -80,13 +80,13 @@ def check_citations_exist(tree: EvidenceTree, options: Mapping[str, Any]) -> Ite
                 )
 
 
-def check_files_valid(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_files_valid(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG404: every evidence file is a ``wpgate-evidence/1`` JSON object."""
     for parse in tree.files.values():
         yield from parse.findings
 
 
-def check_source_hashes(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_source_hashes(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG405: an evidence file's source hashes equal those files at its recorded commit.
 
     Skipped for files without a commit or marked ``git_dirty``: their hashes are the anchor.
@@ -178,7 +178,7 @@ class _Index:
         return False
 
 
-def check_numbers(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_numbers(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG406: every number in a claim's prose is recorded in a file the claim cites.
 
     A number matches a recorded value rounded to the claim's decimals; a percentage also
@@ -212,7 +212,7 @@ def check_numbers(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Fi
                 )
 
 
-def check_stale(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_stale(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG407: a claim whose evidence no longer matches the tree names the commit it covers."""
     for context in tree.claims:
         claim = context.claim
@@ -256,7 +256,7 @@ def _covers(tree: EvidenceTree, evidence: Evidence, sha: str) -> bool:
     return all(tree.hashes_at.get((full, s)) == d for s, d in evidence.sources.items())
 
 
-def check_identical(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_identical(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG408: ``identical A..B -- paths`` holds: git sees no difference in those paths."""
     if not tree.git:
         return
@@ -282,7 +282,7 @@ def check_identical(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[
                 )
 
 
-def check_counts(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_counts(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG409: ``collected N -- paths`` holds: pytest collects exactly N tests there."""
     for context in tree.claims:
         for marker in context.claim.counts:

@@ -9,27 +9,27 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from wpgate._model import RULES, Finding, Rule
+from wpgate.options import ProvenanceOptions
 from wpgate.parsers.provenance import Provenance, id_number
 
-DEFAULT_LICENCES = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "PSF-2.0")
-DEFAULT_CODE_ROLES = ("code", "library", "software", "source code")
+DEFAULT_LICENCES = ProvenanceOptions.licences
+DEFAULT_CODE_ROLES = ProvenanceOptions.code_roles
 _ISO_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-def check_tables(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_tables(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG201: the three tables exist under their headings, with their columns and whole rows."""
     yield from (f for f in provenance.findings if f.rule_id == "WPG201")
 
 
-def check_id_format(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_id_format(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG202: every id cell is ``R<n>``, a range ``R1-R20`` or a list of them."""
     yield from (f for f in provenance.findings if f.rule_id == "WPG202")
 
 
-def check_unique_ids(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_unique_ids(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG203: an id appears once across the Sources and Placeholders tables (ranges expanded)."""
     seen: dict[str, tuple[str, int]] = {}
     rows = [(s.id, "Sources", s.line) for s in provenance.sources]
@@ -60,16 +60,15 @@ def _licence_allowed(cell: str, allowed: frozenset[str]) -> bool:
     return False
 
 
-def _lowered(value: Any) -> frozenset[str]:
-    """An option that is a string or a list of strings, lower-cased (a lone string is a list)."""
-    items = [value] if isinstance(value, str) else list(value or ())
-    return frozenset(str(item).strip().lower() for item in items)
+def _lowered(values: tuple[str, ...]) -> frozenset[str]:
+    """An option's strings, stripped and lower-cased."""
+    return frozenset(item.strip().lower() for item in values)
 
 
-def check_licences(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_licences(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG204: a code source carries a permissive licence; copyleft or unknown is refused."""
-    allowed = _lowered(options.get("licences", DEFAULT_LICENCES))
-    roles = _lowered(options.get("code_roles", DEFAULT_CODE_ROLES))
+    allowed = _lowered(options.licences)
+    roles = _lowered(options.code_roles)
     reported: set[int] = set()
     for source in provenance.sources:
         if source.role.strip("` ").lower() not in roles or source.line in reported:
@@ -86,7 +85,7 @@ def check_licences(provenance: Provenance, options: Mapping[str, Any]) -> Iterat
             )
 
 
-def check_first_use_once(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_first_use_once(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG205: every source has exactly one first-use row, and each row names known sources."""
     sources = {s.id: s for s in provenance.sources}
     placeholders = provenance.placeholder_ids
@@ -141,7 +140,7 @@ def parse_iso_date(cell: str) -> dt.date | None:
         return None
 
 
-def check_first_use_dates(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_first_use_dates(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG206: first-use dates are ISO (``YYYY-MM-DD``) and never decrease down the log."""
     previous: tuple[dt.date, int] | None = None
     for row in provenance.first_uses:
@@ -168,7 +167,7 @@ def check_first_use_dates(provenance: Provenance, options: Mapping[str, Any]) ->
 def check_first_use_history(
     provenance: Provenance,
     citations: Mapping[str, tuple[str, str]],
-    options: Mapping[str, Any],
+    options: ProvenanceOptions,
 ) -> Iterator[Finding]:
     """WPG207: each source cited in a ``Provenance:`` trailer was logged on or before that commit.
 

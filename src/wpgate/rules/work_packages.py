@@ -7,6 +7,7 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from wpgate._model import RULES, Finding, Rule
+from wpgate.options import WorkPackageOptions
 from wpgate.parsers.work_packages import WorkPackage, id_from_filename, sort_key
 
 
@@ -25,17 +26,17 @@ class Registry(Protocol):
 GateResolver = Callable[[str], "str | None"]
 
 
-def check_front_matter(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_front_matter(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG301: every page opens with valid YAML front matter holding a mapping."""
     yield from (f for f in registry.findings if f.rule_id == "WPG301")
 
 
-def check_schema(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_schema(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG302: the front matter has the required keys with the right types and vocabulary."""
     yield from (f for f in registry.findings if f.rule_id == "WPG302")
 
 
-def check_ids(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG303: the page is ``wp-<id>.md`` for its own id, and no id is used twice."""
     yield from (f for f in registry.findings if f.rule_id == "WPG303")
     seen: dict[str, str] = {}
@@ -62,7 +63,7 @@ def check_ids(registry: Registry, options: Mapping[str, Any]) -> Iterator[Findin
             seen[package.id] = package.path
 
 
-def check_dependencies_exist(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_dependencies_exist(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG304: every ``depends_on`` id names another package of the registry."""
     ids = {p.id for p in registry.packages}
     for package in registry.packages:
@@ -84,7 +85,7 @@ def check_dependencies_exist(registry: Registry, options: Mapping[str, Any]) -> 
                 )
 
 
-def check_acyclic(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_acyclic(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG305: the dependencies form no cycle (each cycle reported once, at its lowest id)."""
     packages = {p.id: p for p in registry.packages}
     edges = {
@@ -128,7 +129,7 @@ def check_acyclic(registry: Registry, options: Mapping[str, Any]) -> Iterator[Fi
 
 
 def check_gates(
-    registry: Registry, resolve: GateResolver, options: Mapping[str, Any]
+    registry: Registry, resolve: GateResolver, options: WorkPackageOptions
 ) -> Iterator[Finding]:
     """WPG306: a ``done`` package has at least one gate, and every gate resolves statically."""
     for package in registry.packages:
@@ -153,7 +154,7 @@ def check_gates(
                 )
 
 
-def check_phases(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_phases(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG307: each package's phase has a page ``docs/engineering/phase-NN*.md``."""
     for package in registry.packages:
         if package.phase not in registry.phases:
@@ -166,7 +167,7 @@ def check_phases(registry: Registry, options: Mapping[str, Any]) -> Iterator[Fin
             )
 
 
-def check_reasons(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_reasons(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG308: a blocked or deferred package says why in ``reason``."""
     for package in registry.packages:
         if package.status in ("blocked", "deferred") and not package.reason:
@@ -179,7 +180,7 @@ def check_reasons(registry: Registry, options: Mapping[str, Any]) -> Iterator[Fi
             )
 
 
-def check_superseded(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_superseded(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG309: ``superseded`` goes with ``superseded_by`` naming another existing package."""
     ids = {p.id for p in registry.packages}
     for package in registry.packages:

@@ -9,6 +9,7 @@ from git_helpers import isolated_git
 from wpgate._docs import lint_provenance
 from wpgate._git import first_citing_commits
 from wpgate._model import RULES, Finding
+from wpgate.options import ProvenanceOptions
 from wpgate.parsers.provenance import parse_provenance
 from wpgate.rules import provenance as rules
 
@@ -33,7 +34,8 @@ GOOD = _doc(
 
 
 def _run(check: object, text: str, options: dict[str, object] | None = None) -> list[Finding]:
-    return list(check(parse_provenance(text, P), options or {}))  # type: ignore[operator]
+    record = ProvenanceOptions.from_section(options or {})
+    return list(check(parse_provenance(text, P), record))  # type: ignore[operator]
 
 
 def test_rules_are_registered() -> None:
@@ -113,13 +115,15 @@ def test_wpg207_history_against_first_citing_commit() -> None:
         "R3": ("e" * 40, "2026-11-05"),
         "R8": ("f" * 40, "2026-01-01"),
     }
-    findings = list(rules.check_first_use_history(parsed, citations, {}))
+    findings = list(rules.check_first_use_history(parsed, citations, ProvenanceOptions()))
     assert [(f.line, f.rule_id) for f in findings] == [(20, "WPG207")]
     assert "logged on 2026-11-01, after commit cccccccccccc cited it on 2026-10-31" in (
         findings[0].message
     )
     unlogged = GOOD.replace("| 2026-11-02 | R2, R3 | b |", "| 2026-11-02 | R2 | b |")
-    findings = list(rules.check_first_use_history(parse_provenance(unlogged, P), citations, {}))
+    findings = list(
+        rules.check_first_use_history(parse_provenance(unlogged, P), citations, ProvenanceOptions())
+    )
     assert [(f.line, f.message.split(" but")[0]) for f in findings][1] == (
         0,
         "R3 is first cited by commit eeeeeeeeeeee (2026-11-05)",
