@@ -21,14 +21,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from wpgate._config import Config
 from wpgate._documents import load_shared, read_text
 from wpgate._git import first_citing_commits, is_work_tree, require_full_history
-from wpgate._model import RULES, Finding
+from wpgate._model import Finding, Options, Rule, Subject, switched_on
 from wpgate._output import LinterRun, Summary
 from wpgate.options import (
     ChangelogOptions,
@@ -46,9 +46,6 @@ from wpgate.parsers.work_packages import (
     parse_work_package,
     sort_key,
 )
-
-#: A docs rule's check: the loaded document (or tree) and the linter's options, to findings.
-Check = Callable[[Any, Any], Iterator[Finding]]
 
 if TYPE_CHECKING:
     from wpgate.references import References
@@ -111,6 +108,8 @@ class WorkPackageRegistry:
     findings: tuple[Finding, ...]
     phases: Mapping[int, Phase] = field(default_factory=dict)
     directory: str = "docs/work_packages"
+    #: Why a gate does not resolve (None when it does), when gates are checked (WPG306).
+    resolve_gate: Callable[[str], str | None] | None = field(default=None, compare=False)
 
     def __iter__(self) -> Iterator[WorkPackage]:
         return iter(self.packages)
@@ -233,26 +232,21 @@ def rule_enabled(config: Config | None, rule_id: str) -> bool:
     return config is None or config.enabled(rule_id)
 
 
-def enabled_checks(config: Config | None, checks: Iterable[Check]) -> list[Check]:
-    """The ``checks`` whose rule ``config`` leaves on: a switched-off rule's check never runs.
-
-    Each check is found by its qualified name among the registered rules (its module registers
-    it on import; a module imported twice registers its first functions); a check that no rule
-    registers is a programming error (KeyError).
-    """
-    rule_of = {_name(rule.check): rule.rule_id for rule in RULES}
-    return [check for check in checks if rule_enabled(config, rule_of[_name(check)])]
-
-
-def _name(check: Callable[..., Any]) -> tuple[str, str]:
-    return check.__module__, check.__qualname__
+def enabled_checks(
+    config: Config | None, rules: Iterable[Rule[Subject, Options]]
+) -> list[Rule[Subject, Options]]:
+    """The ``rules`` that ``config`` leaves on; the runners call no other rule's check."""
+    return switched_on(rules, lambda rule_id: rule_enabled(config, rule_id))
 
 
 def run_checks(
-    config: Config | None, checks: Iterable[Check], loaded: Any, options: Any
+    config: Config | None,
+    rules: Iterable[Rule[Subject, Options]],
+    subject: Subject,
+    options: Options,
 ) -> list[Finding]:
-    """The findings of the enabled ``checks`` over ``loaded``; the others are not called."""
-    return [f for check in enabled_checks(config, checks) for f in check(loaded, options)]
+    """The findings of the enabled ``rules`` over ``subject``; the others are not called."""
+    return [f for rule in enabled_checks(config, rules) for f in rule.check(subject, options)]
 
 
 def _keep(config: Config | None, findings: Iterable[Finding]) -> list[Finding]:
@@ -265,12 +259,11 @@ def _provenance(root: Path, config: Config | None, history: bool) -> tuple[list[
     from wpgate.rules import provenance as rules
 
     parsed = load_provenance(root, config)
-    options = ProvenanceOptions.from_config(config)
-    findings = run_checks(config, rules.CHECKS, parsed, options)
+    # The git history serves WPG207 alone: read only when that rule runs.
     if history and rule_enabled(config, "WPG207") and is_work_tree(root):
         require_full_history(root, "the first-use history check (wpgate provenance --history)")
-        citations = first_citing_commits(root)
-        findings.extend(rules.check_first_use_history(parsed, citations, options))
+        parsed = replace(parsed, citations=first_citing_commits(root))
+    findings = run_checks(config, rules.CHECKS, parsed, ProvenanceOptions.from_config(config))
     return _keep(config, findings), len(parsed.sources)
 
 
@@ -287,10 +280,9 @@ def _work_packages(root: Path, config: Config | None) -> tuple[list[Finding], in
     from wpgate.rules import work_packages as rules
 
     registry = load_work_packages(root, config)
-    options = WorkPackageOptions.from_config(config)
-    findings = run_checks(config, rules.CHECKS, registry, options)
-    if rule_enabled(config, "WPG306"):
-        findings.extend(rules.check_gates(registry, GateResolver(root).resolve, options))
+    if rule_enabled(config, "WPG306"):  # gate resolution serves WPG306 alone
+        registry = replace(registry, resolve_gate=GateResolver(root).resolve)
+    findings = run_checks(config, rules.CHECKS, registry, WorkPackageOptions.from_config(config))
     # Findings about the folder itself (WPG303: it does not exist) are not pages.
     folder = registry.directory
     pages = len(
@@ -344,10 +336,9 @@ def _changelog(root: Path, config: Config | None) -> tuple[list[Finding], int]:
     if text is None:
         return _keep(config, [problem] if problem else []), 0
     section = parse_unreleased(text, rel)
-    options = ChangelogOptions.from_config(config)
-    findings = run_checks(config, rules.CHECKS, section, options)
-    if section.names and rule_enabled(config, "WPG502"):
-        findings.extend(rules.check_names(section, load_project_index(root, config), options))
+    if section.names and rule_enabled(config, "WPG502"):  # the index serves WPG502 alone
+        section = replace(section, index=load_project_index(root, config))
+    findings = run_checks(config, rules.CHECKS, section, ChangelogOptions.from_config(config))
     return _keep(config, findings), len(section.names)
 
 

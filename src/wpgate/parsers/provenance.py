@@ -15,7 +15,8 @@ parse become findings with their line, never exceptions.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from wpgate._model import Finding
 from wpgate.parsers.markdown import Table, find_table, parse_markdown
@@ -77,6 +78,9 @@ class Provenance:
     placeholders: tuple[Placeholder, ...]
     first_uses: tuple[FirstUse, ...]
     findings: tuple[Finding, ...]
+    #: Per source id, the first commit citing it and that commit's date, when the first-use
+    #: history is checked (WPG207); None otherwise. The docs runner adds it from git.
+    citations: Mapping[str, tuple[str, str]] | None = field(default=None, compare=False)
 
     @property
     def source_ids(self) -> frozenset[str]:

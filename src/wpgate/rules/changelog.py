@@ -20,7 +20,7 @@ import fnmatch
 import re
 from collections.abc import Iterator
 
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import Finding, Rule, register
 from wpgate.options import ChangelogOptions
 from wpgate.parsers.changelog import CodeName, Unreleased
 from wpgate.records import ProjectIndex
@@ -156,10 +156,14 @@ def check_unreleased_section(section: Unreleased, options: ChangelogOptions) -> 
         )
 
 
-def check_names(
-    section: Unreleased, index: ProjectIndex, options: ChangelogOptions
-) -> Iterator[Finding]:
-    """WPG502: every backticked name in the unreleased section resolves in the tree."""
+def check_names(section: Unreleased, options: ChangelogOptions) -> Iterator[Finding]:
+    """WPG502: every backticked name in the unreleased section resolves in the tree.
+
+    The tree is ``section.index``; a section without one is not checked.
+    """
+    index = section.index
+    if index is None:
+        return
     ignored = frozenset(options.ignore)
     seen: set[tuple[str, int]] = set()
     for name in section.names:
@@ -182,21 +186,14 @@ def _finding(section: Unreleased, name: CodeName, problem: str) -> Finding:
     )
 
 
-def _register() -> None:
-    """Add the changelog rules to the shared registry."""
-    for rule_id, name, summary, check in (
-        (
-            "WPG501",
-            "changelog-unreleased",
-            "the changelog has an Unreleased section",
-            check_unreleased_section,
-        ),
-        ("WPG502", "changelog-names-resolve", "backticked names in Unreleased exist", check_names),
-    ):
-        RULES.ensure(Rule(rule_id, name, summary, check))
-
-
-_register()
-
-#: The checks that need nothing but the unreleased section (WPG502 also needs the project index).
-CHECKS = (check_unreleased_section,)
+#: The changelog rules: each check reads the unreleased section (and, for WPG502, the
+#: project index the runner put on it).
+CHECKS: tuple[Rule[Unreleased, ChangelogOptions], ...] = register(
+    Rule(
+        "WPG501",
+        "changelog-unreleased",
+        "the changelog has an Unreleased section",
+        check_unreleased_section,
+    ),
+    Rule("WPG502", "changelog-names-resolve", "backticked names in Unreleased exist", check_names),
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
 
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import Finding, Rule, register
 from wpgate.options import EvidenceOptions
 from wpgate.parsers.evidence import Evidence, Number, evidence_numbers
 from wpgate.records import ClaimContext, EvidenceTree
@@ -301,68 +301,47 @@ def check_counts(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Findi
                 )
 
 
-def _register() -> None:
-    """Add the evidence rules to the shared registry."""
-    for rule_id, name, summary, check in (
-        (
-            "WPG401",
-            "evidence-claim-cites",
-            "[MEASURED] claims cite an evidence file",
-            check_claim_cites,
-        ),
-        (
-            "WPG402",
-            "evidence-citation-inside",
-            "citations stay inside the repository",
-            check_citations_inside,
-        ),
-        ("WPG403", "evidence-citation-exists", "cited files exist", check_citations_exist),
-        (
-            "WPG404",
-            "evidence-file-valid",
-            "evidence files follow wpgate-evidence/1",
-            check_files_valid,
-        ),
-        (
-            "WPG405",
-            "evidence-source-hashes",
-            "recorded hashes match the recorded commit",
-            check_source_hashes,
-        ),
-        (
-            "WPG406",
-            "evidence-numbers",
-            "numbers in claims are recorded in the evidence",
-            check_numbers,
-        ),
-        (
-            "WPG407",
-            "evidence-stale",
-            "claims on changed code name the commit they cover",
-            check_stale,
-        ),
-        (
-            "WPG408",
-            "evidence-identical-marker",
-            "`identical A..B -- paths` holds in git",
-            check_identical,
-        ),
-        ("WPG409", "evidence-count-marker", "`collected N -- paths` matches pytest", check_counts),
-    ):
-        RULES.ensure(Rule(rule_id, name, summary, check))
-
-
-_register()
-
-#: Every evidence check, in rule-id order.
-CHECKS = (
-    check_claim_cites,
-    check_citations_inside,
-    check_citations_exist,
-    check_files_valid,
-    check_source_hashes,
-    check_numbers,
-    check_stale,
-    check_identical,
-    check_counts,
+#: The evidence rules, in rule-id order: each check reads the loaded evidence tree.
+CHECKS: tuple[Rule[EvidenceTree, EvidenceOptions], ...] = register(
+    Rule(
+        "WPG401",
+        "evidence-claim-cites",
+        "[MEASURED] claims cite an evidence file",
+        check_claim_cites,
+    ),
+    Rule(
+        "WPG402",
+        "evidence-citation-inside",
+        "citations stay inside the repository",
+        check_citations_inside,
+    ),
+    Rule("WPG403", "evidence-citation-exists", "cited files exist", check_citations_exist),
+    Rule(
+        "WPG404",
+        "evidence-file-valid",
+        "evidence files follow wpgate-evidence/1",
+        check_files_valid,
+    ),
+    Rule(
+        "WPG405",
+        "evidence-source-hashes",
+        "recorded hashes match the recorded commit",
+        check_source_hashes,
+    ),
+    Rule(
+        "WPG406",
+        "evidence-numbers",
+        "numbers in claims are recorded in the evidence",
+        check_numbers,
+    ),
+    Rule(
+        "WPG407", "evidence-stale", "claims on changed code name the commit they cover", check_stale
+    ),
+    Rule(
+        "WPG408",
+        "evidence-identical-marker",
+        "`identical A..B -- paths` holds in git",
+        check_identical,
+    ),
+    Rule("WPG409", "evidence-count-marker", "`collected N -- paths` matches pytest", check_counts),
 )

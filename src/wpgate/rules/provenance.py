@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import Finding, Rule, register
 from wpgate.options import ProvenanceOptions
 from wpgate.parsers.provenance import Provenance, id_number
 
@@ -165,14 +165,16 @@ def check_first_use_dates(provenance: Provenance, options: ProvenanceOptions) ->
 
 
 def check_first_use_history(
-    provenance: Provenance,
-    citations: Mapping[str, tuple[str, str]],
-    options: ProvenanceOptions,
+    provenance: Provenance, options: ProvenanceOptions
 ) -> Iterator[Finding]:
     """WPG207: each source cited in a ``Provenance:`` trailer was logged on or before that commit.
 
-    ``citations`` maps a source id to the first commit citing it and that commit's date.
+    ``provenance.citations`` maps a source id to the first commit citing it and that commit's
+    date; without it (no history asked for, or not a git work tree) there is nothing to check.
     """
+    citations = provenance.citations
+    if citations is None:
+        return
     logged: dict[str, tuple[dt.date | None, int]] = {}
     for row in provenance.first_uses:
         for source_id in row.ids:
@@ -203,70 +205,44 @@ def check_first_use_history(
             )
 
 
-def _register() -> None:
-    """Add the provenance rules to the shared registry."""
-    for rule_id, name, summary, check, default in (
-        (
-            "WPG201",
-            "provenance-tables",
-            "the provenance tables exist and are well formed",
-            check_tables,
-            True,
-        ),
-        (
-            "WPG202",
-            "provenance-id-format",
-            "source ids are R<n>, ranges or lists",
-            check_id_format,
-            True,
-        ),
-        (
-            "WPG203",
-            "provenance-unique-ids",
-            "each source id is listed once across tables",
-            check_unique_ids,
-            True,
-        ),
-        (
-            "WPG204",
-            "provenance-code-licence",
-            "code sources carry a permissive licence",
-            check_licences,
-            True,
-        ),
-        (
-            "WPG205",
-            "provenance-first-use-once",
-            "each source has exactly one first-use row",
-            check_first_use_once,
-            True,
-        ),
-        (
-            "WPG206",
-            "provenance-first-use-dates",
-            "first-use dates are ISO and in order",
-            check_first_use_dates,
-            True,
-        ),
-        (
-            "WPG207",
-            "provenance-first-use-history",
-            "first-use rows predate the first commit citing the source",
-            check_first_use_history,
-            True,
-        ),
-    ):
-        RULES.ensure(Rule(rule_id, name, summary, check, default))
-
-
-_register()
-
-#: The checks run on a parsed provenance document without history.
-CHECKS = (
-    check_tables,
-    check_id_format,
-    check_unique_ids,
-    check_licences,
-    check_first_use_once,
-    check_first_use_dates,
+#: The provenance rules: each check reads the parsed document (and, for WPG207, the
+#: first citing commits the runner put on it).
+CHECKS: tuple[Rule[Provenance, ProvenanceOptions], ...] = register(
+    Rule(
+        "WPG201",
+        "provenance-tables",
+        "the provenance tables exist and are well formed",
+        check_tables,
+    ),
+    Rule("WPG202", "provenance-id-format", "source ids are R<n>, ranges or lists", check_id_format),
+    Rule(
+        "WPG203",
+        "provenance-unique-ids",
+        "each source id is listed once across tables",
+        check_unique_ids,
+    ),
+    Rule(
+        "WPG204",
+        "provenance-code-licence",
+        "code sources carry a permissive licence",
+        check_licences,
+    ),
+    Rule(
+        "WPG205",
+        "provenance-first-use-once",
+        "each source has exactly one first-use row",
+        check_first_use_once,
+    ),
+    Rule(
+        "WPG206",
+        "provenance-first-use-dates",
+        "first-use dates are ISO and in order",
+        check_first_use_dates,
+    ),
+    Rule(
+        "WPG207",
+        "provenance-first-use-history",
+        "first-use rows predate the first commit citing the source",
+        check_first_use_history,
+    ),
 )

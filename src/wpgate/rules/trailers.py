@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from wpgate._model import RULES, WP_ID_PATTERN, Finding, Rule
+from wpgate._model import WP_ID_PATTERN, Finding, Rule, register, switched_on
 from wpgate.options import ConfigError, LinterOptions, option
 from wpgate.references import References, split_node_ids
 from wpgate.trailers import Message, Trailer
@@ -422,70 +422,66 @@ def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> Iterator
 
 _TRAILER_RULES = {"WP": "WPG104", "Provenance": "WPG105", "Assumptions": "WPG106", "Gate": "WPG107"}
 
-CHECKS: tuple[Rule, ...] = tuple(
-    RULES.ensure(rule)
-    for rule in (
-        Rule(
-            "WPG100",
-            "message-encoding",
-            "The message is valid UTF-8 and holds no NUL byte.",
-            check_encoding,
-        ),
-        Rule(
-            "WPG101",
-            "subject-format",
-            "The subject reads `type(scope): summary` with a configured type.",
-            check_subject_format,
-        ),
-        Rule(
-            "WPG102",
-            "subject-length",
-            "The subject is at most `max_subject_length` (72) characters.",
-            check_subject_length,
-            options={"max_subject_length": 72},
-        ),
-        Rule(
-            "WPG103", "subject-period", "The subject has no trailing period.", check_subject_period
-        ),
-        Rule(
-            "WPG104",
-            "wp-trailer",
-            "`WP:` appears exactly once: `NNN`, `NNNx` or `none`, and the package exists.",
-            check_wp,
-        ),
-        Rule(
-            "WPG105",
-            "provenance-trailer",
-            "`Provenance:` cites allowlisted source ids (placeholders refused) or `none (reason)`.",
-            check_provenance,
-        ),
-        Rule(
-            "WPG106",
-            "assumptions-trailer",
-            "`Assumptions:` is `none` or ids that exist in docs/ASSUMPTIONS.md.",
-            check_assumptions,
-        ),
-        Rule(
-            "WPG107",
-            "gate-trailer",
-            "`Gate:` names pytest node ids whose file and test exist (static, by AST).",
-            check_gate,
-        ),
-        Rule(
-            "WPG108",
-            "signed-off-by",
-            "`Signed-off-by: Name <email>` is present; optionally it matches the author.",
-            check_sign_off,
-            enabled_by_default=False,
-            options={"signoff_matches_author": False},
-        ),
-        Rule(
-            "WPG109",
-            "clean-room-statement",
-            "PR mode: the description keeps the `Clean-room acknowledged:` statement.",
-            check_clean_room,
-        ),
-    )
+#: The commit-message rules: each check reads one parsed message.
+CHECKS: tuple[Rule[CommitMessage, TrailerOptions], ...] = register(
+    Rule(
+        "WPG100",
+        "message-encoding",
+        "The message is valid UTF-8 and holds no NUL byte.",
+        check_encoding,
+    ),
+    Rule(
+        "WPG101",
+        "subject-format",
+        "The subject reads `type(scope): summary` with a configured type.",
+        check_subject_format,
+    ),
+    Rule(
+        "WPG102",
+        "subject-length",
+        "The subject is at most `max_subject_length` (72) characters.",
+        check_subject_length,
+        options={"max_subject_length": 72},
+    ),
+    Rule("WPG103", "subject-period", "The subject has no trailing period.", check_subject_period),
+    Rule(
+        "WPG104",
+        "wp-trailer",
+        "`WP:` appears exactly once: `NNN`, `NNNx` or `none`, and the package exists.",
+        check_wp,
+    ),
+    Rule(
+        "WPG105",
+        "provenance-trailer",
+        "`Provenance:` cites allowlisted source ids (placeholders refused) or `none (reason)`.",
+        check_provenance,
+    ),
+    Rule(
+        "WPG106",
+        "assumptions-trailer",
+        "`Assumptions:` is `none` or ids that exist in docs/ASSUMPTIONS.md.",
+        check_assumptions,
+    ),
+    Rule(
+        "WPG107",
+        "gate-trailer",
+        "`Gate:` names pytest node ids whose file and test exist (static, by AST).",
+        check_gate,
+    ),
+    Rule(
+        "WPG108",
+        "signed-off-by",
+        "`Signed-off-by: Name <email>` is present; optionally it matches the author.",
+        check_sign_off,
+        enabled_by_default=False,
+        options={"signoff_matches_author": False},
+    ),
+    Rule(
+        "WPG109",
+        "clean-room-statement",
+        "PR mode: the description keeps the `Clean-room acknowledged:` statement.",
+        check_clean_room,
+    ),
 )
 
 
@@ -542,11 +538,7 @@ def lint_messages(
     ``enabled`` says whether a rule id is on (``Config.enabled``); by default each rule's own
     default applies.
     """
-    checks = [
-        rule.check
-        for rule in CHECKS
-        if (rule.enabled_by_default if enabled is None else enabled(rule.rule_id))
-    ]
+    checks = [rule.check for rule in switched_on(CHECKS, enabled)]
     findings: list[Finding] = []
     exempt: Counter[str] = Counter()
     checked = 0

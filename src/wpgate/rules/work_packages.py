@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import Finding, Rule, register
 from wpgate.options import WorkPackageOptions
 from wpgate.parsers.work_packages import WorkPackage, id_from_filename, sort_key
 
@@ -20,6 +20,8 @@ class Registry(Protocol):
     def findings(self) -> tuple[Finding, ...]: ...
     @property
     def phases(self) -> Mapping[int, Any]: ...
+    @property
+    def resolve_gate(self) -> GateResolver | None: ...
 
 
 #: A gate resolver: the reason a pytest node id does not resolve, or None when it does.
@@ -128,10 +130,14 @@ def check_acyclic(registry: Registry, options: WorkPackageOptions) -> Iterator[F
         )
 
 
-def check_gates(
-    registry: Registry, resolve: GateResolver, options: WorkPackageOptions
-) -> Iterator[Finding]:
-    """WPG306: a ``done`` package has at least one gate, and every gate resolves statically."""
+def check_gates(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
+    """WPG306: a ``done`` package has at least one gate, and every gate resolves statically.
+
+    Gates are resolved by ``registry.resolve_gate``; a registry without one is not checked.
+    """
+    resolve = registry.resolve_gate
+    if resolve is None:
+        return
     for package in registry.packages:
         if package.status != "done":
             continue
@@ -212,52 +218,27 @@ def check_superseded(registry: Registry, options: WorkPackageOptions) -> Iterato
             )
 
 
-def _register() -> None:
-    """Add the work-package rules to the shared registry."""
-    for rule_id, name, summary, check in (
-        (
-            "WPG301",
-            "wp-front-matter",
-            "pages open with valid YAML front matter",
-            check_front_matter,
-        ),
-        ("WPG302", "wp-schema", "front matter keys, types and status vocabulary", check_schema),
-        ("WPG303", "wp-id-matches-file", "ids match file names and are unique", check_ids),
-        (
-            "WPG304",
-            "wp-dependencies-exist",
-            "depends_on names existing packages",
-            check_dependencies_exist,
-        ),
-        ("WPG305", "wp-dependencies-acyclic", "dependencies form no cycle", check_acyclic),
-        ("WPG306", "wp-done-gates-resolve", "done packages name gates that resolve", check_gates),
-        ("WPG307", "wp-phase-exists", "each phase has an engineering page", check_phases),
-        (
-            "WPG308",
-            "wp-status-reason",
-            "blocked and deferred packages give a reason",
-            check_reasons,
-        ),
-        (
-            "WPG309",
-            "wp-superseded-by",
-            "superseded packages name their replacement",
-            check_superseded,
-        ),
-    ):
-        RULES.ensure(Rule(rule_id, name, summary, check))
-
-
-_register()
-
-#: The checks that need nothing but the registry (WPG306 also needs a gate resolver).
-CHECKS = (
-    check_front_matter,
-    check_schema,
-    check_ids,
-    check_dependencies_exist,
-    check_acyclic,
-    check_phases,
-    check_reasons,
-    check_superseded,
+#: The work-package rules: each check reads the loaded registry (and, for WPG306, the
+#: gate resolver the runner put on it).
+CHECKS: tuple[Rule[Registry, WorkPackageOptions], ...] = register(
+    Rule(
+        "WPG301", "wp-front-matter", "pages open with valid YAML front matter", check_front_matter
+    ),
+    Rule("WPG302", "wp-schema", "front matter keys, types and status vocabulary", check_schema),
+    Rule("WPG303", "wp-id-matches-file", "ids match file names and are unique", check_ids),
+    Rule(
+        "WPG304",
+        "wp-dependencies-exist",
+        "depends_on names existing packages",
+        check_dependencies_exist,
+    ),
+    Rule("WPG305", "wp-dependencies-acyclic", "dependencies form no cycle", check_acyclic),
+    Rule("WPG306", "wp-done-gates-resolve", "done packages name gates that resolve", check_gates),
+    Rule("WPG307", "wp-phase-exists", "each phase has an engineering page", check_phases),
+    Rule(
+        "WPG308", "wp-status-reason", "blocked and deferred packages give a reason", check_reasons
+    ),
+    Rule(
+        "WPG309", "wp-superseded-by", "superseded packages name their replacement", check_superseded
+    ),
 )

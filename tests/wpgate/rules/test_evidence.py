@@ -253,6 +253,6 @@ def test_checks_are_pure_over_a_tree_without_git(tmp_path: Path) -> None:
     _page(tmp_path, CLAIM)
     tree = load_evidence(tmp_path)
     assert tree.git is False
-    assert [f for check in rules.CHECKS for f in check(tree, EvidenceOptions())] == []
+    assert [f for rule in rules.CHECKS for f in rule.check(tree, EvidenceOptions())] == []
     (tmp_path / "src/m.py").write_text("X = 2\n", encoding="utf-8")
     assert _ids(lint_evidence(tmp_path)) == [(PAGE, 5, "WPG407")]

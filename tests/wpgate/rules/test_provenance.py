@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from git_helpers import isolated_git
@@ -44,7 +45,7 @@ def test_rules_are_registered() -> None:
 
 
 def test_good_document_is_clean() -> None:
-    assert [f for check in rules.CHECKS for f in _run(check, GOOD)] == []
+    assert [f for rule in rules.CHECKS for f in _run(rule.check, GOOD)] == []
 
 
 def test_wpg201_malformed_table_row() -> None:
@@ -115,14 +116,18 @@ def test_wpg207_history_against_first_citing_commit() -> None:
         "R3": ("e" * 40, "2026-11-05"),
         "R8": ("f" * 40, "2026-01-01"),
     }
-    findings = list(rules.check_first_use_history(parsed, citations, ProvenanceOptions()))
+    findings = list(
+        rules.check_first_use_history(replace(parsed, citations=citations), ProvenanceOptions())
+    )
     assert [(f.line, f.rule_id) for f in findings] == [(20, "WPG207")]
     assert "logged on 2026-11-01, after commit cccccccccccc cited it on 2026-10-31" in (
         findings[0].message
     )
     unlogged = GOOD.replace("| 2026-11-02 | R2, R3 | b |", "| 2026-11-02 | R2 | b |")
     findings = list(
-        rules.check_first_use_history(parse_provenance(unlogged, P), citations, ProvenanceOptions())
+        rules.check_first_use_history(
+            replace(parse_provenance(unlogged, P), citations=citations), ProvenanceOptions()
+        )
     )
     assert [(f.line, f.message.split(" but")[0]) for f in findings][1] == (
         0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from wpgate._docs import Phase, WorkPackageRegistry, load_work_packages
@@ -56,7 +57,7 @@ def _registry(*packages: WorkPackage, findings: tuple[Finding, ...] = ()) -> Wor
 
 def test_clean_registry() -> None:
     registry = _registry(_wp("001"), _wp("002", depends_on=("001",)))
-    assert [f for check in rules.CHECKS for f in check(registry, WorkPackageOptions())] == []
+    assert [f for rule in rules.CHECKS for f in rule.check(registry, WorkPackageOptions())] == []
 
 
 def test_wpg301_and_wpg302_pass_parse_findings_through(tmp_path: Path) -> None:
@@ -134,7 +135,8 @@ def test_wpg306_done_gates_resolve() -> None:
         return None if node_id.endswith("ok") else "no test function test_gone in tests/a.py"
 
     assert [
-        (f.path, f.message) for f in rules.check_gates(registry, resolve, WorkPackageOptions())
+        (f.path, f.message)
+        for f in rules.check_gates(replace(registry, resolve_gate=resolve), WorkPackageOptions())
     ] == [
         (
             f"{D}/wp-001.md",
