@@ -46,6 +46,14 @@ from wpgate.parsers.work_packages import (
     parse_work_package,
     sort_key,
 )
+from wpgate.rules import (
+    CHANGELOG_UNRELEASED,
+    PROVENANCE_ID_FORMAT,
+    PROVENANCE_TABLES,
+    WP_FRONT_MATTER,
+    WP_IDS,
+    WP_SCHEMA,
+)
 
 if TYPE_CHECKING:
     from wpgate.references import References
@@ -64,8 +72,11 @@ def load_provenance(root: Path, config: Config | None = None) -> Provenance:
     def load() -> Provenance:
         text, problem = read_text(root, rel)
         if text is None:
-            return Provenance(rel, (), (), (), (problem,) if problem else ())
-        return parse_provenance(text, rel)
+            found = (problem.finding(PROVENANCE_TABLES),) if problem else ()
+            return Provenance(rel, (), (), (), found)
+        return parse_provenance(
+            text, rel, table_rule=PROVENANCE_TABLES, id_rule=PROVENANCE_ID_FORMAT
+        )
 
     parsed: Provenance = load_shared(("provenance", root, rel), load)
     return parsed
@@ -141,7 +152,7 @@ def load_phases(root: Path, config: Config | None = None) -> dict[int, Phase]:
         title = ""
         text, _ = read_text(root, rel)
         if text is not None and text.startswith("---"):
-            front = parse_front_matter(text, rel)
+            front = parse_front_matter(text, rel, WP_FRONT_MATTER)
             if front.data is not None:
                 title = str(front.data.get("title") or "")
                 declared = front.data.get("phase")
@@ -187,7 +198,7 @@ def _read_registry(
             Finding(
                 layout.work_packages,
                 0,
-                "WPG303",
+                WP_IDS,
                 f"the work-package directory {layout.work_packages} does not exist; create it "
                 "with `wpgate new-wp`",
             )
@@ -197,11 +208,13 @@ def _read_registry(
         rel = f"{layout.work_packages}/{path.name}"
         if id_from_filename(path.name) is None and not path.name.startswith("wp-"):
             continue  # index pages and other prose live beside the registry
-        text, problem = read_text(root, rel, "WPG301")
+        text, problem = read_text(root, rel)
         if text is None:
-            findings.extend([problem] if problem else [])
+            findings.extend([problem.finding(WP_FRONT_MATTER)] if problem else [])
             continue
-        parsed = parse_work_package(text, rel, extra)
+        parsed = parse_work_package(
+            text, rel, extra, syntax_rule=WP_FRONT_MATTER, schema_rule=WP_SCHEMA
+        )
         findings.extend(parsed.findings)
         if parsed.package is not None:
             packages.append(parsed.package)
@@ -332,9 +345,9 @@ def _changelog(root: Path, config: Config | None) -> tuple[list[Finding], int]:
     from wpgate.rules import changelog as rules
 
     rel = DocsLayout.from_config(config).changelog
-    text, problem = read_text(root, rel, "WPG501")
+    text, problem = read_text(root, rel)
     if text is None:
-        return _keep(config, [problem] if problem else []), 0
+        return _keep(config, [problem.finding(CHANGELOG_UNRELEASED)] if problem else []), 0
     section = parse_unreleased(text, rel)
     if section.names and rule_enabled(config, "WPG502"):  # the index serves WPG502 alone
         section = replace(section, index=load_project_index(root, config))

@@ -16,11 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from wpgate._model import Finding
-
-#: Rule id for a governance file that cannot be read (missing, not UTF-8).
-READ_RULE_ID = "WPG201"
-
+from wpgate._model import Problem
 
 # Parsed documents shared by the linters of one run (`wpgate check`), keyed by what was read.
 _SHARED: list[dict[tuple[Any, ...], Any]] = []
@@ -51,10 +47,8 @@ def load_shared(key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
     return cache[key]
 
 
-def read_text(
-    root: Path, rel: str, rule_id: str = READ_RULE_ID
-) -> tuple[str | None, Finding | None]:
-    """The UTF-8 text of ``root/rel``, or a finding saying why it cannot be read.
+def read_text(root: Path, rel: str) -> tuple[str | None, Problem | None]:
+    """The UTF-8 text of ``root/rel``, or the problem saying why it cannot be read.
 
     Inside :func:`parse_once` each file is read once, whichever linters ask for it.
     """
@@ -62,7 +56,7 @@ def read_text(
     text, line, problem = read
     if text is not None:
         return text, None
-    return None, Finding(rel, line, rule_id, problem)
+    return None, Problem(rel, line, problem)
 
 
 def _read(root: Path, rel: str) -> tuple[str | None, int, str]:

@@ -36,6 +36,7 @@ from wpgate.parsers.evidence import (
     parse_evidence,
 )
 from wpgate.records import ClaimContext, EvidenceTree, ResolvedCitation
+from wpgate.rules import EVIDENCE_CLAIM_CITES, EVIDENCE_FILE_VALID
 
 __all__ = ["count_collected", "load_evidence"]
 
@@ -86,11 +87,12 @@ class _EvidenceFiles:
     def load(self, rel: str) -> None:
         if rel in self.parsed:
             return
-        text, problem = read_text(self.root, rel, "WPG404")
+        text, problem = read_text(self.root, rel)
         if text is None:
-            self.parsed[rel] = EvidenceParse(rel, None, (problem,) if problem else ())
+            found = (problem.finding(EVIDENCE_FILE_VALID),) if problem else ()
+            self.parsed[rel] = EvidenceParse(rel, None, found)
         else:
-            self.parsed[rel] = parse_evidence(text, rel)
+            self.parsed[rel] = parse_evidence(text, rel, rule_id=EVIDENCE_FILE_VALID)
 
     def load_folder(self, evidence_dir: str) -> None:
         """Every ``*.json`` under the evidence folder that resolves inside the repository."""
@@ -119,9 +121,9 @@ def _resolve_claims(
         return seen[key]
 
     for page in pages:
-        page_text, unreadable = read_text(root, page, "WPG401")
+        page_text, unreadable = read_text(root, page)
         if page_text is None:
-            findings.extend([unreadable] if unreadable else [])
+            findings.extend([unreadable.finding(EVIDENCE_CLAIM_CITES)] if unreadable else [])
             continue
         base = PurePosixPath(page).parent.as_posix()
         base = "" if base == "." else base

@@ -43,6 +43,23 @@ class Finding:
             )
 
 
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong with a document before a rule reports it: where, and how to fix it.
+
+    Readers and parsers name no rule; the rule that reports a problem gives it its id
+    (:meth:`finding`).
+    """
+
+    path: str
+    line: int
+    message: str
+
+    def finding(self, rule_id: str) -> Finding:
+        """This problem as a finding of rule ``rule_id``."""
+        return Finding(self.path, self.line, rule_id, self.message)
+
+
 def with_severity(finding: Finding, severity: str) -> Finding:
     """``finding`` with ``severity`` (``error`` or ``warning``); itself when unchanged."""
     if finding.severity == severity:

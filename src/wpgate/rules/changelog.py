@@ -24,6 +24,7 @@ from wpgate._model import Finding, Rule, register
 from wpgate.options import ChangelogOptions
 from wpgate.parsers.changelog import CodeName, Unreleased
 from wpgate.records import ProjectIndex
+from wpgate.rules import CHANGELOG_UNRELEASED
 
 _FLAG_RE = re.compile(r"^--[A-Za-z0-9][\w.-]*(?:=\S*)?(?:/--[A-Za-z0-9][\w.-]*)*$")
 _DOTTED_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(\(.*\))?$")
@@ -151,7 +152,7 @@ def check_unreleased_section(section: Unreleased, options: ChangelogOptions) -> 
         yield Finding(
             section.path,
             0,
-            "WPG501",
+            CHANGELOG_UNRELEASED,
             "no `## [Unreleased]` section; add one above the latest release (Keep a Changelog)",
         )
 
@@ -190,7 +191,7 @@ def _finding(section: Unreleased, name: CodeName, problem: str) -> Finding:
 #: project index the runner put on it).
 CHECKS: tuple[Rule[Unreleased, ChangelogOptions], ...] = register(
     Rule(
-        "WPG501",
+        CHANGELOG_UNRELEASED,
         "changelog-unreleased",
         "the changelog has an Unreleased section",
         check_unreleased_section,

@@ -13,6 +13,7 @@ from wpgate._model import Finding, Rule, register
 from wpgate.options import EvidenceOptions
 from wpgate.parsers.evidence import Evidence, Number, evidence_numbers
 from wpgate.records import ClaimContext, EvidenceTree
+from wpgate.rules import EVIDENCE_CLAIM_CITES, EVIDENCE_FILE_VALID
 
 _HUNDRED = Decimal(100)
 
@@ -29,7 +30,7 @@ def _cited(tree: EvidenceTree, context: ClaimContext) -> list[Evidence]:
 
 def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG401: a claim cites at least one evidence file, kept under the evidence directory."""
-    yield from (f for f in tree.findings if f.rule_id == "WPG401")
+    yield from (f for f in tree.findings if f.rule_id == EVIDENCE_CLAIM_CITES)
     for context in tree.claims:
         claim = context.claim
         evidence = [c for c in context.citations if c.is_evidence and c.path is not None]
@@ -37,7 +38,7 @@ def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[
             yield Finding(
                 claim.path,
                 claim.line,
-                "WPG401",
+                EVIDENCE_CLAIM_CITES,
                 "this [MEASURED] claim cites no evidence file; link the JSON the benchmark wrote "
                 f"(e.g. [evidence]({tree.evidence_dir}/<file>.json)) in the same paragraph",
             )
@@ -47,7 +48,7 @@ def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[
                 yield Finding(
                     claim.path,
                     citation.line,
-                    "WPG401",
+                    EVIDENCE_CLAIM_CITES,
                     f"`{citation.target}` is not under {tree.evidence_dir}/; evidence files live "
                     "there - move the file or cite the right one",
                 )
@@ -304,7 +305,7 @@ def check_counts(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Findi
 #: The evidence rules, in rule-id order: each check reads the loaded evidence tree.
 CHECKS: tuple[Rule[EvidenceTree, EvidenceOptions], ...] = register(
     Rule(
-        "WPG401",
+        EVIDENCE_CLAIM_CITES,
         "evidence-claim-cites",
         "[MEASURED] claims cite an evidence file",
         check_claim_cites,
@@ -317,7 +318,7 @@ CHECKS: tuple[Rule[EvidenceTree, EvidenceOptions], ...] = register(
     ),
     Rule("WPG403", "evidence-citation-exists", "cited files exist", check_citations_exist),
     Rule(
-        "WPG404",
+        EVIDENCE_FILE_VALID,
         "evidence-file-valid",
         "evidence files follow wpgate-evidence/1",
         check_files_valid,

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from wpgate._model import Finding, Rule, register
 from wpgate.options import ProvenanceOptions
 from wpgate.parsers.provenance import Provenance, id_number
+from wpgate.rules import PROVENANCE_ID_FORMAT, PROVENANCE_TABLES
 
 DEFAULT_LICENCES = ProvenanceOptions.licences
 DEFAULT_CODE_ROLES = ProvenanceOptions.code_roles
@@ -21,12 +22,12 @@ _ISO_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 def check_tables(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG201: the three tables exist under their headings, with their columns and whole rows."""
-    yield from (f for f in provenance.findings if f.rule_id == "WPG201")
+    yield from (f for f in provenance.findings if f.rule_id == PROVENANCE_TABLES)
 
 
 def check_id_format(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG202: every id cell is ``R<n>``, a range ``R1-R20`` or a list of them."""
-    yield from (f for f in provenance.findings if f.rule_id == "WPG202")
+    yield from (f for f in provenance.findings if f.rule_id == PROVENANCE_ID_FORMAT)
 
 
 def check_unique_ids(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
@@ -209,12 +210,17 @@ def check_first_use_history(
 #: first citing commits the runner put on it).
 CHECKS: tuple[Rule[Provenance, ProvenanceOptions], ...] = register(
     Rule(
-        "WPG201",
+        PROVENANCE_TABLES,
         "provenance-tables",
         "the provenance tables exist and are well formed",
         check_tables,
     ),
-    Rule("WPG202", "provenance-id-format", "source ids are R<n>, ranges or lists", check_id_format),
+    Rule(
+        PROVENANCE_ID_FORMAT,
+        "provenance-id-format",
+        "source ids are R<n>, ranges or lists",
+        check_id_format,
+    ),
     Rule(
         "WPG203",
         "provenance-unique-ids",

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from wpgate._model import Finding, Rule, register
 from wpgate.options import WorkPackageOptions
 from wpgate.parsers.work_packages import WorkPackage, id_from_filename, sort_key
+from wpgate.rules import WP_FRONT_MATTER, WP_IDS, WP_SCHEMA
 
 
 class Registry(Protocol):
@@ -30,17 +31,17 @@ GateResolver = Callable[[str], "str | None"]
 
 def check_front_matter(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG301: every page opens with valid YAML front matter holding a mapping."""
-    yield from (f for f in registry.findings if f.rule_id == "WPG301")
+    yield from (f for f in registry.findings if f.rule_id == WP_FRONT_MATTER)
 
 
 def check_schema(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG302: the front matter has the required keys with the right types and vocabulary."""
-    yield from (f for f in registry.findings if f.rule_id == "WPG302")
+    yield from (f for f in registry.findings if f.rule_id == WP_SCHEMA)
 
 
 def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG303: the page is ``wp-<id>.md`` for its own id, and no id is used twice."""
-    yield from (f for f in registry.findings if f.rule_id == "WPG303")
+    yield from (f for f in registry.findings if f.rule_id == WP_IDS)
     seen: dict[str, str] = {}
     for package in registry.packages:
         name = PurePosixPath(package.path).name
@@ -49,7 +50,7 @@ def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Findi
             yield Finding(
                 package.path,
                 package.line_of("id"),
-                "WPG303",
+                WP_IDS,
                 f"the id {package.id!r} does not match the file name {name}; rename the file "
                 f"to wp-{package.id}.md or fix the id",
             )
@@ -57,7 +58,7 @@ def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Findi
             yield Finding(
                 package.path,
                 package.line_of("id"),
-                "WPG303",
+                WP_IDS,
                 f"the id {package.id!r} is already used by {seen[package.id]}; give each "
                 "package its own id",
             )
@@ -222,10 +223,13 @@ def check_superseded(registry: Registry, options: WorkPackageOptions) -> Iterato
 #: gate resolver the runner put on it).
 CHECKS: tuple[Rule[Registry, WorkPackageOptions], ...] = register(
     Rule(
-        "WPG301", "wp-front-matter", "pages open with valid YAML front matter", check_front_matter
+        WP_FRONT_MATTER,
+        "wp-front-matter",
+        "pages open with valid YAML front matter",
+        check_front_matter,
     ),
-    Rule("WPG302", "wp-schema", "front matter keys, types and status vocabulary", check_schema),
-    Rule("WPG303", "wp-id-matches-file", "ids match file names and are unique", check_ids),
+    Rule(WP_SCHEMA, "wp-schema", "front matter keys, types and status vocabulary", check_schema),
+    Rule(WP_IDS, "wp-id-matches-file", "ids match file names and are unique", check_ids),
     Rule(
         "WPG304",
         "wp-dependencies-exist",

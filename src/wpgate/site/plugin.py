@@ -34,6 +34,7 @@ from wpgate._docs import load_work_packages
 from wpgate._documents import read_text, resolve_inside
 from wpgate.options import DocsLayout
 from wpgate.parsers.evidence import parse_evidence
+from wpgate.rules import EVIDENCE_FILE_VALID
 from wpgate.site import _evidence, _reference, _roadmap
 from wpgate.site._escape import escape_html, escape_markdown
 
@@ -255,7 +256,7 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
             raise _evidence.EvidenceBlockError(
                 f"evidence file {why} (run the benchmark that writes it, or fix `path`)"
             )
-        parsed = parse_evidence(text, rel)
+        parsed = parse_evidence(text, rel, rule_id=EVIDENCE_FILE_VALID)
         if parsed.evidence is None:
             why = "; ".join(f.message for f in parsed.findings) or "not a valid evidence file"
             raise _evidence.EvidenceBlockError(f"{rel}: {why}")

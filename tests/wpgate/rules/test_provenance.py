@@ -36,7 +36,7 @@ GOOD = _doc(
 
 def _run(check: object, text: str, options: dict[str, object] | None = None) -> list[Finding]:
     record = ProvenanceOptions.from_section(options or {})
-    return list(check(parse_provenance(text, P), record))  # type: ignore[operator]
+    return list(check(parse_provenance(text, P, table_rule="WPG201", id_rule="WPG202"), record))  # type: ignore[operator]
 
 
 def test_rules_are_registered() -> None:
@@ -109,7 +109,7 @@ def test_wpg206_dates_iso_and_ordered() -> None:
 
 
 def test_wpg207_history_against_first_citing_commit() -> None:
-    parsed = parse_provenance(GOOD, P)
+    parsed = parse_provenance(GOOD, P, table_rule="WPG201", id_rule="WPG202")
     citations = {
         "R1": ("c" * 40, "2026-10-31"),
         "R2": ("d" * 40, "2026-11-02"),
@@ -126,7 +126,11 @@ def test_wpg207_history_against_first_citing_commit() -> None:
     unlogged = GOOD.replace("| 2026-11-02 | R2, R3 | b |", "| 2026-11-02 | R2 | b |")
     findings = list(
         rules.check_first_use_history(
-            replace(parse_provenance(unlogged, P), citations=citations), ProvenanceOptions()
+            replace(
+                parse_provenance(unlogged, P, table_rule="WPG201", id_rule="WPG202"),
+                citations=citations,
+            ),
+            ProvenanceOptions(),
         )
     )
     assert [(f.line, f.message.split(" but")[0]) for f in findings][1] == (
