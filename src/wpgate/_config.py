@@ -93,7 +93,8 @@ class Config:
         for name in rules:
             for part in filter(None, (p.strip() for p in name.split(","))):
                 switches[_rule_key(part, f"--ignore {part}")] = False
-        return replace(self, rule_switches=_frozen(switches), _options={})
+        # Same table, same options: the copy shares the records built so far.
+        return replace(self, rule_switches=_frozen(switches))
 
 
 def _rule_key(key: str, where: str) -> str:

@@ -33,8 +33,8 @@ def test_a_configuration_builds_each_record_once(tmp_path: Path) -> None:
     assert first == ChangelogOptions(ignore=("pkg.gone",))
     assert ChangelogOptions.from_config(config) is first
     assert ChangelogOptions.from_config(None) == ChangelogOptions()
-    # Switching rules off for one run keeps the options, built again for the new object.
-    assert ChangelogOptions.from_config(config.ignoring(["WPG502"])) == first
+    # Switching rules off for one run keeps the table, so the same record serves.
+    assert ChangelogOptions.from_config(config.ignoring(["WPG502"])) is first
 
 
 @pytest.mark.parametrize(
@@ -53,3 +53,25 @@ def test_a_record_built_from_a_wrong_section_names_the_key(
     with pytest.raises(ConfigError) as error:
         record.from_section(section)
     assert message in str(error.value)
+
+
+def test_a_check_run_builds_each_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wpgate.cli import main
+
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    built: list[str] = []
+    original = LinterOptions.from_section.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[LinterOptions], section: object) -> LinterOptions:
+        built.append(cls.__name__)
+        return original(cls, section)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(LinterOptions, "from_section", classmethod(counted))
+    assert main(["check", "--root", str(tmp_path)]) == 0
+    assert len(built) == len(set(built)), built
+    # Every docs linter ran and read its options; none built a record twice.
+    assert {"DocsLayout", "ProvenanceOptions", "WorkPackageOptions", "EvidenceOptions"} <= set(
+        built
+    )

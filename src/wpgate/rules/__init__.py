@@ -1,6 +1,8 @@
 """Lint rules, one module per governed document; :func:`register_all` registers them all.
 
-Rule modules register into :data:`wpgate._model.RULES` at import. :func:`register_all` imports
+Rule modules register into :data:`wpgate._model.RULES` at import, each through
+:func:`wpgate._model.register`, which also makes the module's one typed tuple of rules,
+``CHECKS`` (every check takes ``(subject, options)``). :func:`register_all` imports
 every module in this package, so a new linter's rules are known (to ``wpgate explain`` and to
 the ``[tool.wpgate.rules]`` switches) without editing this file. Importing the package alone
 imports no rule module: the commit-msg hook loads only the commit rules it runs.
