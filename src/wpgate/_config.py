@@ -26,33 +26,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from wpgate._model import RULES
+from wpgate.options import KINDS, SEVERITIES, ConfigError, LinterOptions, accepts, shown
+
+_O = TypeVar("_O", bound=LinterOptions)
 
 __all__ = ["SCHEMA", "SETTINGS", "SEVERITIES", "Config", "ConfigError", "Setting", "load_config"]
 
 _RULE_ID = re.compile(r"^WPG\d{3}$", re.IGNORECASE)
-#: What a rule's entry in ``[tool.wpgate.rules]`` may say besides true/false.
-SEVERITIES = ("error", "warning", "off")
-
-#: Value kinds: how the reference page names each, and how an error message does.
-_KINDS = {
-    "str": ("string", "a string"),
-    "bool": ("boolean", "true or false"),
-    "int": ("integer", "a positive integer"),
-    "str_list": ("list of strings", "a list of strings"),
-    "str_or_list": ("string or list of strings", "a string or a list of strings"),
-    "rule": ("boolean or severity", 'true, false, "error", "warning" or "off"'),
-}
-
-
-class ConfigError(Exception):
-    """A wrong ``[tool.wpgate]`` setting; ``key`` is its dotted name."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"pyproject.toml: {key}: {message}")
-        self.key = key
 
 
 def _frozen(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -69,6 +52,19 @@ class Config:
     rule_switches: Mapping[str, bool] = field(default_factory=dict)
     history_start: str = ""
     warnings: frozenset[str] = frozenset()
+    # Each linter's options record, built on first use and then shared (see `options`).
+    _options: dict[type[LinterOptions], LinterOptions] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def options(self, kind: type[_O]) -> _O:
+        """The ``kind`` record (e.g. ``DocsLayout``) of this configuration, built and checked
+        once: every linter of a run reads the same record."""
+        record = self._options.get(kind)
+        if record is None:
+            record = self._options[kind] = kind.from_section(self.section(kind.TABLE))
+        assert isinstance(record, kind)
+        return record
 
     def section(self, name: str) -> Mapping[str, Any]:
         """The ``[tool.wpgate.<name>]`` sub-table (empty when absent)."""
@@ -97,6 +93,7 @@ class Config:
         for name in rules:
             for part in filter(None, (p.strip() for p in name.split(","))):
                 switches[_rule_key(part, f"--ignore {part}")] = False
+        # Same table, same options: the copy shares the records built so far.
         return replace(self, rule_switches=_frozen(switches))
 
 
@@ -126,20 +123,13 @@ def _rule_switches(raw: Any) -> tuple[dict[str, bool], frozenset[str]]:
             raise ConfigError(
                 where,
                 f"must be true, false or one of {', '.join(map(repr, SEVERITIES))}, not "
-                f"{_shown(value)}",
+                f"{shown(value)}",
             )
         rule_id = _rule_key(str(key), where)
         switches[rule_id] = value is True or value in ("error", "warning")
         if value == "warning":
             warnings.add(rule_id)
     return switches, frozenset(warnings)
-
-
-def _shown(value: Any) -> str:
-    """A configured value for a message, its type named and its text cut to a readable length."""
-    text = repr(value)
-    text = text if len(text) <= 40 else f"{text[:40]}..."
-    return f"{text} ({type(value).__name__})"
 
 
 def _validate(table: Mapping[str, Any]) -> None:
@@ -158,7 +148,7 @@ def _validate(table: Mapping[str, Any]) -> None:
                 f"key is {', '.join(top)}",
             )
         if not isinstance(value, Mapping):
-            raise ConfigError(where, f"must be a table ([tool.wpgate.{key}]), not {_shown(value)}")
+            raise ConfigError(where, f"must be a table ([tool.wpgate.{key}]), not {shown(value)}")
         settings = SCHEMA[key]
         if key == "rules":
             continue  # rule ids and names, checked by _rule_switches
@@ -175,7 +165,7 @@ def _validate(table: Mapping[str, Any]) -> None:
 def _check_value(where: str, setting: Setting, value: Any) -> None:
     """A :class:`ConfigError` naming the key and the expected type when ``value`` is wrong."""
     if not setting.accepts(value):
-        raise ConfigError(where, f"must be {setting.expected}, not {_shown(value)}")
+        raise ConfigError(where, f"must be {setting.expected}, not {shown(value)}")
 
 
 def _import_rules() -> None:
@@ -248,26 +238,16 @@ class Setting:
     @property
     def type(self) -> str:
         """The value's type as the reference page names it (``list of strings``)."""
-        return _KINDS[self.kind][0]
+        return KINDS[self.kind][0]
 
     @property
     def expected(self) -> str:
         """The expected type as an error message says it (``a list of strings``)."""
-        return _KINDS[self.kind][1]
+        return KINDS[self.kind][1]
 
     def accepts(self, value: Any) -> bool:
         """Whether ``value`` (as tomllib read it) has this setting's kind."""
-        if self.kind == "bool":
-            return isinstance(value, bool)
-        if self.kind == "int":
-            return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-        if self.kind == "str":
-            return isinstance(value, str)
-        if self.kind == "rule":
-            return isinstance(value, bool) or value in SEVERITIES
-        if self.kind == "str_or_list" and isinstance(value, str):
-            return True
-        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+        return accepts(self.kind, value)
 
 
 SETTINGS: tuple[Setting, ...] = (

@@ -1,9 +1,10 @@
 """The docs I/O module: reads the governance documents and asks git, so the rules stay pure.
 
-Every function here takes the repository root and the wpgate configuration (the
-``[tool.wpgate]`` table, a ``Config`` object with ``section(name)``, or None for the defaults)
-and returns the frozen records of :mod:`wpgate.parsers`; unreadable files become findings.
-Document locations come from ``[tool.wpgate.docs]``::
+Every function here takes the repository root and the loaded configuration
+(:class:`~wpgate._config.Config`, or None for the defaults) and returns the frozen records of
+:mod:`wpgate.parsers`; unreadable files become findings. Each linter reads its typed options
+record (:mod:`wpgate.options`), built once per configuration. Document locations come from
+``[tool.wpgate.docs]`` (:class:`~wpgate.options.DocsLayout`)::
 
     [tool.wpgate.docs]
     provenance = "docs/PROVENANCE.md"
@@ -20,20 +21,22 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from wpgate._documents import (
-    DocsLayout,
-    config_section,
-    docs_layout,
-    load_shared,
-    read_text,
-)
+from wpgate._config import Config
+from wpgate._documents import load_shared, read_text
 from wpgate._git import first_citing_commits, is_work_tree, require_full_history
-from wpgate._model import RULES, Finding
+from wpgate._model import Finding, Options, Rule, Subject, switched_on
 from wpgate._output import LinterRun, Summary
+from wpgate.options import (
+    ChangelogOptions,
+    DocsLayout,
+    EvidenceOptions,
+    ProvenanceOptions,
+    WorkPackageOptions,
+)
 from wpgate.parsers.front_matter import parse_front_matter
 from wpgate.parsers.markdown import parse_markdown
 from wpgate.parsers.provenance import Provenance, parse_provenance
@@ -43,12 +46,16 @@ from wpgate.parsers.work_packages import (
     parse_work_package,
     sort_key,
 )
-
-#: A docs rule's check: the loaded document (or tree) and the linter's options, to findings.
-Check = Callable[[Any, Mapping[str, Any]], Iterator[Finding]]
+from wpgate.rules import (
+    CHANGELOG_UNRELEASED,
+    PROVENANCE_ID_FORMAT,
+    PROVENANCE_TABLES,
+    WP_FRONT_MATTER,
+    WP_IDS,
+    WP_SCHEMA,
+)
 
 if TYPE_CHECKING:
-    from wpgate._config import Config
     from wpgate.references import References
 
 _PHASE_FILE_RE = re.compile(r"^phase-(\d+)(?:-[\w-]*)?\.md$")
@@ -58,23 +65,26 @@ _ASSUMPTION_ID_RE = re.compile(r"^A\d+$")
 # --------------------------------------------------------------------------- provenance
 
 
-def load_provenance(root: Path, config: Any = None) -> Provenance:
+def load_provenance(root: Path, config: Config | None = None) -> Provenance:
     """The parsed provenance document; a missing or unreadable file is one finding."""
-    rel = docs_layout(config).provenance
+    rel = DocsLayout.from_config(config).provenance
 
     def load() -> Provenance:
         text, problem = read_text(root, rel)
         if text is None:
-            return Provenance(rel, (), (), (), (problem,) if problem else ())
-        return parse_provenance(text, rel)
+            found = (problem.finding(PROVENANCE_TABLES),) if problem else ()
+            return Provenance(rel, (), (), (), found)
+        return parse_provenance(
+            text, rel, table_rule=PROVENANCE_TABLES, id_rule=PROVENANCE_ID_FORMAT
+        )
 
     parsed: Provenance = load_shared(("provenance", root, rel), load)
     return parsed
 
 
-def load_assumption_ids(root: Path, config: Any = None) -> frozenset[str]:
+def load_assumption_ids(root: Path, config: Config | None = None) -> frozenset[str]:
     """The ids (``A<n>``) in the first column of the assumptions document's ID tables."""
-    text, _ = read_text(root, docs_layout(config).assumptions)
+    text, _ = read_text(root, DocsLayout.from_config(config).assumptions)
     if text is None:
         return frozenset()
     ids: set[str] = set()
@@ -109,6 +119,8 @@ class WorkPackageRegistry:
     findings: tuple[Finding, ...]
     phases: Mapping[int, Phase] = field(default_factory=dict)
     directory: str = "docs/work_packages"
+    #: Why a gate does not resolve (None when it does), when gates are checked (WPG306).
+    resolve_gate: Callable[[str], str | None] | None = field(default=None, compare=False)
 
     def __iter__(self) -> Iterator[WorkPackage]:
         return iter(self.packages)
@@ -124,9 +136,9 @@ class WorkPackageRegistry:
         return out
 
 
-def load_phases(root: Path, config: Any = None) -> dict[int, Phase]:
+def load_phases(root: Path, config: Config | None = None) -> dict[int, Phase]:
     """The phase pages under the engineering directory, keyed by phase number."""
-    rel_dir = docs_layout(config).engineering
+    rel_dir = DocsLayout.from_config(config).engineering
     phases: dict[int, Phase] = {}
     folder = root / rel_dir
     if not folder.is_dir():
@@ -140,7 +152,7 @@ def load_phases(root: Path, config: Any = None) -> dict[int, Phase]:
         title = ""
         text, _ = read_text(root, rel)
         if text is not None and text.startswith("---"):
-            front = parse_front_matter(text, rel)
+            front = parse_front_matter(text, rel, WP_FRONT_MATTER)
             if front.data is not None:
                 title = str(front.data.get("title") or "")
                 declared = front.data.get("phase")
@@ -150,24 +162,23 @@ def load_phases(root: Path, config: Any = None) -> dict[int, Phase]:
     return phases
 
 
-def load_work_packages(root: Path, config: Any = None) -> WorkPackageRegistry:
+def load_work_packages(root: Path, config: Config | None = None) -> WorkPackageRegistry:
     """Every ``wp-*.md`` page of the registry, parsed and schema-checked, in registry order."""
-    layout = docs_layout(config)
-    raw = config_section(config, "wp").get("extra_keys", ())
-    extra = (str(raw),) if isinstance(raw, str) else tuple(str(k) for k in raw)
+    layout = DocsLayout.from_config(config)
+    extra = WorkPackageOptions.from_config(config).extra_keys
     registry: WorkPackageRegistry = load_shared(
         ("wp", root, layout, extra), lambda: _read_registry(root, config, layout, extra)
     )
     return registry
 
 
-def load_wp_ids(root: Path, config: Any = None) -> frozenset[str]:
+def load_wp_ids(root: Path, config: Config | None = None) -> frozenset[str]:
     """The ids of the registry's pages, read from their file names (no page is parsed).
 
     A commit's ``WP:`` trailer needs only which packages exist; ``wpgate wp`` checks that each
     page's front matter agrees with its file name.
     """
-    folder = root / docs_layout(config).work_packages
+    folder = root / DocsLayout.from_config(config).work_packages
     try:
         names = os.listdir(folder)
     except OSError:
@@ -176,7 +187,7 @@ def load_wp_ids(root: Path, config: Any = None) -> frozenset[str]:
 
 
 def _read_registry(
-    root: Path, config: Any, layout: DocsLayout, extra: tuple[str, ...]
+    root: Path, config: Config | None, layout: DocsLayout, extra: tuple[str, ...]
 ) -> WorkPackageRegistry:
     """The registry as :func:`load_work_packages` returns it, read from disk."""
     folder = root / layout.work_packages
@@ -187,7 +198,7 @@ def _read_registry(
             Finding(
                 layout.work_packages,
                 0,
-                "WPG303",
+                WP_IDS,
                 f"the work-package directory {layout.work_packages} does not exist; create it "
                 "with `wpgate new-wp`",
             )
@@ -197,11 +208,13 @@ def _read_registry(
         rel = f"{layout.work_packages}/{path.name}"
         if id_from_filename(path.name) is None and not path.name.startswith("wp-"):
             continue  # index pages and other prose live beside the registry
-        text, problem = read_text(root, rel, "WPG301")
+        text, problem = read_text(root, rel)
         if text is None:
-            findings.extend([problem] if problem else [])
+            findings.extend([problem.finding(WP_FRONT_MATTER)] if problem else [])
             continue
-        parsed = parse_work_package(text, rel, extra)
+        parsed = parse_work_package(
+            text, rel, extra, syntax_rule=WP_FRONT_MATTER, schema_rule=WP_SCHEMA
+        )
         findings.extend(parsed.findings)
         if parsed.package is not None:
             packages.append(parsed.package)
@@ -211,7 +224,7 @@ def _read_registry(
     )
 
 
-def load_references(root: Path, config: Any = None) -> References:
+def load_references(root: Path, config: Config | None = None) -> References:
     """The ids a trailer may cite: work packages, sources, placeholders and assumptions."""
     from wpgate.references import References
 
@@ -227,71 +240,62 @@ def load_references(root: Path, config: Any = None) -> References:
 # --------------------------------------------------------------------------- runners
 
 
-def rule_enabled(config: Any, rule_id: str) -> bool:
-    """Whether ``config`` leaves ``rule_id`` on (``config.enabled(id)``, else ``disable`` list)."""
-    enabled = getattr(config, "enabled", None)
-    if callable(enabled):
-        return bool(enabled(rule_id))
-    disabled: Any = config.get("disable", ()) if isinstance(config, Mapping) else ()
-    return rule_id not in {str(d).upper() for d in disabled}
+def rule_enabled(config: Config | None, rule_id: str) -> bool:
+    """Whether ``config`` leaves ``rule_id`` on (every rule is, without a configuration)."""
+    return config is None or config.enabled(rule_id)
 
 
-def enabled_checks(config: Any, checks: Iterable[Check]) -> list[Check]:
-    """The ``checks`` whose rule ``config`` leaves on: a switched-off rule's check never runs.
-
-    Each check is found by its qualified name among the registered rules (its module registers
-    it on import; a module imported twice registers its first functions); a check that no rule
-    registers is a programming error (KeyError).
-    """
-    rule_of = {_name(rule.check): rule.rule_id for rule in RULES}
-    return [check for check in checks if rule_enabled(config, rule_of[_name(check)])]
-
-
-def _name(check: Callable[..., Any]) -> tuple[str, str]:
-    return check.__module__, check.__qualname__
+def enabled_checks(
+    config: Config | None, rules: Iterable[Rule[Subject, Options]]
+) -> list[Rule[Subject, Options]]:
+    """The ``rules`` that ``config`` leaves on; the runners call no other rule's check."""
+    return switched_on(rules, lambda rule_id: rule_enabled(config, rule_id))
 
 
 def run_checks(
-    config: Any, checks: Iterable[Check], loaded: Any, options: Mapping[str, Any]
+    config: Config | None,
+    rules: Iterable[Rule[Subject, Options]],
+    subject: Subject,
+    options: Options,
 ) -> list[Finding]:
-    """The findings of the enabled ``checks`` over ``loaded``; the others are not called."""
-    return [f for check in enabled_checks(config, checks) for f in check(loaded, options)]
+    """The findings of the enabled ``rules`` over ``subject``; the others are not called."""
+    return [f for rule in enabled_checks(config, rules) for f in rule.check(subject, options)]
 
 
-def _keep(config: Any, findings: Iterable[Finding]) -> list[Finding]:
+def _keep(config: Config | None, findings: Iterable[Finding]) -> list[Finding]:
     """The findings of enabled rules, sorted by file, line and rule."""
     return sorted(f for f in findings if rule_enabled(config, f.rule_id))
 
 
-def _provenance(root: Path, config: Any, history: bool) -> tuple[list[Finding], int]:
+def _provenance(root: Path, config: Config | None, history: bool) -> tuple[list[Finding], int]:
     """Provenance findings and the number of sources checked."""
     from wpgate.rules import provenance as rules
 
     parsed = load_provenance(root, config)
-    options = config_section(config, "provenance")
-    findings = run_checks(config, rules.CHECKS, parsed, options)
+    # The git history serves WPG207 alone: read only when that rule runs.
     if history and rule_enabled(config, "WPG207") and is_work_tree(root):
         require_full_history(root, "the first-use history check (wpgate provenance --history)")
-        citations = first_citing_commits(root)
-        findings.extend(rules.check_first_use_history(parsed, citations, options))
+        parsed = replace(parsed, citations=first_citing_commits(root))
+    findings = run_checks(config, rules.CHECKS, parsed, ProvenanceOptions.from_config(config))
     return _keep(config, findings), len(parsed.sources)
 
 
-def lint_provenance(root: Path, config: Any = None, *, history: bool = False) -> list[Finding]:
+def lint_provenance(
+    root: Path, config: Config | None = None, *, history: bool = False
+) -> list[Finding]:
     """Every provenance finding (WPG2xx); ``history`` also checks first-use dates against git."""
     return _provenance(root, config, history)[0]
 
 
-def _work_packages(root: Path, config: Any) -> tuple[list[Finding], int]:
+def _work_packages(root: Path, config: Config | None) -> tuple[list[Finding], int]:
     """Work-package findings and the number of pages checked."""
     from wpgate.references import GateResolver
     from wpgate.rules import work_packages as rules
 
     registry = load_work_packages(root, config)
-    options = config_section(config, "wp")
-    findings = run_checks(config, rules.CHECKS, registry, options)
-    if rule_enabled(config, "WPG306"):
-        findings.extend(rules.check_gates(registry, GateResolver(root).resolve, options))
+    if rule_enabled(config, "WPG306"):  # gate resolution serves WPG306 alone
+        registry = replace(registry, resolve_gate=GateResolver(root).resolve)
+    findings = run_checks(config, rules.CHECKS, registry, WorkPackageOptions.from_config(config))
     # Findings about the folder itself (WPG303: it does not exist) are not pages.
     folder = registry.directory
     pages = len(
@@ -301,24 +305,26 @@ def _work_packages(root: Path, config: Any) -> tuple[list[Finding], int]:
     return _keep(config, findings), pages
 
 
-def lint_work_packages(root: Path, config: Any = None) -> list[Finding]:
+def lint_work_packages(root: Path, config: Config | None = None) -> list[Finding]:
     """Every work-package finding (WPG3xx)."""
     return _work_packages(root, config)[0]
 
 
-def _evidence(root: Path, config: Any, git: bool, collect: bool) -> tuple[list[Finding], int]:
+def _evidence(
+    root: Path, config: Config | None, git: bool, collect: bool
+) -> tuple[list[Finding], int]:
     """Evidence findings and the number of claims checked."""
     # Imported here, not at the top: the commit-msg hook reads _docs and must not load these.
     from wpgate._evidence_tree import load_evidence
     from wpgate.rules import evidence as rules
 
-    options = config_section(config, "evidence")
+    options = EvidenceOptions.from_config(config)
     # The git diffs and the pytest collection serve one rule each: off, they are not run.
     tree = load_evidence(
         root,
         config,
         git=git,
-        collect=collect and bool(options.get("collect", True)) and rule_enabled(config, "WPG409"),
+        collect=collect and options.collect and rule_enabled(config, "WPG409"),
         identical=rule_enabled(config, "WPG408"),
     )
     findings = run_checks(config, rules.CHECKS, tree, options)
@@ -326,31 +332,30 @@ def _evidence(root: Path, config: Any, git: bool, collect: bool) -> tuple[list[F
 
 
 def lint_evidence(
-    root: Path, config: Any = None, *, git: bool = True, collect: bool = True
+    root: Path, config: Config | None = None, *, git: bool = True, collect: bool = True
 ) -> list[Finding]:
     """Every evidence finding (WPG4xx); ``git``/``collect`` switch the git and pytest checks."""
     return _evidence(root, config, git, collect)[0]
 
 
-def _changelog(root: Path, config: Any) -> tuple[list[Finding], int]:
+def _changelog(root: Path, config: Config | None) -> tuple[list[Finding], int]:
     """Changelog findings and the number of backticked names checked."""
     from wpgate.parsers.changelog import parse_unreleased
     from wpgate.project_index import load_project_index
     from wpgate.rules import changelog as rules
 
-    rel = docs_layout(config).changelog
-    text, problem = read_text(root, rel, "WPG501")
+    rel = DocsLayout.from_config(config).changelog
+    text, problem = read_text(root, rel)
     if text is None:
-        return _keep(config, [problem] if problem else []), 0
+        return _keep(config, [problem.finding(CHANGELOG_UNRELEASED)] if problem else []), 0
     section = parse_unreleased(text, rel)
-    options = config_section(config, "changelog")
-    findings = run_checks(config, rules.CHECKS, section, options)
-    if section.names and rule_enabled(config, "WPG502"):
-        findings.extend(rules.check_names(section, load_project_index(root, config), options))
+    if section.names and rule_enabled(config, "WPG502"):  # the index serves WPG502 alone
+        section = replace(section, index=load_project_index(root, config))
+    findings = run_checks(config, rules.CHECKS, section, ChangelogOptions.from_config(config))
     return _keep(config, findings), len(section.names)
 
 
-def lint_changelog(root: Path, config: Any = None) -> list[Finding]:
+def lint_changelog(root: Path, config: Config | None = None) -> list[Finding]:
     """Every changelog finding (WPG5xx)."""
     return _changelog(root, config)[0]
 
@@ -362,8 +367,8 @@ def lint_changelog(root: Path, config: Any = None) -> list[Finding]:
 def run_provenance(config: Config, *, history: bool | None = None) -> LinterRun:
     """``wpgate provenance``; history is on when asked, or configured, or history_start is set."""
     if history is None:
-        options = config_section(config, "provenance")
-        history = bool(options.get("history", bool(config.history_start)))
+        configured = ProvenanceOptions.from_config(config).history
+        history = bool(config.history_start) if configured is None else configured
     findings, count = _provenance(config.root, config, history)
     return LinterRun(tuple(findings), Summary("provenance", count, "source"))
 
@@ -387,7 +392,7 @@ def run_changelog(config: Config) -> LinterRun:
 
 
 def new_work_package(
-    root: Path, config: Any, wp_id: str, title: str, phase: int
+    root: Path, config: Config | None, wp_id: str, title: str, phase: int
 ) -> tuple[str, ...]:
     """Write a scaffolded page for ``wp_id``; returns the paths written (the page first).
 
@@ -396,7 +401,7 @@ def new_work_package(
     """
     from wpgate.parsers.work_packages import format_work_package
 
-    layout = docs_layout(config)
+    layout = DocsLayout.from_config(config)
     text = format_work_package(wp_id, title, phase)
     rel = f"{layout.work_packages}/wp-{wp_id}.md"
     target = root / rel

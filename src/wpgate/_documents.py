@@ -1,7 +1,7 @@
 """Reading the governance documents: where they live, their text read once per run, paths.
 
 The layer under every docs linter (``wpgate._docs``), the project index and the evidence tree:
-document locations come from ``[tool.wpgate.docs]`` (:func:`docs_layout`); inside
+document locations come from ``[tool.wpgate.docs]`` (:class:`~wpgate.options.DocsLayout`); inside
 :func:`parse_once` each file is read and each document parsed at most once; citations are
 resolved only inside the repository (:func:`resolve_inside`).
 """
@@ -12,29 +12,11 @@ import contextlib
 import hashlib
 import posixpath
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from wpgate._model import Finding
-
-#: Rule id for a governance file that cannot be read (missing, not UTF-8).
-READ_RULE_ID = "WPG201"
-
-
-@dataclass(frozen=True)
-class DocsLayout:
-    """Where the governance documents live, relative to the repository root."""
-
-    provenance: str = "docs/PROVENANCE.md"
-    assumptions: str = "docs/ASSUMPTIONS.md"
-    work_packages: str = "docs/work_packages"
-    engineering: str = "docs/engineering"
-    evidence: str = "docs/evidence"
-    changelog: str = "CHANGELOG.md"
-    claims: tuple[str, ...] = ("docs/**/*.md", "README.md")
-
+from wpgate._model import Problem
 
 # Parsed documents shared by the linters of one run (`wpgate check`), keyed by what was read.
 _SHARED: list[dict[tuple[Any, ...], Any]] = []
@@ -65,37 +47,8 @@ def load_shared(key: tuple[Any, ...], load: Callable[[], Any]) -> Any:
     return cache[key]
 
 
-def config_section(config: Any, name: str) -> Mapping[str, Any]:
-    """The ``[tool.wpgate.<name>]`` options of ``config`` (a Config, a mapping, or None)."""
-    if config is None:
-        return {}
-    section = getattr(config, "section", None)
-    if callable(section):
-        value = section(name)
-    elif isinstance(config, Mapping):
-        value = config.get(name)
-    else:
-        value = None
-    return value if isinstance(value, Mapping) else {}
-
-
-def docs_layout(config: Any = None) -> DocsLayout:
-    """The document locations configured in ``[tool.wpgate.docs]`` (defaults otherwise)."""
-    options = config_section(config, "docs")
-    default = DocsLayout()
-    values: dict[str, Any] = {}
-    for key in ("provenance", "assumptions", "work_packages", "engineering", "evidence"):
-        values[key] = str(options.get(key, getattr(default, key)))
-    values["changelog"] = str(options.get("changelog", default.changelog))
-    claims = options.get("claims", default.claims)
-    values["claims"] = (claims,) if isinstance(claims, str) else tuple(str(c) for c in claims)
-    return DocsLayout(**values)
-
-
-def read_text(
-    root: Path, rel: str, rule_id: str = READ_RULE_ID
-) -> tuple[str | None, Finding | None]:
-    """The UTF-8 text of ``root/rel``, or a finding saying why it cannot be read.
+def read_text(root: Path, rel: str) -> tuple[str | None, Problem | None]:
+    """The UTF-8 text of ``root/rel``, or the problem saying why it cannot be read.
 
     Inside :func:`parse_once` each file is read once, whichever linters ask for it.
     """
@@ -103,7 +56,7 @@ def read_text(
     text, line, problem = read
     if text is not None:
         return text, None
-    return None, Finding(rel, line, rule_id, problem)
+    return None, Problem(rel, line, problem)
 
 
 def _read(root: Path, rel: str) -> tuple[str | None, int, str]:

@@ -16,9 +16,9 @@ import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
 
-from wpgate._documents import docs_layout, glob_pages, read_text, resolve_inside, sha256_file
+from wpgate._config import Config
+from wpgate._documents import glob_pages, read_text, resolve_inside, sha256_file
 from wpgate._git import (
     blob_hashes_at,
     is_work_tree,
@@ -27,6 +27,7 @@ from wpgate._git import (
     resolve_commits,
 )
 from wpgate._model import Finding
+from wpgate.options import DocsLayout
 from wpgate.parsers.evidence import (
     CountMarker,
     EvidenceParse,
@@ -35,6 +36,7 @@ from wpgate.parsers.evidence import (
     parse_evidence,
 )
 from wpgate.records import ClaimContext, EvidenceTree, ResolvedCitation
+from wpgate.rules import EVIDENCE_CLAIM_CITES, EVIDENCE_FILE_VALID
 
 __all__ = ["count_collected", "load_evidence"]
 
@@ -85,11 +87,12 @@ class _EvidenceFiles:
     def load(self, rel: str) -> None:
         if rel in self.parsed:
             return
-        text, problem = read_text(self.root, rel, "WPG404")
+        text, problem = read_text(self.root, rel)
         if text is None:
-            self.parsed[rel] = EvidenceParse(rel, None, (problem,) if problem else ())
+            found = (problem.finding(EVIDENCE_FILE_VALID),) if problem else ()
+            self.parsed[rel] = EvidenceParse(rel, None, found)
         else:
-            self.parsed[rel] = parse_evidence(text, rel)
+            self.parsed[rel] = parse_evidence(text, rel, rule_id=EVIDENCE_FILE_VALID)
 
     def load_folder(self, evidence_dir: str) -> None:
         """Every ``*.json`` under the evidence folder that resolves inside the repository."""
@@ -118,9 +121,9 @@ def _resolve_claims(
         return seen[key]
 
     for page in pages:
-        page_text, unreadable = read_text(root, page, "WPG401")
+        page_text, unreadable = read_text(root, page)
         if page_text is None:
-            findings.extend([unreadable] if unreadable else [])
+            findings.extend([unreadable.finding(EVIDENCE_CLAIM_CITES)] if unreadable else [])
             continue
         base = PurePosixPath(page).parent.as_posix()
         base = "" if base == "." else base
@@ -235,7 +238,7 @@ def _count_answers(
 
 def load_evidence(
     root: Path,
-    config: Any = None,
+    config: Config | None = None,
     *,
     git: bool = True,
     collect: bool = True,
@@ -247,7 +250,7 @@ def load_evidence(
     ``collected N -- paths`` markers; ``identical=False`` skips ``git diff`` for
     ``identical A..B -- paths`` markers.
     """
-    layout = docs_layout(config)
+    layout = DocsLayout.from_config(config)
     evidence_dir = layout.evidence.rstrip("/")
     files = _EvidenceFiles(root)
     files.load_folder(evidence_dir)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wpgate._documents import DocsLayout, docs_layout
+from wpgate.options import DocsLayout
 
 __all__ = ["InitResult", "Scaffold", "init_repository", "plan_scaffolds"]
 
@@ -198,7 +198,7 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
     pyproject = root / "pyproject.toml"
     has_table = _has_wpgate_table(pyproject)
     # An existing [tool.wpgate.docs] decides where the documents go.
-    layout = docs_layout(load_config(root)) if has_table else DocsLayout()
+    layout = DocsLayout.from_config(load_config(root)) if has_table else DocsLayout()
     written: list[str] = []
     kept: list[str] = []
     for plan in plan_scaffolds(root, name or root.resolve().name, layout):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 #: A work-package id, the one grammar of page names, front matter and the `WP:` trailer:
 #: three or more digits and an optional lower-case letter (``004``, ``197b``, ``1000``).
@@ -43,6 +43,23 @@ class Finding:
             )
 
 
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong with a document before a rule reports it: where, and how to fix it.
+
+    Readers and parsers name no rule; the rule that reports a problem gives it its id
+    (:meth:`finding`).
+    """
+
+    path: str
+    line: int
+    message: str
+
+    def finding(self, rule_id: str) -> Finding:
+        """This problem as a finding of rule ``rule_id``."""
+        return Finding(self.path, self.line, rule_id, self.message)
+
+
 def with_severity(finding: Finding, severity: str) -> Finding:
     """``finding`` with ``severity`` (``error`` or ``warning``); itself when unchanged."""
     if finding.severity == severity:
@@ -50,14 +67,25 @@ def with_severity(finding: Finding, severity: str) -> Finding:
     return Finding(finding.path, finding.line, finding.rule_id, finding.message, severity)
 
 
+#: What a linter's rules read (a parsed document, a tree, a message) and their options record.
+Subject = TypeVar("Subject")
+Options = TypeVar("Options")
+
+
 @dataclass(frozen=True)
-class Rule:
-    """A lint rule with a stable id (``WPG101``), a kebab-case name and a one-line summary."""
+class Rule(Generic[Subject, Options]):
+    """A lint rule with a stable id (``WPG101``), a kebab-case name and a one-line summary.
+
+    The one rule contract: ``check(subject, options)`` yields the rule's findings, where the
+    subject is what the linter loaded (everything the rule reads is on it) and ``options`` is
+    the linter's options record. Each rule module exports its rules as one typed tuple,
+    ``CHECKS``, made by :func:`register`.
+    """
 
     rule_id: str
     name: str
     summary: str
-    check: Callable[..., Iterator[Finding]] = field(compare=False, repr=False)
+    check: Callable[[Subject, Options], Iterator[Finding]] = field(compare=False, repr=False)
     enabled_by_default: bool = True
     options: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -66,10 +94,10 @@ class RuleRegistry:
     """Rules by id and by name; ids and names are unique."""
 
     def __init__(self) -> None:
-        self._by_id: dict[str, Rule] = {}
-        self._by_name: dict[str, Rule] = {}
+        self._by_id: dict[str, Rule[Any, Any]] = {}
+        self._by_name: dict[str, Rule[Any, Any]] = {}
 
-    def register(self, rule: Rule) -> Rule:
+    def register(self, rule: Rule[Any, Any]) -> Rule[Any, Any]:
         """Add ``rule``; a duplicate id or name is a programming error."""
         if rule.rule_id in self._by_id or rule.name in self._by_name:
             raise ValueError(f"duplicate rule {rule.rule_id} ({rule.name})")
@@ -77,19 +105,19 @@ class RuleRegistry:
         self._by_name[rule.name] = rule
         return rule
 
-    def ensure(self, rule: Rule) -> Rule:
+    def ensure(self, rule: Rule[Subject, Options]) -> Rule[Subject, Options]:
         """``rule``'s registered entry: added now, or the one a module import added before.
 
         Rule modules register on import; importing one twice (pytest's importlib mode does)
         must keep the first registration rather than fail as a duplicate.
         """
-        return self.get(rule.rule_id) or self.register(rule)
+        return cast("Rule[Subject, Options]", self.get(rule.rule_id) or self.register(rule))
 
-    def get(self, key: str) -> Rule | None:
+    def get(self, key: str) -> Rule[Any, Any] | None:
         """Look a rule up by id (case-insensitive) or by name."""
         return self._by_id.get(key.upper()) or self._by_name.get(key.lower())
 
-    def __iter__(self) -> Iterator[Rule]:
+    def __iter__(self) -> Iterator[Rule[Any, Any]]:
         return iter(sorted(self._by_id.values(), key=lambda r: r.rule_id))
 
     def __len__(self) -> int:
@@ -98,3 +126,26 @@ class RuleRegistry:
 
 # The one registry every rule module registers into at import time.
 RULES = RuleRegistry()
+
+
+def register(*rules: Rule[Subject, Options]) -> tuple[Rule[Subject, Options], ...]:
+    """The one way a rule module registers: its rules, added to :data:`RULES` in order.
+
+    Returns the registered entries (a module imported twice gets its first ones back), which
+    the module exports as its ``CHECKS`` tuple.
+    """
+    return tuple(RULES.ensure(rule) for rule in rules)
+
+
+def switched_on(
+    rules: Iterable[Rule[Subject, Options]], enabled: Callable[[str], bool] | None = None
+) -> list[Rule[Subject, Options]]:
+    """The ``rules`` that are on: ``enabled(rule_id)``, or each rule's default without it.
+
+    Every runner filters its rules here before it runs any: a switched-off rule never runs.
+    """
+    return [
+        rule
+        for rule in rules
+        if (rule.enabled_by_default if enabled is None else enabled(rule.rule_id))
+    ]

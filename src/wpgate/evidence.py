@@ -20,6 +20,7 @@ from typing import Any
 
 from wpgate._git import head_state
 from wpgate.parsers.evidence import SCHEMA, parse_evidence
+from wpgate.rules import EVIDENCE_FILE_VALID
 
 __all__ = [
     "SCHEMA",
@@ -121,7 +122,7 @@ def write_evidence(document: Mapping[str, Any], path: Path) -> Path:
     fail ``wpgate evidence``; OSError when the location cannot be written.
     """
     text = json.dumps(document, indent=2) + "\n"
-    findings = parse_evidence(text, path.name).findings
+    findings = parse_evidence(text, path.name, rule_id=EVIDENCE_FILE_VALID).findings
     if findings:
         raise EvidenceError(
             f"not writing {path}: " + "; ".join(finding.message for finding in findings)

@@ -13,8 +13,8 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
 
+from wpgate._config import Config
 from wpgate._documents import read_text
 from wpgate.records import ProjectIndex
 
@@ -100,7 +100,7 @@ def _class_members(node: ast.ClassDef) -> set[str]:
     return out
 
 
-def load_project_index(root: Path, config: Any = None) -> ProjectIndex:
+def load_project_index(root: Path, config: Config | None = None) -> ProjectIndex:
     """The :class:`~wpgate.records.ProjectIndex` of the tree at ``root`` (``config`` unused)."""
     files, directories = _walk(root)
     modules: dict[str, frozenset[str]] = {}

@@ -444,9 +444,11 @@ def test_check_parses_each_document_once(repo: Path, monkeypatch: pytest.MonkeyP
     for name in ("parse_provenance", "parse_work_package"):
         original = getattr(_docs, name)
 
-        def counted(text: str, rel: str, *args: object, _original: object = original) -> object:
+        def counted(
+            text: str, rel: str, *args: object, _original: object = original, **kwargs: object
+        ) -> object:
             calls.append(rel)
-            return _original(text, rel, *args)  # type: ignore[operator]
+            return _original(text, rel, *args, **kwargs)  # type: ignore[operator]
 
         monkeypatch.setattr(_docs, name, counted)
     first = git(repo, "rev-parse", "HEAD")

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from wpgate import _docs, _documents
-from wpgate._config import load_config
+from wpgate._config import Config, load_config
 from wpgate.cli import main
+from wpgate.options import DocsLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +36,7 @@ def test_load_references_reads_every_id() -> None:
 
 
 def test_layout_from_config_section() -> None:
-    layout = _documents.docs_layout({"docs": {"evidence": "ev", "claims": "x/*.md"}})
+    layout = DocsLayout.from_section({"evidence": "ev", "claims": "x/*.md"})
     assert (layout.evidence, layout.claims, layout.provenance) == (
         "ev",
         ("x/*.md",),
@@ -175,9 +176,9 @@ def test_evidence_commits_beyond_a_shallow_cut_exit_2(tmp_path: Path) -> None:
 def test_a_switched_off_rules_check_is_never_called() -> None:
     from wpgate.rules import provenance as rules
 
-    kept = _docs.enabled_checks({"disable": ["WPG203"]}, rules.CHECKS)
-    assert rules.check_unique_ids not in kept
-    assert kept == [c for c in rules.CHECKS if c is not rules.check_unique_ids]
+    kept = _docs.enabled_checks(Config(ROOT).ignoring(["WPG203"]), rules.CHECKS)
+    assert rules.check_unique_ids not in [rule.check for rule in kept]
+    assert kept == [rule for rule in rules.CHECKS if rule.rule_id != "WPG203"]
 
 
 @pytest.mark.parametrize(
@@ -202,6 +203,6 @@ def test_switched_off_rules_skip_their_expensive_inputs(
         "wp": lambda config: _docs.lint_work_packages(ROOT, config),
         "changelog": lambda config: _docs.lint_changelog(ROOT, config),
     }[linter]
-    lint({"disable": [rule_id]})
+    lint(Config(ROOT).ignoring([rule_id]))
     with pytest.raises(AssertionError, match=f"{name} ran"):  # control: on, it runs
-        lint({})
+        lint(Config(ROOT))

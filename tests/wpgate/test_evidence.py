@@ -43,7 +43,7 @@ def _document(**changes: object) -> dict[str, object]:
 def test_the_written_file_is_what_the_checker_reads(tmp_path: Path) -> None:
     path = write_evidence(_document(), tmp_path / "deep" / "e.json")
     text = path.read_text(encoding="utf-8")
-    parsed = parse_evidence(text, "e.json")
+    parsed = parse_evidence(text, "e.json", rule_id="WPG404")
     assert parsed.findings == ()
     assert parsed.evidence is not None
     assert (parsed.evidence.git_commit, parsed.evidence.results) == (HEAD, {"median_ms": 1.25})

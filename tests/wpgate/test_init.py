@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from git_helpers import git, new_repository
 
-from wpgate._documents import DocsLayout
 from wpgate._init import plan_scaffolds
 from wpgate.cli import main
+from wpgate.options import DocsLayout
 
 _IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 _BIN = Path(sys.executable).parent

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
+import pkgutil
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from wpgate._model import MAX_MESSAGE, Finding, Rule, RuleRegistry, with_severity
+import wpgate.rules
+from wpgate._model import (
+    MAX_MESSAGE,
+    RULES,
+    Finding,
+    Problem,
+    Rule,
+    RuleRegistry,
+    switched_on,
+    with_severity,
+)
+from wpgate.parsers.front_matter import parse_front_matter
 
 
 def _check() -> Iterator[Finding]:
@@ -40,3 +57,59 @@ def test_finding_messages_are_capped() -> None:
     assert short.message == "fine"
     assert with_severity(short, "warning").severity == "warning"
     assert with_severity(short, "error") is short
+
+
+def test_every_rule_module_exports_one_typed_tuple_holding_every_rule_it_registers() -> None:
+    wpgate.rules.register_all()
+    exported: dict[str, str] = {}
+    for info in pkgutil.iter_modules(wpgate.rules.__path__):
+        module = importlib.import_module(f"wpgate.rules.{info.name}")
+        checks = module.CHECKS
+        assert isinstance(checks, tuple), info.name
+        assert checks, info.name
+        for rule in checks:
+            assert isinstance(rule, Rule), (info.name, rule)
+            assert rule.rule_id not in exported, f"{rule.rule_id} in {exported.get(rule.rule_id)}"
+            exported[rule.rule_id] = info.name
+            # One check signature: the subject and the linter's options, nothing else.
+            params = list(inspect.signature(rule.check).parameters)
+            assert len(params) == 2, rule.rule_id
+            assert params[1] == "options", rule.rule_id
+            assert RULES.get(rule.rule_id) is rule
+    assert sorted(exported) == [rule.rule_id for rule in RULES]
+
+
+def test_switched_on_keeps_the_enabled_rules_or_each_rules_default() -> None:
+    rules = (
+        Rule("WPG900", "on-by-default", "one", _check),
+        Rule("WPG901", "off-by-default", "two", _check, enabled_by_default=False),
+    )
+    assert [r.rule_id for r in switched_on(rules)] == ["WPG900"]
+    assert [r.rule_id for r in switched_on(rules, lambda rule_id: rule_id == "WPG901")] == [
+        "WPG901"
+    ]
+
+
+def test_parsers_and_readers_name_no_rule_id() -> None:
+    # Rule ids live in the rules package: what reads or parses a document takes them as
+    # arguments, so a parse problem is reported under whichever rule the caller names.
+    src = Path(wpgate.rules.__file__).resolve().parents[1]
+    paths = sorted((src / "parsers").glob("*.py")) + [
+        src / name for name in ("_documents.py", "_evidence_tree.py", "project_index.py")
+    ]
+    named = [
+        f"{path.name}:{node.lineno}: {node.value}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"WPG\d{3}", node.value)
+    ]
+    assert named == []
+
+
+def test_a_parse_problem_is_reported_under_the_rule_its_caller_names() -> None:
+    front = parse_front_matter("# no front matter\n", "p.md", "WPG999")
+    assert [f.rule_id for f in front.findings] == ["WPG999"]
+    problem = Problem("p.md", 3, "cannot read p.md")
+    assert problem.finding("WPG201") == Finding("p.md", 3, "WPG201", "cannot read p.md")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wpgate.records import ProjectIndex
 
 _SECTION_RE = re.compile(r"^##\s+\[?unreleased\]?\s*$", re.IGNORECASE)
 _NEXT_SECTION_RE = re.compile(r"^##\s")
@@ -26,6 +30,9 @@ class Unreleased:
     path: str
     line: int
     names: tuple[CodeName, ...]
+    #: What the tree defines, when the names are checked against it (WPG502); None otherwise.
+    #: The docs runner adds it (``wpgate.project_index``).
+    index: ProjectIndex | None = field(default=None, compare=False)
 
 
 def parse_unreleased(text: str, path: str = "CHANGELOG.md") -> Unreleased:

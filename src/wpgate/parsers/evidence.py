@@ -47,7 +47,6 @@ from wpgate._model import Finding
 SCHEMA = "wpgate-evidence/1"
 TAG = "[MEASURED]"
 #: Rule id of evidence-file schema findings.
-FILE_RULE_ID = "WPG404"
 
 _HEX40_RE = re.compile(r"^[0-9a-f]{40}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -175,11 +174,11 @@ def _refuse_constant(name: str) -> float:
     raise _BadNumberError(f"`{name}` is not a JSON number; record a finite number or null")
 
 
-def parse_evidence(text: str, path: str) -> EvidenceParse:
+def parse_evidence(text: str, path: str, *, rule_id: str) -> EvidenceParse:
     """Parse and validate the evidence JSON ``text`` of the file at repository-relative ``path``."""
 
     def bad(message: str, line: int = 1) -> EvidenceParse:
-        return EvidenceParse(path, None, (Finding(path, line, FILE_RULE_ID, message),))
+        return EvidenceParse(path, None, (Finding(path, line, rule_id, message),))
 
     try:
         document = json.loads(
@@ -225,7 +224,7 @@ def parse_evidence(text: str, path: str) -> EvidenceParse:
         return EvidenceParse(
             path,
             None,
-            tuple(Finding(path, 1, FILE_RULE_ID, f"invalid evidence file: {p}") for p in problems),
+            tuple(Finding(path, 1, rule_id, f"invalid evidence file: {p}") for p in problems),
         )
     return EvidenceParse(
         path,

@@ -20,9 +20,6 @@ from wpgate._model import Finding
 if TYPE_CHECKING:
     import yaml
 
-#: Rule id of front-matter syntax findings (work-package pages use it).
-RULE_ID = "WPG301"
-
 
 def _loader() -> type[yaml.SafeLoader]:
     """libyaml's parser when PyYAML was built with it: the same YAML and marks, ~10x faster,
@@ -65,7 +62,7 @@ def _split(text: str) -> tuple[list[str], int] | None:
 
 
 def parse_front_matter(  # noqa: PLR0911 - one early return per malformed shape
-    text: str, path: str, rule_id: str = RULE_ID
+    text: str, path: str, rule_id: str
 ) -> FrontMatter:
     """Parse the front matter at the top of ``text`` (a file at repository-relative ``path``)."""
     if text.startswith("\ufeff"):

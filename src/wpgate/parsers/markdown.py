@@ -21,9 +21,6 @@ _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _DELIMITER_CELL_RE = re.compile(r"^:?-+:?$")
 _ROW_RE = re.compile(r"^ {0,3}\|")
 
-#: Rule id of the findings this parser reports (shared by every table-based document).
-TABLE_RULE_ID = "WPG201"
-
 
 @dataclass(frozen=True)
 class Heading:
@@ -185,7 +182,7 @@ def _read_table(
     return Table(heading, header, tuple(rows), number, tuple(problems)), index
 
 
-def table_findings(path: str, table: Table, rule_id: str = TABLE_RULE_ID) -> Iterator[Finding]:
+def table_findings(path: str, table: Table, rule_id: str) -> Iterator[Finding]:
     """The malformed-row problems of ``table`` as findings against ``path``."""
     for line, message in table.problems:
         yield Finding(path, line, rule_id, message)
@@ -196,7 +193,7 @@ def find_table(
     path: str,
     heading: str,
     columns: Sequence[str],
-    rule_id: str = TABLE_RULE_ID,
+    rule_id: str,
 ) -> tuple[Table | None, list[Finding]]:
     """The table under ``heading`` with the given leading ``columns``, or findings saying why not.
 

@@ -15,7 +15,8 @@ parse become findings with their line, never exceptions.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from wpgate._model import Finding
 from wpgate.parsers.markdown import Table, find_table, parse_markdown
@@ -27,10 +28,6 @@ SOURCES_COLUMNS = ("ID", "Reference", "Licence", "Role")
 PLACEHOLDERS_COLUMNS = ("ID", "Status")
 FIRST_USE_COLUMNS = ("Date", "Source", "Used for")
 
-#: Rule id for tables that are missing or malformed.
-TABLE_RULE_ID = "WPG201"
-#: Rule id for id cells that are not ``R<n>``, a range or a list of them.
-ID_RULE_ID = "WPG202"
 
 _ID_RE = re.compile(r"^R(\d+)$")
 _RANGE_RE = re.compile(r"^R(\d+)\s*(?:\u2013|\u2014|-|\.\.)\s*R?(\d+)$")
@@ -77,6 +74,9 @@ class Provenance:
     placeholders: tuple[Placeholder, ...]
     first_uses: tuple[FirstUse, ...]
     findings: tuple[Finding, ...]
+    #: Per source id, the first commit citing it and that commit's date, when the first-use
+    #: history is checked (WPG207); None otherwise. The docs runner adds it from git.
+    citations: Mapping[str, tuple[str, str]] | None = field(default=None, compare=False)
 
     @property
     def source_ids(self) -> frozenset[str]:
@@ -120,12 +120,12 @@ def expand_ids(cell: str) -> tuple[tuple[str, ...], list[str]]:
     return tuple(ids), bad
 
 
-def _bad_id_finding(path: str, line: int, part: str, what: str) -> Finding:
+def _bad_id_finding(path: str, line: int, part: str, what: str, rule_id: str) -> Finding:
     """The finding for an id cell part that does not parse."""
     return Finding(
         path,
         line,
-        ID_RULE_ID,
+        rule_id,
         f"{what} `{part}` is not a source id; write `R<n>` (e.g. `R12`), a range `R1-R20` "
         "(low before high) or a comma-separated list",
     )
@@ -137,7 +137,9 @@ def _cell(table: Table, cells: tuple[str, ...], column: str) -> str:
     return cells[index] if index is not None and index < len(cells) else ""
 
 
-def parse_provenance(text: str, path: str = "docs/PROVENANCE.md") -> Provenance:
+def parse_provenance(
+    text: str, path: str = "docs/PROVENANCE.md", *, table_rule: str, id_rule: str
+) -> Provenance:
     """Parse the provenance document ``text`` (found at repository-relative ``path``)."""
     document = parse_markdown(text)
     findings: list[Finding] = []
@@ -145,14 +147,18 @@ def parse_provenance(text: str, path: str = "docs/PROVENANCE.md") -> Provenance:
     placeholders: list[Placeholder] = []
     first_uses: list[FirstUse] = []
 
-    table, problems = find_table(document, path, SOURCES_HEADING, SOURCES_COLUMNS, TABLE_RULE_ID)
+    table, problems = find_table(document, path, SOURCES_HEADING, SOURCES_COLUMNS, table_rule)
     findings.extend(problems)
     if table is not None:
         for row in table.rows:
             ids, bad = expand_ids(_cell(table, row.cells, "ID"))
-            findings.extend(_bad_id_finding(path, row.line, b, "the Sources id") for b in bad)
+            findings.extend(
+                _bad_id_finding(path, row.line, b, "the Sources id", id_rule) for b in bad
+            )
             if not ids and not bad:
-                findings.append(_bad_id_finding(path, row.line, "", "the empty Sources id"))
+                findings.append(
+                    _bad_id_finding(path, row.line, "", "the empty Sources id", id_rule)
+                )
             sources.extend(
                 Source(
                     source_id,
@@ -165,24 +171,26 @@ def parse_provenance(text: str, path: str = "docs/PROVENANCE.md") -> Provenance:
             )
 
     table, problems = find_table(
-        document, path, PLACEHOLDERS_HEADING, PLACEHOLDERS_COLUMNS, TABLE_RULE_ID
+        document, path, PLACEHOLDERS_HEADING, PLACEHOLDERS_COLUMNS, table_rule
     )
     findings.extend(problems)
     if table is not None:
         for row in table.rows:
             ids, bad = expand_ids(_cell(table, row.cells, "ID"))
-            findings.extend(_bad_id_finding(path, row.line, b, "the placeholder id") for b in bad)
+            findings.extend(
+                _bad_id_finding(path, row.line, b, "the placeholder id", id_rule) for b in bad
+            )
             status = _cell(table, row.cells, "Status")
             placeholders.extend(Placeholder(p, status, row.line) for p in ids)
 
-    table, problems = find_table(
-        document, path, FIRST_USE_HEADING, FIRST_USE_COLUMNS, TABLE_RULE_ID
-    )
+    table, problems = find_table(document, path, FIRST_USE_HEADING, FIRST_USE_COLUMNS, table_rule)
     findings.extend(problems)
     if table is not None:
         for row in table.rows:
             ids, bad = expand_ids(_cell(table, row.cells, "Source"))
-            findings.extend(_bad_id_finding(path, row.line, b, "the first-use source") for b in bad)
+            findings.extend(
+                _bad_id_finding(path, row.line, b, "the first-use source", id_rule) for b in bad
+            )
             first_uses.append(
                 FirstUse(
                     _cell(table, row.cells, "Date"),

@@ -33,8 +33,6 @@ ID_RE = re.compile(rf"^{WP_ID_PATTERN}$")
 FILE_RE = re.compile(rf"^wp-({WP_ID_PATTERN})\.md$")
 
 #: Rule ids: front-matter syntax, and the schema of its keys.
-SYNTAX_RULE_ID = "WPG301"
-SCHEMA_RULE_ID = "WPG302"
 
 
 @dataclass(frozen=True)
@@ -109,9 +107,16 @@ def _string_list(value: Any, key: str, *, ids: bool) -> tuple[tuple[str, ...], l
     return tuple(items), problems
 
 
-def parse_work_package(text: str, path: str, extra_keys: tuple[str, ...] = ()) -> WorkPackageParse:
+def parse_work_package(
+    text: str,
+    path: str,
+    extra_keys: tuple[str, ...] = (),
+    *,
+    syntax_rule: str,
+    schema_rule: str,
+) -> WorkPackageParse:
     """Parse one work-package page (at repository-relative ``path``) and check its schema."""
-    front = parse_front_matter(text, path, SYNTAX_RULE_ID)
+    front = parse_front_matter(text, path, syntax_rule)
     if front.data is None:
         return WorkPackageParse(None, front.findings)
     data = front.data
@@ -120,7 +125,7 @@ def parse_work_package(text: str, path: str, extra_keys: tuple[str, ...] = ()) -
 
     def report(key: str, message: str) -> None:
         bad.add(key)
-        findings.append(Finding(path, front.key_lines.get(key, 1), SCHEMA_RULE_ID, message))
+        findings.append(Finding(path, front.key_lines.get(key, 1), schema_rule, message))
 
     for key in REQUIRED_KEYS:
         if key not in data:

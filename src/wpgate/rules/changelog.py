@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import Finding, Rule, register
+from wpgate.options import ChangelogOptions
 from wpgate.parsers.changelog import CodeName, Unreleased
 from wpgate.records import ProjectIndex
+from wpgate.rules import CHANGELOG_UNRELEASED
 
 _FLAG_RE = re.compile(r"^--[A-Za-z0-9][\w.-]*(?:=\S*)?(?:/--[A-Za-z0-9][\w.-]*)*$")
 _DOTTED_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(\(.*\))?$")
@@ -145,23 +146,26 @@ def _resolve_command(  # noqa: PLR0911 - one answer per command kind
     return None
 
 
-def check_unreleased_section(section: Unreleased, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_unreleased_section(section: Unreleased, options: ChangelogOptions) -> Iterator[Finding]:
     """WPG501: the changelog has an ``## [Unreleased]`` section (Keep a Changelog)."""
     if section.line == 0:
         yield Finding(
             section.path,
             0,
-            "WPG501",
+            CHANGELOG_UNRELEASED,
             "no `## [Unreleased]` section; add one above the latest release (Keep a Changelog)",
         )
 
 
-def check_names(
-    section: Unreleased, index: ProjectIndex, options: Mapping[str, Any]
-) -> Iterator[Finding]:
-    """WPG502: every backticked name in the unreleased section resolves in the tree."""
-    raw = options.get("ignore", ())
-    ignored = frozenset(str(x) for x in ([raw] if isinstance(raw, str) else raw))
+def check_names(section: Unreleased, options: ChangelogOptions) -> Iterator[Finding]:
+    """WPG502: every backticked name in the unreleased section resolves in the tree.
+
+    The tree is ``section.index``; a section without one is not checked.
+    """
+    index = section.index
+    if index is None:
+        return
+    ignored = frozenset(options.ignore)
     seen: set[tuple[str, int]] = set()
     for name in section.names:
         if name.text in ignored or (name.text, name.line) in seen:
@@ -183,21 +187,14 @@ def _finding(section: Unreleased, name: CodeName, problem: str) -> Finding:
     )
 
 
-def _register() -> None:
-    """Add the changelog rules to the shared registry."""
-    for rule_id, name, summary, check in (
-        (
-            "WPG501",
-            "changelog-unreleased",
-            "the changelog has an Unreleased section",
-            check_unreleased_section,
-        ),
-        ("WPG502", "changelog-names-resolve", "backticked names in Unreleased exist", check_names),
-    ):
-        RULES.ensure(Rule(rule_id, name, summary, check))
-
-
-_register()
-
-#: The checks that need nothing but the unreleased section (WPG502 also needs the project index).
-CHECKS = (check_unreleased_section,)
+#: The changelog rules: each check reads the unreleased section (and, for WPG502, the
+#: project index the runner put on it).
+CHECKS: tuple[Rule[Unreleased, ChangelogOptions], ...] = register(
+    Rule(
+        CHANGELOG_UNRELEASED,
+        "changelog-unreleased",
+        "the changelog has an Unreleased section",
+        check_unreleased_section,
+    ),
+    Rule("WPG502", "changelog-names-resolve", "backticked names in Unreleased exist", check_names),
+)

@@ -6,13 +6,14 @@ every answer that needs the file system, git or pytest; these functions only com
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
-from typing import Any
 
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import Finding, Rule, register
+from wpgate.options import EvidenceOptions
 from wpgate.parsers.evidence import Evidence, Number, evidence_numbers
 from wpgate.records import ClaimContext, EvidenceTree
+from wpgate.rules import EVIDENCE_CLAIM_CITES, EVIDENCE_FILE_VALID
 
 _HUNDRED = Decimal(100)
 
@@ -27,9 +28,9 @@ def _cited(tree: EvidenceTree, context: ClaimContext) -> list[Evidence]:
     return out
 
 
-def check_claim_cites(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG401: a claim cites at least one evidence file, kept under the evidence directory."""
-    yield from (f for f in tree.findings if f.rule_id == "WPG401")
+    yield from (f for f in tree.findings if f.rule_id == EVIDENCE_CLAIM_CITES)
     for context in tree.claims:
         claim = context.claim
         evidence = [c for c in context.citations if c.is_evidence and c.path is not None]
@@ -37,7 +38,7 @@ def check_claim_cites(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterato
             yield Finding(
                 claim.path,
                 claim.line,
-                "WPG401",
+                EVIDENCE_CLAIM_CITES,
                 "this [MEASURED] claim cites no evidence file; link the JSON the benchmark wrote "
                 f"(e.g. [evidence]({tree.evidence_dir}/<file>.json)) in the same paragraph",
             )
@@ -47,13 +48,13 @@ def check_claim_cites(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterato
                 yield Finding(
                     claim.path,
                     citation.line,
-                    "WPG401",
+                    EVIDENCE_CLAIM_CITES,
                     f"`{citation.target}` is not under {tree.evidence_dir}/; evidence files live "
                     "there - move the file or cite the right one",
                 )
 
 
-def check_citations_inside(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_citations_inside(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG402: citations stay inside the repository (no absolute path, ``..`` or escaping link)."""
     for context in tree.claims:
         for citation in context.citations:
@@ -66,7 +67,7 @@ def check_citations_inside(tree: EvidenceTree, options: Mapping[str, Any]) -> It
                 )
 
 
-def check_citations_exist(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_citations_exist(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG403: every cited file exists."""
     for context in tree.claims:
         for citation in context.citations:
@@ -80,13 +81,13 @@ def check_citations_exist(tree: EvidenceTree, options: Mapping[str, Any]) -> Ite
                 )
 
 
-def check_files_valid(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_files_valid(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG404: every evidence file is a ``wpgate-evidence/1`` JSON object."""
     for parse in tree.files.values():
         yield from parse.findings
 
 
-def check_source_hashes(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_source_hashes(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG405: an evidence file's source hashes equal those files at its recorded commit.
 
     Skipped for files without a commit or marked ``git_dirty``: their hashes are the anchor.
@@ -178,7 +179,7 @@ class _Index:
         return False
 
 
-def check_numbers(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_numbers(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG406: every number in a claim's prose is recorded in a file the claim cites.
 
     A number matches a recorded value rounded to the claim's decimals; a percentage also
@@ -212,7 +213,7 @@ def check_numbers(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Fi
                 )
 
 
-def check_stale(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_stale(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG407: a claim whose evidence no longer matches the tree names the commit it covers."""
     for context in tree.claims:
         claim = context.claim
@@ -256,7 +257,7 @@ def _covers(tree: EvidenceTree, evidence: Evidence, sha: str) -> bool:
     return all(tree.hashes_at.get((full, s)) == d for s, d in evidence.sources.items())
 
 
-def check_identical(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_identical(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG408: ``identical A..B -- paths`` holds: git sees no difference in those paths."""
     if not tree.git:
         return
@@ -282,7 +283,7 @@ def check_identical(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[
                 )
 
 
-def check_counts(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_counts(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """WPG409: ``collected N -- paths`` holds: pytest collects exactly N tests there."""
     for context in tree.claims:
         for marker in context.claim.counts:
@@ -301,68 +302,47 @@ def check_counts(tree: EvidenceTree, options: Mapping[str, Any]) -> Iterator[Fin
                 )
 
 
-def _register() -> None:
-    """Add the evidence rules to the shared registry."""
-    for rule_id, name, summary, check in (
-        (
-            "WPG401",
-            "evidence-claim-cites",
-            "[MEASURED] claims cite an evidence file",
-            check_claim_cites,
-        ),
-        (
-            "WPG402",
-            "evidence-citation-inside",
-            "citations stay inside the repository",
-            check_citations_inside,
-        ),
-        ("WPG403", "evidence-citation-exists", "cited files exist", check_citations_exist),
-        (
-            "WPG404",
-            "evidence-file-valid",
-            "evidence files follow wpgate-evidence/1",
-            check_files_valid,
-        ),
-        (
-            "WPG405",
-            "evidence-source-hashes",
-            "recorded hashes match the recorded commit",
-            check_source_hashes,
-        ),
-        (
-            "WPG406",
-            "evidence-numbers",
-            "numbers in claims are recorded in the evidence",
-            check_numbers,
-        ),
-        (
-            "WPG407",
-            "evidence-stale",
-            "claims on changed code name the commit they cover",
-            check_stale,
-        ),
-        (
-            "WPG408",
-            "evidence-identical-marker",
-            "`identical A..B -- paths` holds in git",
-            check_identical,
-        ),
-        ("WPG409", "evidence-count-marker", "`collected N -- paths` matches pytest", check_counts),
-    ):
-        RULES.ensure(Rule(rule_id, name, summary, check))
-
-
-_register()
-
-#: Every evidence check, in rule-id order.
-CHECKS = (
-    check_claim_cites,
-    check_citations_inside,
-    check_citations_exist,
-    check_files_valid,
-    check_source_hashes,
-    check_numbers,
-    check_stale,
-    check_identical,
-    check_counts,
+#: The evidence rules, in rule-id order: each check reads the loaded evidence tree.
+CHECKS: tuple[Rule[EvidenceTree, EvidenceOptions], ...] = register(
+    Rule(
+        EVIDENCE_CLAIM_CITES,
+        "evidence-claim-cites",
+        "[MEASURED] claims cite an evidence file",
+        check_claim_cites,
+    ),
+    Rule(
+        "WPG402",
+        "evidence-citation-inside",
+        "citations stay inside the repository",
+        check_citations_inside,
+    ),
+    Rule("WPG403", "evidence-citation-exists", "cited files exist", check_citations_exist),
+    Rule(
+        EVIDENCE_FILE_VALID,
+        "evidence-file-valid",
+        "evidence files follow wpgate-evidence/1",
+        check_files_valid,
+    ),
+    Rule(
+        "WPG405",
+        "evidence-source-hashes",
+        "recorded hashes match the recorded commit",
+        check_source_hashes,
+    ),
+    Rule(
+        "WPG406",
+        "evidence-numbers",
+        "numbers in claims are recorded in the evidence",
+        check_numbers,
+    ),
+    Rule(
+        "WPG407", "evidence-stale", "claims on changed code name the commit they cover", check_stale
+    ),
+    Rule(
+        "WPG408",
+        "evidence-identical-marker",
+        "`identical A..B -- paths` holds in git",
+        check_identical,
+    ),
+    Rule("WPG409", "evidence-count-marker", "`collected N -- paths` matches pytest", check_counts),
 )

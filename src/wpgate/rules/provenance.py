@@ -8,28 +8,29 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import Finding, Rule, register
+from wpgate.options import ProvenanceOptions
 from wpgate.parsers.provenance import Provenance, id_number
+from wpgate.rules import PROVENANCE_ID_FORMAT, PROVENANCE_TABLES
 
-DEFAULT_LICENCES = ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "PSF-2.0")
-DEFAULT_CODE_ROLES = ("code", "library", "software", "source code")
+DEFAULT_LICENCES = ProvenanceOptions.licences
+DEFAULT_CODE_ROLES = ProvenanceOptions.code_roles
 _ISO_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-def check_tables(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_tables(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG201: the three tables exist under their headings, with their columns and whole rows."""
-    yield from (f for f in provenance.findings if f.rule_id == "WPG201")
+    yield from (f for f in provenance.findings if f.rule_id == PROVENANCE_TABLES)
 
 
-def check_id_format(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_id_format(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG202: every id cell is ``R<n>``, a range ``R1-R20`` or a list of them."""
-    yield from (f for f in provenance.findings if f.rule_id == "WPG202")
+    yield from (f for f in provenance.findings if f.rule_id == PROVENANCE_ID_FORMAT)
 
 
-def check_unique_ids(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_unique_ids(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG203: an id appears once across the Sources and Placeholders tables (ranges expanded)."""
     seen: dict[str, tuple[str, int]] = {}
     rows = [(s.id, "Sources", s.line) for s in provenance.sources]
@@ -60,16 +61,15 @@ def _licence_allowed(cell: str, allowed: frozenset[str]) -> bool:
     return False
 
 
-def _lowered(value: Any) -> frozenset[str]:
-    """An option that is a string or a list of strings, lower-cased (a lone string is a list)."""
-    items = [value] if isinstance(value, str) else list(value or ())
-    return frozenset(str(item).strip().lower() for item in items)
+def _lowered(values: tuple[str, ...]) -> frozenset[str]:
+    """An option's strings, stripped and lower-cased."""
+    return frozenset(item.strip().lower() for item in values)
 
 
-def check_licences(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_licences(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG204: a code source carries a permissive licence; copyleft or unknown is refused."""
-    allowed = _lowered(options.get("licences", DEFAULT_LICENCES))
-    roles = _lowered(options.get("code_roles", DEFAULT_CODE_ROLES))
+    allowed = _lowered(options.licences)
+    roles = _lowered(options.code_roles)
     reported: set[int] = set()
     for source in provenance.sources:
         if source.role.strip("` ").lower() not in roles or source.line in reported:
@@ -86,7 +86,7 @@ def check_licences(provenance: Provenance, options: Mapping[str, Any]) -> Iterat
             )
 
 
-def check_first_use_once(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_first_use_once(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG205: every source has exactly one first-use row, and each row names known sources."""
     sources = {s.id: s for s in provenance.sources}
     placeholders = provenance.placeholder_ids
@@ -141,7 +141,7 @@ def parse_iso_date(cell: str) -> dt.date | None:
         return None
 
 
-def check_first_use_dates(provenance: Provenance, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_first_use_dates(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """WPG206: first-use dates are ISO (``YYYY-MM-DD``) and never decrease down the log."""
     previous: tuple[dt.date, int] | None = None
     for row in provenance.first_uses:
@@ -166,14 +166,16 @@ def check_first_use_dates(provenance: Provenance, options: Mapping[str, Any]) ->
 
 
 def check_first_use_history(
-    provenance: Provenance,
-    citations: Mapping[str, tuple[str, str]],
-    options: Mapping[str, Any],
+    provenance: Provenance, options: ProvenanceOptions
 ) -> Iterator[Finding]:
     """WPG207: each source cited in a ``Provenance:`` trailer was logged on or before that commit.
 
-    ``citations`` maps a source id to the first commit citing it and that commit's date.
+    ``provenance.citations`` maps a source id to the first commit citing it and that commit's
+    date; without it (no history asked for, or not a git work tree) there is nothing to check.
     """
+    citations = provenance.citations
+    if citations is None:
+        return
     logged: dict[str, tuple[dt.date | None, int]] = {}
     for row in provenance.first_uses:
         for source_id in row.ids:
@@ -204,70 +206,49 @@ def check_first_use_history(
             )
 
 
-def _register() -> None:
-    """Add the provenance rules to the shared registry."""
-    for rule_id, name, summary, check, default in (
-        (
-            "WPG201",
-            "provenance-tables",
-            "the provenance tables exist and are well formed",
-            check_tables,
-            True,
-        ),
-        (
-            "WPG202",
-            "provenance-id-format",
-            "source ids are R<n>, ranges or lists",
-            check_id_format,
-            True,
-        ),
-        (
-            "WPG203",
-            "provenance-unique-ids",
-            "each source id is listed once across tables",
-            check_unique_ids,
-            True,
-        ),
-        (
-            "WPG204",
-            "provenance-code-licence",
-            "code sources carry a permissive licence",
-            check_licences,
-            True,
-        ),
-        (
-            "WPG205",
-            "provenance-first-use-once",
-            "each source has exactly one first-use row",
-            check_first_use_once,
-            True,
-        ),
-        (
-            "WPG206",
-            "provenance-first-use-dates",
-            "first-use dates are ISO and in order",
-            check_first_use_dates,
-            True,
-        ),
-        (
-            "WPG207",
-            "provenance-first-use-history",
-            "first-use rows predate the first commit citing the source",
-            check_first_use_history,
-            True,
-        ),
-    ):
-        RULES.ensure(Rule(rule_id, name, summary, check, default))
-
-
-_register()
-
-#: The checks run on a parsed provenance document without history.
-CHECKS = (
-    check_tables,
-    check_id_format,
-    check_unique_ids,
-    check_licences,
-    check_first_use_once,
-    check_first_use_dates,
+#: The provenance rules: each check reads the parsed document (and, for WPG207, the
+#: first citing commits the runner put on it).
+CHECKS: tuple[Rule[Provenance, ProvenanceOptions], ...] = register(
+    Rule(
+        PROVENANCE_TABLES,
+        "provenance-tables",
+        "the provenance tables exist and are well formed",
+        check_tables,
+    ),
+    Rule(
+        PROVENANCE_ID_FORMAT,
+        "provenance-id-format",
+        "source ids are R<n>, ranges or lists",
+        check_id_format,
+    ),
+    Rule(
+        "WPG203",
+        "provenance-unique-ids",
+        "each source id is listed once across tables",
+        check_unique_ids,
+    ),
+    Rule(
+        "WPG204",
+        "provenance-code-licence",
+        "code sources carry a permissive licence",
+        check_licences,
+    ),
+    Rule(
+        "WPG205",
+        "provenance-first-use-once",
+        "each source has exactly one first-use row",
+        check_first_use_once,
+    ),
+    Rule(
+        "WPG206",
+        "provenance-first-use-dates",
+        "first-use dates are ISO and in order",
+        check_first_use_dates,
+    ),
+    Rule(
+        "WPG207",
+        "provenance-first-use-history",
+        "first-use rows predate the first commit citing the source",
+        check_first_use_history,
+    ),
 )

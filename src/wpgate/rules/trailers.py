@@ -13,10 +13,10 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
-from wpgate._config import Config, ConfigError
-from wpgate._model import RULES, WP_ID_PATTERN, Finding, Rule
+from wpgate._model import WP_ID_PATTERN, Finding, Rule, register, switched_on
+from wpgate.options import ConfigError, LinterOptions, option
 from wpgate.references import References, split_node_ids
 from wpgate.trailers import Message, Trailer
 
@@ -56,48 +56,29 @@ _REVERT_BODY = re.compile(r"^This reverts commit [0-9a-f]{7,64}\b")
 
 
 @dataclass(frozen=True)
-class TrailerOptions:
+class TrailerOptions(LinterOptions):
     """``[tool.wpgate.trailers]``: what the commit rules accept."""
 
-    types: tuple[str, ...] = DEFAULT_TYPES
-    max_subject_length: int = 72
-    required: tuple[str, ...] = ("WP", "Provenance", "Gate")
-    # Regular expressions searched in the author's `Name <email>`.
-    bot_authors: tuple[str, ...] = (r"\[bot\]",)
-    signoff_matches_author: bool = False
-    clean_room_statement: str = "Clean-room acknowledged:"
-    # `git revert`'s own message (`Revert "..."`, `This reverts commit X.`) is exempt, as merges.
-    revert_exempt: bool = True
+    TABLE: ClassVar[str] = "trailers"
 
-    @classmethod
-    def from_section(cls, section: Mapping[str, Any]) -> TrailerOptions:
-        """Options from a config section; a wrong key or value is a :class:`ConfigError`."""
-        known = set(cls.__dataclass_fields__)
-        values: dict[str, Any] = {}
-        for key, value in section.items():
-            where = f"tool.wpgate.trailers.{key}"
-            if key not in known:
-                raise ConfigError(
-                    where, f"is not a known option; known: {', '.join(sorted(known))}"
-                )
-            default = getattr(cls, key)
-            if isinstance(default, tuple):
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise ConfigError(where, "must be a list of strings")
-                values[key] = tuple(value)
-            elif isinstance(default, bool):
-                if not isinstance(value, bool):
-                    raise ConfigError(where, "must be true or false")
-                values[key] = value
-            elif isinstance(default, int):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ConfigError(where, "must be a positive integer")
-                values[key] = value
-            else:
-                if not isinstance(value, str) or not value:
-                    raise ConfigError(where, "must be a non-empty string")
-                values[key] = value
-        for pattern in values.get("bot_authors", ()):
+    types: tuple[str, ...] = option(DEFAULT_TYPES, "str_list")
+    max_subject_length: int = option(72, "int")
+    required: tuple[str, ...] = option(("WP", "Provenance", "Gate"), "str_list")
+    # Regular expressions searched in the author's `Name <email>`.
+    bot_authors: tuple[str, ...] = option((r"\[bot\]",), "str_list")
+    signoff_matches_author: bool = option(False, "bool")
+    clean_room_statement: str = option("Clean-room acknowledged:", "str")
+    # `git revert`'s own message (`Revert "..."`, `This reverts commit X.`) is exempt, as merges.
+    revert_exempt: bool = option(True, "bool")
+
+    def check(self) -> None:
+        """The statement is not empty, each bot pattern compiles, each required trailer is
+        governed."""
+        if not self.clean_room_statement:
+            raise ConfigError(
+                "tool.wpgate.trailers.clean_room_statement", "must be a non-empty string"
+            )
+        for pattern in self.bot_authors:
             try:
                 re.compile(pattern)
             except re.error as exc:
@@ -105,23 +86,17 @@ class TrailerOptions:
                     "tool.wpgate.trailers.bot_authors",
                     f"{pattern!r} is not a regular expression ({exc}); escape [ ] as \\[ \\]",
                 ) from exc
-        unknown = [k for k in values.get("required", ()) if k not in _TRAILER_RULES]
+        unknown = [k for k in self.required if k not in _TRAILER_RULES]
         if unknown:
             raise ConfigError(
                 "tool.wpgate.trailers.required",
                 f"{unknown[0]!r} is not a governed trailer; use {', '.join(_TRAILER_RULES)}",
             )
-        return cls(**values)
 
     @functools.cached_property
     def bot_pattern(self) -> re.Pattern[str]:
         """``bot_authors`` as one compiled alternation (never matches when empty)."""
         return _bot_pattern(self.bot_authors)
-
-    @classmethod
-    def from_config(cls, config: Config | None) -> TrailerOptions:
-        """Options from the loaded configuration (defaults when ``config`` is None)."""
-        return cls() if config is None else cls.from_section(config.section("trailers"))
 
 
 @dataclass(frozen=True)
@@ -447,70 +422,66 @@ def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> Iterator
 
 _TRAILER_RULES = {"WP": "WPG104", "Provenance": "WPG105", "Assumptions": "WPG106", "Gate": "WPG107"}
 
-CHECKS: tuple[Rule, ...] = tuple(
-    RULES.ensure(rule)
-    for rule in (
-        Rule(
-            "WPG100",
-            "message-encoding",
-            "The message is valid UTF-8 and holds no NUL byte.",
-            check_encoding,
-        ),
-        Rule(
-            "WPG101",
-            "subject-format",
-            "The subject reads `type(scope): summary` with a configured type.",
-            check_subject_format,
-        ),
-        Rule(
-            "WPG102",
-            "subject-length",
-            "The subject is at most `max_subject_length` (72) characters.",
-            check_subject_length,
-            options={"max_subject_length": 72},
-        ),
-        Rule(
-            "WPG103", "subject-period", "The subject has no trailing period.", check_subject_period
-        ),
-        Rule(
-            "WPG104",
-            "wp-trailer",
-            "`WP:` appears exactly once: `NNN`, `NNNx` or `none`, and the package exists.",
-            check_wp,
-        ),
-        Rule(
-            "WPG105",
-            "provenance-trailer",
-            "`Provenance:` cites allowlisted source ids (placeholders refused) or `none (reason)`.",
-            check_provenance,
-        ),
-        Rule(
-            "WPG106",
-            "assumptions-trailer",
-            "`Assumptions:` is `none` or ids that exist in docs/ASSUMPTIONS.md.",
-            check_assumptions,
-        ),
-        Rule(
-            "WPG107",
-            "gate-trailer",
-            "`Gate:` names pytest node ids whose file and test exist (static, by AST).",
-            check_gate,
-        ),
-        Rule(
-            "WPG108",
-            "signed-off-by",
-            "`Signed-off-by: Name <email>` is present; optionally it matches the author.",
-            check_sign_off,
-            enabled_by_default=False,
-            options={"signoff_matches_author": False},
-        ),
-        Rule(
-            "WPG109",
-            "clean-room-statement",
-            "PR mode: the description keeps the `Clean-room acknowledged:` statement.",
-            check_clean_room,
-        ),
-    )
+#: The commit-message rules: each check reads one parsed message.
+CHECKS: tuple[Rule[CommitMessage, TrailerOptions], ...] = register(
+    Rule(
+        "WPG100",
+        "message-encoding",
+        "The message is valid UTF-8 and holds no NUL byte.",
+        check_encoding,
+    ),
+    Rule(
+        "WPG101",
+        "subject-format",
+        "The subject reads `type(scope): summary` with a configured type.",
+        check_subject_format,
+    ),
+    Rule(
+        "WPG102",
+        "subject-length",
+        "The subject is at most `max_subject_length` (72) characters.",
+        check_subject_length,
+        options={"max_subject_length": 72},
+    ),
+    Rule("WPG103", "subject-period", "The subject has no trailing period.", check_subject_period),
+    Rule(
+        "WPG104",
+        "wp-trailer",
+        "`WP:` appears exactly once: `NNN`, `NNNx` or `none`, and the package exists.",
+        check_wp,
+    ),
+    Rule(
+        "WPG105",
+        "provenance-trailer",
+        "`Provenance:` cites allowlisted source ids (placeholders refused) or `none (reason)`.",
+        check_provenance,
+    ),
+    Rule(
+        "WPG106",
+        "assumptions-trailer",
+        "`Assumptions:` is `none` or ids that exist in docs/ASSUMPTIONS.md.",
+        check_assumptions,
+    ),
+    Rule(
+        "WPG107",
+        "gate-trailer",
+        "`Gate:` names pytest node ids whose file and test exist (static, by AST).",
+        check_gate,
+    ),
+    Rule(
+        "WPG108",
+        "signed-off-by",
+        "`Signed-off-by: Name <email>` is present; optionally it matches the author.",
+        check_sign_off,
+        enabled_by_default=False,
+        options={"signoff_matches_author": False},
+    ),
+    Rule(
+        "WPG109",
+        "clean-room-statement",
+        "PR mode: the description keeps the `Clean-room acknowledged:` statement.",
+        check_clean_room,
+    ),
 )
 
 
@@ -567,11 +538,7 @@ def lint_messages(
     ``enabled`` says whether a rule id is on (``Config.enabled``); by default each rule's own
     default applies.
     """
-    checks = [
-        rule.check
-        for rule in CHECKS
-        if (rule.enabled_by_default if enabled is None else enabled(rule.rule_id))
-    ]
+    checks = [rule.check for rule in switched_on(CHECKS, enabled)]
     findings: list[Finding] = []
     exempt: Counter[str] = Counter()
     checked = 0

@@ -6,8 +6,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
-from wpgate._model import RULES, Finding, Rule
+from wpgate._model import Finding, Rule, register
+from wpgate.options import WorkPackageOptions
 from wpgate.parsers.work_packages import WorkPackage, id_from_filename, sort_key
+from wpgate.rules import WP_FRONT_MATTER, WP_IDS, WP_SCHEMA
 
 
 class Registry(Protocol):
@@ -19,25 +21,27 @@ class Registry(Protocol):
     def findings(self) -> tuple[Finding, ...]: ...
     @property
     def phases(self) -> Mapping[int, Any]: ...
+    @property
+    def resolve_gate(self) -> GateResolver | None: ...
 
 
 #: A gate resolver: the reason a pytest node id does not resolve, or None when it does.
 GateResolver = Callable[[str], "str | None"]
 
 
-def check_front_matter(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_front_matter(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG301: every page opens with valid YAML front matter holding a mapping."""
-    yield from (f for f in registry.findings if f.rule_id == "WPG301")
+    yield from (f for f in registry.findings if f.rule_id == WP_FRONT_MATTER)
 
 
-def check_schema(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_schema(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG302: the front matter has the required keys with the right types and vocabulary."""
-    yield from (f for f in registry.findings if f.rule_id == "WPG302")
+    yield from (f for f in registry.findings if f.rule_id == WP_SCHEMA)
 
 
-def check_ids(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG303: the page is ``wp-<id>.md`` for its own id, and no id is used twice."""
-    yield from (f for f in registry.findings if f.rule_id == "WPG303")
+    yield from (f for f in registry.findings if f.rule_id == WP_IDS)
     seen: dict[str, str] = {}
     for package in registry.packages:
         name = PurePosixPath(package.path).name
@@ -46,7 +50,7 @@ def check_ids(registry: Registry, options: Mapping[str, Any]) -> Iterator[Findin
             yield Finding(
                 package.path,
                 package.line_of("id"),
-                "WPG303",
+                WP_IDS,
                 f"the id {package.id!r} does not match the file name {name}; rename the file "
                 f"to wp-{package.id}.md or fix the id",
             )
@@ -54,7 +58,7 @@ def check_ids(registry: Registry, options: Mapping[str, Any]) -> Iterator[Findin
             yield Finding(
                 package.path,
                 package.line_of("id"),
-                "WPG303",
+                WP_IDS,
                 f"the id {package.id!r} is already used by {seen[package.id]}; give each "
                 "package its own id",
             )
@@ -62,7 +66,7 @@ def check_ids(registry: Registry, options: Mapping[str, Any]) -> Iterator[Findin
             seen[package.id] = package.path
 
 
-def check_dependencies_exist(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_dependencies_exist(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG304: every ``depends_on`` id names another package of the registry."""
     ids = {p.id for p in registry.packages}
     for package in registry.packages:
@@ -84,7 +88,7 @@ def check_dependencies_exist(registry: Registry, options: Mapping[str, Any]) -> 
                 )
 
 
-def check_acyclic(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_acyclic(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG305: the dependencies form no cycle (each cycle reported once, at its lowest id)."""
     packages = {p.id: p for p in registry.packages}
     edges = {
@@ -127,10 +131,14 @@ def check_acyclic(registry: Registry, options: Mapping[str, Any]) -> Iterator[Fi
         )
 
 
-def check_gates(
-    registry: Registry, resolve: GateResolver, options: Mapping[str, Any]
-) -> Iterator[Finding]:
-    """WPG306: a ``done`` package has at least one gate, and every gate resolves statically."""
+def check_gates(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
+    """WPG306: a ``done`` package has at least one gate, and every gate resolves statically.
+
+    Gates are resolved by ``registry.resolve_gate``; a registry without one is not checked.
+    """
+    resolve = registry.resolve_gate
+    if resolve is None:
+        return
     for package in registry.packages:
         if package.status != "done":
             continue
@@ -153,7 +161,7 @@ def check_gates(
                 )
 
 
-def check_phases(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_phases(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG307: each package's phase has a page ``docs/engineering/phase-NN*.md``."""
     for package in registry.packages:
         if package.phase not in registry.phases:
@@ -166,7 +174,7 @@ def check_phases(registry: Registry, options: Mapping[str, Any]) -> Iterator[Fin
             )
 
 
-def check_reasons(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_reasons(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG308: a blocked or deferred package says why in ``reason``."""
     for package in registry.packages:
         if package.status in ("blocked", "deferred") and not package.reason:
@@ -179,7 +187,7 @@ def check_reasons(registry: Registry, options: Mapping[str, Any]) -> Iterator[Fi
             )
 
 
-def check_superseded(registry: Registry, options: Mapping[str, Any]) -> Iterator[Finding]:
+def check_superseded(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """WPG309: ``superseded`` goes with ``superseded_by`` naming another existing package."""
     ids = {p.id for p in registry.packages}
     for package in registry.packages:
@@ -211,52 +219,30 @@ def check_superseded(registry: Registry, options: Mapping[str, Any]) -> Iterator
             )
 
 
-def _register() -> None:
-    """Add the work-package rules to the shared registry."""
-    for rule_id, name, summary, check in (
-        (
-            "WPG301",
-            "wp-front-matter",
-            "pages open with valid YAML front matter",
-            check_front_matter,
-        ),
-        ("WPG302", "wp-schema", "front matter keys, types and status vocabulary", check_schema),
-        ("WPG303", "wp-id-matches-file", "ids match file names and are unique", check_ids),
-        (
-            "WPG304",
-            "wp-dependencies-exist",
-            "depends_on names existing packages",
-            check_dependencies_exist,
-        ),
-        ("WPG305", "wp-dependencies-acyclic", "dependencies form no cycle", check_acyclic),
-        ("WPG306", "wp-done-gates-resolve", "done packages name gates that resolve", check_gates),
-        ("WPG307", "wp-phase-exists", "each phase has an engineering page", check_phases),
-        (
-            "WPG308",
-            "wp-status-reason",
-            "blocked and deferred packages give a reason",
-            check_reasons,
-        ),
-        (
-            "WPG309",
-            "wp-superseded-by",
-            "superseded packages name their replacement",
-            check_superseded,
-        ),
-    ):
-        RULES.ensure(Rule(rule_id, name, summary, check))
-
-
-_register()
-
-#: The checks that need nothing but the registry (WPG306 also needs a gate resolver).
-CHECKS = (
-    check_front_matter,
-    check_schema,
-    check_ids,
-    check_dependencies_exist,
-    check_acyclic,
-    check_phases,
-    check_reasons,
-    check_superseded,
+#: The work-package rules: each check reads the loaded registry (and, for WPG306, the
+#: gate resolver the runner put on it).
+CHECKS: tuple[Rule[Registry, WorkPackageOptions], ...] = register(
+    Rule(
+        WP_FRONT_MATTER,
+        "wp-front-matter",
+        "pages open with valid YAML front matter",
+        check_front_matter,
+    ),
+    Rule(WP_SCHEMA, "wp-schema", "front matter keys, types and status vocabulary", check_schema),
+    Rule(WP_IDS, "wp-id-matches-file", "ids match file names and are unique", check_ids),
+    Rule(
+        "WPG304",
+        "wp-dependencies-exist",
+        "depends_on names existing packages",
+        check_dependencies_exist,
+    ),
+    Rule("WPG305", "wp-dependencies-acyclic", "dependencies form no cycle", check_acyclic),
+    Rule("WPG306", "wp-done-gates-resolve", "done packages name gates that resolve", check_gates),
+    Rule("WPG307", "wp-phase-exists", "each phase has an engineering page", check_phases),
+    Rule(
+        "WPG308", "wp-status-reason", "blocked and deferred packages give a reason", check_reasons
+    ),
+    Rule(
+        "WPG309", "wp-superseded-by", "superseded packages name their replacement", check_superseded
+    ),
 )

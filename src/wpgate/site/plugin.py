@@ -31,8 +31,10 @@ from mkdocs.structure.pages import Page
 
 from wpgate._config import Config, ConfigError, load_config
 from wpgate._docs import load_work_packages
-from wpgate._documents import docs_layout, read_text, resolve_inside
+from wpgate._documents import read_text, resolve_inside
+from wpgate.options import DocsLayout
 from wpgate.parsers.evidence import parse_evidence
+from wpgate.rules import EVIDENCE_FILE_VALID
 from wpgate.site import _evidence, _reference, _roadmap
 from wpgate.site._escape import escape_html, escape_markdown
 
@@ -107,7 +109,7 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
             for p in registry.phases.values()
         ]
         # A phase some package names but no page describes gets a generated page.
-        engineering = self._docs_path(docs_layout(wpgate_config).engineering)
+        engineering = self._docs_path(DocsLayout.from_config(wpgate_config).engineering)
         missing = sorted({wp.phase for wp in packages} - set(registry.phases))
         generated = [_roadmap.Phase(n, "", f"{engineering}/phase-{n:02d}.md") for n in missing]
         roadmap_src = self.config.roadmap
@@ -254,7 +256,7 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
             raise _evidence.EvidenceBlockError(
                 f"evidence file {why} (run the benchmark that writes it, or fix `path`)"
             )
-        parsed = parse_evidence(text, rel)
+        parsed = parse_evidence(text, rel, rule_id=EVIDENCE_FILE_VALID)
         if parsed.evidence is None:
             why = "; ".join(f.message for f in parsed.findings) or "not a valid evidence file"
             raise _evidence.EvidenceBlockError(f"{rel}: {why}")

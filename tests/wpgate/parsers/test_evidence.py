@@ -27,7 +27,7 @@ def _document(**changes: object) -> str:
 
 
 def test_valid_file() -> None:
-    parsed = parse_evidence(_document(), "docs/evidence/a.json")
+    parsed = parse_evidence(_document(), "docs/evidence/a.json", rule_id="WPG404")
     assert parsed.findings == ()
     assert parsed.evidence is not None
     assert parsed.evidence.git_commit == COMMIT
@@ -36,11 +36,13 @@ def test_valid_file() -> None:
 
 
 def test_invalid_files_say_what_is_wrong() -> None:
-    broken = parse_evidence("{\n  'x': 1\n}", "e.json")
+    broken = parse_evidence("{\n  'x': 1\n}", "e.json", rule_id="WPG404")
     assert (broken.findings[0].line, broken.findings[0].rule_id) == (2, "WPG404")
     assert "not valid JSON" in broken.findings[0].message
     bad = parse_evidence(
-        _document(schema="v0", git_commit="abc", sources={"../x.py": "zz"}), "e.json"
+        _document(schema="v0", git_commit="abc", sources={"../x.py": "zz"}),
+        "e.json",
+        rule_id="WPG404",
     )
     assert bad.evidence is None
     assert [f.message for f in bad.findings] == [
@@ -61,11 +63,16 @@ def test_invalid_files_say_what_is_wrong() -> None:
                 }
             ),
             "e.json",
+            rule_id="WPG404",
         )
         .findings[0]
         .message
     )
-    assert parse_evidence("[1]", "e.json").findings[0].message.startswith("an evidence file")
+    assert (
+        parse_evidence("[1]", "e.json", rule_id="WPG404")
+        .findings[0]
+        .message.startswith("an evidence file")
+    )
 
 
 def test_numbers_include_numbers_inside_strings() -> None:

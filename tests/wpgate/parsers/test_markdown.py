@@ -45,7 +45,7 @@ def test_tables_found_by_heading_with_lines() -> None:
 
 def test_row_with_wrong_cell_count_is_a_finding() -> None:
     doc = parse_markdown(DOC)
-    table, findings = find_table(doc, "x.md", "Other", ["A"])
+    table, findings = find_table(doc, "x.md", "Other", ["A"], "WPG201")
     assert table is not None
     assert findings == [
         Finding(
@@ -60,9 +60,9 @@ def test_row_with_wrong_cell_count_is_a_finding() -> None:
 
 def test_missing_section_and_missing_table_and_wrong_header() -> None:
     doc = parse_markdown("# T\n\n## Empty\n\ntext\n")
-    assert find_table(doc, "p.md", "Gone", ["ID"])[1][0].line == 0
-    assert find_table(doc, "p.md", "Empty", ["ID"])[1][0].line == 3
-    _, findings = find_table(parse_markdown(DOC), "p.md", "Sources", ["ID", "Other"])
+    assert find_table(doc, "p.md", "Gone", ["ID"], "WPG201")[1][0].line == 0
+    assert find_table(doc, "p.md", "Empty", ["ID"], "WPG201")[1][0].line == 3
+    _, findings = find_table(parse_markdown(DOC), "p.md", "Sources", ["ID", "Other"], "WPG201")
     assert findings[0].line == 5
     assert "expected `| ID | Other |`" in findings[0].message
 

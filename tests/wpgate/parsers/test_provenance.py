@@ -31,7 +31,7 @@ GOOD = """# Provenance
 
 
 def test_parses_three_tables_with_ranges_expanded() -> None:
-    parsed = parse_provenance(GOOD, "docs/PROVENANCE.md")
+    parsed = parse_provenance(GOOD, "docs/PROVENANCE.md", table_rule="WPG201", id_rule="WPG202")
     assert [(s.id, s.line) for s in parsed.sources] == [("R1", 7), ("R2", 8), ("R3", 8), ("R4", 8)]
     assert parsed.placeholder_ids == frozenset({"R9"})
     assert [(f.date, f.ids, f.line) for f in parsed.first_uses] == [
@@ -50,11 +50,11 @@ def test_expand_ids_forms() -> None:
 
 def test_bad_ids_and_missing_tables_are_findings() -> None:
     text = GOOD.replace("| R1 | A paper", "| S1 | A paper").replace("## Placeholders", "## Other")
-    parsed = parse_provenance(text, "p.md")
+    parsed = parse_provenance(text, "p.md", table_rule="WPG201", id_rule="WPG202")
     assert [(f.line, f.rule_id) for f in parsed.findings] == [(7, "WPG202"), (0, "WPG201")]
     assert "`S1` is not a source id" in parsed.findings[0].message
 
 
 @given(st.text(max_size=300))
 def test_never_raises(text: str) -> None:
-    parse_provenance(text, "p.md")
+    parse_provenance(text, "p.md", table_rule="WPG201", id_rule="WPG202")

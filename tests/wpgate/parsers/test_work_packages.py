@@ -27,7 +27,9 @@ reason: "waits for 005"
 
 
 def test_parses_a_page_into_a_record() -> None:
-    parsed = parse_work_package(PAGE, "docs/work_packages/wp-006.md")
+    parsed = parse_work_package(
+        PAGE, "docs/work_packages/wp-006.md", syntax_rule="WPG301", schema_rule="WPG302"
+    )
     assert parsed.findings == ()
     wp = parsed.package
     assert wp is not None
@@ -46,7 +48,7 @@ def test_schema_findings_name_the_key_line() -> None:
     text = PAGE.replace('id: "006"', "id: 006").replace("status: blocked", "status: finished")
     text = text.replace('depends_on: ["005"]', "depends_on: [5]").replace("phase: 3", "phase: x")
     text = text.replace('reason: "waits for 005"', "colour: red")
-    parsed = parse_work_package(text, "p.md")
+    parsed = parse_work_package(text, "p.md", syntax_rule="WPG301", schema_rule="WPG302")
     assert parsed.package is None
     assert [(f.line, f.rule_id) for f in parsed.findings] == [
         (8, "WPG302"),
@@ -63,7 +65,10 @@ def test_schema_findings_name_the_key_line() -> None:
 
 def test_missing_keys_and_extra_keys_option() -> None:
     parsed = parse_work_package(
-        '---\nid: "001"\ntitle: t\nphase: 1\nstatus: todo\nowner: me\n---\n', "p.md"
+        '---\nid: "001"\ntitle: t\nphase: 1\nstatus: todo\nowner: me\n---\n',
+        "p.md",
+        syntax_rule="WPG301",
+        schema_rule="WPG302",
     )
     assert parsed.package is not None  # depends_on and gate are reported but not fatal
     assert [f.message.split(";")[0] for f in parsed.findings] == [
@@ -72,12 +77,23 @@ def test_missing_keys_and_extra_keys_option() -> None:
         "unknown front-matter key `owner`",
     ]
     full = '---\nid: "001"\ntitle: t\nphase: 1\nstatus: todo\ndepends_on: []\ngate: []\n'
-    assert parse_work_package(full + "owner: me\n---\n", "p.md", ("owner",)).findings == ()
+    assert (
+        parse_work_package(
+            full + "owner: me\n---\n",
+            "p.md",
+            ("owner",),
+            syntax_rule="WPG301",
+            schema_rule="WPG302",
+        ).findings
+        == ()
+    )
 
 
 def test_scaffold_round_trips() -> None:
     text = format_work_package("012b", 'A "quoted": title', 2)
-    parsed = parse_work_package(text, "docs/work_packages/wp-012b.md")
+    parsed = parse_work_package(
+        text, "docs/work_packages/wp-012b.md", syntax_rule="WPG301", schema_rule="WPG302"
+    )
     assert parsed.findings == ()
     assert parsed.package is not None
     assert (parsed.package.id, parsed.package.title, parsed.package.status) == (
@@ -95,5 +111,10 @@ def test_file_names_and_order() -> None:
 
 @given(st.text(max_size=300))
 def test_parser_never_raises(text: str) -> None:
-    parsed = parse_work_package("---\n" + text + "\n---\n", "docs/work_packages/wp-001.md")
+    parsed = parse_work_package(
+        "---\n" + text + "\n---\n",
+        "docs/work_packages/wp-001.md",
+        syntax_rule="WPG301",
+        schema_rule="WPG302",
+    )
     assert parsed.package is not None or parsed.findings

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from wpgate._docs import lint_changelog
+from wpgate.options import ChangelogOptions
 from wpgate.parsers.changelog import parse_unreleased
 from wpgate.project_index import load_project_index
 from wpgate.rules.changelog import ProjectIndex, check_names, resolve_name
@@ -118,10 +120,13 @@ def test_unresolved_names(index: ProjectIndex, name: str, problem: str) -> None:
 
 def test_wpg502_findings_carry_line_and_fix(index: ProjectIndex) -> None:
     section = parse_unreleased("## [Unreleased]\n- `pkg.Engine`\n- `pkg.gone` and `pkg.gone`\n")
-    (finding,) = check_names(section, index, {})
+    (finding,) = check_names(replace(section, index=index), ChangelogOptions())
     assert (finding.path, finding.line, finding.rule_id) == ("CHANGELOG.md", 3, "WPG502")
     assert finding.message.startswith("the changelog promises `pkg.gone` but `pkg` defines no")
-    assert list(check_names(section, index, {"ignore": ["pkg.gone"]})) == []
+    assert (
+        list(check_names(replace(section, index=index), ChangelogOptions(ignore=("pkg.gone",))))
+        == []
+    )
 
 
 def test_wpg501_and_lint_changelog(tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from git_helpers import isolated_git
 
+from wpgate._config import Config
 from wpgate._docs import lint_evidence
 from wpgate._evidence_tree import load_evidence
 from wpgate._model import Finding
+from wpgate.options import EvidenceOptions
 from wpgate.rules import evidence as rules
 
 PAGE = "docs/page.md"
@@ -237,11 +239,11 @@ def test_switched_off_marker_rules_never_run_git_diff_or_pytest(
     _page(root, CLAIM + f"\n`collected 4 -- src` and `identical {first[:7]}..HEAD -- src/m.py`.")
     monkeypatch.setattr(_evidence_tree, "count_collected", refuse)
     monkeypatch.setattr(_evidence_tree, "paths_identical", refuse)
-    assert lint_evidence(root, {"disable": ["WPG408", "WPG409"]}) == []
+    assert lint_evidence(root, Config(root).ignoring(["WPG408", "WPG409"])) == []
     with pytest.raises(AssertionError, match="switched-off"):  # control: on, they do run
-        lint_evidence(root, {"disable": ["WPG408"]})
+        lint_evidence(root, Config(root).ignoring(["WPG408"]))
     with pytest.raises(AssertionError, match="switched-off"):
-        lint_evidence(root, {"disable": ["WPG409"]})
+        lint_evidence(root, Config(root).ignoring(["WPG409"]))
 
 
 def test_checks_are_pure_over_a_tree_without_git(tmp_path: Path) -> None:
@@ -251,6 +253,6 @@ def test_checks_are_pure_over_a_tree_without_git(tmp_path: Path) -> None:
     _page(tmp_path, CLAIM)
     tree = load_evidence(tmp_path)
     assert tree.git is False
-    assert [f for check in rules.CHECKS for f in check(tree, {})] == []
+    assert [f for rule in rules.CHECKS for f in rule.check(tree, EvidenceOptions())] == []
     (tmp_path / "src/m.py").write_text("X = 2\n", encoding="utf-8")
     assert _ids(lint_evidence(tmp_path)) == [(PAGE, 5, "WPG407")]

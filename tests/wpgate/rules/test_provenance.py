@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from git_helpers import isolated_git
@@ -9,6 +10,7 @@ from git_helpers import isolated_git
 from wpgate._docs import lint_provenance
 from wpgate._git import first_citing_commits
 from wpgate._model import RULES, Finding
+from wpgate.options import ProvenanceOptions
 from wpgate.parsers.provenance import parse_provenance
 from wpgate.rules import provenance as rules
 
@@ -33,7 +35,8 @@ GOOD = _doc(
 
 
 def _run(check: object, text: str, options: dict[str, object] | None = None) -> list[Finding]:
-    return list(check(parse_provenance(text, P), options or {}))  # type: ignore[operator]
+    record = ProvenanceOptions.from_section(options or {})
+    return list(check(parse_provenance(text, P, table_rule="WPG201", id_rule="WPG202"), record))  # type: ignore[operator]
 
 
 def test_rules_are_registered() -> None:
@@ -42,7 +45,7 @@ def test_rules_are_registered() -> None:
 
 
 def test_good_document_is_clean() -> None:
-    assert [f for check in rules.CHECKS for f in _run(check, GOOD)] == []
+    assert [f for rule in rules.CHECKS for f in _run(rule.check, GOOD)] == []
 
 
 def test_wpg201_malformed_table_row() -> None:
@@ -106,20 +109,30 @@ def test_wpg206_dates_iso_and_ordered() -> None:
 
 
 def test_wpg207_history_against_first_citing_commit() -> None:
-    parsed = parse_provenance(GOOD, P)
+    parsed = parse_provenance(GOOD, P, table_rule="WPG201", id_rule="WPG202")
     citations = {
         "R1": ("c" * 40, "2026-10-31"),
         "R2": ("d" * 40, "2026-11-02"),
         "R3": ("e" * 40, "2026-11-05"),
         "R8": ("f" * 40, "2026-01-01"),
     }
-    findings = list(rules.check_first_use_history(parsed, citations, {}))
+    findings = list(
+        rules.check_first_use_history(replace(parsed, citations=citations), ProvenanceOptions())
+    )
     assert [(f.line, f.rule_id) for f in findings] == [(20, "WPG207")]
     assert "logged on 2026-11-01, after commit cccccccccccc cited it on 2026-10-31" in (
         findings[0].message
     )
     unlogged = GOOD.replace("| 2026-11-02 | R2, R3 | b |", "| 2026-11-02 | R2 | b |")
-    findings = list(rules.check_first_use_history(parse_provenance(unlogged, P), citations, {}))
+    findings = list(
+        rules.check_first_use_history(
+            replace(
+                parse_provenance(unlogged, P, table_rule="WPG201", id_rule="WPG202"),
+                citations=citations,
+            ),
+            ProvenanceOptions(),
+        )
+    )
     assert [(f.line, f.message.split(" but")[0]) for f in findings][1] == (
         0,
         "R3 is first cited by commit eeeeeeeeeeee (2026-11-05)",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from wpgate._docs import Phase, WorkPackageRegistry, load_work_packages
 from wpgate._model import Finding
+from wpgate.options import WorkPackageOptions
 from wpgate.parsers.work_packages import WorkPackage, format_work_package
 from wpgate.rules import work_packages as rules
 
@@ -55,7 +57,7 @@ def _registry(*packages: WorkPackage, findings: tuple[Finding, ...] = ()) -> Wor
 
 def test_clean_registry() -> None:
     registry = _registry(_wp("001"), _wp("002", depends_on=("001",)))
-    assert [f for check in rules.CHECKS for f in check(registry, {})] == []
+    assert [f for rule in rules.CHECKS for f in rule.check(registry, WorkPackageOptions())] == []
 
 
 def test_wpg301_and_wpg302_pass_parse_findings_through(tmp_path: Path) -> None:
@@ -69,17 +71,24 @@ def test_wpg301_and_wpg302_pass_parse_findings_through(tmp_path: Path) -> None:
     (folder / "wp-003.md").write_bytes(b"---\nid: \xff\n---\n")
     (folder / "index.md").write_text("not a package", encoding="utf-8")
     registry = load_work_packages(tmp_path)
-    assert [(f.path, f.line, f.rule_id) for f in rules.check_front_matter(registry, {})] == [
+    assert [
+        (f.path, f.line, f.rule_id)
+        for f in rules.check_front_matter(registry, WorkPackageOptions())
+    ] == [
         (f"{D}/wp-001.md", 3, "WPG301"),
         (f"{D}/wp-003.md", 2, "WPG301"),
     ]
-    assert [(f.path, f.line) for f in rules.check_schema(registry, {})] == [(f"{D}/wp-002.md", 5)]
+    assert [(f.path, f.line) for f in rules.check_schema(registry, WorkPackageOptions())] == [
+        (f"{D}/wp-002.md", 5)
+    ]
     assert registry.packages == ()
 
 
 def test_wpg303_id_matches_file_and_is_unique() -> None:
     registry = _registry(_wp("001"), _wp("002", name="wp-003.md"), _wp("001", name="wp-001b.md"))
-    assert [(f.path, f.message.split(";")[0]) for f in rules.check_ids(registry, {})] == [
+    assert [
+        (f.path, f.message.split(";")[0]) for f in rules.check_ids(registry, WorkPackageOptions())
+    ] == [
         (f"{D}/wp-003.md", "the id '002' does not match the file name wp-003.md"),
         (f"{D}/wp-001b.md", "the id '001' does not match the file name wp-001b.md"),
         (f"{D}/wp-001b.md", f"the id '001' is already used by {D}/wp-001.md"),
@@ -89,7 +98,8 @@ def test_wpg303_id_matches_file_and_is_unique() -> None:
 def test_wpg304_dependencies_exist() -> None:
     registry = _registry(_wp("001", depends_on=("001", "009")))
     assert [
-        (f.line, f.message.split(";")[0]) for f in rules.check_dependencies_exist(registry, {})
+        (f.line, f.message.split(";")[0])
+        for f in rules.check_dependencies_exist(registry, WorkPackageOptions())
     ] == [
         (6, "WP-001 depends on itself"),
         (6, "depends_on names WP-009, which has no page"),
@@ -105,7 +115,10 @@ def test_wpg305_cycles_reported_once() -> None:
         _wp("005", depends_on=("004",)),
         _wp("006", depends_on=("001",)),
     )
-    assert [(f.path, f.message.split(";")[0]) for f in rules.check_acyclic(registry, {})] == [
+    assert [
+        (f.path, f.message.split(";")[0])
+        for f in rules.check_acyclic(registry, WorkPackageOptions())
+    ] == [
         (f"{D}/wp-001.md", "dependency cycle WP-001 -> WP-003 -> WP-002 -> WP-001"),
         (f"{D}/wp-004.md", "dependency cycle WP-004 -> WP-005 -> WP-004"),
     ]
@@ -121,7 +134,10 @@ def test_wpg306_done_gates_resolve() -> None:
     def resolve(node_id: str) -> str | None:
         return None if node_id.endswith("ok") else "no test function test_gone in tests/a.py"
 
-    assert [(f.path, f.message) for f in rules.check_gates(registry, resolve, {})] == [
+    assert [
+        (f.path, f.message)
+        for f in rules.check_gates(replace(registry, resolve_gate=resolve), WorkPackageOptions())
+    ] == [
         (
             f"{D}/wp-001.md",
             "WP-001 is done but names no gate; list the pytest node ids that "
@@ -136,7 +152,7 @@ def test_wpg306_done_gates_resolve() -> None:
 
 
 def test_wpg307_phase_exists() -> None:
-    (finding,) = rules.check_phases(_registry(_wp("001", phase=7)), {})
+    (finding,) = rules.check_phases(_registry(_wp("001", phase=7)), WorkPackageOptions())
     assert (finding.line, finding.message) == (
         4,
         "phase 7 has no page; add docs/engineering/phase-07-<slug>.md or fix the phase",
@@ -145,7 +161,9 @@ def test_wpg307_phase_exists() -> None:
 
 def test_wpg308_reason_for_blocked_and_deferred() -> None:
     registry = _registry(_wp("001", status="blocked"), _wp("002", status="deferred", reason="x"))
-    assert [(f.path, f.line) for f in rules.check_reasons(registry, {})] == [(f"{D}/wp-001.md", 5)]
+    assert [(f.path, f.line) for f in rules.check_reasons(registry, WorkPackageOptions())] == [
+        (f"{D}/wp-001.md", 5)
+    ]
 
 
 def test_wpg309_superseded_by() -> None:
@@ -155,7 +173,10 @@ def test_wpg309_superseded_by() -> None:
         _wp("003", status="superseded", superseded_by="004"),
         _wp("004", superseded_by="003"),
     )
-    assert [(f.path, f.message.split(";")[0]) for f in rules.check_superseded(registry, {})] == [
+    assert [
+        (f.path, f.message.split(";")[0])
+        for f in rules.check_superseded(registry, WorkPackageOptions())
+    ] == [
         (f"{D}/wp-001.md", "WP-001 is superseded without `superseded_by`"),
         (
             f"{D}/wp-002.md",

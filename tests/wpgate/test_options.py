@@ -1,0 +1,77 @@
+"""Each linter's options record: built from its table once per configuration, checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wpgate._config import load_config
+from wpgate.options import (
+    ChangelogOptions,
+    ConfigError,
+    DocsLayout,
+    EvidenceOptions,
+    LinterOptions,
+    ProvenanceOptions,
+    WorkPackageOptions,
+)
+
+
+def test_a_lone_string_where_a_list_may_stand_is_a_one_item_tuple() -> None:
+    assert DocsLayout.from_section({"claims": "x/*.md"}).claims == ("x/*.md",)
+    assert ProvenanceOptions.from_section({"licences": ["MIT"]}).licences == ("MIT",)
+    assert WorkPackageOptions.from_section({}) == WorkPackageOptions()
+
+
+def test_a_configuration_builds_each_record_once(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.wpgate.changelog]\nignore = "pkg.gone"\n', encoding="utf-8"
+    )
+    config = load_config(tmp_path)
+    first = ChangelogOptions.from_config(config)
+    assert first == ChangelogOptions(ignore=("pkg.gone",))
+    assert ChangelogOptions.from_config(config) is first
+    assert ChangelogOptions.from_config(None) == ChangelogOptions()
+    # Switching rules off for one run keeps the table, so the same record serves.
+    assert ChangelogOptions.from_config(config.ignoring(["WPG502"])) is first
+
+
+@pytest.mark.parametrize(
+    ("record", "section", "message"),
+    [
+        (DocsLayout, {"claims": 5}, "tool.wpgate.docs.claims: must be a string or a list"),
+        (ProvenanceOptions, {"history": "no"}, "tool.wpgate.provenance.history: must be true"),
+        (WorkPackageOptions, {"extra": []}, "tool.wpgate.wp.extra: is not a known key of"),
+        (EvidenceOptions, {"collect": 1}, "tool.wpgate.evidence.collect: must be true or false"),
+        (ChangelogOptions, {"ignore": [1]}, "tool.wpgate.changelog.ignore: must be a string"),
+    ],
+)
+def test_a_record_built_from_a_wrong_section_names_the_key(
+    record: type[LinterOptions], section: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        record.from_section(section)
+    assert message in str(error.value)
+
+
+def test_a_check_run_builds_each_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wpgate.cli import main
+
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    built: list[str] = []
+    original = LinterOptions.from_section.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[LinterOptions], section: object) -> LinterOptions:
+        built.append(cls.__name__)
+        return original(cls, section)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(LinterOptions, "from_section", classmethod(counted))
+    assert main(["check", "--root", str(tmp_path)]) == 0
+    assert len(built) == len(set(built)), built
+    # Every docs linter ran and read its options; none built a record twice.
+    assert {"DocsLayout", "ProvenanceOptions", "WorkPackageOptions", "EvidenceOptions"} <= set(
+        built
+    )
