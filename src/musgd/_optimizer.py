@@ -302,18 +302,35 @@ class MuSGD(Optimizer):
             ),
             structure=group_structure(group, params[0].device),
         )
-        orth = self._orth_replay if group["capture_orthogonalization"] else self._orth
+        orth = self._orthogonalizer(group)
         lr = float(group["lr"])
         if sharded:
             # Collectives sit inside this step, so no whole-group recording: each rank replays
             # only its own Newton-Schulz share (through `orth`).
             self._sharded.step(step, orth=orth, lr=lr, body=self._prepare)
             return
+        self._prepare_and_apply(index, group, step, self._prepare, orth, lr)
+
+    def _orthogonalizer(self, group: dict[str, Any]) -> Orthogonalizer:
+        """The replaying orthogonalizer under ``capture_orthogonalization``, else the eager one."""
+        return self._orth_replay if group["capture_orthogonalization"] else self._orth
+
+    def _prepare_and_apply(
+        self,
+        index: int,
+        group: dict[str, Any],
+        step: GroupStep,
+        body: PrepareFn,
+        orth: Orthogonalizer,
+        lr: float,
+    ) -> None:
+        """Steps 1-4 through ``body`` (replayed whole under ``capture_updates``), then the write
+        ``P <- P - lr*U`` as one multi-tensor op."""
         if group["capture_updates"]:
-            updates = self._update_replay.prepare(index, step, body=self._prepare, orth=orth)
+            updates = self._update_replay.prepare(index, step, body=body, orth=orth)
         else:
-            updates = step.prepare(self._prepare, orth)
-        apply_updates(params, updates, lr)
+            updates = step.prepare(body, orth)
+        apply_updates(step.params, updates, lr)
 
     def _gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
         """Parameters with gradients and their gradients; unsupported gradients raise."""

@@ -46,7 +46,6 @@ from musgd._functional import (
     Orthogonalizer,
     Scalar,
     Structure,
-    apply_updates,
     build_layout,
     momentum_foreach,
     stack_bucket,
@@ -332,9 +331,4 @@ class UltralyticsMuSGD(MuSGD):
                 ns=self._ns,
             ),
         )
-        orth = self._orth_replay if group["capture_orthogonalization"] else self._orth
-        if group["capture_updates"]:
-            updates = self._update_replay.prepare(index, step, body=self._body, orth=orth)
-        else:
-            updates = step.prepare(self._body, orth)
-        apply_updates(params, updates, lr)
+        self._prepare_and_apply(index, group, step, self._body, self._orthogonalizer(group), lr)

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "yolo26_verdict.py"
+from script_module import load_script
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("yolo26_verdict", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("yolo26_verdict")
 
 
 verdict = _load()

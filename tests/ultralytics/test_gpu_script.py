@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_module import load_script
 
 pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "ultralytics_gpu.py"
-
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ultralytics_gpu", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ultralytics_gpu")
 
 
 def test_identity_part_runs_and_is_bit_identical(tmp_path: Path) -> None:
