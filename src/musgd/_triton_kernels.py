@@ -19,45 +19,50 @@ import triton.language as tl
 
 
 @triton.jit
-def sumsq(src, partial, problems, BLOCK: tl.constexpr):
-    """Partial sums of squares of one matrix: program (p, s) sums chunks s, s+S, s+2S, ..."""
-    p = tl.program_id(0)
-    s = tl.program_id(1)
-    split = tl.num_programs(1)
-    row = problems + p * 8
-    numel = tl.load(row + 0) * tl.load(row + 1)
+def _source_tile(src, row, rm, rn, m, n, mask):
+    """Tile ``X[rm, rn]`` of a matrix read from its row-major source: ``X`` is the source, or
+    (where the source is tall) its transpose; either way the unit stride is a literal, so the
+    loads are coalesced along the source's rows."""
     base = src + tl.load(row + 4)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(s * BLOCK, numel, split * BLOCK):
-        idx = start + tl.arange(0, BLOCK)
-        v = tl.load(base + idx, mask=idx < numel, other=0.0).to(tl.float32)
-        acc += v * v
-    tl.store(partial + p * split + s, tl.sum(acc, axis=0))
+    if tl.load(row + 5) != 0:
+        ptrs = base + rn[None, :] * m + rm[:, None]
+    else:
+        ptrs = base + rm[:, None] * n + rn[None, :]
+    return tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
 
 
 @triton.jit
-def normalize(src, x, partial, problems, eps, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
-    """``X = G / (‖G‖_F + eps)`` in the working dtype, transposed by strides where tall."""
-    p = tl.program_id(0)
-    s = tl.program_id(1)
-    split = tl.num_programs(1)
-    row = problems + p * 8
+def sumsq(src, partial, problems, tiles, BM: tl.constexpr):
+    """The sum of squares of one tile of one matrix, into ``partial`` at the tile's index."""
+    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM)
+    m = tl.load(row + 0).to(tl.int32)
     n = tl.load(row + 1).to(tl.int32)
-    numel = tl.load(row + 0).to(tl.int32) * n
-    sr = tl.load(row + 5).to(tl.int32)
-    sc = tl.load(row + 6).to(tl.int32)
+    mask = (rm[:, None] < m) & (rn[None, :] < n)
+    v = _source_tile(src, row, rm, rn, m, n, mask)
+    tl.store(partial + tl.program_id(0), tl.sum(tl.sum(v * v, axis=1), axis=0))
+
+
+@triton.jit
+def normalize(src, x, partial, problems, tiles, eps, BM: tl.constexpr, REDUCE: tl.constexpr):
+    """``X = G / (‖G‖_F + eps)`` on one tile, in the working dtype. Every tile of a matrix
+    adds that matrix's tile partials in the same fixed order, so all see the same norm."""
+    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM)
+    m = tl.load(row + 0).to(tl.int32)
+    n = tl.load(row + 1).to(tl.int32)
+    first = tl.load(row + 6)
+    count = tl.load(row + 7).to(tl.int32)
+    lanes = tl.arange(0, REDUCE)
     # Masked lanes must read 0: an undefined value would enter every norm (it did, on the H200:
     # replays then differed from eager runs at d844cf2).
-    lanes = tl.arange(0, SPLIT)
-    parts = tl.load(partial + p * split + lanes, mask=lanes < split, other=0.0)
-    inv = 1.0 / (tl.sqrt(tl.sum(parts, axis=0)) + eps)
-    base = src + tl.load(row + 4)
-    xb = x + tl.load(row + 2)
-    for start in range(s * BLOCK, numel, split * BLOCK):
-        idx = start + tl.arange(0, BLOCK)
-        mask = idx < numel
-        v = tl.load(base + (idx // n) * sr + (idx % n) * sc, mask=mask, other=0.0)
-        tl.store(xb + idx, (v.to(tl.float32) * inv).to(x.dtype.element_ty), mask=mask)
+    acc = tl.zeros([REDUCE], dtype=tl.float32)
+    for start in range(0, count, REDUCE):
+        idx = start + lanes
+        acc += tl.load(partial + first + idx, mask=idx < count, other=0.0)
+    inv = 1.0 / (tl.sqrt(tl.sum(acc, axis=0)) + eps)
+    mask = (rm[:, None] < m) & (rn[None, :] < n)
+    v = _source_tile(src, row, rm, rn, m, n, mask)
+    ptrs = x + tl.load(row + 2) + rm[:, None] * n + rn[None, :]
+    tl.store(ptrs, (v * inv).to(x.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -168,10 +173,13 @@ def update(
     res = ca * xij.to(tl.float32) + acc
     if FINAL:
         # Round to the working dtype (as the torch backend's result is), then scale.
-        sr = tl.load(row + 5).to(tl.int32)
-        sc = tl.load(row + 6).to(tl.int32)
         res = res.to(x.dtype.element_ty).to(tl.float32) * tl.load(scales + p)
-        ptrs = out + tl.load(row + 4) + rm[:, None] * sr + rn[None, :] * sc
+        base = out + tl.load(row + 4)
+        # The unit stride is a literal in either orientation, so the stores are coalesced.
+        if tl.load(row + 5) != 0:
+            ptrs = base + rn[None, :] * m + rm[:, None]
+        else:
+            ptrs = base + rm[:, None] * n + rn[None, :]
         tl.store(ptrs, res.to(out.dtype.element_ty), mask=mask)
     else:
         ptrs = out + tl.load(row + 2) + rm[:, None] * n + rn[None, :]

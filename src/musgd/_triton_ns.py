@@ -3,8 +3,9 @@
 Spec §1's quintic iteration, run over every matrix of a group at once (issue #14, WP-009):
 
 * the group's matrices ``n`` are packed into one flat buffer (one ``torch.cat``);
-* one launch normalizes every matrix by its Frobenius norm and writes it, in the working dtype and
-  already transposed where ``rows > cols`` (by strides, no copy), into the ``X`` workspace;
+* two launches over the tile table normalize every matrix by its Frobenius norm (tile sums of
+  squares, then each tile scales itself) and write it, in the working dtype and already
+  transposed where ``rows > cols`` (read by strides, no copy), into the ``X`` workspace;
 * each iteration is three grouped launches over a tile table covering every matrix:
   ``A = X·Xᵀ`` (lower-triangle tiles only, mirrored on store), ``B = b·A + c·A·A`` (likewise
   symmetric) and ``X = a·X + B·X``, with the coefficient epilogues fused;
@@ -36,8 +37,9 @@ BACKENDS = ("auto", "triton", "torch")
 # Working dtypes the kernels support; float32 would need exact (non-TF32) dots: torch backend.
 TRITON_NS_DTYPES = (torch.bfloat16, torch.float16)
 # Columns of the problem table (int64): working (m, n) with m <= n, offsets of X and A/B in
-# their workspaces, offset of the matrix in the packed source, X's (row, col) strides there.
-_M, _N, _XOFF, _AOFF, _SOFF, _SR, _SC = range(7)
+# their workspaces, offset of the matrix in the packed source, whether X is the source's
+# transpose (a tall source), and the range of the matrix's tiles in the rectangular tile table.
+_M, _N, _XOFF, _AOFF, _SOFF, _TRANS, _TILE0, _TILES = range(8)
 _COLUMNS = 8
 # Plans (device tables) are kept for the life of the process: CUDA graphs recorded over a plan
 # read its tables by address. Beyond this many layouts new plans are built per call (eager only).
@@ -96,7 +98,6 @@ class TablePlan:
     x_numel: int
     a_numel: int
     tiles: TileConfig
-    split: int  # programs per matrix of the normalization launches
 
 
 def _tile_count(extent: int, block: int) -> int:
@@ -117,9 +118,8 @@ def build_plan(
     x_off = a_off = s_off = 0
     for p, ((r, c), (m, n)) in enumerate(zip(shapes, work, strict=True)):
         # Source layout is the matrix's (r, c) row-major view; X is it, or its transpose.
-        sr, sc = (c, 1) if r <= c else (1, c)
-        rows.append([m, n, x_off, a_off, s_off, sr, sc, 0])
         tm, tn = _tile_count(m, tiles.block), _tile_count(n, tiles.block)
+        rows.append([m, n, x_off, a_off, s_off, int(r > c), len(rect), tm * tn])
         square.extend((p, i, j) for i in range(tm) for j in range(i + 1))
         rect.extend((p, i, j) for i in range(tm) for j in range(tn))
         x_off += m * n
@@ -136,7 +136,6 @@ def build_plan(
         x_numel=x_off,
         a_numel=a_off,
         tiles=tiles,
-        split=max(1, min(MAX_SPLIT, max(r * c for r, c in shapes) // SPLIT_ELEMENTS)),
     )
 
 
@@ -165,19 +164,12 @@ def _kernels() -> Any:
     return _triton_kernels
 
 
-NORMALIZE_BLOCK = 1024
 # Matrices index their elements in 32 bits inside the kernels (offsets into the workspaces are
 # 64-bit): a larger matrix runs the torch backend.
 MAX_ELEMENTS = 1 << 31
-# The normalization launches give each matrix up to MAX_SPLIT programs, one per SPLIT_ELEMENTS
-# elements of the largest matrix: a 4096 x 4096 matrix is read by 64 programs, not one.
-SPLIT_ELEMENTS = 1 << 18
-MAX_SPLIT = 64
-
-
-def triton_next_pow2(value: int) -> int:
-    """The smallest power of two >= ``value`` (Triton block sizes must be powers of two)."""
-    return 1 << max(0, value - 1).bit_length()
+# Lanes of the normalization's sum over a matrix's tile partials (a 4096 x 4096 matrix in
+# 128-wide tiles has 1024 of them: four passes).
+NORMALIZE_REDUCE = 256
 
 
 def run_plan(
@@ -194,7 +186,6 @@ def run_plan(
     """
     k = _kernels()
     cfg = plan.tiles
-    count = len(plan.shapes)
     x = torch.empty(plan.x_numel, dtype=dtype, device=src.device)
     x_next = torch.empty_like(x)
     a = torch.empty(plan.a_numel, dtype=dtype, device=src.device)
@@ -207,18 +198,19 @@ def run_plan(
         "num_stages": cfg.num_stages,
         "UPCAST": interpreting(),
     }
-    split = plan.split
-    partial = torch.empty(count * split, dtype=torch.float32, device=src.device)
-    grid = (count, split)
-    k.sumsq[grid](src, partial, plan.problems, BLOCK=NORMALIZE_BLOCK, num_warps=4)
-    k.normalize[grid](
+    # The Frobenius norms: one program per tile of each matrix, in two launches (tile sums of
+    # squares, then every tile adds its matrix's sums in one fixed order and scales itself).
+    partial = torch.empty(rect[0], dtype=torch.float32, device=src.device)
+    k.sumsq[rect](src, partial, plan.problems, plan.rect_tiles, BM=cfg.block, num_warps=4)
+    k.normalize[rect](
         src,
         x,
         partial,
         plan.problems,
+        plan.rect_tiles,
         eps,
-        BLOCK=NORMALIZE_BLOCK,
-        SPLIT=max(2, triton_next_pow2(split)),
+        BM=cfg.block,
+        REDUCE=NORMALIZE_REDUCE,
         num_warps=4,
     )
     last = len(triples) - 1

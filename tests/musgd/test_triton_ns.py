@@ -122,8 +122,10 @@ def test_plan_covers_one_triangle_of_each_gram_and_every_update_tile() -> None:
     assert len(plan.rect_tiles) == 2 * 3 + 1 * 4
     assert plan.x_numel == 70 * 130 + 10 * 200
     assert plan.a_numel == 70 * 70 + 10 * 10
-    # The tall matrix is read transposed through its strides: X[r, c] = G[c, r].
-    assert plan.problems[1].tolist()[:7] == [10, 200, 70 * 130, 70 * 70, 70 * 130, 1, 10]
+    # The tall matrix is read transposed (X[r, c] = G[c, r]); its tiles follow the first's six.
+    assert plan.problems[0].tolist() == [70, 130, 0, 0, 0, 0, 0, 6]
+    assert plan.problems[1].tolist() == [10, 200, 70 * 130, 70 * 70, 70 * 130, 1, 6, 4]
+    assert plan.rect_tiles[6:].tolist() == [[1, 0, j] for j in range(4)]
 
 
 def _steps(backend: str, ns_dtype: torch.dtype = torch.bfloat16) -> list[Tensor]:
@@ -205,15 +207,20 @@ def test_auto_with_float32_runs_the_torch_backend_without_a_warning() -> None:
         assert torch.equal(a, b)
 
 
-def test_normalization_split_over_several_programs_agrees_with_one_program(
+def test_norms_over_many_tiles_agree_with_one_tile_per_matrix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    shapes = ((48, 40), (20, 36))
+    """The norm of a matrix spread over many tiles (and several passes of the partial sums)
+    is the norm of one tile holding it all, up to float32 summation order."""
+    shapes = ((48, 40), (20, 36), (90, 12))
     members = [torch.randn(s, device=DEVICE) for s in shapes]
     one = table(members)
-    monkeypatch.setattr(T, "SPLIT_ELEMENTS", 256)  # a new plan: 7 programs per matrix
+    monkeypatch.setattr(
+        T, "SMALL_TILES", T.TileConfig(block=16, block_k=16, num_warps=4, num_stages=1)
+    )
+    monkeypatch.setattr(T, "NORMALIZE_REDUCE", 2)  # 12 tiles of the first matrix: 6 passes
     monkeypatch.setattr(T, "_PLANS", {})
-    assert T.plan_for(shapes, DEVICE).split == 48 * 40 // 256
+    assert T.plan_for(shapes, DEVICE).problems[:, 7].tolist() == [3 * 3, 2 * 3, 1 * 6]
     several = table(members)
     for a, b in zip(one, several, strict=True):
         # Partial sums add in a different order: the norm may move by float32 rounding only.
