@@ -51,3 +51,32 @@ def test_bf16_training_run_is_repeatable_on_cuda() -> None:
         torch.backends.cudnn.deterministic = False
     assert a.sha256 == b.sha256
     assert a.losses[-1] < a.losses[0]
+
+
+@pytest.mark.parametrize("ns_backend", ["auto", "torch"])
+def test_whole_step_graph_replays_the_eager_step_bit_for_bit(ns_backend: str) -> None:
+    """A MuSGD step captured whole (our step inside a user's capture runs its eager body)
+    replays exactly the eager steps: WARMUP eager steps, then one step per replay."""
+    from musgd import MuSGD
+    from musgd.bench._variants import WholeStepGraph
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(64, 32, 3, 3), (128, 64), (48, 200), (64,), (16, 16)]
+    start = [torch.randn(s, generator=gen).cuda() for s in shapes]
+    grads = [torch.randn(s, generator=gen).cuda() for s in shapes]
+    twins = []
+    for _ in range(2):
+        ps = [p.clone().requires_grad_() for p in start]
+        for p, g in zip(ps, grads, strict=True):
+            p.grad = g.clone()
+        twins.append((ps, MuSGD(ps, lr=0.02, weight_decay=0.01, ns_backend=ns_backend)))
+    (eager_p, eager), (graph_p, graphed) = twins
+    stepper = WholeStepGraph(graphed)
+    for _ in range(WholeStepGraph.WARMUP):
+        eager.step()
+    for _ in range(4):
+        eager.step()
+        stepper.step()
+    torch.cuda.synchronize()
+    for a, b in zip(eager_p, graph_p, strict=True):
+        assert torch.equal(a, b)

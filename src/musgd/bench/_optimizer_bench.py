@@ -64,7 +64,7 @@ def time_variant(
         torch.cuda.reset_peak_memory_stats(device)
         start["allocated_at_start_mib"] = torch.cuda.memory_allocated(device) / 2**20
         start["reserved_at_start_mib"] = torch.cuda.memory_reserved(device) / 2**20
-    optimizer = variant.build(operands)
+    optimizer = variant.stepper(variant.build(operands))
     setup_ms = _wall_ms(optimizer.step, device)
     timing = time_steps(optimizer.step, steps=steps, warmup=warmup, device=device)
     extras: dict[str, float | None] = {

@@ -6,12 +6,13 @@ new entry beside :func:`torch_muon_variant` (an external peer).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -28,15 +29,55 @@ NS_STEPS = 5
 BuildFn = Callable[[Iterable[Tensor] | Iterable[dict[str, Any]]], Optimizer]
 
 
+class Stepper(Protocol):
+    """What a timed variant runs: an optimizer, or a wrapper of one's ``step``."""
+
+    def step(self) -> object: ...
+
+
+class WholeStepGraph:
+    """``optimizer.step()`` captured whole in one CUDA graph on the first call, then replayed.
+
+    What anyone can do to any optimizer with ``torch.cuda.graph`` (R5): no host work is left
+    in a step, but every value the step reads on the host (learning rate, momentum, step
+    counts) is frozen at capture, so a schedule no longer reaches it, and gradients must stay
+    at the addresses captured. A timing-only variant: the floor of what host-side work costs.
+    """
+
+    WARMUP = 3  # eager steps on a side stream before capture, as torch.cuda.graph asks
+
+    def __init__(self, optimizer: Optimizer) -> None:
+        self.optimizer = optimizer
+        self._graph: torch.cuda.CUDAGraph | None = None
+
+    def step(self) -> None:
+        if self._graph is None:
+            self._graph = self._capture()
+        self._graph.replay()
+
+    def _capture(self) -> torch.cuda.CUDAGraph:
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.WARMUP):
+                self.optimizer.step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.optimizer.step()
+        return graph
+
+
 @dataclass(frozen=True)
 class Variant:
     """One way of running the optimizer step.
 
     ``matrices_only`` marks an external peer that accepts only 2-D matrices: it is handed the
     matrix parameters flattened to ``(rows, cols)`` (the Muon half of MuSGD) and cannot train a
-    model on its own. ``timing_only`` marks a peer whose update rule differs from MuSGD's: its
-    step is timed, but it trains no model here. ``cuda_only`` variants are skipped on other
-    devices.
+    model on its own. ``timing_only`` marks a variant that is timed but trains no model here: a
+    peer whose update rule differs from MuSGD's, or a step captured whole (``whole_graph``: the
+    timed object is a :class:`WholeStepGraph` of the built optimizer). ``cuda_only`` variants
+    are skipped on other devices.
     """
 
     name: str
@@ -44,6 +85,17 @@ class Variant:
     matrices_only: bool = False
     cuda_only: bool = False
     timing_only: bool = False
+    whole_graph: bool = False
+
+    def stepper(self, optimizer: Optimizer) -> Stepper:
+        """What the benchmark times for this variant's ``optimizer``."""
+        return WholeStepGraph(optimizer) if self.whole_graph else optimizer
+
+    def graphed(self) -> Variant:
+        """This variant with its step captured whole in one CUDA graph (timing only)."""
+        return dataclasses.replace(
+            self, name=f"{self.name} graphed", cuda_only=True, timing_only=True, whole_graph=True
+        )
 
 
 def _musgd(**options: Any) -> BuildFn:
@@ -78,6 +130,8 @@ def musgd_variants() -> list[Variant]:
             _musgd(ns_backend="torch", capture_orthogonalization=True, capture_updates=True),
             cuda_only=True,
         ),
+        # The default step captured whole by the user (timing only: lr is frozen in it).
+        Variant("bucketed eager", _musgd()).graphed(),
     ]
 
 
@@ -165,8 +219,12 @@ def ultralytics_variant() -> Variant | None:
 
 
 def all_variants() -> list[Variant]:
-    """Every variant this installation can build, baseline first, external peers last."""
-    peers = [torch_muon_variant(), ultralytics_variant()]
+    """Every variant this installation can build, baseline first, external peers last; the
+    Ultralytics peer also captured whole in one CUDA graph (what its users can do today)."""
+    ultralytics = ultralytics_variant()
+    peers = [torch_muon_variant(), ultralytics]
+    if ultralytics is not None:
+        peers.append(ultralytics.graphed())
     return [*musgd_variants(), *(p for p in peers if p is not None)]
 
 

@@ -121,3 +121,21 @@ def test_ultralytics_peer_that_does_not_import_says_how_to_leave_it_out(
     assert peer is not None
     with pytest.raises(PeerImportError, match=r"did not import.*--variants"):
         peer.build([torch.zeros(3, 3)])
+
+
+def test_graphed_variants_time_a_whole_step_graph_on_cuda_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _install_fake_peer(monkeypatch, types.SimpleNamespace(MuSGD=FakeUltralyticsMuSGD))
+    names = [v.name for v in _variants.all_variants()]
+    assert "bucketed eager graphed" in names
+    assert f"{ULTRALYTICS_NAME} graphed" in names
+    graphed = [v for v in _variants.all_variants() if v.whole_graph]
+    assert len(graphed) == 2
+    assert all(v.cuda_only and v.timing_only for v in graphed)
+    assert all(not v.whole_graph for v in select_variants(None, CPU))
+    with pytest.raises(ValueError, match="unknown or unavailable variant 'bucketed eager graphed'"):
+        select_variants(["bucketed eager graphed"], CPU)
+    opt = musgd_variants()[1].build([torch.zeros(3, 3, requires_grad=True)])
+    assert musgd_variants()[1].stepper(opt) is opt
+    assert isinstance(graphed[0].stepper(opt), _variants.WholeStepGraph)
