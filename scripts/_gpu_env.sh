@@ -1,5 +1,6 @@
-# Sourced by the GPU scripts (gpu_gate.sh, gpu_yolo26.sh, gpu_ultralytics.sh): the repository
-# root as working directory, $OUT made, Python from source, and the commit the evidence records.
+# Sourced by the GPU scripts (gpu_gate.sh, gpu_distributed.sh, gpu_yolo26.sh, gpu_ultralytics.sh):
+# the repository root as working directory, $OUT made, Python from source, and the commit the
+# evidence records.
 # Anything already on PYTHONPATH (e.g. carried wheels unpacked to /tmp/ul-site) stays on it.
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-out}

@@ -5,9 +5,9 @@ Example: ``python scripts/bench_musgd.py --device cuda --sets nano --steps 100``
 
 from __future__ import annotations
 
+import runpy
 import sys
 
-from musgd.bench._cli import main
-
 if __name__ == "__main__":
-    sys.exit(main(["optimizer", *sys.argv[1:]]))
+    sys.argv[1:1] = ["optimizer"]  # ``python -m musgd.bench optimizer ...``, the public CLI
+    runpy.run_module("musgd.bench", run_name="__main__", alter_sys=True)

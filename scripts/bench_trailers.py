@@ -27,9 +27,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from wpgate._config import load_config  # noqa: E402
-from wpgate._git import parse_range  # noqa: E402
-from wpgate._output import format_report  # noqa: E402
+from wpgate.api import lint_trailer_range  # noqa: E402
 from wpgate.evidence import (  # noqa: E402
     evidence_document,
     git_state,
@@ -40,6 +38,7 @@ from wpgate.evidence import (  # noqa: E402
 
 # The code the measurement runs on; their hashes go into the evidence file.
 SOURCES = (
+    "src/wpgate/api.py",
     "src/wpgate/trailers.py",
     "src/wpgate/rules/trailers.py",
     "src/wpgate/_git.py",
@@ -111,14 +110,10 @@ def build_repository(path: Path, commits: int, seed: int = 0) -> None:
 
 def lint_in_process(root: Path, spec: str) -> tuple[float, int, int]:
     """Seconds for one end-to-end lint of ``spec``; commits checked and findings."""
-    from wpgate._commits import lint_range
-
     start = time.perf_counter()
-    config = load_config(root)
-    run = lint_range(config, parse_range(spec))
-    format_report(run.findings, [run.summary], "text")
+    report = lint_trailer_range(root, spec)
     elapsed = time.perf_counter() - start
-    return elapsed, run.summary.checked, len(run.findings)
+    return elapsed, report.checked, len(report.findings)
 
 
 def lint_cli(root: Path, spec: str) -> tuple[float, int]:

@@ -33,11 +33,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
 from bench_trailers import _summary, evidence_document_for, reference_ms  # noqa: E402
-from wpgate._commits import differences_from_git  # noqa: E402
-from wpgate._git import git_trailers, parse_range  # noqa: E402
+from wpgate.api import git_trailers, trailer_differences_from_git  # noqa: E402
 from wpgate.evidence import write_evidence  # noqa: E402
 
 SOURCES = (
+    "src/wpgate/api.py",
     "src/wpgate/cli.py",
     "src/wpgate/trailers.py",
     "src/wpgate/rules/trailers.py",
@@ -101,16 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 5:
         parser.error("--runs must be at least 5 (medians of fewer runs are noise)")
     repo = Path(args.repo).resolve()
-    revisions = parse_range("HEAD")
     load_before = os.getloadavg()
     started = time.perf_counter()
-    count, differ = differences_from_git(repo, revisions)
+    count, differ = trailer_differences_from_git(repo, "HEAD")
     check_s = time.perf_counter() - started
     url_lines = sum(
-        1
-        for pairs in git_trailers(repo, revisions).values()
-        for _, v in pairs
-        if v.startswith("//")
+        1 for pairs in git_trailers(repo, "HEAD").values() for _, v in pairs if v.startswith("//")
     )
     head = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, check=True

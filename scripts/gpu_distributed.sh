@@ -4,7 +4,7 @@
 # with torchrun + NCCL for the nano detector, ViT-B and the 1 B-parameter set, next to the
 # scaling model's predictions for this GPU count.
 #
-# Usage: OUT=/path/to/evidence [GATE_COMMIT=<full sha>] scripts/gpu_distributed.sh N
+# Usage: OUT=/path/to/evidence [GATE_COMMIT=$(git rev-parse HEAD)] scripts/gpu_distributed.sh N
 #   N (default: every visible GPU) is the largest world size timed. Worlds timed: 1 and N for
 #   N <= 2; N alone above 2 (the world-1 baseline is in the N=2 run); WORLDS="1 2 4" overrides.
 #   SETS (default "nano vit-b 1b") and STEPS (default 20 timed steps per arm) trim the run;
@@ -19,10 +19,10 @@
 # measured): N=2 about 4 min (tests about 1.5 min, then 2 worlds x 3 sets of about 20-45 s
 # each), N=4 about 2 min (1 world x 3 sets); both together about 6 min.
 set -uo pipefail
-cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder that receives the evidence}"
-PY="${PY:-python3}"
-export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# The repository root, $OUT made, PYTHONPATH, $PY; GATE_COMMIT (40 hex digits) -> commit=(), and
+# the lent machine's stale .git hidden so the evidence records the named commit.
+source "$(dirname "$0")/_gpu_env.sh"
 NGPU="${1:-$("$PY" -c 'import torch; print(torch.cuda.device_count())')}"
 STEPS="${STEPS:-20}"
 read -r -a sets <<< "${SETS:-nano vit-b 1b}"
@@ -41,13 +41,6 @@ fi
 
 # NVLink multicast (NVLS) stays off, as the shared multi-GPU hosts require.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# The lent machine's copy of the tree may sit over a stale .git: name the commit it came from and
-# hide that .git, so the evidence records the named commit (as scripts/gpu_gate.sh does).
-if [ -n "${GATE_COMMIT:-}" ]; then
-    export EVIDENCE_GIT_COMMIT="$GATE_COMMIT" EVIDENCE_GIT_DIRTY=false
-    export GIT_DIR="$PWD/.gate-no-git"
-fi
-mkdir -p "$OUT"
 LOG="$OUT/distributed-${NGPU}gpu.log"
 RAW="$(mktemp -d)"
 trap 'rm -rf "$RAW"' EXIT
@@ -74,7 +67,7 @@ fi
 # 2. The scaling model at 2, 4 and 8 GPUs (and N), to put beside the timings.
 for w in $(printf '%s\n' 2 4 8 "$NGPU" | sort -nu); do
     echo "== predictions at $w GPUs" >> "$LOG"
-    "$PY" scripts/bench_distributed.py --predict "$w" \
+    "$PY" -m musgd.bench distributed --predict "$w" \
         --calibration "${CALIBRATION:-docs/evidence/musgd-distributed-cuda-h200-1gpu-20261129.json}" \
         >> "$LOG" 2>&1 || rc=1
 done
@@ -84,7 +77,7 @@ for set in "${sets[@]}"; do
     for world in "${worlds[@]}"; do
         start=$(date +%s)
         timeout "$LIMIT" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$world" \
-            scripts/bench_distributed.py --set "$set" --steps "$STEPS" \
+            -m musgd.bench distributed --set "$set" --steps "$STEPS" "${commit[@]}" \
             --out "$RAW/$set-$world.json" >> "$LOG" 2>&1 || rc=1
         echo "== $set at world $world: $(( $(date +%s) - start )) s (rc so far $rc)" >> "$LOG"
     done

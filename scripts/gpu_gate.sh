@@ -38,12 +38,12 @@ for s in "${stages[@]}"; do
         --out "$OUT/train-step-h200.json" 2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     profile)
-      timeout "$limit" $PY scripts/profile_replay.py --device cuda --set nano --branches "${BRANCHES:-1,2,4,8}" "${commit[@]}" --out "$OUT/" \
+      timeout "$limit" $PY -m musgd.bench profile --device cuda --set nano --branches "${BRANCHES:-1,2,4,8}" "${commit[@]}" --out "$OUT/" \
         2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     triton)
       # WP-009: YOLO26 steps per NS backend, kernels per yolo26n step, NS throughput (~30 s).
-      timeout "$limit" $PY scripts/bench_triton_ns.py "${commit[@]}" --steps 30 --warmup 5 --ns-steps 5 --out "$OUT/" \
+      timeout "$limit" $PY -m musgd.bench triton "${commit[@]}" --steps 30 --warmup 5 --ns-steps 5 --out "$OUT/" \
         2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     ultralytics)  # YOLO26n in the Ultralytics trainer; needs the .whl wheels (docs/ultralytics.md)

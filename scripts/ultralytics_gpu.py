@@ -30,9 +30,7 @@ from typing import Any
 
 import torch
 
-from musgd.bench._evidence import build_evidence, write_evidence
-from musgd.bench._timing import summarize
-from musgd.bench._yolo_data import write_synthetic_dataset
+from musgd.bench import build_evidence, summarize, write_evidence, write_synthetic_dataset
 from musgd.ultralytics import UltralyticsMuSGD, musgd_trainer, require_ultralytics
 
 SKIP_FIRST = 10  # iterations left out of the timing medians: recording, cuDNN autotuning

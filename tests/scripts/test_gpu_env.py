@@ -48,3 +48,17 @@ def test_a_short_or_padded_gate_commit_is_refused(tmp_path: Path) -> None:
         assert done.returncode == 2
         assert "40 hex digits" in done.stderr
         assert done.stdout == ""
+
+
+def test_gpu_distributed_refuses_a_short_gate_commit(tmp_path: Path) -> None:
+    # It sources _gpu_env.sh, so its GATE_COMMIT is checked before any GPU or torch is asked.
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts/gpu_distributed.sh"), "1"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "GATE_COMMIT": "abe4188"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "40 hex digits" in done.stderr

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def git(
@@ -40,4 +43,18 @@ def new_repository(parent: Path) -> Path:
     git(parent, "init", "-q", "-b", "main", str(root))
     git(root, "config", "user.name", "Ada Lovelace")
     git(root, "config", "user.email", "ada@example.org")
+    return root
+
+
+def governed_repository(parent: Path) -> Path:
+    """:func:`new_repository` holding this project's governance documents and the gate
+    ``tests/test_gate.py::test_gate``, in one ungoverned commit."""
+    root = new_repository(parent)
+    for rel in ("docs/PROVENANCE.md", "docs/ASSUMPTIONS.md", "docs/work_packages/wp-004.md"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, root / rel)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_gate.py").write_text("def test_gate():\n    pass\n", encoding="utf-8")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "initial import")
     return root

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from git_helpers import git, new_repository
+from git_helpers import git, governed_repository
 
 from wpgate import __version__
 from wpgate.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
 GOOD = b"""feat(cli): lint commit trailers
 
 The linter reads the message the commit-msg hook passes.
@@ -33,15 +31,7 @@ PR_STATEMENT = b"\n\nClean-room acknowledged: only the git documentation was use
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A repository with this project's governance documents and one ungoverned commit."""
-    root = new_repository(tmp_path)
-    for rel in ("docs/PROVENANCE.md", "docs/ASSUMPTIONS.md", "docs/work_packages/wp-004.md"):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / rel, root / rel)
-    (root / "tests").mkdir()
-    (root / "tests" / "test_gate.py").write_text("def test_gate():\n    pass\n", encoding="utf-8")
-    git(root, "add", ".")
-    git(root, "commit", "-q", "-m", "initial import")
-    return root
+    return governed_repository(tmp_path)
 
 
 def run(root: Path, *args: str, stdin: bytes = b"") -> tuple[int, str, str]:

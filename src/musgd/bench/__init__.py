@@ -2,11 +2,15 @@
 
 Run ``python -m musgd.bench demo`` (a short nano-detector training run),
 ``python -m musgd.bench optimizer`` (optimizer-step variants side by side) or
-``python -m musgd.bench train`` (complete training steps, paired arms) on your own machine.
+``python -m musgd.bench train`` (complete training steps, paired arms) on your own machine;
+``profile``, ``triton``, ``triton-tiles`` and ``distributed`` are the maintainers' measurements.
+Scripts that drive a benchmark of their own use the evidence writer, the timing summary and the
+synthetic YOLO dataset exported here.
 """
 
 from __future__ import annotations
 
+from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._models import (
     PARAMETER_SETS,
     STRIDES,
@@ -20,6 +24,8 @@ from musgd.bench._models import (
     synthetic_batch,
     transformer_parameters,
 )
+from musgd.bench._timing import Summary, summarize
+from musgd.bench._yolo_data import write_synthetic_dataset
 
 __all__ = [
     "PARAMETER_SETS",
@@ -27,10 +33,15 @@ __all__ = [
     "DetectionBatch",
     "NanoDetector",
     "ParamSpec",
+    "Summary",
+    "build_evidence",
     "detection_loss",
     "large_parameters",
     "make_parameters",
     "nano_detector_parameters",
+    "summarize",
     "synthetic_batch",
     "transformer_parameters",
+    "write_evidence",
+    "write_synthetic_dataset",
 ]

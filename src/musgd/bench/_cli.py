@@ -1,4 +1,5 @@
-"""``python -m musgd.bench``: the demo, the optimizer-step benchmark and the training benchmark.
+"""``python -m musgd.bench``: the demo, the optimizer-step and training benchmarks, and the
+maintainers' measurements (replay profile, Triton backend and tiles, distributed step).
 
 ``main(argv) -> int`` is a thin shell over the benchmark functions: it parses, picks defaults by
 device (``--quick`` for CI-sized runs), prints a table and writes the evidence JSON. Exit codes:
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 
+from musgd.bench import _distributed_bench, _profile, _triton_bench
 from musgd.bench._demo import format_demo, run_demo
 from musgd.bench._evidence import build_evidence, check_commit, write_evidence
 from musgd.bench._models import PARAMETER_SETS, ParamSpec
@@ -25,6 +27,36 @@ from musgd.bench._variants import PeerImportError, all_variants, select_variants
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 # The sets a CUDA run times by default; the YOLO26 sets run when named (--sets yolo26n,...).
 DEFAULT_CUDA_SETS = ("nano", "transformer", "large")
+# Subcommands with options of their own: (help, add_arguments, run(args, argv) -> exit code).
+MEASUREMENTS: dict[
+    str,
+    tuple[
+        str,
+        Callable[[argparse.ArgumentParser], None],
+        Callable[[argparse.Namespace, list[str]], int],
+    ],
+] = {
+    "profile": (
+        "host against device time of a step, per replay variant (torch.profiler, cProfile)",
+        _profile.add_arguments,
+        _profile.run,
+    ),
+    "triton": (
+        "Triton Newton-Schulz backend on YOLO26 sets and NS throughput (CUDA)",
+        _triton_bench.add_arguments,
+        _triton_bench.run,
+    ),
+    "triton-tiles": (
+        "tile configurations of the Triton NS kernels: capture, bit-identity, speed (CUDA)",
+        _triton_bench.add_tiles_arguments,
+        _triton_bench.run_tiles,
+    ),
+    "distributed": (
+        "sharded step (DDP, FSDP2) against replicated, over gloo or torchrun; --predict W",
+        _distributed_bench.add_arguments,
+        _distributed_bench.run,
+    ),
+}
 
 
 class UsageError(Exception):
@@ -72,9 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     variants = ", ".join(v.name for v in all_variants())
     parser = argparse.ArgumentParser(
         prog="python -m musgd.bench",
-        description="MuSGD benchmarks: a demo, optimizer-step timings and training-step timings.",
+        description="MuSGD benchmarks: a demo, optimizer-step and training-step timings, and the "
+        "maintainers' measurements (replay profile, Triton backend, distributed step).",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{demo,optimizer,train}")
+    sub = parser.add_subparsers(
+        dest="command", metavar="{" + ",".join(["demo", "optimizer", "train", *MEASUREMENTS]) + "}"
+    )
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -134,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--out", type=Path, help="evidence JSON path or directory")
     train.add_argument("--no-evidence", action="store_true", help="do not write evidence JSON")
+
+    for name, (text, add_arguments, _) in MEASUREMENTS.items():
+        add_arguments(sub.add_parser(name, help=text, description=text))
     return parser
 
 
@@ -282,9 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     commands = {"demo": _demo, "optimizer": _optimizer, "train": _train}
     try:
-        device = resolve_device(args.device)
         if args.commit is not None:
             check_commit(args.commit)  # before the run, not after it
+        if args.command in MEASUREMENTS:
+            return MEASUREMENTS[args.command][2](args, args_list)
+        device = resolve_device(args.device)
         return commands[args.command](args, device, args_list)
     except (UsageError, ValueError, PeerImportError) as exc:  # ValueError: values that do not fit
         print(f"error: {exc}", file=sys.stderr)

@@ -17,7 +17,7 @@ per number of parallel graph branches its bucket jobs are recorded on (one: a si
 
 Writes an evidence JSON (``--out``) like the benchmarks do.
 
-    PYTHONPATH=src python scripts/profile_replay.py --device cuda --out out/
+    python -m musgd.bench profile --device cuda --out out/
 """
 
 from __future__ import annotations
@@ -241,9 +241,8 @@ def profile_variant(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Profile the variants; print a summary and write the evidence JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``python -m musgd.bench profile``."""
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--set", default="nano", choices=sorted(PARAMETER_SETS))
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
@@ -257,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-evidence", action="store_true")
     parser.add_argument("--commit", default=None, help="the commit a copied tree came from")
     parser.add_argument("--phase-repeats", type=int, default=30)
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Profile the variants; print a summary and write the evidence JSON."""
     device = torch.device(args.device)
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     try:
@@ -289,13 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             "variants": rows,
             "phases": phases,
         }
-        argv_used = ["profile_replay", *(argv if argv is not None else sys.argv[1:])]
         evidence = build_evidence(
-            "replay-profile", results, device=device, argv=argv_used, commit=args.commit
+            "replay-profile", results, device=device, argv=argv, commit=args.commit
         )
         print(f"evidence: {write_evidence(evidence, args.out)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

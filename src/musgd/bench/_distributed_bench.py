@@ -2,9 +2,9 @@
 
 Two ways to run it:
 
-* CPU, one machine: ``python scripts/bench_distributed.py --worlds 1 2 3`` spawns each world
+* CPU, one machine: ``python -m musgd.bench distributed --worlds 1 2 3`` spawns each world
   size with gloo (one thread per rank) and writes one evidence file under ``docs/evidence/``.
-* GPUs: ``torchrun --nproc-per-node N scripts/bench_distributed.py`` (see
+* GPUs: ``torchrun --nproc-per-node N -m musgd.bench distributed`` (see
   scripts/gpu_distributed.sh) times the launched world size with NCCL; rank 0 writes the file.
 
 Per world size it reports the median (min-max) step time of every arm (``ARMS``): *replicated*
@@ -21,13 +21,11 @@ Newton-Schulz FLOPs and exchange bytes per rank. ``--predict W`` prints the scal
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import os
 import socket
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -42,14 +40,7 @@ from torch import nn
 from musgd import MuSGD
 from musgd._distributed import WorkItem, plan_buckets, plan_stages
 from musgd._functional import Layout, build_layout
-from musgd.bench._evidence import (
-    SCHEMA,
-    collect_environment,
-    find_repo_root,
-    git_state,
-    source_hashes,
-    write_evidence,
-)
+from musgd.bench._evidence import build_evidence, find_repo_root, write_evidence
 from musgd.bench._models import PARAMETER_SETS, ParamSpec, make_parameters, transformer_parameters
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -99,8 +90,8 @@ HBM_BYTES_PER_S = 3.5e12
 CALIBRATION = Path("docs/evidence/musgd-distributed-cuda-h200-1gpu-20261129.json")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``python -m musgd.bench distributed``."""
     parser.add_argument("--set", choices=sorted(SETS), default="nano")
     parser.add_argument(
         "--predict",
@@ -128,10 +119,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="arms to time (the replicated baseline always runs)",
     )
     parser.add_argument("--out", type=Path, default=None, help="evidence file or directory")
-    args = parser.parse_args(argv)
-    if args.steps < 1 or args.warmup < 0 or any(w < 1 for w in args.worlds):
-        parser.error("--steps must be >= 1, --warmup >= 0 and every world size >= 1")
-    return args
+    parser.add_argument(
+        "--commit",
+        default=None,
+        help="the commit a copied tree came from, recorded when git cannot read it",
+    )
 
 
 def _sync(device: torch.device) -> None:
@@ -361,29 +353,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def evidence(results: dict[str, Any], device: torch.device, argv: list[str]) -> dict[str, Any]:
-    """The wpgate-evidence/1 document for this run."""
-    root = find_repo_root()
-    state = git_state(root)
-    commit, dirty = state.commit, state.dirty
-    if commit is None and os.environ.get("EVIDENCE_GIT_COMMIT"):
-        # A copy of a checkout without its .git folder (a lent GPU machine): the caller names
-        # the commit and dirtiness of the tree it copied; the source hashes still bind the run.
-        commit = os.environ["EVIDENCE_GIT_COMMIT"]
-        dirty = os.environ.get("EVIDENCE_GIT_DIRTY", "").lower() in {"1", "true", "yes"}
-    return {
-        "schema": SCHEMA,
-        "kind": "distributed",
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": [Path(sys.executable).name, "scripts/bench_distributed.py", *argv],
-        "environment": collect_environment(device),
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "sources": source_hashes(root),
-        "results": results,
-    }
-
-
 def write(doc: dict[str, Any], out: Path | None) -> Path:
     root = find_repo_root()
     folder = root / "docs" / "evidence" if root is not None else Path.cwd()
@@ -465,7 +434,7 @@ def _item_dims(layout: Layout, item: WorkItem) -> tuple[int, int, int]:
 def world1_medians(path: Path) -> dict[str, dict[str, float]]:
     """``{set: {arm: median ms}}`` of the world-size-1 runs in a benchmark evidence file.
 
-    Reads both layouts this script writes: one file per set (``results.worlds``) and the merged
+    Reads both layouts the benchmark writes: one file per set (``results.worlds``) and the merged
     file of scripts/gpu_distributed.sh (``results.runs[*].worlds``).
     """
     results = json.loads(path.read_text(encoding="utf-8"))["results"]
@@ -480,7 +449,7 @@ def world1_medians(path: Path) -> dict[str, dict[str, float]]:
                 if isinstance(v, dict) and "median_ms" in v
             }
     if not out:
-        raise SystemExit(f"{path}: no world-size-1 run to calibrate from; pass another file")
+        raise ValueError(f"{path}: no world-size-1 run to calibrate from; pass another file")
     return out
 
 
@@ -560,9 +529,10 @@ def print_predictions(world: int, calibration: Path | None) -> None:
     _table(rows, 2)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Print the scaling model (``--predict``) or time every arm; write the evidence JSON."""
+    if args.steps < 1 or args.warmup < 0 or any(w < 1 for w in args.worlds):
+        raise ValueError("--steps must be >= 1, --warmup >= 0 and every world size >= 1")
     if args.predict is not None:
         print_predictions(args.predict, args.calibration)
         return 0
@@ -584,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         if result is None:
             return 0
         print(f"{args.set} world {result['world_size']}: {_line(result)}", flush=True)
-        doc = evidence({**common, "worlds": {str(result["world_size"]): result}}, device, argv)
+        results = {**common, "worlds": {str(result["world_size"]): result}}
     else:
         worlds: dict[str, Any] = {}
         with tempfile.TemporaryDirectory() as tmp:
@@ -596,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
                 w = worlds[str(world)]
                 print(f"world {world}: {_line(w)}")
         device = torch.device("cpu")
-        doc = evidence({**common, "worlds": worlds, "note": _cpu_note()}, device, argv)
+        results = {**common, "worlds": worlds, "note": _cpu_note()}
+    doc = build_evidence("distributed", results, device=device, argv=argv, commit=args.commit)
     print(f"wrote {write(doc, args.out)}")
     return 0
 
@@ -615,7 +586,3 @@ def _cpu_note() -> str:
         f"gloo on {cores} CPU core(s), one thread per rank: world sizes above {cores} "
         "oversubscribe the cores, so their times measure contention, not scaling"
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The Triton Newton-Schulz backend on the GPU: YOLO26 step times, kernels per step, NS throughput.
 
-For each YOLO26 parameter set (``src/musgd/bench/data/yolo26{n,s,m}_shapes.json``: matrices,
+For each YOLO26 parameter set (``musgd/bench/data/yolo26{n,s,m}_shapes.json``: matrices,
 norm weights and biases, float32 on the GPU, one fixed random gradient each) and each variant
 (``ns_backend`` torch or triton, with and without the replay flags) this times ``step()`` with
 CUDA events (median and min-max after a warm-up that makes any recordings), and on yolo26n counts
@@ -11,15 +11,23 @@ and iteration, ``m <= n``, the work of the unsymmetric iteration, for both).
 
 Writes ``musgd-triton-ns-<gpu>-<commit>.json`` evidence under ``--out``.
 
-    PYTHONPATH=src python scripts/bench_triton_ns.py --out out/ --commit $(git rev-parse HEAD)
+    python -m musgd.bench triton --out out/ --commit $(git rev-parse HEAD)
+
+``python -m musgd.bench triton-tiles`` (:func:`run_tiles`) asks which tile configurations of the
+Triton Newton-Schulz kernels capture in a CUDA graph, and how fast each runs: on the YOLO26
+tables (five iterations, replayed from a graph) and on the large bf16 stacks 24x1024x4096 and
+8x4096x4096 (eager). It prints one line per configuration and table and writes
+``musgd-triton-tiles-<commit>.json`` evidence under ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gc
 import json
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -31,10 +39,11 @@ from musgd import MuSGD, orthogonalize_batched
 from musgd import _triton_ns as T
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS
 from musgd.bench._evidence import build_evidence, write_evidence
-from musgd.bench._timing import time_steps
+from musgd.bench._models import YOLO26_MODELS, yolo26_parameters
+from musgd.bench._timing import _event, time_steps
 
-DATA = Path(__file__).resolve().parents[1] / "src" / "musgd" / "bench" / "data"
-SETS = ("yolo26n", "yolo26s", "yolo26m")
+SETS = YOLO26_MODELS
+TRIPLES = (DEFAULT_COEFFICIENTS,) * 5
 VARIANTS: dict[str, dict[str, Any]] = {
     "torch eager": {"ns_backend": "torch"},
     "torch both": {
@@ -52,12 +61,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
 }
 NS_STACKS = ((24, 1024, 4096), (8, 4096, 4096))
+# The tile configurations `triton-tiles` tries, named block/block_k/warps/stages.
+CONFIGS = {
+    "64/32/w4/s3": T.TileConfig(64, 32, 4, 3),
+    "64/64/w4/s3": T.TileConfig(64, 64, 4, 3),
+    "128/32/w4/s3": T.TileConfig(128, 32, 4, 3),
+    "128/64/w4/s3": T.TileConfig(128, 64, 4, 3),
+    "128/64/w8/s3": T.TileConfig(128, 64, 8, 3),
+}
 
 
-def yolo_shapes(name: str) -> list[list[int]]:
+def yolo_shapes(name: str) -> list[tuple[int, ...]]:
     """Every parameter shape of one YOLO26 set: matrices, then norm weights, then biases."""
-    data = json.loads((DATA / f"{name}_shapes.json").read_text())
-    return [*data["matrices"], *data["norm_weights"], *data["biases"]]
+    return [spec.shape for spec in yolo26_parameters(name)]
 
 
 def _optimizer(name: str, options: dict[str, Any], device: torch.device) -> MuSGD:
@@ -93,17 +109,17 @@ def _ns_flops(batch: int, rows: int, cols: int, steps: int) -> float:
 
 
 def ns_throughput(device: torch.device, steps: int, warmup: int) -> dict[str, Any]:
-    triples = (DEFAULT_COEFFICIENTS,) * 5
+    """Newton-Schulz alone on the large bf16 stacks: the torch backend against the Triton table."""
     out: dict[str, Any] = {}
     for batch, rows, cols in NS_STACKS:
         G = torch.randn(batch, rows, cols, device=device, dtype=torch.bfloat16)
         plan = T.plan_for(((rows, cols),) * batch, device)
         src = G.reshape(-1)
         torch_t = time_steps(
-            lambda G=G: orthogonalize_batched(G), steps=steps, warmup=warmup, device=device
+            functools.partial(orthogonalize_batched, G), steps=steps, warmup=warmup, device=device
         )
         triton_t = time_steps(
-            lambda src=src, plan=plan: T.run_plan(plan, src, triples, 1e-7, torch.bfloat16),
+            functools.partial(T.run_plan, plan, src, TRIPLES, 1e-7, torch.bfloat16),
             steps=steps,
             warmup=warmup,
             device=device,
@@ -123,8 +139,8 @@ def ns_throughput(device: torch.device, steps: int, warmup: int) -> dict[str, An
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``python -m musgd.bench triton``."""
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
@@ -133,15 +149,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", default=None)
     parser.add_argument("--small-tiles", help="block,block_k,warps,stages of small tables")
     parser.add_argument("--large-tiles", help="block,block_k,warps,stages of large tables")
-    args = parser.parse_args(argv)
+
+
+def _needs_cuda(command: str) -> bool:
+    """True (after saying so on stderr) when this torch sees no CUDA GPU."""
+    if torch.cuda.is_available():
+        return False
+    print(f"python -m musgd.bench {command} needs a CUDA GPU", file=sys.stderr)
+    return True
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Time every variant on every set, and Newton-Schulz alone; write the evidence JSON."""
     # Module constants read when a plan is first built: set before any is.
     if args.small_tiles:
         T.SMALL_TILES = T.TileConfig(*map(int, args.small_tiles.split(",")))
     if args.large_tiles:
         T.LARGE_TILES = T.TileConfig(*map(int, args.large_tiles.split(",")))
     device = torch.device("cuda")
-    if not torch.cuda.is_available():
-        print("bench_triton_ns needs a CUDA GPU", file=sys.stderr)
+    if _needs_cuda("triton"):
         return 2
     results: dict[str, Any] = {
         "steps": args.steps,
@@ -188,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         results["sets"][name] = rows
     evidence = build_evidence(
-        "musgd-triton-ns", results, device=device, argv=sys.argv[1:], commit=args.commit
+        "musgd-triton-ns", results, device=device, argv=argv, commit=args.commit
     )
     sha = (evidence["git_commit"] or "nocommit")[:7]
     path = write_evidence(evidence, args.out / f"musgd-triton-ns-h200-{sha}.json")
@@ -196,5 +222,127 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def tables() -> dict[str, tuple[tuple[int, int], ...]]:
+    """The problem tables `triton-tiles` times: each YOLO26 set's matrices and two large stacks."""
+    out: dict[str, tuple[tuple[int, int], ...]] = {}
+    for name in YOLO26_MODELS:
+        matrices = [s.shape for s in yolo26_parameters(name) if s.name.startswith("matrices.")]
+        out[name] = tuple((s[0], math.prod(s) // s[0]) for s in matrices)
+    out["24x1024x4096"] = ((1024, 4096),) * 24
+    out["8x4096x4096"] = ((4096, 4096),) * 8
+    return out
+
+
+def _time(fn: Any, reps: int) -> float:
+    start, end = _event(), _event()
+    fn()
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / reps
+
+
+def _captures(results: dict[str, Any], name: str, tables: tuple[str, ...]) -> bool:
+    return all(
+        results[t][name].get("captures") and results[t][name].get("replay_equal") for t in tables
+    )
+
+
+def pick(results: dict[str, Any]) -> dict[str, str]:
+    """The small-table configuration with the fastest yolo26n replay and the large-table one
+    with the best throughput on the large stacks, each among those that capture bit-identically
+    (``block,block_k,warps,stages``)."""
+    names = list(results["yolo26n"])
+    small = [n for n in names if _captures(results, n, ("yolo26n",))]
+    large = [n for n in names if _captures(results, n, ("yolo26s", "yolo26m"))]
+    best_small = min(small, key=lambda n: results["yolo26n"][n]["replay_ms"])
+    best_large = max(
+        large,
+        key=lambda n: sum(
+            results[t][n].get("tflops", 0.0) for t in ("24x1024x4096", "8x4096x4096")
+        ),
+    )
+
+    def spec(name: str) -> str:
+        cfg = CONFIGS[name]
+        return f"{cfg.block},{cfg.block_k},{cfg.num_warps},{cfg.num_stages}"
+
+    return {"small": spec(best_small), "large": spec(best_large)}
+
+
+def add_tiles_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``python -m musgd.bench triton-tiles``."""
+    parser.add_argument("--out", type=Path, default=Path("out"))
+    parser.add_argument("--commit", default=None)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+
+
+def _tile_row(
+    shapes: tuple[tuple[int, int], ...], src: torch.Tensor, name: str, device: torch.device
+) -> dict[str, Any]:
+    """Eager time and throughput of one configuration; for YOLO26 tables, its CUDA-graph replay."""
+    big = src.dtype == torch.bfloat16  # the large stacks: eager only
+    m, n = zip(*((min(s), max(s)) for s in shapes), strict=True)
+    flops = 5 * sum(4 * a * a * b + 2 * a**3 for a, b in zip(m, n, strict=True))
+    # A plan of its own per configuration: its tile tables depend on the block size.
+    plan = T.build_plan(shapes, device, CONFIGS[name])
+    row: dict[str, Any] = {}
+
+    def run(plan: T.TablePlan = plan, src: torch.Tensor = src) -> torch.Tensor:
+        return T.run_plan(plan, src, TRIPLES, 1e-7, torch.bfloat16)
+
+    try:
+        eager = run()
+        row["eager_ms"] = _time(run, 3 if big else 20)
+        row["tflops"] = flops / row["eager_ms"] / 1e9
+        if not big:
+            side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                run()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    captured = run()
+                graph.replay()
+                torch.cuda.synchronize()
+                row["captures"] = True
+                row["replay_equal"] = bool(torch.equal(captured, eager))
+                row["replay_ms"] = _time(graph.replay, 20)
+            except Exception as exc:  # the point: record why a capture fails
+                row["captures"] = False
+                row["capture_error"] = f"{type(exc).__name__}: {exc}"[:400]
+                torch.cuda.synchronize()
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+    return row
+
+
+def run_tiles(args: argparse.Namespace, argv: list[str]) -> int:
+    """Try every tile configuration on every table; print the pick and write the evidence."""
+    device = torch.device("cuda")
+    if _needs_cuda("triton-tiles"):
+        return 2
+    results: dict[str, Any] = {}
+    for table, shapes in tables().items():
+        big = table.startswith(("24x", "8x"))
+        src = torch.randn(sum(r * c for r, c in shapes), device=device)
+        if big:
+            src = src.to(torch.bfloat16)
+        rows: dict[str, Any] = {}
+        for name in args.configs.split(","):
+            rows[name] = _tile_row(shapes, src, name, device)
+            print(table, name, json.dumps(rows[name]), flush=True)
+        results[table] = rows
+    results["pick"] = pick(results)
+    print("PICK", " ".join(f"--{k}-tiles {v}" for k, v in results["pick"].items()), flush=True)
+    evidence = build_evidence(
+        "musgd-triton-tiles", results, device=device, argv=argv, commit=args.commit
+    )
+    sha = (evidence["git_commit"] or "nocommit")[:7]
+    print("wrote", write_evidence(evidence, args.out / f"musgd-triton-tiles-h200-{sha}.json"))
+    return 0
