@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# YOLO26n in the real Ultralytics trainer on a GPU machine (no network): eager-vs-replay
-# bit-identity over 200 optimizer steps with the warm-up active, then stock MuSGD against ours
-# at batch 4 and 16 (640 px, synthetic YOLO-format data generated offline). Writes
-# $OUT/ultralytics-identity.json, $OUT/ultralytics-train.json and $OUT/ultralytics.log.
-#   GATE_COMMIT=$(git rev-parse HEAD) scripts/gpu_ultralytics.sh [--parts identity,train]
+# YOLO26n in the real Ultralytics trainer on a GPU machine (no network), 640 px, synthetic
+# YOLO-format data generated offline: eager-vs-replay bit-identity over at least 200 optimizer
+# steps with the warm-up active (identity), the iteration split into phases with the device
+# synchronised at each boundary (phases), and stock MuSGD against ours in paired runs at batch 4
+# and 16, unsynchronised (train). Writes $OUT/ultralytics-{identity,phases,train}.json,
+# $OUT/ultralytics-loss.png and $OUT/ultralytics.log.
+#   GATE_COMMIT=$(git rev-parse HEAD) LIMIT_S=540 scripts/gpu_ultralytics.sh [--parts identity,phases,train] [--pairs 3]
+# LIMIT_S bounds the whole script: the Python part gets what is left after the install, less a
+# margin, as --budget-s, and skips the runs that would not fit (saying so in the log).
 # On a CPU, as a check that it runs: DEVICE=cpu scripts/gpu_ultralytics.sh --quick
 # Needs the wheels of ultralytics 8.4.190, ultralytics-thop and polars in .whl/ (carry .whl)
 # where the machine lacks ultralytics; they go to /tmp/ul-site, nothing else is installed.
@@ -15,10 +19,19 @@ if ! $PY -c "import ultralytics" 2>/dev/null; then
     || { echo "ultralytics wheels missing: carry .whl (see docs/ultralytics.md)" >&2; exit 3; }
   export PYTHONPATH="$PYTHONPATH:/tmp/ul-site"
 fi
-timeout "${LIMIT_S:-420}" $PY scripts/ultralytics_gpu.py --device "${DEVICE:-cuda}" --out "$OUT" "${commit[@]}" "$@" \
-  > "$OUT/ultralytics.log" 2>&1
+limit=${LIMIT_S:-540}
+left=$((limit - SECONDS))
+# 30 s of margin: importing torch, the evidence and the chart after the last run.
+budget=$((left - 30))
+if [ "$budget" -lt 60 ]; then
+  echo "LIMIT_S=$limit leaves ${left} s after the install: too little to measure" >&2
+  exit 3
+fi
+echo "gpu_ultralytics: ${SECONDS} s spent on setup, budget ${budget} s of LIMIT_S=$limit"
+timeout "$left" $PY scripts/ultralytics_gpu.py --device "${DEVICE:-cuda}" --out "$OUT" \
+  --budget-s "$budget" "${commit[@]}" "$@" > "$OUT/ultralytics.log" 2>&1
 rc=$?
-grep -a -E "^(identity|batch|wrote)" "$OUT/ultralytics.log"
+grep -a -E "^(plan|identity|phases|pair|batch|lowdata|budget|wrote)" "$OUT/ultralytics.log"
 tail -n 5 "$OUT/ultralytics.log"
 echo "gpu_ultralytics rc=$rc" | tee -a "$OUT/ultralytics.log"
 exit $rc

@@ -1,19 +1,27 @@
 """YOLO26n with the Ultralytics trainer: stock MuSGD against ours, and replay bit-identity.
 
-Two parts, one evidence file each, on a synthetic YOLO-format dataset generated offline:
+Three parts on a synthetic YOLO-format dataset generated offline, one evidence file each:
 
-* ``identity``: our trainer (both replay flags on) trains YOLO26n for ``--identity-steps``
-  optimizer steps with the trainer's lr/momentum warm-up active; after every step a shadow eager
-  ``UltralyticsMuSGD`` over copies of the parameters, given the same gradients and the group
-  values the trainer wrote, must hold bit-identical parameters and buffers (``torch.equal``).
-* ``train``: per batch size, stock ``optimizer=MuSGD``, ours (``trainer=MuSGDTrainer``), both
-  with seed 0, and stock again with seed 1 (the run-to-run noise of the loss curve); per-
-  iteration time (data wait included), in-loop step time (batch start to batch end, CUDA
-  synchronized), epoch times and per-iteration losses. ``nbs`` equals the batch, so the
-  optimizer steps every iteration, as in the complete-step figures of the compatibility spec.
+* ``identity``: our trainer (both replay flags on) trains YOLO26n for at least
+  ``--identity-steps`` optimizer steps with the trainer's lr/momentum warm-up active; after every
+  step a shadow eager ``UltralyticsMuSGD`` over copies of the parameters, given the same gradients
+  and the group values the trainer wrote, must hold bit-identical parameters and buffers.
+* ``phases``: per batch size, one stock and one of our runs with the device synchronised at every
+  phase boundary of the iteration (data wait, batch to device, forward and backward, unscale,
+  clip, the optimizer's step, scaler update, zero_grad, EMA update, the rest): where the time goes.
+* ``train``: per batch size, ``--pairs`` pairs of runs, stock and ours with the same seed (seed k
+  for pair k; the order within a pair alternates), timed without synchronising inside the
+  iteration: iteration, compute (iteration minus data wait) and epoch times, the host-side phase
+  split, losses, and per-pair ratios stock/ours. Where the data loader's wait is a large share of
+  the iteration (``--lowdata auto``), the same pairs again with more loader workers and the
+  augmentations off (``lowdata``), so that the optimizer's share shows.
 
-Usage (GPU, about 4 minutes on an H200): ``python scripts/ultralytics_gpu.py --device cuda
---out $OUT``; on CPU: ``--device cpu --quick``.
+``nbs`` equals the batch, so the optimizer steps every iteration. ``--budget-s`` (the GPU script
+passes what is left of ``LIMIT_S``) makes every run wait for an estimate of its duration (the
+longest run of its kind so far, else a default) to fit in what is left, else skip it, saying so.
+
+Usage (GPU, under 9 minutes on an H200): ``python scripts/ultralytics_gpu.py --device cuda
+--out $OUT --budget-s 500``; on CPU: ``--device cpu --quick``.
 """
 
 from __future__ import annotations
@@ -21,19 +29,47 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from musgd.bench import build_evidence, summarize, write_evidence, write_synthetic_dataset
+from musgd.bench import (
+    PhaseClock,
+    build_evidence,
+    data_wait_share,
+    paired_ratios,
+    summarize,
+    summarize_phases,
+    write_evidence,
+    write_synthetic_dataset,
+)
 from musgd.ultralytics import UltralyticsMuSGD, musgd_trainer, require_ultralytics
 
 SKIP_FIRST = 10  # iterations left out of the timing medians: recording, cuDNN autotuning
+# The loader's wait at which the low-data variant runs (--lowdata auto): a fifth of the iteration.
+DATA_BOUND_SHARE = 0.2
+# Steps the gradient scaler may skip (inf/nan gradients under AMP) on top of the identity target.
+SKIP_ALLOWANCE = 0.1
+ARMS = ("stock", "ours")
+# The low-data variant: every loader worker the machine allows, the augmentations off (documented
+# train arguments), so a batch is a cached image letterboxed and little else.
+LOWDATA_AUGMENT_OFF = {
+    "mosaic": 0.0,
+    "hsv_h": 0.0,
+    "hsv_s": 0.0,
+    "hsv_v": 0.0,
+    "translate": 0.0,
+    "scale": 0.0,
+    "fliplr": 0.0,
+}
 
 
 def _sync(device: str) -> None:
@@ -41,46 +77,122 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-class RunLog:
-    """Ultralytics callbacks that time iterations and epochs and keep each iteration's loss."""
+@dataclass
+class Budget:
+    """Seconds left of ``limit_s`` (None: no limit); runs are admitted when their estimate fits.
 
-    def __init__(self, device: str) -> None:
-        self.device = device
-        self.iter_ms: list[float] = []
-        self.step_ms: list[float] = []
-        self.epoch_s: list[float] = []
-        self.losses: list[float] = []
-        self._batch_start = 0.0
-        self._last_end: float | None = None
-        self._epoch_start = 0.0
+    The estimate of a run is the longest run of its key so far, else the caller's default.
+    """
 
-    def attach(self, model: Any) -> None:
-        model.add_callback("on_train_epoch_start", self.epoch_start)
-        model.add_callback("on_train_epoch_end", self.epoch_end)
-        model.add_callback("on_train_batch_start", self.batch_start)
-        model.add_callback("on_train_batch_end", self.batch_end)
+    limit_s: float | None
+    clock: Callable[[], float] = time.perf_counter
+    observed: dict[str, float] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    start: float = field(init=False)
 
-    def epoch_start(self, trainer: Any) -> None:
-        _sync(self.device)
-        self._epoch_start = time.perf_counter()
-        self._last_end = None
+    def __post_init__(self) -> None:
+        self.start = self.clock()
 
-    def epoch_end(self, trainer: Any) -> None:
-        _sync(self.device)
-        self.epoch_s.append(time.perf_counter() - self._epoch_start)
+    def used(self) -> float:
+        """Seconds since the budget started."""
+        return self.clock() - self.start
 
-    def batch_start(self, trainer: Any) -> None:
-        _sync(self.device)
-        self._batch_start = time.perf_counter()
+    def left(self) -> float:
+        """Seconds left (infinite without a limit)."""
+        return math.inf if self.limit_s is None else self.limit_s - self.used()
 
-    def batch_end(self, trainer: Any) -> None:
-        _sync(self.device)
-        now = time.perf_counter()
-        self.step_ms.append((now - self._batch_start) * 1e3)
-        if self._last_end is not None:
-            self.iter_ms.append((now - self._last_end) * 1e3)
-        self._last_end = now
-        self.losses.append(_loss_value(getattr(trainer, "loss_items", None)))
+    def estimate(self, key: str, default_s: float) -> float:
+        """The longest observed run of ``key``, else ``default_s``."""
+        return self.observed.get(key, default_s)
+
+    def admit(self, job: str, key: str, default_s: float) -> bool:
+        """Whether ``job`` fits in what is left; a refusal is kept in ``skipped``."""
+        need, left = self.estimate(key, default_s), self.left()
+        if need <= left:
+            return True
+        self.skipped.append(f"{job}: needs about {need:.0f} s, {max(left, 0.0):.0f} s left")
+        print(f"budget: skipped {self.skipped[-1]}")
+        return False
+
+    def record(self, key: str, seconds: float) -> None:
+        """Keep the longest duration seen for ``key``."""
+        self.observed[key] = max(self.observed.get(key, 0.0), seconds)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the limit, the time used, the observed durations and what was skipped."""
+        return {
+            "limit_s": self.limit_s,
+            "used_s": self.used(),
+            "observed_s": dict(self.observed),
+            "skipped": list(self.skipped),
+        }
+
+
+def default_run_s(iterations: int, epochs: int, *, per_iteration_s: float) -> float:
+    """A first guess at one training run (before any was seen): setup, epochs and iterations."""
+    return 12.0 + 1.5 * epochs + per_iteration_s * iterations
+
+
+def epochs_for(iterations: int, iterations_per_epoch: int) -> int:
+    """Epochs that give at least ``iterations`` iterations (at least one)."""
+    return max(1, math.ceil(iterations / iterations_per_epoch))
+
+
+def identity_epochs(steps: int, iterations_per_epoch: int) -> int:
+    """Epochs for ``steps`` optimizer steps with room for the steps the scaler may skip."""
+    allowance = max(4, math.ceil(SKIP_ALLOWANCE * steps))
+    return epochs_for(steps + allowance, iterations_per_epoch)
+
+
+def warmup_span(trace: Sequence[float]) -> int:
+    """Leading steps before ``trace`` settles on its last value (0: constant throughout)."""
+    for i in range(len(trace)):
+        if all(v == trace[-1] for v in trace[i:]):
+            return i
+    return 0
+
+
+def summary_dict(values: Sequence[float], *, skip: int = SKIP_FIRST) -> dict[str, float] | None:
+    """Median, min, max and count of ``values`` after the first ``skip`` (all of them when few)."""
+    kept = list(values[skip:]) if len(values) > skip + 2 else list(values)
+    if not kept:
+        return None
+    s = summarize(kept)
+    return {"median": s.median, "min": s.min, "max": s.max, "count": s.count}
+
+
+def pair_summary(pairs: Sequence[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """Per pair, stock/ours of the runs' ``metric`` medians: ratios (above 1: ours faster) and
+    savings (1 - ours/stock), each with median and range; None where a pair lacks the metric."""
+    stock, ours = [], []
+    for pair in pairs:
+        a, b = pair["stock"].get(metric), pair["ours"].get(metric)
+        if not a or not b:
+            return None
+        stock.append(a["median"])
+        ours.append(b["median"])
+    if not stock:
+        return None
+    ratio = paired_ratios(stock, ours)
+    savings = [1.0 - 1.0 / r for r in ratio["per_round"]]
+    return {
+        "stock_over_ours": ratio,
+        "saving": {
+            "median": float(statistics.median(savings)),
+            "min": min(savings),
+            "max": max(savings),
+            "per_pair": savings,
+        },
+    }
+
+
+def lowdata_wanted(mode: str, shares: Sequence[float | None]) -> bool:
+    """Whether to run the low-data variant: ``on``, ``off``, or ``auto`` where any stock data
+    wait share reaches :data:`DATA_BOUND_SHARE` (or none was measured)."""
+    if mode != "auto":
+        return mode == "on"
+    measured = [s for s in shares if s is not None]
+    return not measured or max(measured) >= DATA_BOUND_SHARE
 
 
 def _loss_value(items: Any) -> float:
@@ -92,8 +204,120 @@ def _loss_value(items: Any) -> float:
     return float(torch.as_tensor(items).sum())
 
 
-def _train_kwargs(args: argparse.Namespace, data: Path, batch: int, epochs: int) -> dict[str, Any]:
-    return {
+def _snapshot(items: Any) -> Any:
+    """A copy of the loss items that does not wait for the device (read after the run)."""
+    if isinstance(items, torch.Tensor):
+        return items.detach().clone()
+    if isinstance(items, dict):
+        return {k: _snapshot(v) for k, v in items.items()}
+    return items
+
+
+class RunLog:
+    """Ultralytics callbacks: phase marks at batch start and end, epoch times, the losses.
+
+    Epoch boundaries synchronise (epoch times are the device's); batch boundaries only when the
+    clock does (the ``phases`` measurement).
+    """
+
+    def __init__(self, device: str, clock: PhaseClock) -> None:
+        self.device = device
+        self.clock = clock
+        self.epoch_s: list[float] = []
+        self._loss_items: list[Any] = []
+        self._epoch_start = 0.0
+
+    def attach(self, model: Any) -> None:
+        model.add_callback("on_train_start", self.train_start)
+        model.add_callback("on_train_epoch_start", self.epoch_start)
+        model.add_callback("on_train_epoch_end", self.epoch_end)
+        model.add_callback("on_train_batch_start", self.batch_start)
+        model.add_callback("on_train_batch_end", self.batch_end)
+
+    def train_start(self, trainer: Any) -> None:
+        instrument_trainer_objects(trainer, self.clock)
+
+    def epoch_start(self, trainer: Any) -> None:
+        _sync(self.device)
+        self._epoch_start = time.perf_counter()
+        self.clock.break_chain()
+
+    def epoch_end(self, trainer: Any) -> None:
+        _sync(self.device)
+        self.epoch_s.append(time.perf_counter() - self._epoch_start)
+
+    def batch_start(self, trainer: Any) -> None:
+        self.clock.start_iteration()
+
+    def batch_end(self, trainer: Any) -> None:
+        self.clock.end_iteration()
+        self._loss_items.append(_snapshot(getattr(trainer, "loss_items", None)))
+
+    @property
+    def losses(self) -> list[float]:
+        """Each iteration's summed loss (reads the device: call after the run)."""
+        return [_loss_value(items) for items in self._loss_items]
+
+
+def _wrap(obj: Any, method: str, clock: PhaseClock, start: str, end: str) -> None:
+    """Replace ``obj.method`` (on the instance) by one that marks ``start`` and ``end``."""
+    inner = getattr(obj, method, None)
+    if inner is None or getattr(inner, "_musgd_timed", False):
+        return
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        clock.mark(start)
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            clock.mark(end)
+
+    timed._musgd_timed = True  # type: ignore[attr-defined]
+    setattr(obj, method, timed)
+
+
+def instrument_trainer_objects(trainer: Any, clock: PhaseClock) -> None:
+    """Marks around the trainer's EMA update and its gradient scaler's calls (public objects)."""
+    ema = getattr(trainer, "ema", None)
+    if ema is not None:
+        _wrap(ema, "update", clock, "ema_start", "ema_end")
+    scaler = getattr(trainer, "scaler", None)
+    if scaler is not None:
+        _wrap(scaler, "unscale_", clock, "unscale_start", "unscale_end")
+        _wrap(scaler, "step", clock, "scaler_step_start", "scaler_step_end")
+        _wrap(scaler, "update", clock, "update_start", "update_end")
+
+
+def timed_trainer(base: type[Any], clock: PhaseClock) -> type[Any]:
+    """``base`` with marks around ``preprocess_batch``, ``optimizer_step``, the optimizer's
+    ``step`` (its step hooks) and ``zero_grad``; it computes exactly what ``base`` computes."""
+
+    class Timed(base):  # type: ignore[misc,valid-type]
+        def preprocess_batch(self, batch: Any) -> Any:
+            out = super().preprocess_batch(batch)
+            clock.mark("preprocessed")
+            return out
+
+        def optimizer_step(self) -> None:
+            clock.mark("optimizer_enter")
+            super().optimizer_step()
+            clock.mark("optimizer_exit")
+
+        def build_optimizer(self, *args: Any, **kwargs: Any) -> Any:
+            opt = super().build_optimizer(*args, **kwargs)
+            opt.register_step_pre_hook(lambda *_: clock.mark("step_start"))
+            opt.register_step_post_hook(lambda *_: clock.mark("step_end"))
+            _wrap(opt, "zero_grad", clock, "zero_grad_start", "zero_grad_end")
+            return opt
+
+    Timed.__name__ = Timed.__qualname__ = f"Timed{base.__name__}"
+    return Timed
+
+
+def _train_kwargs(
+    args: argparse.Namespace, data: Path, batch: int, epochs: int, variant: str = "default"
+) -> dict[str, Any]:
+    kw: dict[str, Any] = {
         "data": str(data),
         "epochs": epochs,
         "imgsz": args.imgsz,
@@ -104,20 +328,78 @@ def _train_kwargs(args: argparse.Namespace, data: Path, batch: int, epochs: int)
         "cache": "ram",
         "plots": False,
         "val": False,
+        "save": False,  # no checkpoint writes inside the timed epochs
         "project": str(args.work / "runs"),
         "exist_ok": True,
         "verbose": False,
         "deterministic": False,
         "amp": args.amp,
     }
+    if variant == "lowdata":
+        kw.update(LOWDATA_AUGMENT_OFF, workers=args.lowdata_workers)
+    return kw
 
 
-def _summary(values: list[float]) -> dict[str, float] | None:
-    kept = values[SKIP_FIRST:] if len(values) > SKIP_FIRST + 2 else values
-    if not kept:
-        return None
-    s = summarize(kept)
-    return {"median": s.median, "min": s.min, "max": s.max, "count": s.count}
+def _base_trainer(arm: str) -> type[Any]:
+    if arm == "ours":
+        return musgd_trainer()
+    from ultralytics.models.yolo.detect import DetectionTrainer
+
+    return DetectionTrainer  # with optimizer="MuSGD": the stock optimizer
+
+
+def train_once(
+    args: argparse.Namespace,
+    data: Path,
+    *,
+    arm: str,
+    batch: int,
+    seed: int,
+    synchronize: bool,
+    variant: str = "default",
+) -> dict[str, Any]:
+    """One training run of ``arm``: iteration, compute and epoch times, phases, losses."""
+    from ultralytics import YOLO
+
+    iterations_per_epoch = math.ceil(args.n_train / batch)
+    epochs = epochs_for(args.iters, iterations_per_epoch)
+    clock = PhaseClock((lambda: _sync(args.device)) if synchronize else None)
+    log = RunLog(args.device, clock)
+    model = YOLO("yolo26n.yaml")
+    log.attach(model)
+    kw = _train_kwargs(args, data, batch, epochs, variant)
+    sync_tag = "sync" if synchronize else "nosync"
+    kw.update(seed=seed, name=f"b{batch}-{variant}-{arm}-s{seed}-{sync_tag}")
+    kw["trainer"] = timed_trainer(_base_trainer(arm), clock)
+    if arm == "stock":
+        kw["optimizer"] = "MuSGD"
+    start = time.perf_counter()
+    model.train(**kw)
+    total = time.perf_counter() - start
+    opt = model.trainer.optimizer
+    iterations = clock.iterations
+    skip = SKIP_FIRST if len(iterations) > SKIP_FIRST + 2 else 0
+    phases = summarize_phases(iterations, skip=skip)
+    return {
+        "arm": arm,
+        "seed": seed,
+        "variant": variant,
+        "synchronized": synchronize,
+        "optimizer": type(opt).__name__,
+        "amp": bool(getattr(model.trainer, "amp", False)),
+        "workers": kw["workers"],
+        "epochs": epochs,
+        "iterations": len(iterations),
+        "skipped_iterations": skip,
+        "iteration_ms": phases.get("iteration"),
+        "compute_ms": phases.get("compute"),
+        "data_wait_ms": phases.get("data_wait"),
+        "phases": phases,
+        "epoch_s": log.epoch_s,
+        "run_s": total,
+        "losses": log.losses,
+        "replay": _replay_stats(opt),
+    }
 
 
 def _smooth(values: list[float], width: int = 10) -> list[float]:
@@ -136,55 +418,117 @@ def _mean_abs_gap(a: list[float], b: list[float]) -> float | None:
     return statistics.fmean(abs(x - y) for x, y in zip(sa, sb, strict=True))
 
 
-def run_train(args: argparse.Namespace, data: Path, n_train: int) -> dict[str, Any]:
-    """Stock seed 0, ours seed 0, stock seed 1, for each batch size."""
-    from ultralytics import YOLO
+def _fmt(entry: dict[str, float] | None) -> str:
+    if not entry:
+        return "n/a"
+    return f"{entry['median']:.1f} ({entry['min']:.1f}-{entry['max']:.1f})"
 
-    trainer_cls = musgd_trainer()
-    per_batch: dict[str, Any] = {}
+
+def _run_estimate(args: argparse.Namespace, batch: int, *, per_iteration_s: float) -> float:
+    ipe = math.ceil(args.n_train / batch)
+    epochs = epochs_for(args.iters, ipe)
+    return default_run_s(epochs * ipe, epochs, per_iteration_s=per_iteration_s)
+
+
+def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
+    """Per batch size, stock then ours, synchronised at every phase boundary."""
+    batches: dict[str, Any] = {}
     for batch in args.batch_sizes:
-        iters_per_epoch = math.ceil(n_train / batch)
-        epochs = max(1, math.ceil(args.iters / iters_per_epoch))
         arms: dict[str, Any] = {}
-        for arm, seed in (("stock", 0), ("ours", 0), ("stock_seed1", 1)):
-            log = RunLog(args.device)
-            model = YOLO("yolo26n.yaml")
-            log.attach(model)
-            kw = _train_kwargs(args, data, batch, epochs)
-            kw.update(seed=seed, name=f"b{batch}-{arm}")
-            if arm == "ours":
-                kw["trainer"] = trainer_cls
-            else:
-                kw["optimizer"] = "MuSGD"
+        for arm in ARMS:
+            key = f"phases-b{batch}"
+            default = _run_estimate(args, batch, per_iteration_s=args.per_iteration_s * 1.3)
+            if not budget.admit(f"phases batch {batch} {arm}", key, default):
+                continue
             start = time.perf_counter()
-            model.train(**kw)
-            total = time.perf_counter() - start
-            opt = model.trainer.optimizer
-            arms[arm] = {
-                "optimizer": type(opt).__name__,
-                "amp": bool(getattr(model.trainer, "amp", False)),
-                "epochs": epochs,
-                "iterations": len(log.step_ms),
-                "iteration_ms": _summary(log.iter_ms),
-                "step_ms": _summary(log.step_ms),
-                "epoch_s": log.epoch_s,
-                "run_s": total,
-                "losses": log.losses,
-                "replay": _replay_stats(opt),
-            }
-            timing = {k: arms[arm][k] for k in ("step_ms", "iteration_ms")}
-            print(f"batch {batch} {arm}: {timing}")
-        stock, ours = arms["stock"], arms["ours"]
-        result: dict[str, Any] = {"arms": arms}
-        for key in ("iteration_ms", "step_ms"):
-            if stock[key] and ours[key]:
-                result[f"{key}_saving"] = 1.0 - ours[key]["median"] / stock[key]["median"]
-        result["loss_gap_ours_vs_stock"] = _mean_abs_gap(ours["losses"], stock["losses"])
-        result["loss_gap_stock_seed1_vs_stock"] = _mean_abs_gap(
-            arms["stock_seed1"]["losses"], stock["losses"]
+            run = train_once(args, data, arm=arm, batch=batch, seed=0, synchronize=True)
+            budget.record(key, time.perf_counter() - start)
+            run.pop("losses")
+            arms[arm] = run
+            p = run["phases"]
+            print(
+                f"phases batch {batch} {arm}: iteration {_fmt(p.get('iteration'))} ms, data "
+                f"{_fmt(p.get('data_wait'))}, fwd+bwd {_fmt(p.get('forward_backward'))}, "
+                f"optimizer.step {_fmt(p.get('optimizer_step'))}, around it "
+                f"{_fmt(p.get('around_optimizer'))}, EMA {_fmt(p.get('ema_update'))}"
+            )
+        batches[str(batch)] = {"arms": arms}
+    return {
+        "imgsz": args.imgsz,
+        "train_images": args.n_train,
+        "synchronized": True,
+        "batches": batches,
+    }
+
+
+def _summarize_pairs(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"pairs": pairs, "count": len(pairs)}
+    for metric in ("iteration_ms", "compute_ms"):
+        out[metric.removesuffix("_ms")] = pair_summary(pairs, metric)
+    if pairs:
+        first = pairs[0]
+        out["loss_gap_ours_vs_stock"] = _mean_abs_gap(
+            first["ours"]["losses"], first["stock"]["losses"]
         )
-        per_batch[str(batch)] = result
-    return {"imgsz": args.imgsz, "train_images": n_train, "batches": per_batch}
+    if len(pairs) > 1:
+        out["loss_gap_stock_seed1_vs_stock"] = _mean_abs_gap(
+            pairs[1]["stock"]["losses"], pairs[0]["stock"]["losses"]
+        )
+    return out
+
+
+def run_pairs(
+    args: argparse.Namespace,
+    data: Path,
+    budget: Budget,
+    *,
+    variant: str,
+    pairs: int,
+    result: dict[str, Any],
+    save: Callable[[], None],
+) -> None:
+    """``pairs`` rounds over the batch sizes: stock and ours, seed k in round k, alternating."""
+    collected: dict[int, list[dict[str, Any]]] = {b: [] for b in args.batch_sizes}
+    section = result["variants"].setdefault(variant, {"batches": {}})
+    section["kwargs"] = {
+        k: v for k, v in _train_kwargs(args, Path("-"), 0, 0, variant).items() if k != "data"
+    }
+    for k in range(pairs):
+        order = ARMS if k % 2 == 0 else ARMS[::-1]
+        for batch in args.batch_sizes:
+            key = f"train-{variant}-b{batch}"
+            default = 2 * _run_estimate(args, batch, per_iteration_s=args.per_iteration_s)
+            if not budget.admit(f"{variant} pair {k} batch {batch}", key, default):
+                continue
+            start = time.perf_counter()
+            pair: dict[str, Any] = {"seed": k, "order": list(order)}
+            for arm in order:
+                pair[arm] = train_once(
+                    args, data, arm=arm, batch=batch, seed=k, synchronize=False, variant=variant
+                )
+            budget.record(key, time.perf_counter() - start)
+            collected[batch].append(pair)
+            print(
+                f"pair {variant} batch {batch} seed {k}: iteration stock "
+                f"{_fmt(pair['stock']['iteration_ms'])} ms, ours "
+                f"{_fmt(pair['ours']['iteration_ms'])} ms; data wait stock "
+                f"{_fmt(pair['stock']['data_wait_ms'])}, ours {_fmt(pair['ours']['data_wait_ms'])}"
+            )
+            section["batches"][str(batch)] = _summarize_pairs(collected[batch])
+            save()
+    for batch in args.batch_sizes:
+        entry = section["batches"].get(str(batch))
+        if entry is None:
+            continue
+        for metric in ("iteration", "compute"):
+            summary = entry.get(metric)
+            if summary:
+                r, sv = summary["stock_over_ours"], summary["saving"]
+                print(
+                    f"batch {batch} {variant} {metric}: stock/ours {r['median']:.3f} "
+                    f"({r['min']:.3f}-{r['max']:.3f}), saving {100 * sv['median']:.1f}% "
+                    f"({100 * sv['min']:.1f}-{100 * sv['max']:.1f}%) over {entry['count']} pairs"
+                )
 
 
 def _replay_stats(opt: Any) -> dict[str, Any] | None:
@@ -252,11 +596,12 @@ class ShadowCheck:
         self.steps += 1
 
 
-def run_identity(args: argparse.Namespace, data: Path, n_train: int) -> dict[str, Any]:
+def run_identity(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
     from ultralytics import YOLO
 
     base = musgd_trainer()
     checks: list[ShadowCheck] = []
+    scales: list[float] = []
 
     class IdentityTrainer(base):  # type: ignore[misc,valid-type]
         def build_optimizer(self, *a: Any, **k: Any) -> Any:
@@ -264,23 +609,39 @@ def run_identity(args: argparse.Namespace, data: Path, n_train: int) -> dict[str
             checks.append(ShadowCheck(opt))
             return opt
 
+    def batch_end(trainer: Any) -> None:
+        scaler = getattr(trainer, "scaler", None)
+        scales.append(float(scaler.get_scale()) if scaler is not None else math.nan)
+
     batch = args.identity_batch
-    epochs = math.ceil(args.identity_steps / math.ceil(n_train / batch))
+    ipe = math.ceil(args.n_train / batch)
+    epochs = identity_epochs(args.identity_steps, ipe)
     model = YOLO("yolo26n.yaml")
+    model.add_callback("on_train_batch_end", batch_end)
     kw = _train_kwargs(args, data, batch, epochs)
     kw.update(seed=0, name="identity", trainer=IdentityTrainer)
+    start = time.perf_counter()
     model.train(**kw)
+    budget.record("identity", time.perf_counter() - start)
     check = checks[-1]
     lr, mom = check.lr_trace, check.momentum_trace
+    steps = check.steps
     return {
         "batch": batch,
         "imgsz": args.imgsz,
         "epochs": epochs,
-        "steps": check.steps,
+        "iterations": len(scales),
+        "steps": steps,
+        "steps_target": args.identity_steps,
+        "target_met": steps >= args.identity_steps,
+        # Iterations whose optimizer step the gradient scaler skipped (inf/nan under AMP).
+        "skipped_steps": len(scales) - steps,
+        "scale_first_last": [scales[0], scales[-1]] if scales else None,
         "mismatched_steps": check.mismatched,
-        "bit_identical": check.steps > 0 and not check.mismatched,
+        "bit_identical": steps > 0 and not check.mismatched,
         "amp": bool(getattr(model.trainer, "amp", False)),
-        "warmup_active": len(set(lr[: min(len(lr), 100)])) > 1,
+        "warmup_active": warmup_span(mom) > 0,
+        "warmup_steps": warmup_span(mom),
         "lr_first_last": [lr[0], lr[-1]] if lr else None,
         "momentum_first_last": [mom[0], mom[-1]] if mom else None,
         "replay": _replay_stats(check.opt),
@@ -288,24 +649,23 @@ def run_identity(args: argparse.Namespace, data: Path, n_train: int) -> dict[str
 
 
 def write_loss_chart(train: dict[str, Any], path: Path) -> Path:
-    """Loss curves (10-iteration running mean) of each batch size's three runs, overlaid."""
+    """Loss curves (10-iteration running mean): stock and ours of the first pair (seed 0) and
+    stock of the second (seed 1, the run-to-run noise), per batch size, overlaid."""
     import matplotlib as mpl
 
     mpl.use("Agg")
     from matplotlib.figure import Figure
 
-    batches = train["batches"]
-    figure = Figure(figsize=(5.0 * len(batches), 3.6), layout="constrained")
-    axes = figure.subplots(1, len(batches), squeeze=False)[0]
-    labels = {
-        "stock": "stock MuSGD, seed 0",
-        "ours": "ours, seed 0",
-        "stock_seed1": "stock, seed 1",
-    }
-    for ax, (batch, result) in zip(axes, batches.items(), strict=True):
-        for arm, label in labels.items():
-            losses = result["arms"][arm]["losses"]
-            ax.plot(_smooth(losses), label=label, linewidth=1.2)
+    batches = train["variants"]["default"]["batches"]
+    figure = Figure(figsize=(5.0 * max(1, len(batches)), 3.6), layout="constrained")
+    axes = figure.subplots(1, max(1, len(batches)), squeeze=False)[0]
+    for ax, (batch, result) in zip(axes, batches.items(), strict=False):
+        pairs = result["pairs"]
+        curves = [("stock MuSGD, seed 0", pairs[0]["stock"]), ("ours, seed 0", pairs[0]["ours"])]
+        if len(pairs) > 1:
+            curves.append(("stock, seed 1", pairs[1]["stock"]))
+        for label, run in curves:
+            ax.plot(_smooth(run["losses"]), label=label, linewidth=1.2)
         ax.set_title(f"YOLO26n, batch {batch}, {train['imgsz']} px")
         ax.set_xlabel("iteration")
         ax.set_ylabel("training loss (running mean of 10)")
@@ -315,12 +675,28 @@ def write_loss_chart(train: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a CPU check")
-    parser.add_argument("--parts", default="identity,train")
+    parser.add_argument("--parts", default="identity,phases,train", help="comma-separated")
     parser.add_argument("--batch-sizes", default="4,16")
+    parser.add_argument("--pairs", type=int, default=3, help="stock/ours pairs per batch size")
+    parser.add_argument(
+        "--lowdata",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help=f"pairs with the loader's work cut (auto: where data wait >= {DATA_BOUND_SHARE})",
+    )
+    parser.add_argument("--lowdata-pairs", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=None, help="iterations per training run")
+    parser.add_argument("--identity-steps", type=int, default=None)
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="seconds for all parts (runs that would not fit are skipped)",
+    )
     parser.add_argument(
         "--amp",
         choices=("true", "false"),
@@ -335,48 +711,149 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--work", type=Path, default=None, help="dataset and runs (default: a temporary folder)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def configure(args: argparse.Namespace) -> argparse.Namespace:
+    """Sizes for the device: 640 px on the GPU, 64 px and a few iterations with ``--quick``."""
+    args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
+    args.parts = [p for p in str(args.parts).split(",") if p]
+    unknown = set(args.parts) - {"identity", "phases", "train"}
+    if unknown:
+        raise SystemExit(f"unknown parts {sorted(unknown)}: use identity, phases, train")
+    args.amp = args.amp == "true"
+    cpus = os.cpu_count() or 1
+    if args.quick:
+        args.imgsz, args.n_train, iters, args.workers = 64, 16, 8, 0
+        steps, args.identity_batch, args.per_iteration_s = 12, 4, 0.2
+    else:
+        args.imgsz, args.n_train, iters, args.workers = 640, 320, 60, 8
+        steps, args.identity_batch, args.per_iteration_s = 200, 8, 0.15
+    args.lowdata_workers = min(16, cpus)
+    args.iters = iters if args.iters is None else args.iters
+    args.identity_steps = steps if args.identity_steps is None else args.identity_steps
+    return args
+
+
+def plan_lines(args: argparse.Namespace, budget: Budget) -> list[str]:
+    """The parts' estimated durations (defaults; each run later uses what was observed)."""
+    lines, total = [], 0.0
+    if "identity" in args.parts:
+        ipe = math.ceil(args.n_train / args.identity_batch)
+        epochs = identity_epochs(args.identity_steps, ipe)
+        est = default_run_s(epochs * ipe, epochs, per_iteration_s=2 * args.per_iteration_s)
+        lines.append(f"plan: identity {epochs * ipe} iterations, about {est:.0f} s")
+        total += est
+    runs = {
+        b: _run_estimate(args, b, per_iteration_s=args.per_iteration_s) for b in args.batch_sizes
+    }
+    if "phases" in args.parts:
+        est = 2 * 1.3 * sum(runs.values())
+        lines.append(f"plan: phases 2 runs x {len(runs)} batch sizes, about {est:.0f} s")
+        total += est
+    if "train" in args.parts:
+        est = 2 * args.pairs * sum(runs.values())
+        lines.append(f"plan: train {args.pairs} pairs x {len(runs)} batch sizes, about {est:.0f} s")
+        total += est
+        if args.lowdata != "off":
+            est = 2 * args.lowdata_pairs * sum(runs.values())
+            lines.append(
+                f"plan: lowdata ({args.lowdata}) {args.lowdata_pairs} pairs, about {est:.0f} s"
+            )
+            total += est
+    limit = "none" if budget.limit_s is None else f"{budget.limit_s:.0f} s"
+    lines.append(f"plan: estimated total {total:.0f} s, budget {limit}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.chart_from is not None:
         train = json.loads(args.chart_from.read_text(encoding="utf-8"))["results"]
         print("wrote", write_loss_chart(train, args.out / "ultralytics-loss.png"))
         return 0
+    budget = Budget(args.budget_s)  # before importing ultralytics: that is spent time too
     require_ultralytics()
-    args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    args.amp = args.amp == "true"
-    if args.quick:
-        args.imgsz, n_train, args.iters, args.workers = 64, 16, 8, 0
-        args.identity_steps, args.identity_batch = 12, 4
-    else:
-        args.imgsz, n_train, args.iters, args.workers = 640, 320, 60, 8
-        args.identity_steps, args.identity_batch = 200, 8
+    configure(args)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: use --device cpu --quick", file=sys.stderr)
         return 2
+    for line in plan_lines(args, budget):
+        print(line)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.work is None:
         args.work = Path(tempfile.mkdtemp(prefix="musgd-ultralytics-"))
     data = write_synthetic_dataset(
-        args.work / "data", train_images=n_train, val_images=4, size=args.imgsz, seed=0
+        args.work / "data", train_images=args.n_train, val_images=4, size=args.imgsz, seed=0
     ).yaml
     device = torch.device("cuda" if args.device == "cuda" else "cpu")
-    parts = args.parts.split(",")
     argv_used = sys.argv[1:] if argv is None else argv
+
+    def save(kind: str, result: dict[str, Any]) -> None:
+        evidence = build_evidence(kind, result, device=device, argv=argv_used, commit=args.commit)
+        write_evidence(evidence, args.out / f"{kind}.json")
+
     rc = 0
-    if "identity" in parts:
-        result = run_identity(args, data, n_train)
-        print("identity:", {k: v for k, v in result.items() if k != "replay"})
-        evidence = build_evidence(
-            "ultralytics-identity", result, device=device, argv=argv_used, commit=args.commit
+    if "identity" in args.parts:
+        identity = run_identity(args, data, budget)
+        print("identity:", {k: v for k, v in identity.items() if k != "replay"})
+        print("identity replay:", identity["replay"])
+        save("ultralytics-identity", identity)
+        print("wrote", args.out / "ultralytics-identity.json")
+        rc |= 0 if identity["bit_identical"] and identity["target_met"] else 1
+    shares: list[float | None] = []
+    if "phases" in args.parts:
+        phases = run_phases(args, data, budget)
+        phases["budget"] = budget.as_dict()
+        save("ultralytics-phases", phases)
+        print("wrote", args.out / "ultralytics-phases.json")
+        shares.extend(
+            data_wait_share(entry["arms"]["stock"]["phases"])
+            for entry in phases["batches"].values()
+            if "stock" in entry["arms"]
         )
-        print("wrote", write_evidence(evidence, args.out / "ultralytics-identity.json"))
-        rc |= 0 if result["bit_identical"] else 1
-    if "train" in parts:
-        result = run_train(args, data, n_train)
-        evidence = build_evidence(
-            "ultralytics-train", result, device=device, argv=argv_used, commit=args.commit
+    if "train" in args.parts:
+        train: dict[str, Any] = {
+            "imgsz": args.imgsz,
+            "train_images": args.n_train,
+            "iterations_per_run": args.iters,
+            "skip_first": SKIP_FIRST,
+            "variants": {},
+        }
+
+        def save_train() -> None:
+            train["budget"] = budget.as_dict()
+            save("ultralytics-train", train)
+
+        run_pairs(
+            args, data, budget, variant="default", pairs=args.pairs, result=train, save=save_train
         )
-        print("wrote", write_evidence(evidence, args.out / "ultralytics-train.json"))
-        print("wrote", write_loss_chart(result, args.out / "ultralytics-loss.png"))
+        if not shares:  # no phases part: the unsynchronised stock data wait of the pairs
+            for entry in train["variants"]["default"]["batches"].values():
+                shares.extend(data_wait_share(p["stock"]["phases"]) for p in entry["pairs"])
+        wanted = lowdata_wanted(args.lowdata, shares)
+        train["lowdata_decision"] = {
+            "mode": args.lowdata,
+            "stock_data_wait_shares": shares,
+            "threshold": DATA_BOUND_SHARE,
+            "ran": wanted,
+        }
+        print(f"lowdata: {train['lowdata_decision']}")
+        if wanted:
+            run_pairs(
+                args,
+                data,
+                budget,
+                variant="lowdata",
+                pairs=args.lowdata_pairs,
+                result=train,
+                save=save_train,
+            )
+        save_train()
+        print("wrote", args.out / "ultralytics-train.json")
+        if train["variants"]["default"]["batches"]:
+            print("wrote", write_loss_chart(train, args.out / "ultralytics-loss.png"))
+    print(f"budget: used {budget.used():.0f} s, skipped {len(budget.skipped)} runs")
     return rc
 
 

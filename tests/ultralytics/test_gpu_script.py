@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from script_module import load_script
@@ -16,6 +17,16 @@ def _load() -> ModuleType:
     return load_script("ultralytics_gpu")
 
 
+def _quick_cpu(tmp_path: Path, *options: str) -> dict[str, Any]:
+    """Run the script on CPU (``--quick``) with ``options``; the results of each evidence file."""
+    argv = ["--device", "cpu", "--quick", "--batch-sizes", "4", "--out", str(tmp_path)]
+    assert _load().main([*argv, *options]) == 0
+    return {
+        path.stem.removeprefix("ultralytics-"): json.loads(path.read_text(encoding="utf-8"))
+        for path in tmp_path.glob("ultralytics-*.json")
+    }
+
+
 def test_identity_part_runs_and_is_bit_identical(tmp_path: Path) -> None:
     script = _load()
     rc = script.main(["--device", "cpu", "--quick", "--parts", "identity", "--out", str(tmp_path)])
@@ -23,15 +34,71 @@ def test_identity_part_runs_and_is_bit_identical(tmp_path: Path) -> None:
     evidence = json.loads((tmp_path / "ultralytics-identity.json").read_text(encoding="utf-8"))
     assert evidence["schema"] == "wpgate-evidence/1"
     results = evidence["results"]
-    assert results["steps"] == 12
+    # 12 steps asked for, 4 more allowed for the scaler's skips: 4 epochs of 4 iterations.
+    assert (results["iterations"], results["steps"], results["skipped_steps"]) == (16, 16, 0)
+    assert results["target_met"] is True
     assert results["bit_identical"] is True
     assert results["warmup_active"] is True
+    assert 0 < results["warmup_steps"] < results["steps"]
+
+
+def test_phases_and_pairs_run_and_split_the_iteration(tmp_path: Path) -> None:
+    evidence = _quick_cpu(
+        tmp_path,
+        "--parts",
+        "phases,train",
+        "--pairs",
+        "2",
+        "--lowdata",
+        "on",
+        "--lowdata-pairs",
+        "1",
+    )
+    arms = evidence["phases"]["results"]["batches"]["4"]["arms"]
+    for arm, optimizer in (("stock", "MuSGD"), ("ours", "UltralyticsMuSGD")):
+        run = arms[arm]
+        assert run["optimizer"] == optimizer
+        assert run["synchronized"] is True
+        p = run["phases"]
+        # Every phase the trainer lets one observe was marked, in every iteration after the
+        # first of each epoch (16 images at batch 4: 4 an epoch, 2 epochs for 8 iterations).
+        for name in ("forward_backward", "optimizer_step", "zero_grad", "ema_update", "unscale"):
+            assert p[name]["count"] == 8, name
+        assert p["iteration"]["count"] == p["data_wait"]["count"] == 6
+        assert p["compute"]["median"] <= p["iteration"]["max"]
+        inner = p["optimizer_step"]["median"] + p["ema_update"]["median"]
+        assert inner < p["trainer_optimizer_step"]["max"]
+    results = evidence["train"]["results"]
+    default = results["variants"]["default"]["batches"]["4"]
+    assert default["count"] == 2
+    assert [p["order"] for p in default["pairs"]] == [["stock", "ours"], ["ours", "stock"]]
+    assert [p["seed"] for p in default["pairs"]] == [0, 1]
+    ratio = default["iteration"]["stock_over_ours"]
+    assert len(ratio["per_round"]) == 2
+    assert ratio["min"] <= ratio["median"] <= ratio["max"]
+    assert all(p["stock"]["synchronized"] is False for p in default["pairs"])
+    assert results["lowdata_decision"]["ran"] is True
+    low = results["variants"]["lowdata"]
+    assert low["kwargs"]["mosaic"] == 0.0
+    assert low["batches"]["4"]["count"] == 1
+    assert results["budget"]["skipped"] == []
+    assert (tmp_path / "ultralytics-loss.png").stat().st_size > 1000
+
+
+def test_budget_skips_runs_that_do_not_fit(tmp_path: Path) -> None:
+    options = ["--parts", "train", "--pairs", "3", "--lowdata", "off", "--budget-s", "0.001"]
+    results = _quick_cpu(tmp_path, *options)["train"]["results"]
+    assert results["variants"]["default"]["batches"] == {}
+    assert len(results["budget"]["skipped"]) == 3
+    assert not (tmp_path / "ultralytics-loss.png").exists()
 
 
 def test_loss_chart_from_evidence(tmp_path: Path) -> None:
     script = _load()
-    arms = {arm: {"losses": [3.0, 2.5, 2.4, 2.2]} for arm in ("stock", "ours", "stock_seed1")}
-    evidence = {"results": {"imgsz": 64, "batches": {"4": {"arms": arms}}}}
+    run = {"losses": [3.0, 2.5, 2.4, 2.2]}
+    pairs = [{"stock": run, "ours": run}, {"stock": run, "ours": run}]
+    batches = {"4": {"pairs": pairs}}
+    evidence = {"results": {"imgsz": 64, "variants": {"default": {"batches": batches}}}}
     source = tmp_path / "train.json"
     source.write_text(json.dumps(evidence), encoding="utf-8")
     assert script.main(["--chart-from", str(source), "--out", str(tmp_path)]) == 0

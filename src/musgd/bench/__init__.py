@@ -5,7 +5,7 @@ Run ``python -m musgd.bench demo`` (a short nano-detector training run),
 ``python -m musgd.bench train`` (complete training steps, paired arms) on your own machine;
 ``profile``, ``triton``, ``triton-tiles`` and ``distributed`` are the maintainers' measurements.
 Scripts that drive a benchmark of their own use the evidence writer, the timing summary and the
-synthetic YOLO dataset exported here.
+synthetic YOLO dataset, paired ratios and the trainer phase clock exported here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from musgd.bench._models import (
     synthetic_batch,
     transformer_parameters,
 )
-from musgd.bench._timing import Summary, summarize
+from musgd.bench._timing import Summary, paired_ratios, summarize
+from musgd.bench._trainer_phases import PhaseClock, data_wait_share, summarize_phases
 from musgd.bench._yolo_data import write_synthetic_dataset
 
 __all__ = [
@@ -33,13 +34,17 @@ __all__ = [
     "DetectionBatch",
     "NanoDetector",
     "ParamSpec",
+    "PhaseClock",
     "Summary",
     "build_evidence",
+    "data_wait_share",
     "detection_loss",
     "large_parameters",
     "make_parameters",
     "nano_detector_parameters",
+    "paired_ratios",
     "summarize",
+    "summarize_phases",
     "synthetic_batch",
     "transformer_parameters",
     "write_evidence",

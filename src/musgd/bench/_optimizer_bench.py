@@ -13,7 +13,7 @@ from torch import Tensor
 
 from musgd._functional import matrix_shape
 from musgd.bench._models import ParamSpec, make_parameters
-from musgd.bench._timing import Timing, time_steps
+from musgd.bench._timing import Timing, paired_ratios, time_steps
 from musgd.bench._variants import LR, MOMENTUM, NS_STEPS, Variant
 
 BASELINE = "per-matrix eager"
@@ -165,13 +165,7 @@ def paired_speedups(
     variant: Sequence[tuple[Timing, int, dict[str, float | None]]],
 ) -> dict[str, Any]:
     """``baseline round median / variant round median`` for each round: median, range, values."""
-    ratios = [_round_median(b) / _round_median(v) for b, v in zip(baseline, variant, strict=True)]
-    return {
-        "median": statistics.median(ratios),
-        "min": min(ratios),
-        "max": max(ratios),
-        "per_round": ratios,
-    }
+    return paired_ratios([_round_median(b) for b in baseline], [_round_median(v) for v in variant])
 
 
 def _pooled_row(

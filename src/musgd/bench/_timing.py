@@ -11,6 +11,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -42,6 +43,29 @@ def summarize(values: Sequence[float]) -> Summary:
         max=float(max(values)),
         count=len(values),
     )
+
+
+def paired_ratios(baseline: Sequence[float], variant: Sequence[float]) -> dict[str, Any]:
+    """``baseline[i] / variant[i]`` for each pair (round) ``i``: median, range and the values.
+
+    Pairing, rather than dividing the pooled medians, keeps a slow spell of the machine that
+    lands on one round out of the other rounds' ratios.
+    """
+    if len(baseline) != len(variant):
+        raise ValueError(
+            f"need as many variant as baseline values, got {len(variant)} and {len(baseline)}"
+        )
+    if not baseline:
+        raise ValueError("cannot pair empty lists of measurements")
+    if any(v <= 0 for v in variant):
+        raise ValueError(f"variant values must be positive to divide by, got {list(variant)}")
+    ratios = [b / v for b, v in zip(baseline, variant, strict=True)]
+    return {
+        "median": float(statistics.median(ratios)),
+        "min": min(ratios),
+        "max": max(ratios),
+        "per_round": ratios,
+    }
 
 
 @dataclass(frozen=True)

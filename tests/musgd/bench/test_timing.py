@@ -7,7 +7,15 @@ import time
 import pytest
 import torch
 
-from musgd.bench._timing import CPU_CLOCK, StepClock, Timing, clock_for, summarize, time_steps
+from musgd.bench._timing import (
+    CPU_CLOCK,
+    StepClock,
+    Timing,
+    clock_for,
+    paired_ratios,
+    summarize,
+    time_steps,
+)
 
 CPU = torch.device("cpu")
 
@@ -72,3 +80,20 @@ def test_step_clock_intervals_skip_warmup() -> None:
 def test_step_clock_needs_a_step() -> None:
     with pytest.raises(RuntimeError, match="begin_step"):
         StepClock(CPU).mark("a")
+
+
+def test_paired_ratios_divide_round_by_round() -> None:
+    paired = paired_ratios([10.0, 30.0, 12.0], [5.0, 10.0, 8.0])
+    assert paired["per_round"] == [2.0, 3.0, 1.5]
+    assert (paired["median"], paired["min"], paired["max"]) == (2.0, 1.5, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "variant", "message"),
+    [([1.0, 2.0], [1.0], "as many"), ([], [], "empty"), ([1.0], [0.0], "positive")],
+)
+def test_paired_ratios_refuse_bad_pairs(
+    baseline: list[float], variant: list[float], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        paired_ratios(baseline, variant)

@@ -1,0 +1,128 @@
+"""``scripts/ultralytics_gpu.py``'s pure parts: budget, pair ratios, warm-up span, planning.
+
+The runs themselves need ultralytics (``tests/ultralytics/test_gpu_script.py`` runs them on CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from script_module import load_script
+
+
+def _load() -> ModuleType:
+    return load_script("ultralytics_gpu")
+
+
+script = _load()
+
+
+def _run(iteration: float | None, compute: float | None = None) -> dict[str, Any]:
+    def entry(v: float | None) -> dict[str, float] | None:
+        return None if v is None else {"median": v, "min": v, "max": v, "count": 5}
+
+    return {"iteration_ms": entry(iteration), "compute_ms": entry(compute)}
+
+
+def test_pair_summary_is_per_pair_stock_over_ours() -> None:
+    pairs = [
+        {"stock": _run(120.0, 100.0), "ours": _run(80.0, 50.0)},
+        {"stock": _run(150.0, 100.0), "ours": _run(100.0, 80.0)},  # a slow pair: both slower
+        {"stock": _run(90.0, 100.0), "ours": _run(90.0, 100.0)},
+    ]
+    summary = script.pair_summary(pairs, "iteration_ms")
+    ratio, saving = summary["stock_over_ours"], summary["saving"]
+    assert ratio["per_round"] == [1.5, 1.5, 1.0]
+    assert (ratio["median"], ratio["min"], ratio["max"]) == (1.5, 1.0, 1.5)
+    assert saving["per_pair"] == pytest.approx([1 / 3, 1 / 3, 0.0])
+    assert saving["median"] == pytest.approx(1 / 3)
+    compute = script.pair_summary(pairs, "compute_ms")
+    assert compute["stock_over_ours"]["per_round"] == [2.0, 1.25, 1.0]
+
+
+def test_pair_summary_needs_the_metric_in_every_pair() -> None:
+    pairs = [{"stock": _run(120.0), "ours": _run(80.0)}, {"stock": _run(None), "ours": _run(1.0)}]
+    assert script.pair_summary(pairs, "iteration_ms") is None
+    assert script.pair_summary([], "iteration_ms") is None
+
+
+def _clock(ticks: list[float]) -> Any:
+    it: Iterator[float] = iter(ticks)
+    return lambda: next(it)
+
+
+def test_budget_admits_what_fits_and_learns_from_runs() -> None:
+    # start at 0; the admits read the clock at 10, 20, 380 and 450; used() at 500.
+    budget = script.Budget(400.0, clock=_clock([0.0, 10.0, 20.0, 380.0, 450.0, 500.0]))
+    assert budget.admit("pair 0", "b4", default_s=50.0)  # 50 <= 390
+    budget.record("b4", 30.0)
+    budget.record("b4", 20.0)  # the longest run is kept
+    assert budget.estimate("b4", default_s=50.0) == 30.0
+    assert budget.admit("pair 1", "b4", default_s=50.0)  # 30 <= 380
+    assert not budget.admit("pair 2", "b4", default_s=50.0)  # 30 > 20 left
+    assert not budget.admit("phases", "b16", default_s=10.0)  # 10 > -50 left
+    assert budget.skipped == [
+        "pair 2: needs about 30 s, 20 s left",
+        "phases: needs about 10 s, 0 s left",
+    ]
+    assert budget.as_dict()["used_s"] == 500.0
+    unlimited = script.Budget(None, clock=_clock([0.0, 1e9]))
+    assert unlimited.admit("anything", "k", default_s=1e6)
+
+
+def test_warmup_span_and_identity_epochs() -> None:
+    assert script.warmup_span([0.8, 0.85, 0.9, 0.937, 0.937]) == 3
+    assert script.warmup_span([0.937, 0.937]) == 0
+    assert script.warmup_span([0.8, 0.9]) == 1
+    assert script.warmup_span([]) == 0
+    # 200 steps + 20 for the scaler's skips at 40 iterations an epoch: 6 epochs (240).
+    assert script.identity_epochs(200, 40) == 6
+    assert script.identity_epochs(12, 4) == 4  # 12 + 4
+    assert script.epochs_for(60, 80) == 1
+    assert script.epochs_for(60, 20) == 3
+
+
+def test_lowdata_wanted() -> None:
+    assert script.lowdata_wanted("on", [0.0])
+    assert not script.lowdata_wanted("off", [0.9])
+    assert script.lowdata_wanted("auto", [0.05, script.DATA_BOUND_SHARE])
+    assert not script.lowdata_wanted("auto", [0.05, None, 0.1])
+    assert script.lowdata_wanted("auto", [None])  # nothing measured: measure both
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return script.configure(script._parser().parse_args(list(argv)))
+
+
+def test_configure_and_plan(tmp_path: Path) -> None:
+    args = _args("--parts", "identity,train", "--pairs", "2", "--lowdata", "off")
+    assert (args.imgsz, args.n_train, args.iters, args.identity_steps) == (640, 320, 60, 200)
+    assert args.batch_sizes == [4, 16]
+    lines = script.plan_lines(args, script.Budget(500.0))
+    assert lines[0] == "plan: identity 240 iterations, about 93 s"
+    assert lines[1].startswith("plan: train 2 pairs x 2 batch sizes")
+    assert lines[-1].endswith("budget 500 s")
+    assert not any("phases" in line or "lowdata" in line for line in lines)
+    quick = _args("--quick", "--iters", "5", "--identity-steps", "3")
+    assert (quick.imgsz, quick.iters, quick.identity_steps) == (64, 5, 3)
+    with pytest.raises(SystemExit, match="unknown parts"):
+        _args("--parts", "identity,trian")
+
+
+def test_lowdata_kwargs_turn_the_augmentations_off(tmp_path: Path) -> None:
+    args = _args("--quick")
+    args.work = tmp_path
+    default = script._train_kwargs(args, tmp_path / "d.yaml", 4, 2)
+    low = script._train_kwargs(args, tmp_path / "d.yaml", 4, 2, "lowdata")
+    assert default["nbs"] == default["batch"] == 4
+    assert "mosaic" not in default
+    assert low["workers"] == args.lowdata_workers
+    assert all(low[k] == 0.0 for k in script.LOWDATA_AUGMENT_OFF)
+    assert {
+        k: v for k, v in low.items() if k not in script.LOWDATA_AUGMENT_OFF and k != "workers"
+    } == {k: v for k, v in default.items() if k != "workers"}
