@@ -73,17 +73,41 @@ class _UpdateEntry:
 
 
 _requires_grad = attrgetter("requires_grad")
+# Gradient layouts a recording can take: copied into owned inputs of the same strides, so the
+# recording computes on the layout eager would (a convolution's weight gradient may come back
+# channels-last from cuDNN while its parameter is contiguous: issue #16's trainer saw one group
+# fall back every step for that).
+_DENSE_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
-def _gradient_fallback(grads: Sequence[Tensor]) -> str | None:
-    """Why this step's gradients must run eagerly (checked every step, cheaply), or None."""
+_ALL_CONTIGUOUS = ()
+
+
+def _gradient_check(grads: Sequence[Tensor]) -> tuple[str | None, tuple[bool, ...]]:
+    """Why this step's gradients must run eagerly (checked every step, cheaply), or None; and
+    their layouts for the key (empty when all are contiguous, the common case)."""
     if any(map(_requires_grad, grads)):
-        return "requires-grad"
-    if not all(map(Tensor.is_contiguous, grads)):
-        return "non-contiguous"
-    if any(map(Tensor.storage_offset, grads)):
-        return "storage-offset"
-    return None
+        return "requires-grad", _ALL_CONTIGUOUS
+    if all(map(Tensor.is_contiguous, grads)):
+        return None, _ALL_CONTIGUOUS
+    layouts = _gradient_layouts(grads)
+    return ("non-contiguous", _ALL_CONTIGUOUS) if layouts is None else (None, layouts)
+
+
+def _gradient_layouts(grads: Sequence[Tensor]) -> tuple[bool, ...] | None:
+    """Which gradients are channels-last, or None where one is neither that nor contiguous (a
+    transposed view, say: eager only). A storage offset needs no entry: gradients are copied
+    into owned inputs."""
+    layouts = []
+    for g in grads:
+        if g.is_contiguous():
+            layouts.append(False)
+            continue
+        fmt = _DENSE_FORMATS.get(g.dim())
+        if fmt is None or not g.is_contiguous(memory_format=fmt):
+            return None
+        layouts.append(True)
+    return tuple(layouts)
 
 
 def _storage_fallback(
@@ -121,9 +145,10 @@ class UpdateReplayer:
         """
         state = self._state
         device = step.params[0].device
-        reason = state.context_fallback(device) or _gradient_fallback(step.grads)
+        reason, layouts = _gradient_check(step.grads)
+        reason = state.context_fallback(device) or reason
         if reason is None:
-            key = self._key(index, step, body, device)
+            key = self._key(index, step, body, device, layouts)
             entry = state.update_cache.get(key)
             if isinstance(entry, _UpdateEntry):
                 return self._replay(entry, step.grads, step.hyper)
@@ -135,11 +160,19 @@ class UpdateReplayer:
         recorded = self._record(key, step, body)
         return step.prepare(body, orth) if recorded is None else recorded
 
-    def _key(self, index: int, step: GroupStep, body: PrepareFn, device: torch.device) -> Hashable:
+    def _key(
+        self,
+        index: int,
+        step: GroupStep,
+        body: PrepareFn,
+        device: torch.device,
+        layouts: tuple[bool, ...],
+    ) -> Hashable:
         """What selects a recording: the group's operations, layout, storage and environment.
 
-        Gradients need no entry: PyTorch makes a gradient match its parameter's shape, dtype
-        and device, and :func:`_gradient_fallback` admits only contiguous ones.
+        PyTorch makes a gradient match its parameter's shape, dtype and device; the gradients'
+        entry is their layout (channels-last or not, see :func:`_gradient_layouts`; empty when
+        all are contiguous, so the common case costs no per-tensor key).
         """
         structure = step.structure
         return (
@@ -154,6 +187,7 @@ class UpdateReplayer:
             self._state.ns_key(structure.ns),
             tuple(map(Tensor.data_ptr, step.params)),
             tuple(map(Tensor.data_ptr, step.bufs)),
+            layouts,
             self._state.environment_key(device),
         )
 
@@ -179,6 +213,7 @@ class UpdateReplayer:
         try:
             slots = HyperSlots(device)
             slots.fill(step.hyper)
+            # Owned inputs of the gradients' own layout (empty_like keeps dense strides).
             static = [torch.empty_like(g) for g in grads]
             torch._foreach_copy_(static, grads)
             # The recording reads owned gradient copies and hyperparameters from device tensors.

@@ -481,3 +481,23 @@ def test_zero_padded_stacks_replay_the_eager_bits(flags: dict[str, bool]) -> Non
         assert_same(ref_p, rep_p, ref, rep)
     assert rep._replay.stats.recordings >= 1
     assert rep._replay.stats.failures == 0
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [{"capture_updates": True}, {"capture_updates": True, "capture_orthogonalization": True}],
+)
+def test_channels_last_gradients_replay_bit_identically(flags: dict[str, bool]) -> None:
+    """cuDNN may return a convolution's weight gradient channels-last for a contiguous
+    parameter: it is copied into an owned input of its layout and replayed, never run eagerly."""
+    ref_p, ref, rep_p, rep = twins(flags=flags)
+    for step in range(4):
+        for ps, opt in ((ref_p, ref), (rep_p, rep)):
+            set_grads(ps, step)
+            for p in ps:
+                if p.grad is not None and p.grad.dim() == 4:
+                    p.grad = p.grad.to(memory_format=torch.channels_last)
+            opt.step()
+        assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.fallbacks["non-contiguous"] == 0
+    assert rep._replay.stats.replays > 0

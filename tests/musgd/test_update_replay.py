@@ -455,3 +455,45 @@ def test_cuda_padding_bound_replays_transposed_stacks_bit_for_bit(
             step_both(ref_p, ref, rep_p, rep, step)
             assert_same(ref_p, rep_p, ref, rep)
         assert recorder.replays > 0
+
+
+def _grads_with_layout(params: list[torch.nn.Parameter], step: int, kind: str) -> None:
+    """Seeded gradients (as set_grads gives) laid out as ``kind`` in memory."""
+    set_grads(params, step)
+    for p in params:
+        g = p.grad
+        assert g is not None
+        if kind == "channels-last" and g.dim() == 4:
+            p.grad = g.to(memory_format=torch.channels_last)
+        elif kind == "transposed" and g.dim() == 2:
+            p.grad = g.mT.contiguous().mT
+        elif kind == "offset":
+            p.grad = torch.cat([torch.zeros(1), g.reshape(-1)])[1:].view(g.shape)
+
+
+@pytest.mark.parametrize(
+    ("kind", "fallbacks", "records"),
+    [("channels-last", 0, 2), ("offset", 0, 2), ("transposed", 4, 1)],
+)
+def test_gradient_layouts_replay_or_fall_back_bit_identically(
+    kind: str, fallbacks: int, records: int
+) -> None:
+    """Channels-last gradients (cuDNN gives some) and gradients at a storage offset are copied
+    into owned inputs of their layout and replayed; a transposed view runs eagerly. Either way
+    the results are eager's, bit for bit."""
+    ref_p, rep_p = make_params(), make_params()
+    ref = MuSGD(groups(ref_p), lr=0.02)
+    recorder = FakeRecorder()
+    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
+    for step in range(4):
+        for ps, opt in ((ref_p, ref), (rep_p, rep)):
+            _grads_with_layout(ps, step, kind)
+            opt.step()
+        assert_same(ref_p, rep_p, ref, rep)
+    assert rep._replay.stats.fallbacks["non-contiguous"] == fallbacks
+    assert recorder.records == records
+    # Back to contiguous gradients: a new key where the layout changed (never a stale replay)
+    # or where the group ran eagerly; the offset's recording is reused.
+    step_both(ref_p, ref, rep_p, rep, 4)
+    assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == records + (kind != "offset")
