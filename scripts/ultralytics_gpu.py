@@ -563,6 +563,8 @@ class ShadowCheck:
         self.mismatched: list[int] = []
         self.lr_trace: list[float] = []
         self.momentum_trace: list[float] = []
+        # (shape, strides) of every non-contiguous gradient seen: what the replay must take.
+        self.noncontiguous: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
         opt.register_step_pre_hook(self.before)
         opt.register_step_post_hook(self.after)
 
@@ -578,6 +580,8 @@ class ShadowCheck:
         self.momentum_trace.append(float(opt.param_groups[0]["momentum"]))
         for s, p in zip(self.shadow, self.real, strict=True):
             s.grad = None if p.grad is None else p.grad.clone()
+            if p.grad is not None and not p.grad.is_contiguous():
+                self.noncontiguous.add((tuple(p.grad.shape), tuple(p.grad.stride())))
 
     @torch.no_grad()
     def after(self, opt: Any, args: Any, kwargs: Any) -> None:
@@ -645,6 +649,7 @@ def run_identity(args: argparse.Namespace, data: Path, budget: Budget) -> dict[s
         "lr_first_last": [lr[0], lr[-1]] if lr else None,
         "momentum_first_last": [mom[0], mom[-1]] if mom else None,
         "replay": _replay_stats(check.opt),
+        "noncontiguous_gradients": [list(map(list, t)) for t in sorted(check.noncontiguous)],
     }
 
 
