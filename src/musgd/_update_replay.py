@@ -102,11 +102,10 @@ def _gradient_layouts(grads: Sequence[Tensor]) -> tuple[bool, ...] | None:
     for g in grads:
         if g.is_contiguous():
             layouts.append(False)
-            continue
-        fmt = _DENSE_FORMATS.get(g.dim())
-        if fmt is None or not g.is_contiguous(memory_format=fmt):
+        elif _dense_format(g):
+            layouts.append(True)
+        else:
             return None
-        layouts.append(True)
     return tuple(layouts)
 
 
@@ -118,10 +117,27 @@ def _storage_fallback(
         return "not-float32"
     for t in (*params, *bufs):
         # Parameters require grad by nature; only their placement and layout matter here.
-        reason = tensor_fallback(t.detach(), device)
+        reason = _in_place_fallback(t.detach(), device)
         if reason is not None:
             return reason
     return None
+
+
+def _dense_format(t: Tensor) -> bool:
+    """Whether ``t`` is laid out channels-last (the 4-d or 5-d kind)."""
+    fmt = _DENSE_FORMATS.get(t.dim())
+    return fmt is not None and t.is_contiguous(memory_format=fmt)
+
+
+def _in_place_fallback(t: Tensor, device: torch.device) -> str | None:
+    """:func:`tensor_fallback` for a tensor the recording reads and writes in place, which may
+    also be channels-last: a model converted with ``.to(memory_format=torch.channels_last)``
+    (the Ultralytics trainer does this on CUDA) has such parameters, and momentum buffers
+    follow their parameter's format. The recording works on them by address, as eager does."""
+    reason = tensor_fallback(t, device)
+    if reason != "non-contiguous" or not _dense_format(t):
+        return reason
+    return "storage-offset" if t.storage_offset() else None
 
 
 class UpdateReplayer:

@@ -207,13 +207,14 @@ def test_autocast_requires_grad_and_channels_last_fall_back() -> None:
     fallbacks = rep._replay.stats.fallbacks
     assert fallbacks["autocast"] == 2
     assert fallbacks["requires-grad"] == 2
-    cl_ref, cl_rep = make_params(), make_params()
-    for ps in (cl_ref, cl_rep):
-        ps[1] = torch.nn.Parameter(ps[1].detach().to(memory_format=torch.channels_last))
-    ref, rep = MuSGD(groups(cl_ref), lr=0.02), MuSGD(groups(cl_rep), lr=0.02, capture_updates=True)
+    # Channels-last parameters replay (see the test below); a transposed matrix falls back.
+    nc_ref, nc_rep = make_params(), make_params()
+    for ps in (nc_ref, nc_rep):
+        ps[5] = torch.nn.Parameter(ps[5].detach().mT.contiguous().mT)
+    ref, rep = MuSGD(groups(nc_ref), lr=0.02), MuSGD(groups(nc_rep), lr=0.02, capture_updates=True)
     for step in range(2):
-        step_both(cl_ref, ref, cl_rep, rep, step)
-    assert_same(cl_ref, cl_rep, ref, rep)
+        step_both(nc_ref, ref, nc_rep, rep, step)
+    assert_same(nc_ref, nc_rep, ref, rep)
     assert rep._replay.stats.fallbacks["non-contiguous"] == 2
 
 
@@ -488,16 +489,25 @@ def test_zero_padded_stacks_replay_the_eager_bits(flags: dict[str, bool]) -> Non
     [{"capture_updates": True}, {"capture_updates": True, "capture_orthogonalization": True}],
 )
 def test_channels_last_gradients_replay_bit_identically(flags: dict[str, bool]) -> None:
-    """cuDNN may return a convolution's weight gradient channels-last for a contiguous
-    parameter: it is copied into an owned input of its layout and replayed, never run eagerly."""
+    """Channels-last gradients, of contiguous parameters (cuDNN may return them) or of
+    channels-last ones (a model converted with ``.to(memory_format=...)``, as the Ultralytics
+    trainer does), replay bit for bit and never run eagerly."""
     ref_p, ref, rep_p, rep = twins(flags=flags)
+    cl_ref, cl_rep = make_params(), make_params()
+    for ps in (cl_ref, cl_rep):
+        for i, p in enumerate(ps):
+            if p.dim() == 4:
+                ps[i] = torch.nn.Parameter(p.detach().to(memory_format=torch.channels_last))
+    cl_opts = MuSGD(groups(cl_ref), lr=0.02), MuSGD(groups(cl_rep), lr=0.02, **flags)
     for step in range(4):
-        for ps, opt in ((ref_p, ref), (rep_p, rep)):
+        for ps, opt in ((ref_p, ref), (rep_p, rep), (cl_ref, cl_opts[0]), (cl_rep, cl_opts[1])):
             set_grads(ps, step)
             for p in ps:
                 if p.grad is not None and p.grad.dim() == 4:
                     p.grad = p.grad.to(memory_format=torch.channels_last)
             opt.step()
         assert_same(ref_p, rep_p, ref, rep)
+        assert_same(cl_ref, cl_rep, *cl_opts)
+    assert cl_opts[1]._replay.stats.fallbacks["non-contiguous"] == 0
     assert rep._replay.stats.fallbacks["non-contiguous"] == 0
     assert rep._replay.stats.replays > 0

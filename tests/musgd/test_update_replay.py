@@ -170,8 +170,8 @@ def test_default_bound_covers_every_group() -> None:
 
 def _fallback_params(kind: str) -> list[torch.nn.Parameter]:
     params = make_params()
-    if kind == "non-contiguous":
-        params[1] = torch.nn.Parameter(params[1].detach().to(memory_format=torch.channels_last))
+    if kind == "non-contiguous":  # a (24, 16) matrix stored transposed
+        params[5] = torch.nn.Parameter(params[5].detach().mT.contiguous().mT)
     if kind == "storage-offset":
         flat = torch.cat([torch.zeros(1), params[-1].detach().reshape(-1)])
         params[-1] = torch.nn.Parameter(flat[1:].view(params[-1].shape))
@@ -497,3 +497,27 @@ def test_gradient_layouts_replay_or_fall_back_bit_identically(
     step_both(ref_p, ref, rep_p, rep, 4)
     assert_same(ref_p, rep_p, ref, rep)
     assert recorder.records == records + (kind != "offset")
+
+
+def test_channels_last_parameters_replay_bit_identically() -> None:
+    """A model converted to channels-last (as the Ultralytics trainer does on CUDA) has
+    channels-last conv weights, gradients and momentum buffers: every group still replays."""
+    ref_p, rep_p = make_params(), make_params()
+    for ps in (ref_p, rep_p):
+        for i, p in enumerate(ps):
+            if p.dim() == 4:
+                ps[i] = torch.nn.Parameter(p.detach().to(memory_format=torch.channels_last))
+    ref = MuSGD(groups(ref_p), lr=0.02)
+    recorder = FakeRecorder()
+    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
+    for step in range(3):
+        for ps, opt in ((ref_p, ref), (rep_p, rep)):
+            set_grads(ps, step)
+            for p in ps:
+                if p.grad is not None and p.dim() == 4:
+                    p.grad = p.grad.to(memory_format=torch.channels_last)
+            opt.step()
+        assert_same(ref_p, rep_p, ref, rep)
+    assert not rep._replay.stats.fallbacks
+    assert recorder.records == 2
+    assert rep.state[rep_p[1]]["momentum_buffer"].is_contiguous(memory_format=torch.channels_last)
