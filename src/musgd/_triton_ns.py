@@ -42,8 +42,16 @@ TRITON_NS_DTYPES = (torch.bfloat16, torch.float16)
 _M, _N, _XOFF, _AOFF, _SOFF, _TRANS, _TILE0, _TILES = range(8)
 _COLUMNS = 8
 # Plans (device tables) are kept for the life of the process: CUDA graphs recorded over a plan
-# read its tables by address. Beyond this many layouts new plans are built per call (eager only).
-MAX_PLANS = 256
+# read its tables by address. Beyond this many layouts new plans are built per call, which a
+# CUDA-graph capture cannot do (building one copies host tables to the device): there it raises
+# PlanUnavailableError and the recording fails cleanly (eager from then on). A plan is tens of
+# kilobytes (yolo26m's ~90 KB); a training run needs one per group layout. At 256, full CUDA
+# test sessions likely filled the cache: late recordings failed with an invalidated capture.
+MAX_PLANS = 4096
+
+
+class PlanUnavailableError(RuntimeError):
+    """A new Triton plan was needed inside a CUDA-graph capture, where none can be built."""
 
 
 def interpreting() -> bool:
@@ -150,6 +158,16 @@ def plan_for(shapes: tuple[tuple[int, int], ...], device: torch.device) -> Table
         plan = _PLANS.get(key)
     if plan is not None:
         return plan
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        why = (
+            f"the plan cache is full ({MAX_PLANS} layouts)"
+            if len(_PLANS) >= MAX_PLANS
+            else "this layout was never stepped outside a capture: run one step before capturing"
+        )
+        raise PlanUnavailableError(
+            f"MuSGD's Triton Newton-Schulz needs a new plan (device tables) inside a CUDA-graph "
+            f"capture, where none can be built: {why}"
+        )
     plan = build_plan(shapes, device)
     with _PLANS_LOCK:
         if len(_PLANS) < MAX_PLANS:

@@ -319,3 +319,27 @@ def test_the_auto_bound_keeps_yolo26_on_triton_and_transformer_blocks_on_torch()
 
     assert max(flop(n) for n in ("nano", "yolo26n", "yolo26s", "yolo26m")) < T.AUTO_MAX_FLOP
     assert min(flop(n) for n in ("transformer", "large")) > T.AUTO_MAX_FLOP
+
+
+def test_a_plan_needed_inside_a_capture_raises_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Building a plan copies host tables to the device, which a CUDA-graph capture forbids:
+    inside one, a missing plan raises (the recording then fails cleanly) instead of invalidating
+    the capture; outside, a full cache still builds per call."""
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(T, "_PLANS", {})
+    monkeypatch.setattr(T, "MAX_PLANS", 1)
+    monkeypatch.setattr(T, "build_plan", lambda shapes, device: ("plan", shapes))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    first = T.plan_for(((4, 8),), cuda)
+    assert T.plan_for(((4, 8),), cuda) is first  # cached
+    assert T.plan_for(((6, 8),), cuda) == ("plan", ((6, 8),))  # full: built per call
+    assert (((6, 8),), cuda) not in T._PLANS
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert T.plan_for(((4, 8),), cuda) is first  # a cached plan needs no building
+    with pytest.raises(T.PlanUnavailableError, match=r"cache is full \(1 layouts\)"):
+        T.plan_for(((6, 8),), cuda)
+    monkeypatch.setattr(T, "MAX_PLANS", 8)
+    with pytest.raises(T.PlanUnavailableError, match="run one step before capturing"):
+        T.plan_for(((2, 8),), cuda)
