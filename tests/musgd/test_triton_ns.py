@@ -207,23 +207,39 @@ def test_auto_with_float32_runs_the_torch_backend_without_a_warning() -> None:
         assert torch.equal(a, b)
 
 
+def _norm_case(monkeypatch: pytest.MonkeyPatch, block: int, reduce: int) -> list[Tensor]:
+    """The table of three small matrices with ``block``-wide tiles, summing each matrix's tile
+    partials ``reduce`` at a time (a fresh plan)."""
+    tiles = T.TileConfig(block=block, block_k=16, num_warps=4, num_stages=1)
+    monkeypatch.setattr(T, "SMALL_TILES", tiles)
+    monkeypatch.setattr(T, "NORMALIZE_REDUCE", reduce)
+    monkeypatch.setattr(T, "_PLANS", {})
+    gen = torch.Generator().manual_seed(3)
+    shapes = ((48, 40), (20, 36), (90, 12))
+    return table([torch.randn(s, generator=gen).to(DEVICE) for s in shapes])
+
+
+def test_normalization_split_over_several_programs_agrees_with_one_program(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each matrix's norm from one 64-wide tile, or from its 16-wide tiles (up to 9 programs
+    each), is the same up to float32 summation order."""
+    one = _norm_case(monkeypatch, 64, T.NORMALIZE_REDUCE)
+    assert T.plan_for(((48, 40), (20, 36), (90, 12)), DEVICE).problems[:, 7].tolist() == [1, 1, 2]
+    several = _norm_case(monkeypatch, 16, T.NORMALIZE_REDUCE)
+    assert T.plan_for(((48, 40), (20, 36), (90, 12)), DEVICE).problems[:, 7].tolist() == [9, 6, 6]
+    for a, b in zip(one, several, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-2, rtol=0)
+
+
 def test_norms_over_many_tiles_agree_with_one_tile_per_matrix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The norm of a matrix spread over many tiles (and several passes of the partial sums)
-    is the norm of one tile holding it all, up to float32 summation order."""
-    shapes = ((48, 40), (20, 36), (90, 12))
-    members = [torch.randn(s, device=DEVICE) for s in shapes]
-    one = table(members)
-    monkeypatch.setattr(
-        T, "SMALL_TILES", T.TileConfig(block=16, block_k=16, num_warps=4, num_stages=1)
-    )
-    monkeypatch.setattr(T, "NORMALIZE_REDUCE", 2)  # 12 tiles of the first matrix: 6 passes
-    monkeypatch.setattr(T, "_PLANS", {})
-    assert T.plan_for(shapes, DEVICE).problems[:, 7].tolist() == [3 * 3, 2 * 3, 1 * 6]
-    several = table(members)
-    for a, b in zip(one, several, strict=True):
-        # Partial sums add in a different order: the norm may move by float32 rounding only.
+    """A matrix's tile partials summed in several passes (2 lanes: 5 passes for 9 tiles) give
+    the norm of one pass, up to float32 summation order; a lane past the count adds nothing."""
+    one = _norm_case(monkeypatch, 16, T.NORMALIZE_REDUCE)
+    passes = _norm_case(monkeypatch, 16, 2)
+    for a, b in zip(one, passes, strict=True):
         torch.testing.assert_close(a, b, atol=1e-2, rtol=0)
 
 
