@@ -8,12 +8,20 @@ mkdir -p "$OUT"
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 # The lent machine's copy of the tree may sit over a stale .git: GATE_COMMIT names the commit the
-# tree came from (the full 40-hex name, `git rev-parse HEAD`), and that .git is hidden, so the
-# evidence records the named commit.
+# tree came from (the full 40-hex name, from `git rev-parse HEAD` where it was committed, written
+# literally), and that .git is hidden, so the evidence records the named commit.
 commit=()
 if [ -n "${GATE_COMMIT:-}" ]; then
   if ! [[ "$GATE_COMMIT" =~ ^[0-9a-f]{40}$ ]]; then
     echo "GATE_COMMIT must be a full commit name (40 hex digits, git rev-parse HEAD), not '$GATE_COMMIT'" >&2
+    exit 2
+  fi
+  # Written as $(git rev-parse HEAD) in a command that runs on the lent machine, it names that
+  # machine's stale HEAD, not the tree (it happened: 2026-12-01's first evidence named 98c4ed6).
+  if [ "$(git rev-parse HEAD 2>/dev/null)" = "$GATE_COMMIT" ] && ! git diff --quiet HEAD -- 2>/dev/null; then
+    echo "GATE_COMMIT $GATE_COMMIT is this machine's git HEAD, but the tree differs from it: the .git" \
+      "here is stale. Write the full name of the commit the tree came from (run git rev-parse HEAD" \
+      "where the tree was committed) literally." >&2
     exit 2
   fi
   commit=(--commit "$GATE_COMMIT")

@@ -4,7 +4,7 @@
 # with torchrun + NCCL for the nano detector, ViT-B and the 1 B-parameter set, next to the
 # scaling model's predictions for this GPU count.
 #
-# Usage: OUT=/path/to/evidence [GATE_COMMIT=$(git rev-parse HEAD)] scripts/gpu_distributed.sh N
+# Usage: OUT=/path/to/evidence [GATE_COMMIT=<full sha, written literally>] scripts/gpu_distributed.sh N
 #   N (default: every visible GPU) is the largest world size timed. Worlds timed: 1 and N for
 #   N <= 2; N alone above 2 (the world-1 baseline is in the N=2 run); WORLDS="1 2 4" overrides.
 #   SETS (default "nano vit-b 1b") and STEPS (default 20 timed steps per arm) trim the run;

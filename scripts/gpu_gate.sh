@@ -8,7 +8,7 @@
 # take about 125 s, the optimizer benchmark on all three sets in five rounds about 150 s, the
 # profile about 40 s, and the training benchmark (five pairs of four arms, 30 steps) about 115 s.
 # All four fit one 600 s call with STAGE_LIMIT_S=215 (342 and 420 s in all at a077695 and
-# f130040, 103 CUDA tests); pass GATE_COMMIT=$(git rev-parse HEAD).
+# f130040, 103 CUDA tests); pass GATE_COMMIT=<full sha of the tree, written literally>.
 set -uo pipefail
 source "$(dirname "$0")/_gpu_env.sh"  # root, $OUT, PYTHONPATH, $PY; GATE_COMMIT -> commit=()
 stages=("$@")

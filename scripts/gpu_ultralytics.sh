@@ -5,7 +5,7 @@
 # synchronised at each boundary (phases), and stock MuSGD against ours in paired runs at batch 4
 # and 16, unsynchronised (train). Writes $OUT/ultralytics-{identity,phases,train}.json,
 # $OUT/ultralytics-loss.png and $OUT/ultralytics.log.
-#   GATE_COMMIT=$(git rev-parse HEAD) LIMIT_S=540 scripts/gpu_ultralytics.sh [--parts identity,phases,train] [--pairs 3]
+#   GATE_COMMIT=<full sha of the tree, written literally> LIMIT_S=540 scripts/gpu_ultralytics.sh [--parts identity,phases,train] [--pairs 3]
 # LIMIT_S bounds the whole script: the Python part gets what is left after the install, less a
 # margin, as --budget-s, and skips the runs that would not fit (saying so in the log).
 # On a CPU, as a check that it runs: DEVICE=cpu scripts/gpu_ultralytics.sh --quick

@@ -4,7 +4,7 @@
 # Runs from source (PYTHONPATH=src); writes logs and evidence JSON under $OUT (default ./out).
 #   scripts/gpu_yolo26.sh            on a GPU: the compile test, then the benchmark
 #   DEVICE=cpu scripts/gpu_yolo26.sh quick   a CPU smoke run of the same commands
-# Pass GATE_COMMIT=$(git rev-parse HEAD) where the tree's .git is stale (see gpu_gate.sh).
+# Pass GATE_COMMIT=<full sha of the tree, written literally> where the tree's .git is stale (see gpu_gate.sh).
 # Expected on an H200: compile test about 1-2 min, benchmark about 2 min (three sets, three
 # variants, seven rounds of 40 steps).
 set -uo pipefail

@@ -62,3 +62,40 @@ def test_gpu_distributed_refuses_a_short_gate_commit(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "40 hex digits" in done.stderr
+
+
+def test_a_gate_commit_that_is_a_stale_local_head_is_refused(tmp_path: Path) -> None:
+    """GATE_COMMIT=$(git rev-parse HEAD) evaluated on the lent machine names its stale .git's
+    HEAD: when that HEAD is the named commit but the tree differs from it, the script stops."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "_gpu_env.sh").write_text((REPO / "scripts" / "_gpu_env.sh").read_text())
+    (repo / "f.txt").write_text("committed\n")
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    head = git("rev-parse", "HEAD")
+    probe = f'source {repo}/scripts/_gpu_env.sh && echo "${{commit[*]}}"'
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "GATE_COMMIT": head}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", probe], env=env, capture_output=True, text=True, check=False
+        )
+
+    clean = run()
+    assert clean.returncode == 0, clean.stderr
+    assert clean.stdout.strip() == f"--commit {head}"
+    (repo / "f.txt").write_text("the tree sent to the machine\n")
+    stale = run()
+    assert stale.returncode == 2
+    assert "the .git here is stale" in stale.stderr
