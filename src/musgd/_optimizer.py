@@ -114,7 +114,8 @@ class MuSGD(Optimizer):
             group layout, with momentum, weight_decay, w_muon and w_sgd read from device
             tensors so schedules keep working; the graph runs the group's Newton-Schulz
             buckets as parallel branches. Bit-identical to eager; float32 parameters only
-            (other dtypes run eagerly). Off by default. Lives in each param group.
+            (other dtypes run eagerly); contiguous or channels-last parameters, buffers and
+            gradients (other layouts run eagerly). Off by default. Lives in each param group.
         process_group: share the Newton-Schulz work of DDP training across this group's ranks
             (e.g. ``torch.distributed.group.WORLD``): a FLOP-balanced plan gives each rank
             its matrices and ``all_gather`` shares the results; parameters stay identical on
