@@ -13,9 +13,12 @@ Layout::
     [tool.wpgate.trailers]           # options of one linter; each linter reads its own section
     types = ["feat", "fix"]
 
-Every table and key is checked against :data:`SCHEMA` when the file is loaded: an unknown table
-or key, or a value of the wrong type, is a :class:`ConfigError` that names the key and the
-expected type; the CLI turns it into exit status 2.
+Every table and key is checked when the file is loaded, each linter's table parsed into its
+options record (:data:`RECORDS`): an unknown table or key, or a value of the wrong type, is a
+:class:`ConfigError` that names the key and the expected type; the CLI turns it into exit
+status 2. The records' fields declare the linters' keys; :data:`SETTINGS` (which the adopter's
+guide publishes) is derived from them and from the two settings no record holds, declared here
+where they are read: ``history_start`` and the rule switches.
 """
 
 from __future__ import annotations
@@ -29,16 +32,40 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from wpgate._model import RULES
-from wpgate.options import KINDS, SEVERITIES, ConfigError, LinterOptions, accepts, shown
+from wpgate.options import (
+    SEVERITIES,
+    ChangelogOptions,
+    ConfigError,
+    DocsLayout,
+    EvidenceOptions,
+    LinterOptions,
+    ProvenanceOptions,
+    Setting,
+    TrailerOptions,
+    WorkPackageOptions,
+    converted,
+    shown,
+)
 
 _O = TypeVar("_O", bound=LinterOptions)
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
-__all__ = ["SCHEMA", "SETTINGS", "SEVERITIES", "Config", "ConfigError", "Setting", "load_config"]
+__all__ = [
+    "RECORDS",
+    "SCHEMA",
+    "SETTINGS",
+    "SEVERITIES",
+    "Config",
+    "ConfigError",
+    "Setting",
+    "load_config",
+]
 
 _RULE_ID = re.compile(r"^WPG\d{3}$", re.IGNORECASE)
 
 
-def _frozen(value: Mapping[str, Any]) -> Mapping[str, Any]:
+def _frozen(value: Mapping[_K, _V]) -> Mapping[_K, _V]:
     """A read-only view, so a section handed to a linter cannot be changed under another."""
     return MappingProxyType(dict(value))
 
@@ -52,17 +79,25 @@ class Config:
     rule_switches: Mapping[str, bool] = field(default_factory=dict)
     history_start: str = ""
     warnings: frozenset[str] = frozenset()
-    # Each linter's options record, built on first use and then shared (see `options`).
+    # The records of the tables `load_config` parsed; each is checked when first read.
+    parsed: Mapping[type[LinterOptions], LinterOptions] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    # Each linter's options record, checked on first use and then shared (see `options`).
     _options: dict[type[LinterOptions], LinterOptions] = field(
         default_factory=dict, compare=False, repr=False
     )
 
     def options(self, kind: type[_O]) -> _O:
-        """The ``kind`` record (e.g. ``DocsLayout``) of this configuration, built and checked
+        """The ``kind`` record (e.g. ``DocsLayout``) of this configuration, parsed and checked
         once: every linter of a run reads the same record."""
         record = self._options.get(kind)
         if record is None:
-            record = self._options[kind] = kind.from_section(self.section(kind.TABLE))
+            record = self.parsed.get(kind)
+            if record is None:  # a table the file lacks, or a configuration built by hand
+                record = kind.parse(self.section(kind.TABLE))
+            record.check()
+            self._options[kind] = record
         assert isinstance(record, kind)
         return record
 
@@ -132,13 +167,15 @@ def _rule_switches(raw: Any) -> tuple[dict[str, bool], frozenset[str]]:
     return switches, frozenset(warnings)
 
 
-def _validate(table: Mapping[str, Any]) -> None:
-    """Every table and key of ``[tool.wpgate]`` is known and has its expected type."""
+def _parse(table: Mapping[str, Any]) -> dict[type[LinterOptions], LinterOptions]:
+    """Every table and key of ``[tool.wpgate]`` known and of its kind; each linter's table
+    parsed into its record (the rule switches are read by :func:`_rule_switches`)."""
     top = SCHEMA[""]
+    records: dict[type[LinterOptions], LinterOptions] = {}
     for key, value in table.items():
         where = f"tool.wpgate.{key}"
         if key in top:
-            _check_value(where, top[key], value)
+            converted(where, top[key].kind, value)
             continue
         if key not in SCHEMA:
             tables = ", ".join(f"[tool.wpgate.{name}]" for name in SCHEMA if name)
@@ -149,23 +186,10 @@ def _validate(table: Mapping[str, Any]) -> None:
             )
         if not isinstance(value, Mapping):
             raise ConfigError(where, f"must be a table ([tool.wpgate.{key}]), not {shown(value)}")
-        settings = SCHEMA[key]
-        if key == "rules":
-            continue  # rule ids and names, checked by _rule_switches
-        for name, item in value.items():
-            setting = settings.get(name)
-            if setting is None:
-                raise ConfigError(
-                    f"{where}.{name}",
-                    f"is not a known key of [tool.wpgate.{key}]; known: {', '.join(settings)}",
-                )
-            _check_value(f"{where}.{name}", setting, item)
-
-
-def _check_value(where: str, setting: Setting, value: Any) -> None:
-    """A :class:`ConfigError` naming the key and the expected type when ``value`` is wrong."""
-    if not setting.accepts(value):
-        raise ConfigError(where, f"must be {setting.expected}, not {shown(value)}")
+        record = _RECORD_OF.get(key)
+        if record is not None:
+            records[record] = record.parse(value)
+    return records
 
 
 def _import_rules() -> None:
@@ -192,7 +216,7 @@ def load_config(root: Path) -> Config:
     table = tool.get("wpgate", {}) if isinstance(tool, Mapping) else {}
     if not isinstance(table, Mapping):
         raise ConfigError("tool.wpgate", "must be a table ([tool.wpgate])")
-    _validate(table)
+    parsed = _parse(table)
     history_start = str(table.get("history_start", "")).strip()
     if history_start:
         from wpgate._git import GitError, validate_revision
@@ -208,49 +232,26 @@ def load_config(root: Path) -> Config:
         rule_switches=_frozen(switches),
         history_start=history_start,
         warnings=warnings,
+        parsed=_frozen(parsed),
     )
 
 
 # --------------------------------------------------------------------------- documented keys
 
+#: The linters' option records, in the order the reference lists their tables; their fields
+#: are the declaration of every key of those tables.
+RECORDS: tuple[type[LinterOptions], ...] = (
+    TrailerOptions,
+    DocsLayout,
+    ProvenanceOptions,
+    WorkPackageOptions,
+    EvidenceOptions,
+    ChangelogOptions,
+)
+_RECORD_OF: Mapping[str, type[LinterOptions]] = MappingProxyType({r.TABLE: r for r in RECORDS})
 
-@dataclass(frozen=True)
-class Setting:
-    """One key of ``[tool.wpgate]``: its table, value kind, default (as TOML) and what it does.
-
-    :data:`SETTINGS` is the one declaration of the configuration: :func:`load_config` validates
-    against it (through :data:`SCHEMA`) and the adopter's guide publishes it
-    (``wpgate.site._config_reference``); ``tests/wpgate/test_config_reference.py`` fails when it
-    and the code that reads the keys disagree, so the published reference cannot drift.
-    """
-
-    table: str
-    key: str
-    kind: str
-    default: str
-    help: str
-
-    @property
-    def dotted(self) -> str:
-        """The key's full name, e.g. ``tool.wpgate.docs.claims``."""
-        return f"tool.wpgate.{self.table}.{self.key}" if self.table else f"tool.wpgate.{self.key}"
-
-    @property
-    def type(self) -> str:
-        """The value's type as the reference page names it (``list of strings``)."""
-        return KINDS[self.kind][0]
-
-    @property
-    def expected(self) -> str:
-        """The expected type as an error message says it (``a list of strings``)."""
-        return KINDS[self.kind][1]
-
-    def accepts(self, value: Any) -> bool:
-        """Whether ``value`` (as tomllib read it) has this setting's kind."""
-        return accepts(self.kind, value)
-
-
-SETTINGS: tuple[Setting, ...] = (
+#: The settings no record holds, declared where :func:`load_config` reads them.
+_UNRECORDED: tuple[Setting, ...] = (
     Setting(
         "",
         "history_start",
@@ -266,147 +267,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Switch one rule on or off, by id (`WPG108`) or name (`subject-length`), or set its "
         'severity: `"warning"` is reported but never fails the run.',
     ),
-    Setting(
-        "trailers",
-        "types",
-        "str_list",
-        '["feat", "fix", "perf", "refactor", "refine", "test", "docs", "ci", "chore", '
-        '"exp", "release"]',
-        "The commit types a subject may start with.",
-    ),
-    Setting(
-        "trailers",
-        "max_subject_length",
-        "int",
-        "72",
-        "The longest subject line, in characters.",
-    ),
-    Setting(
-        "trailers",
-        "required",
-        "str_list",
-        '["WP", "Provenance", "Gate"]',
-        "The trailers every governed commit carries (of WP, Provenance, Assumptions, Gate).",
-    ),
-    Setting(
-        "trailers",
-        "bot_authors",
-        "str_list",
-        '["\\\\[bot\\\\]"]',
-        "Regular expressions searched in `Name <email>`; their commits are counted, not linted.",
-    ),
-    Setting(
-        "trailers",
-        "signoff_matches_author",
-        "bool",
-        "false",
-        "Require a `Signed-off-by:` that names the commit's author (WPG108).",
-    ),
-    Setting(
-        "trailers",
-        "clean_room_statement",
-        "str",
-        '"Clean-room acknowledged:"',
-        "The statement a pull request's body must keep (`wpgate trailers --pr`).",
-    ),
-    Setting(
-        "trailers",
-        "revert_exempt",
-        "bool",
-        "true",
-        "`git revert` messages are exempt from the trailer rules, like merges.",
-    ),
-    Setting(
-        "docs",
-        "provenance",
-        "str",
-        '"docs/PROVENANCE.md"',
-        "The provenance record: sources, placeholders, first-use log.",
-    ),
-    Setting(
-        "docs",
-        "assumptions",
-        "str",
-        '"docs/ASSUMPTIONS.md"',
-        "The assumptions record (ids `A<n>` a trailer may cite).",
-    ),
-    Setting(
-        "docs",
-        "work_packages",
-        "str",
-        '"docs/work_packages"',
-        "The work-package registry folder (`wp-NNN.md` pages).",
-    ),
-    Setting(
-        "docs",
-        "engineering",
-        "str",
-        '"docs/engineering"',
-        "The folder of the phase pages (`phase-NN[-slug].md`).",
-    ),
-    Setting(
-        "docs",
-        "evidence",
-        "str",
-        '"docs/evidence"',
-        "The evidence folder (`wpgate-evidence/1` JSON files).",
-    ),
-    Setting(
-        "docs",
-        "changelog",
-        "str",
-        '"CHANGELOG.md"',
-        "The changelog whose `[Unreleased]` names are checked.",
-    ),
-    Setting(
-        "docs",
-        "claims",
-        "str_or_list",
-        '["docs/**/*.md", "README.md"]',
-        "Globs of the pages scanned for `[MEASURED]` claims.",
-    ),
-    Setting(
-        "provenance",
-        "licences",
-        "str_or_list",
-        '["MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "PSF-2.0"]',
-        "The licences a code source may carry.",
-    ),
-    Setting(
-        "provenance",
-        "code_roles",
-        "str_or_list",
-        '["code", "library", "software", "source code"]',
-        "The roles that make a source code (and so subject to `licences`).",
-    ),
-    Setting(
-        "provenance",
-        "history",
-        "bool",
-        "true when history_start is set",
-        "Check first-use dates against the first commit citing each source.",
-    ),
-    Setting(
-        "wp",
-        "extra_keys",
-        "str_or_list",
-        "[]",
-        "Front-matter keys a work-package page may carry beyond the schema.",
-    ),
-    Setting(
-        "evidence",
-        "collect",
-        "bool",
-        "true",
-        "Run pytest to verify `collected N -- paths` markers.",
-    ),
-    Setting(
-        "changelog",
-        "ignore",
-        "str_or_list",
-        "[]",
-        "Backticked names of the `[Unreleased]` section that are not checked.",
-    ),
+)
+
+#: Every key of ``[tool.wpgate]``, as the adopter's guide publishes it
+#: (``wpgate.site._config_reference``): derived, never declared a second time.
+SETTINGS: tuple[Setting, ...] = _UNRECORDED + tuple(
+    setting for record in RECORDS for setting in record.settings()
 )
 
 

@@ -1,11 +1,11 @@
 """Each linter's options: one frozen record per ``[tool.wpgate.<table>]``, built once per run.
 
-:data:`wpgate._config.SETTINGS` declares every key (its table, kind and default); the records
-here are what the linters read: :class:`DocsLayout` (``docs``), :class:`ProvenanceOptions`,
-:class:`WorkPackageOptions` (``wp``), :class:`EvidenceOptions`, :class:`ChangelogOptions` and
-``wpgate.rules.trailers.TrailerOptions``. Each field names its kind in its metadata, so one
-builder (:meth:`LinterOptions.from_section`) converts and checks every table the same way,
-and ``tests/wpgate/test_config_reference.py`` fails when a record and the declaration differ.
+The records are the declaration of the keys: each field of :class:`DocsLayout` (``docs``),
+:class:`ProvenanceOptions`, :class:`WorkPackageOptions` (``wp``), :class:`EvidenceOptions`,
+:class:`ChangelogOptions` and :class:`TrailerOptions` is one key, made with
+:func:`option`: its name, default, value kind and what it does. :meth:`LinterOptions.settings`
+derives the key's :class:`Setting` (``wpgate._config.SETTINGS`` and the published reference
+are made of them) and :func:`converted` is the one conversion and check of a configured value.
 ``Config.options(kind)`` builds a record once per loaded configuration and hands every
 reader that same record.
 
@@ -16,11 +16,16 @@ This module imports only the standard library: the rule modules import it, and
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 __all__ = [
+    "DEFAULT_TYPES",
+    "GOVERNED_TRAILERS",
     "KINDS",
     "SEVERITIES",
     "ChangelogOptions",
@@ -30,8 +35,13 @@ __all__ = [
     "LinterOptions",
     "OptionsSource",
     "ProvenanceOptions",
+    "Setting",
+    "TrailerOptions",
     "WorkPackageOptions",
     "accepts",
+    "converted",
+    "kind_of",
+    "option",
     "shown",
 ]
 
@@ -79,14 +89,83 @@ def shown(value: Any) -> str:
     return f"{text} ({type(value).__name__})"
 
 
-def option(default: Any, kind: str) -> Any:
-    """A record field with its default and its value kind (a key of :data:`KINDS`)."""
-    return field(default=default, metadata={"kind": kind})
+def converted(where: str, kind: str, value: Any) -> Any:
+    """``value`` (as tomllib read it) as a record holds it; a :class:`ConfigError` naming
+    ``where`` and the expected type when it is not of ``kind``.
+
+    The one conversion and check of a configured value: lists become tuples, a lone string
+    where a list may stand becomes a one-item tuple.
+    """
+    if not accepts(kind, value):
+        raise ConfigError(where, f"must be {KINDS[kind][1]}, not {shown(value)}")
+    if kind in ("str_list", "str_or_list"):
+        return (value,) if isinstance(value, str) else tuple(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of ``[tool.wpgate]`` as the reference publishes it: its table, value kind,
+    default (as TOML, or in words) and what it does.
+
+    Derived, never declared twice: a linter's keys come from its record's fields
+    (:meth:`LinterOptions.settings`); the keys no record holds (``history_start``, the rule
+    switches) are declared where ``wpgate._config`` reads them.
+    """
+
+    table: str
+    key: str
+    kind: str
+    default: str
+    help: str
+
+    @property
+    def dotted(self) -> str:
+        """The key's full name, e.g. ``tool.wpgate.docs.claims``."""
+        return f"tool.wpgate.{self.table}.{self.key}" if self.table else f"tool.wpgate.{self.key}"
+
+    @property
+    def type(self) -> str:
+        """The value's type as the reference page names it (``list of strings``)."""
+        return KINDS[self.kind][0]
+
+
+def option(default: Any, kind: str, help_text: str, *, shown_default: str | None = None) -> Any:
+    """A record field, the one declaration of its key: its default, its value kind (a key of
+    :data:`KINDS`) and what it does; ``shown_default`` says the default in words where it is
+    decided at run time (a ``None`` default)."""
+    metadata = {"kind": kind, "help": help_text}
+    if shown_default is not None:
+        metadata["default"] = shown_default
+    return field(default=default, metadata=metadata)
 
 
 def kind_of(item: dataclasses.Field[Any]) -> str:
     """The value kind a record field declares."""
     return str(item.metadata["kind"])
+
+
+def _toml(value: Any) -> str:
+    """``value`` as TOML writes it: ``true``, ``72``, ``"text"``, ``["a", "b"]``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # TOML basic strings escape as JSON does
+    return str(value)
+
+
+def _setting(table: str, item: dataclasses.Field[Any]) -> Setting:
+    """The published :class:`Setting` of one record field."""
+    if not {"kind", "help"} <= item.metadata.keys():
+        raise TypeError(
+            f"[tool.wpgate.{table}] {item.name}: declare the field with "
+            "option(default, kind, help_text), which the reference is made of"
+        )
+    shown_default = item.metadata.get("default")
+    default = _toml(item.default) if shown_default is None else str(shown_default)
+    return Setting(table, item.name, kind_of(item), default, str(item.metadata["help"]))
 
 
 _O = TypeVar("_O", bound="LinterOptions")
@@ -101,7 +180,7 @@ class OptionsSource(Protocol):
 
 
 class LinterOptions:
-    """Base of the option records: the table they read and the one builder and check.
+    """Base of the option records: the table they read, its keys, the one parser and check.
 
     Subclasses are frozen dataclasses whose fields are made with :func:`option`.
     """
@@ -109,13 +188,24 @@ class LinterOptions:
     TABLE: ClassVar[str]
 
     @classmethod
-    def from_section(cls, section: Mapping[str, Any]) -> Self:
-        """The record of one ``[tool.wpgate.<TABLE>]`` table; a wrong key or value is an error.
+    def fields(cls) -> tuple[dataclasses.Field[Any], ...]:
+        """The record's fields: one a key of its table."""
+        return dataclasses.fields(cls)  # type: ignore[arg-type]
 
-        Lists become tuples, a lone string where a list may stand becomes a one-item tuple;
-        :meth:`check` then adds what a type cannot say (a regular expression compiles, ...).
+    @classmethod
+    def settings(cls) -> tuple[Setting, ...]:
+        """The keys of ``[tool.wpgate.<TABLE>]`` as the reference publishes them, in order."""
+        return tuple(_setting(cls.TABLE, item) for item in cls.fields())
+
+    @classmethod
+    def parse(cls, section: Mapping[str, Any]) -> Self:
+        """The record of one ``[tool.wpgate.<TABLE>]`` table, each key known and each value
+        converted (:func:`converted`); a wrong key or value is an error.
+
+        Not yet checked: ``wpgate._config.load_config`` parses every table it loads, and
+        ``Config.options`` runs :meth:`check` when a linter first reads the record.
         """
-        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        fields = {item.name: item for item in cls.fields()}
         values: dict[str, Any] = {}
         for key, value in section.items():
             where = f"tool.wpgate.{cls.TABLE}.{key}"
@@ -125,14 +215,13 @@ class LinterOptions:
                     where,
                     f"is not a known key of [tool.wpgate.{cls.TABLE}]; known: {', '.join(fields)}",
                 )
-            kind = kind_of(item)
-            if not accepts(kind, value):
-                raise ConfigError(where, f"must be {KINDS[kind][1]}, not {shown(value)}")
-            if kind in ("str_list", "str_or_list"):
-                values[key] = (value,) if isinstance(value, str) else tuple(value)
-            else:
-                values[key] = value
-        record = cls(**values)
+            values[key] = converted(where, kind_of(item), value)
+        return cls(**values)
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any]) -> Self:
+        """The checked record of one table: :meth:`parse`, then :meth:`check`."""
+        record = cls.parse(section)
         record.check()
         return record
 
@@ -151,13 +240,29 @@ class DocsLayout(LinterOptions):
 
     TABLE: ClassVar[str] = "docs"
 
-    provenance: str = option("docs/PROVENANCE.md", "str")
-    assumptions: str = option("docs/ASSUMPTIONS.md", "str")
-    work_packages: str = option("docs/work_packages", "str")
-    engineering: str = option("docs/engineering", "str")
-    evidence: str = option("docs/evidence", "str")
-    changelog: str = option("CHANGELOG.md", "str")
-    claims: tuple[str, ...] = option(("docs/**/*.md", "README.md"), "str_or_list")
+    provenance: str = option(
+        "docs/PROVENANCE.md", "str", "The provenance record: sources, placeholders, first-use log."
+    )
+    assumptions: str = option(
+        "docs/ASSUMPTIONS.md", "str", "The assumptions record (ids `A<n>` a trailer may cite)."
+    )
+    work_packages: str = option(
+        "docs/work_packages", "str", "The work-package registry folder (`wp-NNN.md` pages)."
+    )
+    engineering: str = option(
+        "docs/engineering", "str", "The folder of the phase pages (`phase-NN[-slug].md`)."
+    )
+    evidence: str = option(
+        "docs/evidence", "str", "The evidence folder (`wpgate-evidence/1` JSON files)."
+    )
+    changelog: str = option(
+        "CHANGELOG.md", "str", "The changelog whose `[Unreleased]` names are checked."
+    )
+    claims: tuple[str, ...] = option(
+        ("docs/**/*.md", "README.md"),
+        "str_or_list",
+        "Globs of the pages scanned for `[MEASURED]` claims.",
+    )
 
 
 @dataclass(frozen=True)
@@ -167,13 +272,22 @@ class ProvenanceOptions(LinterOptions):
     TABLE: ClassVar[str] = "provenance"
 
     licences: tuple[str, ...] = option(
-        ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "PSF-2.0"), "str_or_list"
+        ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "PSF-2.0"),
+        "str_or_list",
+        "The licences a code source may carry.",
     )
     code_roles: tuple[str, ...] = option(
-        ("code", "library", "software", "source code"), "str_or_list"
+        ("code", "library", "software", "source code"),
+        "str_or_list",
+        "The roles that make a source code (and so subject to `licences`).",
     )
     #: None: on when ``history_start`` is set.
-    history: bool | None = option(None, "bool")
+    history: bool | None = option(
+        None,
+        "bool",
+        "Check first-use dates against the first commit citing each source.",
+        shown_default="true when history_start is set",
+    )
 
 
 @dataclass(frozen=True)
@@ -182,7 +296,9 @@ class WorkPackageOptions(LinterOptions):
 
     TABLE: ClassVar[str] = "wp"
 
-    extra_keys: tuple[str, ...] = option((), "str_or_list")
+    extra_keys: tuple[str, ...] = option(
+        (), "str_or_list", "Front-matter keys a work-package page may carry beyond the schema."
+    )
 
 
 @dataclass(frozen=True)
@@ -191,7 +307,7 @@ class EvidenceOptions(LinterOptions):
 
     TABLE: ClassVar[str] = "evidence"
 
-    collect: bool = option(True, "bool")
+    collect: bool = option(True, "bool", "Run pytest to verify `collected N -- paths` markers.")
 
 
 @dataclass(frozen=True)
@@ -200,4 +316,92 @@ class ChangelogOptions(LinterOptions):
 
     TABLE: ClassVar[str] = "changelog"
 
-    ignore: tuple[str, ...] = option((), "str_or_list")
+    ignore: tuple[str, ...] = option(
+        (), "str_or_list", "Backticked names of the `[Unreleased]` section that are not checked."
+    )
+
+
+#: The commit types a subject may start with, unless ``types`` says otherwise.
+DEFAULT_TYPES = (
+    "feat",
+    "fix",
+    "perf",
+    "refactor",
+    "refine",
+    "test",
+    "docs",
+    "ci",
+    "chore",
+    "exp",
+    "release",
+)
+
+#: The trailers the commit rules govern (WPG104-WPG107), which ``required`` may name.
+GOVERNED_TRAILERS = ("WP", "Provenance", "Assumptions", "Gate")
+
+
+@dataclass(frozen=True)
+class TrailerOptions(LinterOptions):
+    """``[tool.wpgate.trailers]``: what the commit rules accept."""
+
+    TABLE: ClassVar[str] = "trailers"
+
+    types: tuple[str, ...] = option(
+        DEFAULT_TYPES, "str_list", "The commit types a subject may start with."
+    )
+    max_subject_length: int = option(72, "int", "The longest subject line, in characters.")
+    required: tuple[str, ...] = option(
+        ("WP", "Provenance", "Gate"),
+        "str_list",
+        "The trailers every governed commit carries (of WP, Provenance, Assumptions, Gate).",
+    )
+    bot_authors: tuple[str, ...] = option(
+        (r"\[bot\]",),
+        "str_list",
+        "Regular expressions searched in `Name <email>`; their commits are counted, not linted.",
+    )
+    signoff_matches_author: bool = option(
+        False, "bool", "Require a `Signed-off-by:` that names the commit's author (WPG108)."
+    )
+    clean_room_statement: str = option(
+        "Clean-room acknowledged:",
+        "str",
+        "The statement a pull request's body must keep (`wpgate trailers --pr`).",
+    )
+    # `git revert`'s own message (`Revert "..."`, `This reverts commit X.`) is exempt, as merges.
+    revert_exempt: bool = option(
+        True, "bool", "`git revert` messages are exempt from the trailer rules, like merges."
+    )
+
+    def check(self) -> None:
+        """The statement is not empty, each bot pattern compiles, each required trailer is
+        governed."""
+        if not self.clean_room_statement:
+            raise ConfigError(
+                "tool.wpgate.trailers.clean_room_statement", "must be a non-empty string"
+            )
+        for pattern in self.bot_authors:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(
+                    "tool.wpgate.trailers.bot_authors",
+                    f"{pattern!r} is not a regular expression ({exc}); escape [ ] as \\[ \\]",
+                ) from exc
+        unknown = [k for k in self.required if k not in GOVERNED_TRAILERS]
+        if unknown:
+            raise ConfigError(
+                "tool.wpgate.trailers.required",
+                f"{unknown[0]!r} is not a governed trailer; use {', '.join(GOVERNED_TRAILERS)}",
+            )
+
+    @functools.cached_property
+    def bot_pattern(self) -> re.Pattern[str]:
+        """``bot_authors`` as one compiled alternation (never matches when empty)."""
+        return _bot_pattern(self.bot_authors)
+
+
+@functools.lru_cache(maxsize=16)
+def _bot_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One compiled alternation of the bot-author patterns (never matches when empty)."""
+    return re.compile("|".join(f"(?:{p})" for p in patterns) or r"(?!)")

@@ -1,44 +1,40 @@
-"""The generated configuration reference agrees with the code that reads each key."""
+"""The configuration reference is derived from one declaration, the option records' fields."""
 
 from __future__ import annotations
 
-import dataclasses
+import ast
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from wpgate._config import SETTINGS, Setting, load_config
+from wpgate._config import RECORDS, SETTINGS, load_config
 from wpgate.cli import main
-from wpgate.options import (
-    ChangelogOptions,
-    DocsLayout,
-    EvidenceOptions,
-    LinterOptions,
-    ProvenanceOptions,
-    WorkPackageOptions,
-    kind_of,
-)
+from wpgate.options import KINDS, LinterOptions
+from wpgate.rules import register_all
 from wpgate.rules.trailers import TrailerOptions
 from wpgate.site._config_reference import option_rows, render_config_page
 from wpgate.site.plugin import OPTION_HELP, WpgateConfig
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "wpgate"
-RECORDS: tuple[type[LinterOptions], ...] = (
-    DocsLayout,
-    ProvenanceOptions,
-    WorkPackageOptions,
-    EvidenceOptions,
-    ChangelogOptions,
-    TrailerOptions,
-)
 # A section read by name, past the records: `config.section("x")` or a `.get("key")` on it.
 _AD_HOC_RE = re.compile(r"\.section\(\s*\"\w+\"|options\.get\(")
+# The tables no record holds: their settings are declared where `_config` reads them.
+_UNRECORDED_TABLES = {"", "rules"}
 
 
-def _settings(table: str) -> dict[str, Setting]:
-    return {s.key: s for s in SETTINGS if s.table == table}
+def _records() -> set[type[LinterOptions]]:
+    """Every options record the package defines (each rule module imported)."""
+    register_all()
+    found: set[type[LinterOptions]] = set()
+    todo = [LinterOptions]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("wpgate.") and sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return found
 
 
 def _literal(default: str) -> object:
@@ -49,19 +45,51 @@ def _as_toml_value(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
+def test_every_record_is_published_and_parsed_by_the_loader() -> None:
+    assert _records() == set(RECORDS)
+    tables = [r.TABLE for r in RECORDS]
+    assert len(tables) == len(set(tables))
+    assert not _UNRECORDED_TABLES & set(tables)
+
+
+# (The name is older than the derivation: a commit's Gate trailer names it.)
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.TABLE)
 def test_documented_keys_kinds_and_defaults_are_the_records_fields(
     record: type[LinterOptions],
 ) -> None:
-    documented = _settings(record.TABLE)
-    fields = {f.name: f for f in dataclasses.fields(record)}  # type: ignore[arg-type]
-    assert set(documented) == set(fields)
-    for key, setting in documented.items():
-        assert setting.kind == kind_of(fields[key]), key
-        if fields[key].default is None:  # decided at run time, which the default says in words
-            assert not setting.default.startswith(("[", '"')), key
+    for item in record.fields():
+        assert item.metadata.get("kind") in set(KINDS) - {"rule"}, item.name
+        assert str(item.metadata.get("help", "")).strip(), f"{item.name} has no help"
+    for setting, item in zip(record.settings(), record.fields(), strict=True):
+        assert (setting.table, setting.key) == (record.TABLE, item.name)
+        if item.default is None:  # decided at run time, which the default says in words
+            assert not setting.default.startswith(("[", '"', "None")), item.name
             continue
-        assert _literal(setting.default) == _as_toml_value(fields[key].default), key
+        # The published default is the field's own, written as TOML.
+        assert _literal(setting.default) == _as_toml_value(item.default), item.name
+
+
+def _written_settings(path: Path) -> list[tuple[str, object]]:
+    """``(file, table)`` for each ``Setting(...)`` in ``path`` whose table is written out."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Setting"):
+            continue
+        tables = [k.value for k in node.keywords if k.arg == "table"] + node.args[:1]
+        found += [(path.name, t.value) for t in tables if isinstance(t, ast.Constant)]
+    return found
+
+
+def test_each_key_is_declared_once_and_settings_are_derived() -> None:
+    # A `Setting(...)` written out with its table is a declaration; one for a record's table
+    # would declare a key a second time, beside the record's field.
+    written = [w for path in sorted(SRC.rglob("*.py")) for w in _written_settings(path)]
+    assert written, "the scan sees no written-out Setting, so it could not fail"
+    assert [w for w in written if w[1] not in _UNRECORDED_TABLES] == []
+    derived = [s for r in RECORDS for s in r.settings()]
+    assert [s for s in SETTINGS if s.table not in _UNRECORDED_TABLES] == derived
+    keys = [(s.table, s.key) for s in SETTINGS]
+    assert len(keys) == len(set(keys))
 
 
 def test_every_key_the_linters_read_is_documented_and_every_documented_key_is_read() -> None:
@@ -72,8 +100,17 @@ def test_every_key_the_linters_read_is_documented_and_every_documented_key_is_re
         text for path, text in sources.items() if path.name not in {"options.py", "_config.py"}
     )
     assert _AD_HOC_RE.findall(readers) == [], "read a section through its options record"
+    # A key is read as an attribute of its record: by a linter, or by the record's own methods
+    # (`TrailerOptions.bot_pattern` reads `bot_authors`).
+    read = {
+        node.attr
+        for path, text in sources.items()
+        if path.name != "_config.py"
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.Attribute)
+    }
     documented = {s.key for s in SETTINGS if s.table not in {"", "rules"}}
-    never_read = {key for key in documented if not re.search(rf"\.{key}\b", readers)}
+    never_read = documented - read
     assert never_read == set(), f"documented, never read: {never_read}"
 
 

@@ -16,6 +16,7 @@ from wpgate.options import (
     ProvenanceOptions,
     WorkPackageOptions,
 )
+from wpgate.rules.trailers import TrailerOptions
 
 
 def test_a_lone_string_where_a_list_may_stand_is_a_one_item_tuple() -> None:
@@ -35,6 +36,22 @@ def test_a_configuration_builds_each_record_once(tmp_path: Path) -> None:
     assert ChangelogOptions.from_config(None) == ChangelogOptions()
     # Switching rules off for one run keeps the table, so the same record serves.
     assert ChangelogOptions.from_config(config.ignoring(["WPG502"])) is first
+
+
+def test_a_table_is_parsed_when_loaded_and_checked_when_first_read(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[tool.wpgate.trailers]\nbot_authors = ["[bot"]\n[tool.wpgate.docs]\nclaims = "x/*.md"\n',
+        encoding="utf-8",
+    )
+    # Every value has its kind, so the file loads; the pattern is refused where it is used.
+    config = load_config(tmp_path)
+    assert config.options(DocsLayout).claims == ("x/*.md",)
+    with pytest.raises(ConfigError, match=r"trailers\.bot_authors: '\[bot' is not a regular"):
+        TrailerOptions.from_config(config)
+    pyproject.write_text('[tool.wpgate.trailers]\nbot_authors = "x"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"trailers\.bot_authors: must be a list of strings"):
+        load_config(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -62,13 +79,15 @@ def test_a_check_run_builds_each_record_once(
 
     assert main(["init", "--root", str(tmp_path)]) == 0
     built: list[str] = []
-    original = LinterOptions.from_section.__func__  # type: ignore[attr-defined]
+    # `parse` converts a table's values; `load_config` calls it for the tables the file has,
+    # `Config.options` for the others.
+    original = LinterOptions.parse.__func__  # type: ignore[attr-defined]
 
     def counted(cls: type[LinterOptions], section: object) -> LinterOptions:
         built.append(cls.__name__)
         return original(cls, section)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(LinterOptions, "from_section", classmethod(counted))
+    monkeypatch.setattr(LinterOptions, "parse", classmethod(counted))
     assert main(["check", "--root", str(tmp_path)]) == 0
     assert len(built) == len(set(built)), built
     # Every docs linter ran and read its options; none built a record twice.

@@ -2,8 +2,9 @@
 
 Each rule is a pure ``check_x(parsed, options) -> Iterator[Finding]`` over a
 :class:`CommitMessage` (the parsed message with what it is checked against) and
-:class:`TrailerOptions` (``[tool.wpgate.trailers]``). :func:`lint_messages` runs the enabled
-rules over many messages and counts the exemptions.
+:class:`TrailerOptions` (``[tool.wpgate.trailers]``, declared in ``wpgate.options`` with the
+other linters' records and re-exported here). :func:`lint_messages` runs the enabled rules over
+many messages and counts the exemptions.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from wpgate._model import WP_ID_PATTERN, Finding, Rule, register, switched_on
-from wpgate.options import ConfigError, LinterOptions, option
+from wpgate.options import DEFAULT_TYPES, GOVERNED_TRAILERS, TrailerOptions
 from wpgate.references import References, split_node_ids
 from wpgate.trailers import Message, Trailer
 
@@ -31,19 +31,6 @@ __all__ = [
     "metadata_exemption",
 ]
 
-DEFAULT_TYPES = (
-    "feat",
-    "fix",
-    "perf",
-    "refactor",
-    "refine",
-    "test",
-    "docs",
-    "ci",
-    "chore",
-    "exp",
-    "release",
-)
 _SUBJECT = re.compile(r"^(?P<type>[A-Za-z][\w-]*)(?:\((?P<scope>[^()]*)\))?!?: (?P<text>\S.*)$")
 _WP_ID = re.compile(rf"^(?:{WP_ID_PATTERN}|none)$")
 _SOURCE_ITEM = re.compile(r"^(?P<id>R\d+)(?:\s+(?P<locator>\S.*))?$")
@@ -53,50 +40,6 @@ _SIGN_OFF = re.compile(r"^[^<>]*\S[^<>]* <[^<>\s@]+@[^<>\s]+>$")
 _FIXUP_PREFIXES = ("fixup!", "squash!", "amend!")
 # What `git revert` writes: `Revert "<subject>"`, a blank line, `This reverts commit <sha>.`
 _REVERT_BODY = re.compile(r"^This reverts commit [0-9a-f]{7,64}\b")
-
-
-@dataclass(frozen=True)
-class TrailerOptions(LinterOptions):
-    """``[tool.wpgate.trailers]``: what the commit rules accept."""
-
-    TABLE: ClassVar[str] = "trailers"
-
-    types: tuple[str, ...] = option(DEFAULT_TYPES, "str_list")
-    max_subject_length: int = option(72, "int")
-    required: tuple[str, ...] = option(("WP", "Provenance", "Gate"), "str_list")
-    # Regular expressions searched in the author's `Name <email>`.
-    bot_authors: tuple[str, ...] = option((r"\[bot\]",), "str_list")
-    signoff_matches_author: bool = option(False, "bool")
-    clean_room_statement: str = option("Clean-room acknowledged:", "str")
-    # `git revert`'s own message (`Revert "..."`, `This reverts commit X.`) is exempt, as merges.
-    revert_exempt: bool = option(True, "bool")
-
-    def check(self) -> None:
-        """The statement is not empty, each bot pattern compiles, each required trailer is
-        governed."""
-        if not self.clean_room_statement:
-            raise ConfigError(
-                "tool.wpgate.trailers.clean_room_statement", "must be a non-empty string"
-            )
-        for pattern in self.bot_authors:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ConfigError(
-                    "tool.wpgate.trailers.bot_authors",
-                    f"{pattern!r} is not a regular expression ({exc}); escape [ ] as \\[ \\]",
-                ) from exc
-        unknown = [k for k in self.required if k not in _TRAILER_RULES]
-        if unknown:
-            raise ConfigError(
-                "tool.wpgate.trailers.required",
-                f"{unknown[0]!r} is not a governed trailer; use {', '.join(_TRAILER_RULES)}",
-            )
-
-    @functools.cached_property
-    def bot_pattern(self) -> re.Pattern[str]:
-        """``bot_authors`` as one compiled alternation (never matches when empty)."""
-        return _bot_pattern(self.bot_authors)
 
 
 @dataclass(frozen=True)
@@ -420,7 +363,7 @@ def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> Iterator
     )
 
 
-_TRAILER_RULES = {"WP": "WPG104", "Provenance": "WPG105", "Assumptions": "WPG106", "Gate": "WPG107"}
+_TRAILER_RULES = dict(zip(GOVERNED_TRAILERS, ("WPG104", "WPG105", "WPG106", "WPG107"), strict=True))
 
 #: The commit-message rules: each check reads one parsed message.
 CHECKS: tuple[Rule[CommitMessage, TrailerOptions], ...] = register(
@@ -483,12 +426,6 @@ CHECKS: tuple[Rule[CommitMessage, TrailerOptions], ...] = register(
         check_clean_room,
     ),
 )
-
-
-@functools.lru_cache(maxsize=16)
-def _bot_pattern(patterns: tuple[str, ...]) -> re.Pattern[str]:
-    """One compiled alternation of the bot-author patterns (never matches when empty)."""
-    return re.compile("|".join(f"(?:{p})" for p in patterns) or r"(?!)")
 
 
 def metadata_exemption(parents: int, author: str | None, options: TrailerOptions) -> str | None:
