@@ -458,6 +458,18 @@ def _blocks(stack: Tensor, bucket: Bucket) -> list[Tensor]:
     return [s[:r, :c] for s, (r, c) in zip(stack.unbind(0), bucket.member_shapes, strict=True)]
 
 
+def unstack_bucket(O: Tensor, bucket: Bucket) -> list[Tensor]:
+    """Each matrix's result in a bucket's ``(B, rows, cols)`` stack, as its own ``(rows, cols)``
+    matrix: the stack's slices, or for a padded bucket the corners of their blocks (views),
+    transposed back where the matrix sat transposed."""
+    if not bucket.padded:
+        return list(O.unbind(0))
+    return [
+        block.mT if bucket.transposed and bucket.transposed[k] else block
+        for k, block in enumerate(_blocks(O, bucket))
+    ]
+
+
 def _placed(member: Tensor, bucket: Bucket, k: int) -> Tensor:
     """Matrix ``k`` of a padded ``bucket`` as it sits in the stack: its ``(rows, cols)`` view,
     transposed where the bucket says so."""

@@ -48,7 +48,9 @@ from musgd._functional import (
     Structure,
     build_layout,
     momentum_foreach,
+    pad_bound,
     stack_bucket,
+    unstack_bucket,
 )
 from musgd._newton_schulz import (
     DEFAULT_COEFFICIENTS,
@@ -124,7 +126,11 @@ def _orthogonalize_into(
     ns: NSSettings,
     orth: Orthogonalizer,
 ) -> None:
-    """One bucket's job: ``O`` of the bucket's matrices of ``u``, written into ``out``."""
+    """One bucket's job: ``O`` of the bucket's matrices of ``u``, written into ``out``.
+
+    A padded bucket (on CUDA, :func:`~musgd._functional.pad_bound`) holds smaller matrices in
+    the corners of its blocks: each result is its own corner, scaled by its own Muon scale.
+    """
     bucket = layout.buckets[index]
     members = [u[i] for i in bucket.indices]
     O = orth.batched(stack_bucket(members, bucket), ns)
@@ -132,7 +138,7 @@ def _orthogonalize_into(
     if len(set(scales)) == 1:
         O.mul_(scales[0])
         scales = [1.0] * len(members)
-    for i, o, scale in zip(bucket.indices, O.unbind(0), scales, strict=True):
+    for i, o, scale in zip(bucket.indices, unstack_bucket(O, bucket), scales, strict=True):
         out[i] = o.reshape(u[i].shape) if scale == 1.0 else o.reshape(u[i].shape).mul(scale)
 
 
@@ -322,7 +328,11 @@ class UltralyticsMuSGD(MuSGD):
             params=params,
             grads=grads,
             bufs=bufs,
-            layout=build_layout(params, use_muon),
+            # Matrices of different shapes share padded stacks as in MuSGD (fewer, larger
+            # batched calls; on CUDA up to 16x rows and columns at up to 4x the work).
+            layout=build_layout(
+                params, use_muon, pad=pad_bound(params[0].device) if self._pad_buckets else None
+            ),
             hyper=flavour_hyper(momentum, weight_decay, lr, 1.0 - momentum),
             structure=Structure(
                 nesterov=bool(group["nesterov"]),

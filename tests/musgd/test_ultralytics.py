@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from musgd import _functional
 from musgd.ultralytics import (
     UltralyticsMuSGD,
     from_stock,
@@ -132,14 +133,32 @@ def _rel(a: Tensor, b: Tensor, scale: Tensor) -> float:
 
 @pytest.mark.parametrize(("ns_dtype", "tol"), [(torch.float32, 1e-5), (torch.bfloat16, 2**-8)])
 @pytest.mark.parametrize("nesterov", [True, False])
+@pytest.mark.parametrize("stacks", ["cpu", "cuda"])
 def test_steps_match_a_float64_reference_of_the_spec(
-    ns_dtype: torch.dtype, tol: float, nesterov: bool
+    ns_dtype: torch.dtype, tol: float, nesterov: bool, stacks: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Eight warm-up steps (lr and momentum change every step), one gradient skipped at step 3.
 
     The tolerance is relative to each parameter's total change: bf16 Newton-Schulz carries a
-    unit roundoff of 2**-8 into the orthogonalized part; in float32 it is 1e-5.
+    unit roundoff of 2**-8 into the orthogonalized part; in float32 it is 1e-5. ``stacks="cuda"``
+    stacks the matrices as on a GPU (padded blocks, wide and tall together, one transposed).
     """
+    if stacks == "cuda":
+        monkeypatch.setitem(_functional.PAD_BOUNDS, "cpu", _functional.PAD_BOUNDS["cuda"])
+    layout = _functional.build_layout(
+        make_params()[: len(MATRICES)], True, pad=_functional.pad_bound(torch.device("cpu"))
+    )
+    if stacks == "cuda":  # the GPU bound must pad and transpose here, or this tests nothing
+        assert any(b.padded for b in layout.buckets)
+        assert any(any(b.transposed) for b in layout.buckets)
+    calls: list[int] = []
+    batched = _functional.EagerOrthogonalizer.batched
+
+    def counting(self: Any, G: Tensor, ns: Any) -> Tensor:
+        calls.append(G.shape[0])
+        return batched(self, G, ns)
+
+    monkeypatch.setattr(_functional.EagerOrthogonalizer, "batched", counting)
     params = make_params()
     init = [p.detach().clone() for p in params]
     opt = UltralyticsMuSGD(stock_groups(params), ns_dtype=ns_dtype, **{**KW, "nesterov": nesterov})
@@ -151,6 +170,8 @@ def test_steps_match_a_float64_reference_of_the_spec(
         opt.step()
         grads = [p.grad for p in params]
         ref.step(grads, 0.02 * (step + 1) / 8, 0.8 + 0.015 * step, nesterov)
+    # One batched call per stack of the device's layout, every step.
+    assert calls[: len(layout.buckets)] == [len(b.indices) for b in layout.buckets]
     for p, r, p0 in zip(params, ref.p, init, strict=True):
         assert _rel(p.detach(), r, r - p0.double()) < tol, tuple(p.shape)
 

@@ -26,6 +26,7 @@ from torch import Tensor
 pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
 from ultralytics.optim.muon import MuSGD as StockMuSGD
 
+from musgd import _functional
 from musgd.ultralytics import MuSGDTrainer, UltralyticsMuSGD, muon_scale
 
 BF16_TOL = 5 * 2.0**-8
@@ -71,7 +72,17 @@ def _assert_parity(
 
 
 @pytest.mark.parametrize("nesterov", [True, False])
-def test_yolo26n_shaped_parameters_agree_with_stock_over_20_steps(nesterov: bool) -> None:
+@pytest.mark.parametrize("stacks", ["cpu", "cuda"])
+def test_yolo26n_shaped_parameters_agree_with_stock_over_20_steps(
+    nesterov: bool, stacks: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stacks="cuda"``: the matrices stacked as on a GPU (41 shapes in 6 padded stacks)."""
+    if stacks == "cuda":
+        monkeypatch.setitem(_functional.PAD_BOUNDS, "cpu", _functional.PAD_BOUNDS["cuda"])
+        zeros = [torch.zeros(s) for s in SHAPES["matrices"]]
+        pad = _functional.pad_bound(torch.device("cpu"))
+        assert len(_functional.build_layout(zeros, True, pad=pad).buckets) == 6
+
     def make() -> dict[str, list[torch.nn.Parameter]]:
         gen = torch.Generator().manual_seed(1)
         return {
