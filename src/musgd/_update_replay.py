@@ -73,10 +73,11 @@ class _UpdateEntry:
 
 
 _requires_grad = attrgetter("requires_grad")
-# Gradient layouts a recording can take: copied into owned inputs of the same strides, so the
-# recording computes on the layout eager would (a convolution's weight gradient may come back
-# channels-last from cuDNN while its parameter is contiguous: issue #16's trainer saw one group
-# fall back every step for that).
+# Layouts besides contiguous that a recording takes: channels-last. A model converted with
+# ``.to(memory_format=torch.channels_last)`` has such weights, gradients and momentum buffers
+# (issue #16's trainer does this on CUDA: one group fell back at every step until they were
+# admitted). Gradients are copied into owned inputs of the same strides, so the recording
+# computes on the layout eager would.
 _DENSE_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
