@@ -87,6 +87,11 @@ def _run(
         raise GitError(f"cannot run git ({exc.strerror}); install git and put it on PATH") from exc
 
 
+def _shown(name: str) -> str:
+    """A revision name as messages quote it: at most 60 characters (names come from users)."""
+    return name if len(name) <= 60 else f"{name[:60]}..."
+
+
 def validate_revision(name: str, what: str = "revision") -> str:
     """``name`` if it can only be read as a revision; a :class:`GitError` otherwise.
 
@@ -94,7 +99,7 @@ def validate_revision(name: str, what: str = "revision") -> str:
     ``--all`` widens the range), and whitespace or control characters would split a request
     line of ``cat-file --batch``; neither is ever part of a ref or commit name.
     """
-    shown = name if len(name) <= 60 else f"{name[:60]}..."
+    shown = _shown(name)
     if not name:
         raise GitError(f"the {what} is empty; name a commit, branch or tag")
     if name.startswith("-"):
@@ -202,11 +207,11 @@ def _verify(root: Path, revisions: Sequence[str], shallow: bool) -> None:
             continue
         if shallow:
             raise GitError(
-                f"revision `{name}` is not in this shallow clone; fetch the history first "
+                f"revision `{_shown(name)}` is not in this shallow clone; fetch the history first "
                 "(`git fetch --unshallow`, or `fetch-depth: 0` in actions/checkout)"
             )
         raise GitError(
-            f"unknown revision `{name}`; check the name (`git log --oneline`), or fetch it "
+            f"unknown revision `{_shown(name)}`; check the name (`git log --oneline`), or fetch it "
             "(`git fetch origin`)"
         )
 

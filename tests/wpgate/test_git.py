@@ -112,6 +112,14 @@ def test_unknown_revision_is_an_error(repo: Path) -> None:
         list(read_commits(repo, parse_range("nope..HEAD")))
 
 
+def test_an_unknown_revision_of_any_length_is_quoted_short(repo: Path) -> None:
+    """A 100,000-character name is not echoed whole into the message."""
+    with pytest.raises(GitError) as caught:
+        list(read_commits(repo, parse_range("a" * 100_000 + "..HEAD")))
+    assert f"unknown revision `{'a' * 60}...`;" in str(caught.value)
+    assert len(str(caught.value)) < 300
+
+
 def test_not_a_repository(tmp_path: Path) -> None:
     with pytest.raises(GitError, match="is not inside a git repository"):
         list(read_commits(tmp_path, parse_range("HEAD")))
