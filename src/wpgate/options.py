@@ -63,7 +63,8 @@ class ConfigError(Exception):
     """A wrong ``[tool.wpgate]`` setting; ``key`` is its dotted name."""
 
     def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"pyproject.toml: {key}: {message}")
+        where = "pyproject.toml" if key == "pyproject.toml" else f"pyproject.toml: {key}"
+        super().__init__(f"{where}: {message}")
         self.key = key
 
 
@@ -263,6 +264,20 @@ class DocsLayout(LinterOptions):
         "str_or_list",
         "Globs of the pages scanned for `[MEASURED]` claims.",
     )
+
+    def check(self) -> None:
+        """Every path and glob stays inside the repository: relative, with no ``..`` part (a
+        folder outside would be read, or found empty, and pass silently)."""
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            for path in value if isinstance(value, tuple) else (value,):
+                parts = path.replace("\\", "/").split("/")
+                if path.startswith(("/", "\\")) or path[1:2] == ":" or ".." in parts:
+                    raise ConfigError(
+                        f"tool.wpgate.docs.{item.name}",
+                        f"{path!r} leaves the repository; name a path relative to the "
+                        "repository root, without `..`",
+                    )
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,27 @@ def test_a_table_is_parsed_when_loaded_and_checked_when_first_read(tmp_path: Pat
 
 
 @pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("evidence", "../../etc"),
+        ("work_packages", "/etc"),
+        ("changelog", "docs/../../CHANGELOG.md"),
+        ("claims", ["docs/*.md", "..\\other\\*.md"]),
+        ("provenance", "C:/PROVENANCE.md"),
+    ],
+)
+def test_a_docs_path_outside_the_repository_is_refused_where_it_is_read(
+    tmp_path: Path, key: str, value: object
+) -> None:
+    """Tried as a stranger: ``evidence = "../../etc"`` checked nothing and passed."""
+    config_file = tmp_path / "pyproject.toml"
+    config_file.write_text(f"[tool.wpgate.docs]\n{key} = {value!r}\n".replace("'", '"'))
+    with pytest.raises(ConfigError, match=rf"docs\.{key}: .* leaves the repository"):
+        DocsLayout.from_config(load_config(tmp_path))
+    assert DocsLayout.from_section({"evidence": "docs/my..evidence"}).evidence
+
+
+@pytest.mark.parametrize(
     ("record", "section", "message"),
     [
         (DocsLayout, {"claims": 5}, "tool.wpgate.docs.claims: must be a string or a list"),

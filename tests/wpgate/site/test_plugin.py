@@ -400,4 +400,4 @@ def test_malformed_pyproject_fails_with_the_reason(
     (tmp_path / "pyproject.toml").write_text("[tool.wpgate\n", encoding="utf-8")
     with pytest.raises(Abort):
         _build(config, monkeypatch)
-    assert "wpgate: pyproject.toml: pyproject.toml: is not valid TOML" in caplog.text
+    assert "wpgate: pyproject.toml: is not valid TOML" in caplog.text
