@@ -322,9 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.commit is not None:
             check_commit(args.commit)  # before the run, not after it
+        # Every subcommand's --device is checked here, before any work: cuda without a GPU is
+        # a usage error, not a traceback from deep inside a measurement.
+        device = resolve_device(getattr(args, "device", None) or "auto")
         if args.command in MEASUREMENTS:
             return MEASUREMENTS[args.command][2](args, args_list)
-        device = resolve_device(args.device)
         return commands[args.command](args, device, args_list)
     except (UsageError, ValueError, PeerImportError) as exc:  # ValueError: values that do not fit
         print(f"error: {exc}", file=sys.stderr)

@@ -243,7 +243,9 @@ def profile_variant(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``python -m musgd.bench profile``."""
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu"
+    )
     parser.add_argument("--set", default="nano", choices=sorted(PARAMETER_SETS))
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
     parser.add_argument("--steps", type=int, default=50)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from musgd.bench._cli import EXIT_OK, EXIT_USAGE, main
 
@@ -47,3 +48,19 @@ def test_profile_refuses_a_variant_this_device_lacks(capsys: pytest.CaptureFixtu
     # The default list holds the replay variants, which need CUDA.
     assert main(["profile", *TINY, "--no-evidence"]) == EXIT_USAGE
     assert "capture_orthogonalization" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message of a machine without CUDA"
+)
+@pytest.mark.parametrize("command", ["profile", "optimizer"])
+def test_cuda_without_a_gpu_is_a_usage_error_before_any_work(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tried as a stranger: ``profile --device cuda`` on a CPU machine ended in a traceback."""
+    assert main([command, "--device", "cuda"]) == EXIT_USAGE
+    assert "--device cuda was requested but this torch sees no CUDA GPU" in capsys.readouterr().err
+
+
+def test_an_unknown_device_is_a_usage_error() -> None:
+    assert main(["profile", "--device", "foo"]) == EXIT_USAGE
