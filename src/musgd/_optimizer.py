@@ -16,6 +16,7 @@ from musgd._functional import (
     EagerOrthogonalizer,
     GroupStep,
     Hyper,
+    Layout,
     NSSettings,
     Orthogonalizer,
     PrepareFn,
@@ -289,12 +290,7 @@ class MuSGD(Optimizer):
             params=params,
             grads=grads,
             bufs=bufs,
-            # The sharded plan slices same-shape buckets across ranks: no padded stacks there.
-            layout=build_layout(
-                params,
-                group["use_muon"],
-                pad=pad_bound(params[0].device) if self._pad_buckets and not sharded else None,
-            ),
+            layout=self._layout(params, group["use_muon"], sharded=sharded),
             hyper=Hyper(
                 momentum=float(group["momentum"]),
                 weight_decay=float(group["weight_decay"]),
@@ -311,6 +307,12 @@ class MuSGD(Optimizer):
             self._sharded.step(step, orth=orth, lr=lr, body=self._prepare)
             return
         self._prepare_and_apply(index, group, step, self._prepare, orth, lr)
+
+    def _layout(self, params: list[Tensor], use_muon: bool | None, *, sharded: bool) -> Layout:
+        """The group's layout: matrices in padded stacks within the device's bound, except
+        where the sharded plan runs (it slices same-shape buckets across ranks)."""
+        pad = pad_bound(params[0].device) if self._pad_buckets and not sharded else None
+        return build_layout(params, use_muon, pad=pad)
 
     def _orthogonalizer(self, group: dict[str, Any]) -> Orthogonalizer:
         """The replaying orthogonalizer under ``capture_orthogonalization``, else the eager one."""

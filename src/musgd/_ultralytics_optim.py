@@ -46,9 +46,7 @@ from musgd._functional import (
     Orthogonalizer,
     Scalar,
     Structure,
-    build_layout,
     momentum_foreach,
-    pad_bound,
     stack_bucket,
     unstack_bucket,
 )
@@ -328,11 +326,8 @@ class UltralyticsMuSGD(MuSGD):
             params=params,
             grads=grads,
             bufs=bufs,
-            # Matrices of different shapes share padded stacks as in MuSGD (fewer, larger
-            # batched calls; on CUDA up to 16x rows and columns at up to 4x the work).
-            layout=build_layout(
-                params, use_muon, pad=pad_bound(params[0].device) if self._pad_buckets else None
-            ),
+            # Padded stacks as in MuSGD (the sharded step is refused above).
+            layout=self._layout(params, use_muon, sharded=False),
             hyper=flavour_hyper(momentum, weight_decay, lr, 1.0 - momentum),
             structure=Structure(
                 nesterov=bool(group["nesterov"]),
