@@ -15,6 +15,13 @@ from musgd import MuSGD, param_groups
 T = TypeVar("T")
 DEVICE = torch.device("cuda")
 
+# The replay flag sets the CUDA tests run: each flag alone and both, with their test ids.
+BOTH_FLAGS = {"capture_orthogonalization": True, "capture_updates": True}
+REPLAY_FLAGS = [{"capture_orthogonalization": True}, {"capture_updates": True}, BOTH_FLAGS]
+REPLAY_FLAG_IDS = ["orth", "updates", "both"]
+# The sets that record a group's whole update preparation.
+UPDATE_FLAGS = [{"capture_updates": True}, BOTH_FLAGS]
+
 
 def deterministic(fn: Callable[[], T]) -> T:
     """Run ``fn`` with deterministic cuDNN and deterministic algorithms (warn-only for cuBLAS).

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from musgd_reference import MUON_TRIPLE, rel_err
+from replay_helpers import REPLAY_FLAG_IDS, REPLAY_FLAGS
 from torch import Tensor
 
 from musgd import MuSGD, orthogonalize
@@ -115,12 +116,8 @@ def _run(name: str, options: dict[str, Any], steps: int = 4) -> tuple[MuSGD, lis
 
 @pytest.mark.parametrize(
     "flags",
-    [
-        {"capture_orthogonalization": True},
-        {"capture_updates": True},
-        {"capture_orthogonalization": True, "capture_updates": True},
-    ],
-    ids=["orth", "updates", "both"],
+    REPLAY_FLAGS,
+    ids=REPLAY_FLAG_IDS,
 )
 def test_replayed_triton_steps_are_bit_identical_to_eager(flags: dict[str, bool]) -> None:
     _, eager = _run("yolo26n", {})

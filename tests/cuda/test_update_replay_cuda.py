@@ -40,7 +40,11 @@ from replay_common import (
     step_both,
 )
 from replay_helpers import (
+    BOTH_FLAGS,
     DEVICE,
+    REPLAY_FLAG_IDS,
+    REPLAY_FLAGS,
+    UPDATE_FLAGS,
     assert_runs_identical,
     deterministic,
     train_detector,
@@ -151,9 +155,7 @@ def test_structural_changes_record_new_keys() -> None:
 
 
 def test_skipped_gradients_and_changing_bucket_order() -> None:
-    ref_p, ref, rep_p, rep = twins(
-        flags={"capture_updates": True, "capture_orthogonalization": True}
-    )
+    ref_p, ref, rep_p, rep = twins(flags=BOTH_FLAGS)
     skips = [frozenset(), frozenset({0, 7}), frozenset({2}), frozenset(), frozenset({0, 7})]
     for step in range(10):
         step_both(ref_p, ref, rep_p, rep, step, skip=skips[step % len(skips)])
@@ -310,9 +312,7 @@ def test_failed_recording_continues_eagerly_and_exactly(where: str) -> None:
 
 
 def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None:
-    ref_p, ref, rep_p, rep = twins(
-        flags={"capture_updates": True, "capture_orthogonalization": True}
-    )
+    ref_p, ref, rep_p, rep = twins(flags=BOTH_FLAGS)
     scalers = [torch.amp.GradScaler("cuda", init_scale=2.0**8) for _ in range(2)]
     gen = torch.Generator().manual_seed(5)
     weights = [torch.randn(p.shape, generator=gen).to(DEVICE) for p in ref_p]
@@ -343,9 +343,7 @@ def test_count_regression_zero_eager_bodies_during_replayed_steps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ns_calls = count_ns_bodies(monkeypatch)  # the torch backend's body: ask for that backend
-    ref_p, ref, rep_p, rep = twins(
-        flags={"capture_updates": True, "capture_orthogonalization": True}, ns_backend="torch"
-    )
+    ref_p, ref, rep_p, rep = twins(flags=BOTH_FLAGS, ns_backend="torch")
     prep_calls = [0]
     real = rep._prepare
 
@@ -389,7 +387,7 @@ def test_memory_with_the_flags_off_and_on() -> None:
     variants: dict[str, dict[str, bool]] = {
         "off": {},
         "capture_updates": {"capture_updates": True},
-        "both": {"capture_updates": True, "capture_orthogonalization": True},
+        "both": BOTH_FLAGS,
     }
     peaks = {name: _peaks(flags) for name, flags in variants.items()}
     print(
@@ -438,7 +436,7 @@ def test_a_second_optimizer_holds_no_new_cublas_workspaces() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "flags",
-    [{"capture_updates": True}, {"capture_updates": True, "capture_orthogonalization": True}],
+    UPDATE_FLAGS,
 )
 def test_200_step_nano_detector_run_is_byte_identical(flags: dict[str, bool]) -> None:
     def runs() -> tuple[Any, Any]:
@@ -458,12 +456,8 @@ PADDED_MATRICES = [(64, 32, 3, 3), (48, 32, 3, 3), (16, 32, 3, 3)]
 
 @pytest.mark.parametrize(
     "flags",
-    [
-        {"capture_orthogonalization": True},
-        {"capture_updates": True},
-        {"capture_orthogonalization": True, "capture_updates": True},
-    ],
-    ids=["orth", "updates", "both"],
+    REPLAY_FLAGS,
+    ids=REPLAY_FLAG_IDS,
 )
 def test_zero_padded_stacks_replay_the_eager_bits(flags: dict[str, bool]) -> None:
     shapes = [*PADDED_MATRICES, (64,), (48,)]
@@ -486,7 +480,7 @@ def test_zero_padded_stacks_replay_the_eager_bits(flags: dict[str, bool]) -> Non
 
 @pytest.mark.parametrize(
     "flags",
-    [{"capture_updates": True}, {"capture_updates": True, "capture_orthogonalization": True}],
+    UPDATE_FLAGS,
 )
 def test_channels_last_gradients_replay_bit_identically(flags: dict[str, bool]) -> None:
     """Channels-last gradients, of contiguous parameters (cuDNN may return them) or of
