@@ -5,6 +5,13 @@ Triton interprets these kernels on the CPU is decided when this module is first 
 reads ``TRITON_INTERPRET`` then). Each tile of every output is written by one program, with a
 fixed reduction order and no atomics: results are deterministic.
 
+The iteration's workspaces hold every matrix padded with zeros to whole tiles (``MP x NP`` for
+``X``, ``MP x MP`` for ``A`` and ``B``), at offsets and row strides that are multiples of the
+tile: the product kernels then read and write whole tiles with no masks and no index wrapping,
+and (told so by ``tl.multiple_of``) with vectorized, aligned accesses. Zero padding is closed
+under the iteration: padded rows and columns of ``X`` give zero rows and columns of ``A`` and
+``B``, which give zeros again in ``X``'s padding; they add exact zeros to every sum.
+
 ``UPCAST`` (interpreter only) widens bf16/fp16 operands to float32 before each block product:
 Triton's CPU interpreter multiplies bf16 blocks wrongly (numpy has no bf16), and the widening is
 exact, since a product of two bf16 or fp16 values fits in float32.
@@ -16,6 +23,29 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _problem(problems, tiles, BM: tl.constexpr, COLS: tl.constexpr):
+    """A program's problem row and the row/column indices of its output tile."""
+    t = tiles + tl.program_id(0) * 3
+    p = tl.load(t)
+    ti = tl.load(t + 1)
+    tj = tl.load(t + 2)
+    rm = ti * BM + tl.arange(0, BM)
+    rn = tj * BM + tl.arange(0, BM)
+    return p, problems + p * COLS, rm, rn, ti != tj
+
+
+@triton.jit
+def _padded(row, BM: tl.constexpr):
+    """A matrix's padded working extents ``(MP, NP)`` and its ``X`` and ``A`` offsets, each a
+    multiple of the tile (the plan pads them so)."""
+    mp = tl.multiple_of(tl.load(row + 8).to(tl.int32), BM)
+    np_ = tl.multiple_of(tl.load(row + 9).to(tl.int32), BM)
+    x_off = tl.multiple_of(tl.load(row + 2), BM)
+    a_off = tl.multiple_of(tl.load(row + 3), BM)
+    return mp, np_, x_off, a_off
 
 
 @triton.jit
@@ -32,9 +62,9 @@ def _source_tile(src, row, rm, rn, m, n, mask):
 
 
 @triton.jit
-def sumsq(src, partial, problems, tiles, BM: tl.constexpr):
+def sumsq(src, partial, problems, tiles, BM: tl.constexpr, COLS: tl.constexpr):
     """The sum of squares of one tile of one matrix, into ``partial`` at the tile's index."""
-    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM)
+    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM, COLS)
     m = tl.load(row + 0).to(tl.int32)
     n = tl.load(row + 1).to(tl.int32)
     mask = (rm[:, None] < m) & (rn[None, :] < n)
@@ -43,12 +73,24 @@ def sumsq(src, partial, problems, tiles, BM: tl.constexpr):
 
 
 @triton.jit
-def normalize(src, x, partial, problems, tiles, eps, BM: tl.constexpr, REDUCE: tl.constexpr):
-    """``X = G / (‖G‖_F + eps)`` on one tile, in the working dtype. Every tile of a matrix
-    adds that matrix's tile partials in the same fixed order, so all see the same norm."""
-    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM)
+def normalize(
+    src,
+    x,
+    partial,
+    problems,
+    tiles,
+    eps,
+    BM: tl.constexpr,
+    REDUCE: tl.constexpr,
+    COLS: tl.constexpr,
+):
+    """``X = G / (‖G‖_F + eps)`` on one tile of the padded ``X``, in the working dtype (zeros
+    in the padding). Every tile of a matrix adds that matrix's tile partials in the same fixed
+    order, so all see the same norm."""
+    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM, COLS)
     m = tl.load(row + 0).to(tl.int32)
     n = tl.load(row + 1).to(tl.int32)
+    _mp, np_, x_off, _a_off = _padded(row, BM)
     first = tl.load(row + 6)
     count = tl.load(row + 7).to(tl.int32)
     lanes = tl.arange(0, REDUCE)
@@ -61,20 +103,7 @@ def normalize(src, x, partial, problems, tiles, eps, BM: tl.constexpr, REDUCE: t
     inv = 1.0 / (tl.sqrt(tl.sum(acc, axis=0)) + eps)
     mask = (rm[:, None] < m) & (rn[None, :] < n)
     v = _source_tile(src, row, rm, rn, m, n, mask)
-    ptrs = x + tl.load(row + 2) + rm[:, None] * n + rn[None, :]
-    tl.store(ptrs, (v * inv).to(x.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _problem(problems, tiles, BM: tl.constexpr):
-    """A program's problem row and the row/column indices of its output tile."""
-    t = tiles + tl.program_id(0) * 3
-    p = tl.load(t)
-    ti = tl.load(t + 1)
-    tj = tl.load(t + 2)
-    rm = ti * BM + tl.arange(0, BM)
-    rn = tj * BM + tl.arange(0, BM)
-    return p, problems + p * 8, rm, rn, ti != tj
+    tl.store(x + x_off + rm[:, None] * np_ + rn[None, :], (v * inv).to(x.dtype.element_ty))
 
 
 @triton.jit
@@ -85,66 +114,75 @@ def _mma(left, right, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _store_symmetric(base, m, rm, rn, out, mirror):
-    """Store a tile of a symmetric ``m x m`` result and, off the diagonal, its mirror."""
-    mask = (rm[:, None] < m) & (rn[None, :] < m)
-    tl.store(base + rm[:, None] * m + rn[None, :], out, mask=mask)
+def _store_symmetric(base, ld, rm, rn, out, mirror):
+    """Store a whole tile of a symmetric padded result (row stride ``ld``) and, off the
+    diagonal, its mirror."""
+    tl.store(base + rm[:, None] * ld + rn[None, :], out)
     if mirror:
-        tl.store(base + rn[None, :] * m + rm[:, None], out, mask=mask)
+        tl.store(base + rn[None, :] * ld + rm[:, None], out)
 
 
 @triton.jit
-def _square_times(sq, m, rm, rhs, w, rn, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
-    """``S[rm, :] · R[:, rn]`` in fp32, for ``S`` (``m x m``) at ``sq`` and ``R`` (``m x w``) at
-    ``rhs``, both row-major; out-of-range rows and columns are read clamped, never stored."""
+def _square_times(sq, mp, rm, rhs, w, rn, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
+    """``S[rm, :] · R[:, rn]`` in fp32, for the padded ``S`` (``mp x mp``) at ``sq`` and ``R``
+    (``mp x w``) at ``rhs``, both row-major with whole tiles."""
     rk = tl.arange(0, BK)
-    left = sq + (rm % m)[:, None] * m + rk[None, :]
-    right = rhs + rk[:, None] * w + (rn % w)[None, :]
+    left = sq + rm[:, None] * mp + rk[None, :]
+    right = rhs + rk[:, None] * w + rn[None, :]
     acc = tl.zeros((BM, BM), dtype=tl.float32)
-    for k in range(0, m, BK):
-        lt = tl.load(left, mask=rk[None, :] < m - k, other=0.0)
-        rt = tl.load(right, mask=rk[:, None] < m - k, other=0.0)
-        acc = _mma(lt, rt, acc, UPCAST)
+    for _k in range(0, mp, BK):
+        acc = _mma(tl.load(left), tl.load(right), acc, UPCAST)
         left += BK
         right += BK * w
     return acc
 
 
 @triton.jit
-def gram(x, a, problems, tiles, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
+def gram(
+    x,
+    a,
+    problems,
+    tiles,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    UPCAST: tl.constexpr,
+    COLS: tl.constexpr,
+):
     """``A = X·Xᵀ`` on one lower-triangle tile; both operands are row blocks of X."""
-    _p, row, rm, rn, mirror = _problem(problems, tiles, BM)
-    m = tl.load(row + 0).to(tl.int32)
-    n = tl.load(row + 1).to(tl.int32)
-    xb = x + tl.load(row + 2)
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM, COLS)
+    mp, np_, x_off, a_off = _padded(row, BM)
     rk = tl.arange(0, BK)
-    # Rows past m are read as row (r mod m) -- in bounds -- and never stored.
-    left = xb + (rm % m)[:, None] * n + rk[None, :]
-    right = xb + (rn % m)[:, None] * n + rk[None, :]
+    left = x + x_off + rm[:, None] * np_ + rk[None, :]
+    right = x + x_off + rn[:, None] * np_ + rk[None, :]
     acc = tl.zeros((BM, BM), dtype=tl.float32)
-    for k in range(0, n, BK):
-        kmask = rk[None, :] < n - k
-        lt = tl.load(left, mask=kmask, other=0.0)
-        rt = tl.load(right, mask=kmask, other=0.0)
-        acc = _mma(lt, tl.trans(rt), acc, UPCAST)
+    for _k in range(0, np_, BK):
+        acc = _mma(tl.load(left), tl.trans(tl.load(right)), acc, UPCAST)
         left += BK
         right += BK
-    _store_symmetric(a + tl.load(row + 3), m, rm, rn, acc.to(a.dtype.element_ty), mirror)
+    _store_symmetric(a + a_off, mp, rm, rn, acc.to(a.dtype.element_ty), mirror)
 
 
 @triton.jit
 def poly(
-    a, b_out, problems, tiles, cb, cc, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr
+    a,
+    b_out,
+    problems,
+    tiles,
+    cb,
+    cc,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    UPCAST: tl.constexpr,
+    COLS: tl.constexpr,
 ):
     """``B = b·A + c·A·A`` on one lower-triangle tile (A symmetric, so is B)."""
-    _p, row, rm, rn, mirror = _problem(problems, tiles, BM)
-    m = tl.load(row + 0).to(tl.int32)
-    ab = a + tl.load(row + 3)
-    acc = _square_times(ab, m, rm, ab, m, rn, BM, BK, UPCAST)
-    mask = (rm[:, None] < m) & (rn[None, :] < m)
-    aij = tl.load(ab + rm[:, None] * m + rn[None, :], mask=mask, other=0.0)
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM, COLS)
+    mp, _np, _x_off, a_off = _padded(row, BM)
+    ab = a + a_off
+    acc = _square_times(ab, mp, rm, ab, mp, rn, BM, BK, UPCAST)
+    aij = tl.load(ab + rm[:, None] * mp + rn[None, :])
     out = (cb * aij.to(tl.float32) + cc * acc).to(b_out.dtype.element_ty)
-    _store_symmetric(b_out + tl.load(row + 3), m, rm, rn, out, mirror)
+    _store_symmetric(b_out + a_off, mp, rm, rn, out, mirror)
 
 
 @triton.jit
@@ -160,18 +198,20 @@ def update(
     BK: tl.constexpr,
     FINAL: tl.constexpr,
     UPCAST: tl.constexpr,
+    COLS: tl.constexpr,
 ):
     """``X' = a·X + B·X`` on one tile; the last iteration writes ``scale·X'`` in the matrix's
-    own orientation and dtype (``out`` is then the packed result)."""
-    p, row, rm, rn, _mirror = _problem(problems, tiles, BM)
-    m = tl.load(row + 0).to(tl.int32)
-    n = tl.load(row + 1).to(tl.int32)
-    xb = x + tl.load(row + 2)
-    acc = _square_times(bmat + tl.load(row + 3), m, rm, xb, n, rn, BM, BK, UPCAST)
-    mask = (rm[:, None] < m) & (rn[None, :] < n)
-    xij = tl.load(xb + rm[:, None] * n + rn[None, :], mask=mask, other=0.0)
+    own orientation, extent and dtype (``out`` is then the packed result)."""
+    p, row, rm, rn, _mirror = _problem(problems, tiles, BM, COLS)
+    mp, np_, x_off, a_off = _padded(row, BM)
+    xb = x + x_off
+    acc = _square_times(bmat + a_off, mp, rm, xb, np_, rn, BM, BK, UPCAST)
+    xij = tl.load(xb + rm[:, None] * np_ + rn[None, :])
     res = ca * xij.to(tl.float32) + acc
     if FINAL:
+        m = tl.load(row + 0).to(tl.int32)
+        n = tl.load(row + 1).to(tl.int32)
+        mask = (rm[:, None] < m) & (rn[None, :] < n)
         # Round to the working dtype (as the torch backend's result is), then scale.
         res = res.to(x.dtype.element_ty).to(tl.float32) * tl.load(scales + p)
         base = out + tl.load(row + 4)
@@ -182,5 +222,4 @@ def update(
             ptrs = base + rm[:, None] * n + rn[None, :]
         tl.store(ptrs, res.to(out.dtype.element_ty), mask=mask)
     else:
-        ptrs = out + tl.load(row + 2) + rm[:, None] * n + rn[None, :]
-        tl.store(ptrs, res.to(out.dtype.element_ty), mask=mask)
+        tl.store(out + x_off + rm[:, None] * np_ + rn[None, :], res.to(out.dtype.element_ty))

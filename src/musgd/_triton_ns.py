@@ -38,9 +38,11 @@ BACKENDS = ("auto", "triton", "torch")
 TRITON_NS_DTYPES = (torch.bfloat16, torch.float16)
 # Columns of the problem table (int64): working (m, n) with m <= n, offsets of X and A/B in
 # their workspaces, offset of the matrix in the packed source, whether X is the source's
-# transpose (a tall source), and the range of the matrix's tiles in the rectangular tile table.
-_M, _N, _XOFF, _AOFF, _SOFF, _TRANS, _TILE0, _TILES = range(8)
-_COLUMNS = 8
+# transpose (a tall source), the range of the matrix's tiles in the rectangular tile table, and
+# the working extents padded to whole tiles (the workspaces' row strides). The kernels read
+# them by these positions.
+_M, _N, _XOFF, _AOFF, _SOFF, _TRANS, _TILE0, _TILES, _MP, _NP = range(10)
+_COLUMNS = 10
 # Plans (device tables) are kept for the life of the process: CUDA graphs recorded over a plan
 # read its tables by address. Beyond this many layouts new plans are built per call, which a
 # CUDA-graph capture cannot do (building one copies host tables to the device): there it raises
@@ -120,18 +122,25 @@ def build_plan(
     work = [(min(r, c), max(r, c)) for r, c in shapes]
     if tiles is None:
         tiles = LARGE_TILES if max(m for m, _ in work) >= LARGE_ROWS else SMALL_TILES
+    if tiles.block % tiles.block_k or tiles.block < 16 or tiles.block_k < 16:
+        raise ValueError(
+            f"tile block {tiles.block} must be a multiple of block_k {tiles.block_k}, both at "
+            "least 16: the kernels step whole block_k slices over matrices padded to whole blocks"
+        )
     rows: list[list[int]] = []
     square: list[tuple[int, int, int]] = []
     rect: list[tuple[int, int, int]] = []
     x_off = a_off = s_off = 0
     for p, ((r, c), (m, n)) in enumerate(zip(shapes, work, strict=True)):
-        # Source layout is the matrix's (r, c) row-major view; X is it, or its transpose.
+        # Source layout is the matrix's (r, c) row-major view; X is it, or its transpose. The
+        # workspaces hold X and A padded to whole tiles (see musgd._triton_kernels).
         tm, tn = _tile_count(m, tiles.block), _tile_count(n, tiles.block)
-        rows.append([m, n, x_off, a_off, s_off, int(r > c), len(rect), tm * tn])
+        mp, np_ = tm * tiles.block, tn * tiles.block
+        rows.append([m, n, x_off, a_off, s_off, int(r > c), len(rect), tm * tn, mp, np_])
         square.extend((p, i, j) for i in range(tm) for j in range(i + 1))
         rect.extend((p, i, j) for i in range(tm) for j in range(tn))
-        x_off += m * n
-        a_off += m * m
+        x_off += mp * np_
+        a_off += mp * mp
         s_off += r * c
     scales = [0.2 * math.sqrt(max(r, c)) for r, c in shapes]
     return TablePlan(
@@ -215,11 +224,14 @@ def run_plan(
         "num_warps": cfg.num_warps,
         "num_stages": cfg.num_stages,
         "UPCAST": interpreting(),
+        "COLS": _COLUMNS,
     }
     # The Frobenius norms: one program per tile of each matrix, in two launches (tile sums of
     # squares, then every tile adds its matrix's sums in one fixed order and scales itself).
     partial = torch.empty(rect[0], dtype=torch.float32, device=src.device)
-    k.sumsq[rect](src, partial, plan.problems, plan.rect_tiles, BM=cfg.block, num_warps=4)
+    k.sumsq[rect](
+        src, partial, plan.problems, plan.rect_tiles, BM=cfg.block, COLS=_COLUMNS, num_warps=4
+    )
     k.normalize[rect](
         src,
         x,
@@ -229,6 +241,7 @@ def run_plan(
         eps,
         BM=cfg.block,
         REDUCE=NORMALIZE_REDUCE,
+        COLS=_COLUMNS,
         num_warps=4,
     )
     last = len(triples) - 1

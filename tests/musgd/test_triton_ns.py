@@ -120,11 +120,13 @@ def test_plan_covers_one_triangle_of_each_gram_and_every_update_tile() -> None:
     # Working shapes (70, 130) and (10, 200); 64-wide tiles: 2x2 and 1x1 Gram grids.
     assert plan.square_tiles.tolist() == [[0, 0, 0], [0, 1, 0], [0, 1, 1], [1, 0, 0]]
     assert len(plan.rect_tiles) == 2 * 3 + 1 * 4
-    assert plan.x_numel == 70 * 130 + 10 * 200
-    assert plan.a_numel == 70 * 70 + 10 * 10
+    # The workspaces hold each matrix padded to whole tiles: X 128x192 and 64x256, A 128x128
+    # and 64x64, at offsets (and row strides) that are multiples of the tile.
+    assert plan.x_numel == 128 * 192 + 64 * 256
+    assert plan.a_numel == 128 * 128 + 64 * 64
     # The tall matrix is read transposed (X[r, c] = G[c, r]); its tiles follow the first's six.
-    assert plan.problems[0].tolist() == [70, 130, 0, 0, 0, 0, 0, 6]
-    assert plan.problems[1].tolist() == [10, 200, 70 * 130, 70 * 70, 70 * 130, 1, 6, 4]
+    assert plan.problems[0].tolist() == [70, 130, 0, 0, 0, 0, 0, 6, 128, 192]
+    assert plan.problems[1].tolist() == [10, 200, 128 * 192, 128 * 128, 70 * 130, 1, 6, 4, 64, 256]
     assert plan.rect_tiles[6:].tolist() == [[1, 0, j] for j in range(4)]
 
 

@@ -63,11 +63,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
 NS_STACKS = ((24, 1024, 4096), (8, 4096, 4096))
 # The tile configurations `triton-tiles` tries, named block/block_k/warps/stages.
 CONFIGS = {
+    "32/32/w2/s3": T.TileConfig(32, 32, 2, 3),
+    "32/32/w4/s3": T.TileConfig(32, 32, 4, 3),
     "64/32/w4/s3": T.TileConfig(64, 32, 4, 3),
     "64/64/w4/s3": T.TileConfig(64, 64, 4, 3),
+    "64/64/w4/s4": T.TileConfig(64, 64, 4, 4),
     "128/32/w4/s3": T.TileConfig(128, 32, 4, 3),
     "128/64/w4/s3": T.TileConfig(128, 64, 4, 3),
     "128/64/w8/s3": T.TileConfig(128, 64, 8, 3),
+    "128/64/w8/s4": T.TileConfig(128, 64, 8, 4),
+    "128/128/w8/s3": T.TileConfig(128, 128, 8, 3),
 }
 
 
