@@ -20,6 +20,7 @@ from torch.optim import Optimizer
 
 from musgd._functional import matrix_shape
 from musgd._optimizer import MuSGD
+from musgd._ultralytics_optim import UltralyticsMuSGD
 
 LR = 0.02
 # Hyperparameters shared by every variant, so that they differ only in how they execute.
@@ -177,6 +178,54 @@ def _module_found(name: str) -> bool:
         return False
 
 
+def _ultralytics_groups(
+    params: Iterable[Tensor] | Iterable[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The groups the Ultralytics update rule takes: matrices (the routed ``(rows, cols)``
+    views, conv kernels as they are) with ``use_muon``, the vectors without."""
+    tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
+    groups = [
+        {"params": [p for p in tensors if matrix_shape(p.shape) is not None], "use_muon": True},
+        {"params": [p for p in tensors if matrix_shape(p.shape) is None], "use_muon": False},
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def ultralytics_flavour_variants() -> list[Variant]:
+    """This package's Ultralytics-compatible optimizer (``musgd.ultralytics``) on the same
+    groups and hyperparameters as the Ultralytics peer, eager and with both replay flags: what
+    a YOLO26 user switching to it gets, timed beside the peer it replaces."""
+
+    def flavour(**options: Any) -> BuildFn:
+        def build(params: Iterable[Tensor] | Iterable[dict[str, Any]]) -> Optimizer:
+            optimizer: Optimizer = UltralyticsMuSGD(
+                _ultralytics_groups(params),
+                lr=LR,
+                momentum=MOMENTUM,
+                nesterov=True,
+                weight_decay=0.0,
+                muon=ULTRALYTICS_MUON,
+                sgd=ULTRALYTICS_SGD,
+                **options,
+            )
+            return optimizer
+
+        return build
+
+    return [
+        Variant(f"{FLAVOUR_NAME} eager", flavour(), timing_only=True),
+        Variant(
+            f"{FLAVOUR_NAME} both",
+            flavour(capture_orthogonalization=True, capture_updates=True),
+            cuda_only=True,
+            timing_only=True,
+        ),
+    ]
+
+
+FLAVOUR_NAME = "musgd.ultralytics"
+
+
 def ultralytics_variant() -> Variant | None:
     """The installed Ultralytics MuSGD as an external peer, or None when it is not installed.
 
@@ -199,13 +248,8 @@ def ultralytics_variant() -> Variant | None:
                 f"import ({type(exc).__name__}: {exc}); fix the ultralytics install or leave "
                 "the peer out with --variants"
             ) from None
-        tensors = [t for p in params for t in (p["params"] if isinstance(p, dict) else [p])]
-        groups = [
-            {"params": [p for p in tensors if matrix_shape(p.shape) is not None], "use_muon": True},
-            {"params": [p for p in tensors if matrix_shape(p.shape) is None], "use_muon": False},
-        ]
         optimizer: Optimizer = peer(
-            [g for g in groups if g["params"]],
+            _ultralytics_groups(params),
             lr=LR,
             momentum=MOMENTUM,
             nesterov=True,
@@ -225,7 +269,11 @@ def all_variants() -> list[Variant]:
     peers = [torch_muon_variant(), ultralytics]
     if ultralytics is not None:
         peers.append(ultralytics.graphed())
-    return [*musgd_variants(), *(p for p in peers if p is not None)]
+    return [
+        *musgd_variants(),
+        *ultralytics_flavour_variants(),
+        *(p for p in peers if p is not None),
+    ]
 
 
 def select_variants(

@@ -139,3 +139,30 @@ def test_graphed_variants_time_a_whole_step_graph_on_cuda_only(
     opt = musgd_variants()[1].build([torch.zeros(3, 3, requires_grad=True)])
     assert musgd_variants()[1].stepper(opt) is opt
     assert isinstance(graphed[0].stepper(opt), _variants.WholeStepGraph)
+
+
+def test_ultralytics_flavour_variants_build_ours_on_the_peer_groups_without_ultralytics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from musgd.ultralytics import UltralyticsMuSGD
+
+    monkeypatch.setattr(_variants, "_module_found", lambda name: False)
+    names = [v.name for v in select_variants(None, CPU)]
+    assert f"{_variants.FLAVOUR_NAME} eager" in names
+    assert f"{_variants.FLAVOUR_NAME} both" not in names  # replay flags: CUDA only
+    (eager,) = select_variants([f"{_variants.FLAVOUR_NAME} eager"], CPU)
+    assert eager.timing_only
+    conv = torch.randn(8, 4, 3, 3, requires_grad=True)
+    bias = torch.randn(8, requires_grad=True)
+    opt = eager.build([conv, bias])
+    assert isinstance(opt, UltralyticsMuSGD)
+    assert (opt.muon, opt.sgd) == (0.2, 1.0)
+    assert [(g["use_muon"], g["params"]) for g in opt.param_groups] == [
+        (True, [conv]),
+        (False, [bias]),
+    ]
+    before = conv.detach().clone()
+    conv.grad, bias.grad = torch.ones_like(conv), torch.ones_like(bias)
+    opt.step()
+    assert not torch.equal(conv.detach(), before)
+    assert set(opt.state[conv]) >= {"momentum_buffer", "momentum_buffer_SGD"}
