@@ -83,16 +83,15 @@ class TileConfig:
     num_stages: int
 
 
-# Measured on the H200 (docs/evidence/musgd-triton-tiles-h200-d844cf2.json, the rows whose block
-# equals the plan's: the script then re-tiled plans without rebuilding their tile tables): for
-# the yolo26n table 64x64 tiles with BK 64 replayed fastest (0.86 ms); for the yolo26s/m tables
-# and the 24x1024x4096 and 8x4096x4096 stacks 128x128 tiles with BK 64 and 8 warps did (2.38 and
-# 4.21 ms; 33.4 and 211.3 ms), 64x64 tiles took 55.4 and 359.9 ms on the stacks
-# (musgd-triton-ns-h200-b4ed20a.json).
+# Measured on the H200 with the padded, aligned kernels (docs/evidence/
+# musgd-triton-tiles-h200-2c734a6.json, five iterations): 64x64 tiles with BK 64 and 4 warps
+# replayed the YOLO26 tables fastest (yolo26n/s/m 0.185 / 0.545 / 1.094 ms; 128x128 tiles
+# 0.267 / 0.645 / 1.150 ms), and 128x128 tiles with BK 64, 8 warps and 4 stages ran the large
+# stacks fastest (24x1024x4096 5.59 ms, 8x4096x4096 22.5 ms; 64x64 tiles 7.0 and 35.3 ms).
 SMALL_TILES = TileConfig(block=64, block_k=64, num_warps=4, num_stages=3)
-LARGE_TILES = TileConfig(block=128, block_k=64, num_warps=8, num_stages=3)
-# A plan whose largest working row count reaches this uses the large tiles.
-LARGE_ROWS = 512
+LARGE_TILES = TileConfig(block=128, block_k=64, num_warps=8, num_stages=4)
+# A plan whose largest working row count reaches this uses the large tiles (YOLO26's reach 512).
+LARGE_ROWS = 1024
 
 
 @dataclass(frozen=True)
@@ -160,6 +159,20 @@ _PLANS: dict[tuple[tuple[tuple[int, int], ...], torch.device], TablePlan] = {}
 _PLANS_LOCK = threading.Lock()
 
 
+def _refuse_inside_capture(device: torch.device, cache: dict[Any, Any], what: str) -> None:
+    """Raise PlanUnavailableError when ``what`` (device tables) is needed inside a capture."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        why = (
+            f"the cache is full ({MAX_PLANS} layouts)"
+            if len(cache) >= MAX_PLANS
+            else "this layout was never stepped outside a capture: run one step before capturing"
+        )
+        raise PlanUnavailableError(
+            f"MuSGD's Triton Newton-Schulz needs new {what} inside a CUDA-graph capture, where "
+            f"none can be built: {why}"
+        )
+
+
 def plan_for(shapes: tuple[tuple[int, int], ...], device: torch.device) -> TablePlan:
     """The cached plan of ``shapes`` on ``device`` (built on first use, outside any capture)."""
     key = (shapes, device)
@@ -167,21 +180,31 @@ def plan_for(shapes: tuple[tuple[int, int], ...], device: torch.device) -> Table
         plan = _PLANS.get(key)
     if plan is not None:
         return plan
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        why = (
-            f"the plan cache is full ({MAX_PLANS} layouts)"
-            if len(_PLANS) >= MAX_PLANS
-            else "this layout was never stepped outside a capture: run one step before capturing"
-        )
-        raise PlanUnavailableError(
-            f"MuSGD's Triton Newton-Schulz needs a new plan (device tables) inside a CUDA-graph "
-            f"capture, where none can be built: {why}"
-        )
+    _refuse_inside_capture(device, _PLANS, "plan (device tables)")
     plan = build_plan(shapes, device)
     with _PLANS_LOCK:
         if len(_PLANS) < MAX_PLANS:
             plan = _PLANS.setdefault(key, plan)
     return plan
+
+
+_SCALES: dict[tuple[tuple[float, ...], torch.device], Tensor] = {}
+
+
+def scales_for(scales: tuple[float, ...], device: torch.device) -> Tensor:
+    """The cached float32 device tensor of per-matrix result scales (for a rule other than the
+    plan's ``0.2·sqrt(max(rows, cols))``), built on first use, outside any capture."""
+    key = (scales, device)
+    with _PLANS_LOCK:
+        found = _SCALES.get(key)
+    if found is not None:
+        return found
+    _refuse_inside_capture(device, _SCALES, "result scales")
+    built = torch.tensor(scales, dtype=torch.float32, device=device)
+    with _PLANS_LOCK:
+        if len(_SCALES) < MAX_PLANS:
+            built = _SCALES.setdefault(key, built)
+    return built
 
 
 def _kernels() -> Any:
@@ -205,8 +228,10 @@ def run_plan(
     triples: Sequence[tuple[float, float, float]],
     eps: float,
     dtype: torch.dtype,
+    scales: Tensor | None = None,
 ) -> Tensor:
-    """``scale · NS(matrix)`` for every matrix packed (row-major, in plan order) in ``src``.
+    """``scale · NS(matrix)`` for every matrix packed (row-major, in plan order) in ``src``,
+    ``scale`` the plan's (``0.2·sqrt(max(rows, cols))``) or the matrix's entry of ``scales``.
 
     Returns a fresh flat tensor of ``src``'s dtype and layout. Launches ``2 + 3·len(triples)``
     kernels; the caller has checked that the backend applies.
@@ -258,7 +283,7 @@ def run_plan(
             x,
             out if final else x_next,
             plan.problems,
-            plan.scales,
+            plan.scales if scales is None else scales,
             plan.rect_tiles,
             ca,
             BM=cfg.block,
@@ -272,9 +297,9 @@ def run_plan(
 
 #: The most Newton-Schulz arithmetic (nominal FLOP per step) a group may have for ``"auto"`` to
 #: run it through the Triton table. Small tables are launch-bound, where the table's few launches
-#: win; large ones are arithmetic-bound, where the kernels reach 12-13% of cuBLAS (WP-009: on the
-#: H200 the eager step of yolo26m, 186 GFLOP, took 5.3 ms with the table and 8.6 ms with torch,
-#: while 24x1024x4096 took 33.2 ms against 4.4 ms). 300 GFLOP is about 4 ms of table time.
+#: win; beyond this, cuBLAS is as fast or faster on most shapes (H200, 2c734a6, WP-009: yolo26m,
+#: 186 GFLOP, replays its table in 1.09 ms; 24x1024x4096, 2.3 TFLOP, takes 5.5 ms against
+#: torch's 4.3 ms, while 8x4096x4096 takes 22.4 ms against 26.7 ms).
 AUTO_MAX_FLOP = 300e9
 
 
@@ -337,9 +362,11 @@ def orthogonalize_table(
     eps: float,
     dtype: torch.dtype,
     run: Callable[[Hashable, Tensor, Callable[[Tensor], Tensor]], Tensor] | None = None,
+    scales: tuple[float, ...] | None = None,
 ) -> tuple[Tensor, list[Tensor]] | None:
-    """``0.2·sqrt(max(rows, cols))·NS(m)`` for each matrix ``m`` of ``members`` (``shapes`` are
-    their ``(rows, cols)`` views): one fresh flat tensor and its per-member views.
+    """``0.2·sqrt(max(rows, cols))·NS(m)`` (or ``scales[i]·NS(m)``) for each matrix ``m`` of
+    ``members`` (``shapes`` are their ``(rows, cols)`` views): one fresh flat tensor and its
+    per-member views.
 
     Returns None when the Triton backend does not apply (saying why once, see
     :func:`warn_fallback`). ``run(key, src, fn)`` may replace the direct call ``fn(src)`` on the
@@ -359,13 +386,14 @@ def orthogonalize_table(
         warn_fallback(requested, reason)
         return None
     plan = plan_for(shapes, first.device)
+    scale_tensor = None if scales is None else scales_for(scales, first.device)
     src = torch.cat([m.reshape(-1) for m in members])
     triples = tuple(triples)
 
     def table(packed: Tensor) -> Tensor:
-        return run_plan(plan, packed, triples, eps, dtype)
+        return run_plan(plan, packed, triples, eps, dtype, scale_tensor)
 
-    key = ("triton-table", shapes, triples, eps, dtype)
+    key = ("triton-table", shapes, triples, eps, dtype, scales)
     out = table(src) if run is None else run(key, src, table)
     views = [
         o.view(m.shape) for o, m in zip(torch.split(out, list(plan.sizes)), members, strict=True)
