@@ -492,6 +492,36 @@ def orthogonalize_bucket(
     add_orthogonalized(updates, bucket.indices, O, hyper, bucket)
 
 
+def orthogonalize_table_views(
+    n: Sequence[Tensor],
+    layout: Layout,
+    ns: NSSettings,
+    orth: Orthogonalizer,
+    scales: tuple[float, ...] | None = None,
+) -> tuple[Tensor, list[Tensor]] | None:
+    """``scale·NS`` of all of a group's matrices of ``n`` through the Triton backend's one
+    table (``scales`` per matrix, default the spec's RMS scale): one flat result and its views
+    in ``layout.matrices`` order; None when ``ns.backend`` is "torch" or Triton does not apply,
+    so that the caller runs the per-bucket torch backend."""
+    if ns.backend == "torch" or not layout.matrices:
+        return None
+    if ns.backend == "auto" and n[layout.matrices[0]].device.type != "cuda":
+        return None  # "auto" means CUDA: skip the table's set-up on every other device
+    from musgd._triton_ns import orthogonalize_table  # Triton is imported only when it runs
+
+    shapes = tuple(rc for rc in layout.shapes if rc is not None)
+    return orthogonalize_table(
+        _pick(n, layout.matrices),
+        shapes,
+        requested=ns.backend,
+        triples=ns.coefficients,
+        eps=ns.eps,
+        dtype=ns.dtype,
+        run=orth.table,  # called only when Triton runs
+        scales=scales,
+    )
+
+
 def orthogonalize_table_into(
     n: Sequence[Tensor],
     updates: list[Tensor],
@@ -503,22 +533,7 @@ def orthogonalize_table_into(
     """Step 3 for all of a group's matrices through the Triton backend's one table, then
     ``U += w_muon*O``; False (nothing done) when ``ns.backend`` is "torch" or Triton does not
     apply, so that the caller runs the per-bucket torch backend."""
-    if ns.backend == "torch" or not layout.matrices:
-        return False
-    if ns.backend == "auto" and n[layout.matrices[0]].device.type != "cuda":
-        return False  # "auto" means CUDA: skip the table's set-up on every other device
-    from musgd._triton_ns import orthogonalize_table  # Triton is imported only when it runs
-
-    shapes = tuple(rc for rc in layout.shapes if rc is not None)
-    result = orthogonalize_table(
-        _pick(n, layout.matrices),
-        shapes,
-        requested=ns.backend,
-        triples=ns.coefficients,
-        eps=ns.eps,
-        dtype=ns.dtype,
-        run=orth.table,  # called only when Triton runs
-    )
+    result = orthogonalize_table_views(n, layout, ns, orth)
     if result is None:
         return False
     flat, parts = result

@@ -47,6 +47,7 @@ from musgd._functional import (
     Scalar,
     Structure,
     momentum_foreach,
+    orthogonalize_table_views,
     stack_bucket,
     unstack_bucket,
 )
@@ -60,6 +61,7 @@ from musgd._newton_schulz import (
 )
 from musgd._optimizer import MuSGD, ParamsT
 from musgd._replay import Recorder
+from musgd._triton_ns import BACKENDS as NS_BACKENDS
 
 SGD_BUFFER = "momentum_buffer_SGD"
 # Ultralytics 8.4's constructor defaults (its reference documentation, R150).
@@ -95,6 +97,12 @@ def muon_scale(shape: Sequence[int]) -> float:
     kernel ``(O, I, kh, kw)``, not the ``rows/cols`` of its matrix view that the spec states.
     """
     return math.sqrt(max(1.0, shape[-2] / shape[-1]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _muon_scales(shapes: tuple[torch.Size, ...]) -> tuple[float, ...]:
+    """:func:`muon_scale` of each shape (the Triton table's per-matrix result scales)."""
+    return tuple(muon_scale(shape) for shape in shapes)
 
 
 def sgd_direction(
@@ -175,13 +183,20 @@ class UltralyticsBody:
             v = sgd_direction(params, grads, sgd_bufs, hyper, structure)
             return list(torch._foreach_mul(v, self.sgd))
         found: list[Tensor | None] = [None] * count
-        orth.run_buckets(
-            [
-                functools.partial(_orthogonalize_into, found, u, layout, k, structure.ns, orth)
-                for k in range(len(layout.buckets))
-            ],
-            [b.cost for b in layout.buckets],
+        table = orthogonalize_table_views(
+            u, layout, structure.ns, orth, _muon_scales(tuple(u[i].shape for i in layout.matrices))
         )
+        if table is not None:
+            for i, o in zip(layout.matrices, table[1], strict=True):
+                found[i] = o
+        else:
+            orth.run_buckets(
+                [
+                    functools.partial(_orthogonalize_into, found, u, layout, k, structure.ns, orth)
+                    for k in range(len(layout.buckets))
+                ],
+                [b.cost for b in layout.buckets],
+            )
         O = cast(list[Tensor], found)
         updated = list(params)
         if structure.decay:
@@ -245,6 +260,9 @@ class UltralyticsMuSGD(MuSGD):
         ns_dtype: Newton–Schulz working dtype (bf16 as in Ultralytics; fp16 or fp32).
         capture_orthogonalization, capture_updates: replay (see :class:`musgd.MuSGD`);
             bit-identical to this optimizer's eager steps. Both live in each param group.
+        ns_backend: ``"auto"`` (default: the grouped Triton Newton–Schulz kernels on CUDA
+            where they apply, each ``use_muon`` group's matrices as one table, with this
+            flavour's Muon scales), ``"triton"`` or ``"torch"``, as in :class:`musgd.MuSGD`.
         recorder: what records device work for replay (see :class:`musgd.MuSGD`).
     """
 
@@ -262,6 +280,7 @@ class UltralyticsMuSGD(MuSGD):
         ns_dtype: torch.dtype = DEFAULT_NS_DTYPE,
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
+        ns_backend: str = "auto",
         recorder: Recorder | None = None,
     ) -> None:
         for name, value in (("muon", muon), ("sgd", sgd)):
@@ -269,11 +288,14 @@ class UltralyticsMuSGD(MuSGD):
                 _fail("UltralyticsMuSGD", name, "a finite number >= 0", value)
         if ns_dtype not in SUPPORTED_NS_DTYPES:
             _fail("UltralyticsMuSGD", "ns_dtype", "torch.bfloat16, float16 or float32", ns_dtype)
+        if ns_backend not in NS_BACKENDS:
+            _fail("UltralyticsMuSGD", "ns_backend", " or ".join(map(repr, NS_BACKENDS)), ns_backend)
         self.muon = float(muon)
         self.sgd = float(sgd)
         self.ns_dtype = ns_dtype
+        self.ns_backend = ns_backend
         self._body = UltralyticsBody(self.muon, self.sgd)
-        self._ns = NSSettings(DEFAULT_STEPS, _NS_COEFFICIENTS, DEFAULT_EPS, ns_dtype)
+        self._ns = NSSettings(DEFAULT_STEPS, _NS_COEFFICIENTS, DEFAULT_EPS, ns_dtype, ns_backend)
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,

@@ -61,6 +61,7 @@ def from_stock(
     capture_orthogonalization: bool = True,
     capture_updates: bool = True,
     ns_dtype: torch.dtype = torch.bfloat16,
+    ns_backend: str = "auto",
 ) -> UltralyticsMuSGD:
     """An :class:`UltralyticsMuSGD` over the same param groups as an Ultralytics ``MuSGD``.
 
@@ -89,6 +90,7 @@ def from_stock(
         ns_dtype=ns_dtype,
         capture_orthogonalization=capture_orthogonalization,
         capture_updates=capture_updates,
+        ns_backend=ns_backend,
     )
 
 
@@ -98,6 +100,7 @@ def musgd_trainer(
     capture_orthogonalization: bool = True,
     capture_updates: bool = True,
     ns_dtype: torch.dtype = torch.bfloat16,
+    ns_backend: str = "auto",
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
 
@@ -123,6 +126,7 @@ def musgd_trainer(
         "capture_orthogonalization": capture_orthogonalization,
         "capture_updates": capture_updates,
         "ns_dtype": ns_dtype,
+        "ns_backend": ns_backend,
     }
 
     def build_optimizer(

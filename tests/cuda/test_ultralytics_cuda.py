@@ -67,3 +67,38 @@ def test_replay_matches_eager_bit_for_bit_over_200_warmup_steps(both: bool) -> N
     assert stats.recordings == 4, "one recording per group; warm-up re-records nothing"
     assert stats.replays == 200 * 4
     assert stats.failures == 0
+
+
+# Relative error (of the parameter change, of a buffer) allowed between the Newton-Schulz
+# backends: a few bf16 ulps, as tests/ultralytics/test_parity.py allows against the stock
+# optimizer (the two backends round the same iteration at different points).
+BF16_TOL = 5 * 2.0**-8
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / scale.double().norm().clamp_min(1e-30))
+
+
+def test_triton_table_agrees_with_the_torch_backend_over_20_steps() -> None:
+    """The default ``ns_backend="auto"`` runs each ``use_muon`` group as one Triton table with
+    this flavour's Muon scales; ``"torch"`` runs batched cuBLAS products per bucket."""
+    init = _params()
+    pt = [torch.nn.Parameter(p.detach().clone()) for p in init]
+    pc = [torch.nn.Parameter(p.detach().clone()) for p in init]
+    triton_opt = UltralyticsMuSGD(_groups(pt), ns_backend="triton", **KW)
+    torch_opt = UltralyticsMuSGD(_groups(pc), ns_backend="torch", **KW)
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    for _ in range(20):
+        for a, b in zip(pt, pc, strict=True):
+            g = torch.randn(a.shape, device="cuda", generator=gen)
+            a.grad, b.grad = g, g.clone()
+        triton_opt.step()
+        torch_opt.step()
+    worst = {"param": 0.0, "momentum_buffer": 0.0, "momentum_buffer_SGD": 0.0}
+    for a, b, p0 in zip(pt, pc, init, strict=True):
+        worst["param"] = max(worst["param"], _rel(a, b, b.detach() - p0.detach()))
+        for name, t in torch_opt.state[b].items():
+            worst[name] = max(worst[name], _rel(triton_opt.state[a][name], t, t))
+    assert worst["momentum_buffer"] == 0.0, worst  # Newton-Schulz never reads into it
+    assert worst["param"] < BF16_TOL, worst
+    assert worst["momentum_buffer_SGD"] < BF16_TOL, worst

@@ -288,6 +288,7 @@ def test_muon_scale_reads_the_last_two_dimensions() -> None:
         ({"sgd": float("inf")}, "sgd must be"),
         ({"ns_dtype": torch.float64}, "ns_dtype must be"),
         ({"capture_updates": None}, "capture_updates must be True or False"),
+        ({"ns_backend": "cuda"}, "ns_backend must be 'auto' or 'triton' or 'torch', got 'cuda'"),
     ],
 )
 def test_bad_settings_raise_naming_the_argument(kwargs: dict[str, Any], message: str) -> None:
