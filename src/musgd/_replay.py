@@ -12,6 +12,7 @@ recorder; :class:`CudaGraphRecorder` (``torch.cuda.CUDAGraph``) is tested on a G
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import threading
 import warnings
@@ -262,7 +263,7 @@ class CudaGraphRecorder:
             # capture_begin/end by hand rather than `torch.cuda.graph`: when a capture is
             # invalidated its exit raises before restoring the current stream, and every later
             # operation would run on the side stream. Here the stream context always unwinds.
-            with torch.cuda.stream(side):
+            with torch.cuda.stream(side), _no_automatic_collection():
                 # thread_local: a data-loader pin-memory thread allocating host memory meanwhile
                 # must not invalidate this capture (the default "global" mode would).
                 graph.capture_begin(capture_error_mode="thread_local")
@@ -271,6 +272,25 @@ class CudaGraphRecorder:
                 finally:
                     graph.capture_end()  # raises when the capture was invalidated
             return CudaGraphRecording(graph, outputs)
+
+
+@contextlib.contextmanager
+def _no_automatic_collection() -> Iterator[None]:
+    """Python's cyclic garbage collector held off for the duration of a capture.
+
+    A collection that runs inside a capture may free unreachable CUDA graphs (an optimizer
+    dropped in a reference cycle, with its recordings) and their memory pools there, and that
+    invalidates the capture: on the H200 the full CUDA suite failed a channels-last recording
+    this way at bc3da34 and 4b62f17, while the test alone passed. Unreachable objects wait for
+    the next collection after the capture instead.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def typed(value: object) -> Hashable:

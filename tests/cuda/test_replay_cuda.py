@@ -416,3 +416,38 @@ def test_real_capture_error_is_a_failed_recording_and_later_steps_work(
     assert_same(ref_p, rep_p, ref, rep)
     assert rep._replay.stats.failures > 0
     assert len(rep._replay.orth_cache) == 0
+
+
+def test_a_collection_inside_a_capture_cannot_free_graphs_there() -> None:
+    """Unreachable recordings (a graph in a reference cycle, as a dropped optimizer leaves them)
+    survive a capture that allocates enough objects to trigger the cyclic collector: freeing
+    them there invalidated the capture (the full CUDA suite at bc3da34 and 4b62f17)."""
+    recorder = CudaGraphRecorder()
+    x = torch.arange(8.0, device=DEVICE)
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()  # the garbage must still be uncollected when the capture starts
+    try:
+        for k in range(4):
+            old = recorder.record(lambda k=k: [x * k], DEVICE)
+            cycle: list[object] = [old]
+            cycle.append(cycle)
+        del old, cycle
+        gc.enable()
+
+        def fn() -> list[Tensor]:
+            if torch.cuda.is_current_stream_capturing():
+                # Far past the collector's first threshold (700 new container objects).
+                junk = [[i] for i in range(20_000)]
+                del junk
+            return [x + 1]
+
+        recording = recorder.record(fn, DEVICE)
+        recording.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(recording.outputs[0], x + 1)
+    finally:
+        if enabled:
+            gc.enable()
+        else:
+            gc.disable()
