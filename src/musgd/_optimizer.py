@@ -335,9 +335,23 @@ class MuSGD(Optimizer):
         apply_updates(step.params, updates, lr)
 
     def _gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
-        """Parameters with gradients and their gradients; unsupported gradients raise."""
-        params: list[Tensor] = []
-        grads: list[Tensor] = []
+        """Parameters with gradients and their gradients; unsupported gradients raise.
+
+        One pass collects them and the set of gradient kinds (layout, dtype): per-tensor checks
+        cost host time every step (about a third of a replayed yolo26n step's host time on the
+        H200 at 4b62f17), and only a bad kind needs the per-tensor search for the message. A
+        gradient always has its parameter's dtype, so a complex parameter shows in the kinds.
+        """
+        params = [p for p in group["params"] if p.grad is not None]
+        grads = [cast(Tensor, p.grad) for p in params]
+        kinds = {(g.layout, g.dtype) for g in grads}
+        if any(layout != torch.strided or dtype.is_complex for layout, dtype in kinds):
+            self._raise_unsupported(index, group)
+        return params, grads
+
+    @staticmethod
+    def _raise_unsupported(index: int, group: dict[str, Any]) -> None:
+        """Raise RuntimeError naming the first parameter whose gradient is not supported."""
         for j, p in enumerate(group["params"]):
             g = p.grad
             if g is None:
@@ -354,9 +368,6 @@ class MuSGD(Optimizer):
                     f"(param_groups[{index}], params[{j}]); view them as real with "
                     "torch.view_as_real before optimizing"
                 )
-            params.append(p)
-            grads.append(g)
-        return params, grads
 
     def _buffers(self, params: list[Tensor], key: str = MOMENTUM_BUFFER) -> list[Tensor]:
         """The ``key`` buffers of ``params``, created (zeros) at a parameter's first step."""
