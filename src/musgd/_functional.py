@@ -498,10 +498,12 @@ def orthogonalize_table_views(
     ns: NSSettings,
     orth: Orthogonalizer,
     scales: tuple[float, ...] | None = None,
+    mix: tuple[Scalar, Scalar] | None = None,
 ) -> tuple[Tensor, list[Tensor]] | None:
-    """``scale·NS`` of all of a group's matrices of ``n`` through the Triton backend's one
-    table (``scales`` per matrix, default the spec's RMS scale): one flat result and its views
-    in ``layout.matrices`` order; None when ``ns.backend`` is "torch" or Triton does not apply,
+    """``O = scale·NS`` of all of a group's matrices of ``n`` through the Triton backend's one
+    table (``scales`` per matrix, default the spec's RMS scale), or with ``mix = (w_sgd,
+    w_muon)`` steps 3-4's ``w_sgd·n + w_muon·O``: one flat result and its views in
+    ``layout.matrices`` order; None when ``ns.backend`` is "torch" or Triton does not apply,
     so that the caller runs the per-bucket torch backend."""
     if ns.backend == "torch" or not layout.matrices:
         return None
@@ -519,27 +521,8 @@ def orthogonalize_table_views(
         dtype=ns.dtype,
         run=orth.table,  # called only when Triton runs
         scales=scales,
+        mix=mix,
     )
-
-
-def orthogonalize_table_into(
-    n: Sequence[Tensor],
-    updates: list[Tensor],
-    layout: Layout,
-    hyper: Hyper,
-    ns: NSSettings,
-    orth: Orthogonalizer,
-) -> bool:
-    """Step 3 for all of a group's matrices through the Triton backend's one table, then
-    ``U += w_muon*O``; False (nothing done) when ``ns.backend`` is "torch" or Triton does not
-    apply, so that the caller runs the per-bucket torch backend."""
-    result = orthogonalize_table_views(n, layout, ns, orth)
-    if result is None:
-        return False
-    flat, parts = result
-    flat.mul_(hyper.w_muon)
-    torch._foreach_add_(_pick(updates, layout.matrices), parts)
-    return True
 
 
 def stack_bucket(members: Sequence[Tensor], bucket: Bucket) -> Tensor:
@@ -599,10 +582,19 @@ def prepare_updates_foreach(
     exactly (vectors, no Nesterov, no decay), where the buffer itself is returned.
     """
     n = momentum_foreach(bufs, grads, hyper, structure)
-    updates = sgd_terms_foreach(n, layout, hyper)
-    if structure.muon and not orthogonalize_table_into(
-        n, updates, layout, hyper, structure.ns, orth
-    ):
+    # The Triton table mixes the matrices' w_sgd*n + w_muon*O in its last kernel.
+    table = (
+        orthogonalize_table_views(n, layout, structure.ns, orth, mix=(hyper.w_sgd, hyper.w_muon))
+        if structure.muon
+        else None
+    )
+    if table is not None:
+        updates = list(n)
+        for i, u in zip(layout.matrices, table[1], strict=True):
+            updates[i] = u
+    else:
+        updates = sgd_terms_foreach(n, layout, hyper)
+    if structure.muon and table is None:
         buckets = layout.buckets
         orth.run_buckets(
             [

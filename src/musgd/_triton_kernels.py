@@ -194,14 +194,20 @@ def update(
     scales,
     tiles,
     ca,
+    src,
+    w_sgd,
+    w_muon,
     BM: tl.constexpr,
     BK: tl.constexpr,
     FINAL: tl.constexpr,
+    MIX: tl.constexpr,
     UPCAST: tl.constexpr,
     COLS: tl.constexpr,
 ):
-    """``X' = a·X + B·X`` on one tile; the last iteration writes ``scale·X'`` in the matrix's
-    own orientation, extent and dtype (``out`` is then the packed result)."""
+    """``X' = a·X + B·X`` on one tile; the last iteration writes ``O = scale·X'`` in the
+    matrix's own orientation, extent and dtype (``out`` is then the packed result), or with
+    ``MIX`` the update ``w_sgd·G + w_muon·O`` of the packed source ``G`` (the weights read from
+    float32 0-d device tensors)."""
     p, row, rm, rn, _mirror = _problem(problems, tiles, BM, COLS)
     mp, np_, x_off, a_off = _padded(row, BM)
     xb = x + x_off
@@ -214,12 +220,14 @@ def update(
         mask = (rm[:, None] < m) & (rn[None, :] < n)
         # Round to the working dtype (as the torch backend's result is), then scale.
         res = res.to(x.dtype.element_ty).to(tl.float32) * tl.load(scales + p)
-        base = out + tl.load(row + 4)
         # The unit stride is a literal in either orientation, so the stores are coalesced.
         if tl.load(row + 5) != 0:
-            ptrs = base + rn[None, :] * m + rm[:, None]
+            offs = tl.load(row + 4) + rn[None, :] * m + rm[:, None]
         else:
-            ptrs = base + rm[:, None] * n + rn[None, :]
-        tl.store(ptrs, res.to(out.dtype.element_ty), mask=mask)
+            offs = tl.load(row + 4) + rm[:, None] * n + rn[None, :]
+        if MIX:
+            g = tl.load(src + offs, mask=mask, other=0.0).to(tl.float32)
+            res = tl.load(w_sgd) * g + tl.load(w_muon) * res
+        tl.store(out + offs, res.to(out.dtype.element_ty), mask=mask)
     else:
         tl.store(out + x_off + rm[:, None] * np_ + rn[None, :], res.to(out.dtype.element_ty))

@@ -189,6 +189,32 @@ def plan_for(shapes: tuple[tuple[int, int], ...], device: torch.device) -> Table
 
 
 _SCALES: dict[tuple[tuple[float, ...], torch.device], Tensor] = {}
+_VALUES: dict[tuple[str, torch.device], Tensor] = {}
+
+
+def value_tensor(value: float | Tensor, device: torch.device) -> Tensor:
+    """A float32 0-d device tensor holding ``value``: the tensor itself (a replay's
+    hyperparameter slot), or a cached constant per value, built outside any capture."""
+    if isinstance(value, Tensor):
+        return value
+    key = (float(value).hex(), device)
+    with _PLANS_LOCK:
+        found = _VALUES.get(key)
+    if found is not None:
+        return found
+    _refuse_inside_capture(device, _VALUES, "constants")
+    built = torch.tensor(float(value), dtype=torch.float32, device=device)
+    with _PLANS_LOCK:
+        if len(_VALUES) < MAX_PLANS:
+            built = _VALUES.setdefault(key, built)
+    return built
+
+
+def _value_key(value: float | Tensor) -> Hashable:
+    """What a recording of the table depends on in ``value``: its bits, or the slot's address."""
+    if isinstance(value, Tensor):
+        return ("slot", value.data_ptr())
+    return ("float", float(value).hex())
 
 
 def scales_for(scales: tuple[float, ...], device: torch.device) -> Tensor:
@@ -229,9 +255,12 @@ def run_plan(
     eps: float,
     dtype: torch.dtype,
     scales: Tensor | None = None,
+    mix: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
-    """``scale · NS(matrix)`` for every matrix packed (row-major, in plan order) in ``src``,
-    ``scale`` the plan's (``0.2·sqrt(max(rows, cols))``) or the matrix's entry of ``scales``.
+    """``O = scale · NS(matrix)`` for every matrix packed (row-major, in plan order) in
+    ``src``, ``scale`` the plan's (``0.2·sqrt(max(rows, cols))``) or the matrix's entry of
+    ``scales``; with ``mix = (w_sgd, w_muon)`` (float32 0-d device tensors) the update
+    ``w_sgd·src + w_muon·O`` instead, mixed in the last kernel.
 
     Returns a fresh flat tensor of ``src``'s dtype and layout. Launches ``2 + 3·len(triples)``
     kernels; the caller has checked that the backend applies.
@@ -286,9 +315,12 @@ def run_plan(
             plan.scales if scales is None else scales,
             plan.rect_tiles,
             ca,
+            src,
+            *(mix or (src, src)),  # unread without MIX
             BM=cfg.block,
             BK=cfg.block_k,
             FINAL=final,
+            MIX=final and mix is not None,
             **launch,
         )
         x, x_next = x_next, x
@@ -363,10 +395,12 @@ def orthogonalize_table(
     dtype: torch.dtype,
     run: Callable[[Hashable, Tensor, Callable[[Tensor], Tensor]], Tensor] | None = None,
     scales: tuple[float, ...] | None = None,
+    mix: tuple[float | Tensor, float | Tensor] | None = None,
 ) -> tuple[Tensor, list[Tensor]] | None:
-    """``0.2·sqrt(max(rows, cols))·NS(m)`` (or ``scales[i]·NS(m)``) for each matrix ``m`` of
-    ``members`` (``shapes`` are their ``(rows, cols)`` views): one fresh flat tensor and its
-    per-member views.
+    """``O = 0.2·sqrt(max(rows, cols))·NS(m)`` (or ``scales[i]·NS(m)``) for each matrix ``m``
+    of ``members`` (``shapes`` are their ``(rows, cols)`` views), or with ``mix = (w_sgd,
+    w_muon)`` (floats, or float32 0-d device tensors) the update ``w_sgd·m + w_muon·O``: one
+    fresh flat tensor and its per-member views.
 
     Returns None when the Triton backend does not apply (saying why once, see
     :func:`warn_fallback`). ``run(key, src, fn)`` may replace the direct call ``fn(src)`` on the
@@ -387,13 +421,18 @@ def orthogonalize_table(
         return None
     plan = plan_for(shapes, first.device)
     scale_tensor = None if scales is None else scales_for(scales, first.device)
+    weights = None
+    mix_key: Hashable = None
+    if mix is not None:
+        weights = (value_tensor(mix[0], first.device), value_tensor(mix[1], first.device))
+        mix_key = (_value_key(mix[0]), _value_key(mix[1]))
     src = torch.cat([m.reshape(-1) for m in members])
     triples = tuple(triples)
 
     def table(packed: Tensor) -> Tensor:
-        return run_plan(plan, packed, triples, eps, dtype, scale_tensor)
+        return run_plan(plan, packed, triples, eps, dtype, scale_tensor, weights)
 
-    key = ("triton-table", shapes, triples, eps, dtype, scales)
+    key = ("triton-table", shapes, triples, eps, dtype, scales, mix_key)
     out = table(src) if run is None else run(key, src, table)
     views = [
         o.view(m.shape) for o, m in zip(torch.split(out, list(plan.sizes)), members, strict=True)

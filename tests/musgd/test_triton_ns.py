@@ -102,6 +102,31 @@ def test_table_is_deterministic_and_leaves_inputs_unchanged() -> None:
         assert torch.equal(m, b)
 
 
+def test_mixed_table_is_the_sgd_and_muon_mix_of_the_plain_one() -> None:
+    """``mix=(w_sgd, w_muon)`` makes the last kernel write ``w_sgd*G + w_muon*O``; the weights
+    as floats (eager) or as float32 0-d device tensors (a replay's slots) give the same bits."""
+    members = inputs(seed=5)
+    shapes = tuple((m.shape[0], m.numel() // m.shape[0]) for m in members)
+
+    def run(mix: tuple[float | Tensor, float | Tensor] | None) -> list[Tensor]:
+        result = T.orthogonalize_table(
+            members,
+            shapes,
+            requested="triton",
+            triples=TRIPLES,
+            eps=1e-7,
+            dtype=torch.bfloat16,
+            mix=mix,
+        )
+        assert result is not None
+        return result[1]
+
+    slots = (torch.tensor(0.5, device=DEVICE), torch.tensor(0.25, device=DEVICE))
+    for G, O, U, V in zip(members, run(None), run((0.5, 0.25)), run(slots), strict=True):
+        torch.testing.assert_close(U, 0.5 * G + 0.25 * O, rtol=1e-6, atol=1e-7)
+        assert torch.equal(U, V)
+
+
 def test_conv_kernels_are_viewed_as_rows_by_cols() -> None:
     kernel = torch.randn(8, 3, 3, 3, device=DEVICE)
     (O,) = table([kernel])
