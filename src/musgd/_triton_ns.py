@@ -28,10 +28,12 @@ import threading
 import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
+
+T = TypeVar("T")
 
 BACKENDS = ("auto", "triton", "torch")
 # Working dtypes the kernels support; float32 would need exact (non-TF32) dots: torch backend.
@@ -173,19 +175,29 @@ def _refuse_inside_capture(device: torch.device, cache: dict[Any, Any], what: st
         )
 
 
+def _cached(
+    cache: dict[Any, T], key: Any, device: torch.device, what: str, build: Callable[[], T]
+) -> T:
+    """``cache[key]``, built by ``build()`` on first use, outside any capture (device tables and
+    constants are host-to-device copies, which a capture cannot hold); kept for the life of the
+    process (recordings read them by address), up to ``MAX_PLANS`` entries per cache."""
+    with _PLANS_LOCK:
+        found = cache.get(key)
+    if found is not None:
+        return found
+    _refuse_inside_capture(device, cache, what)
+    built = build()
+    with _PLANS_LOCK:
+        if len(cache) < MAX_PLANS:
+            built = cache.setdefault(key, built)
+    return built
+
+
 def plan_for(shapes: tuple[tuple[int, int], ...], device: torch.device) -> TablePlan:
     """The cached plan of ``shapes`` on ``device`` (built on first use, outside any capture)."""
-    key = (shapes, device)
-    with _PLANS_LOCK:
-        plan = _PLANS.get(key)
-    if plan is not None:
-        return plan
-    _refuse_inside_capture(device, _PLANS, "plan (device tables)")
-    plan = build_plan(shapes, device)
-    with _PLANS_LOCK:
-        if len(_PLANS) < MAX_PLANS:
-            plan = _PLANS.setdefault(key, plan)
-    return plan
+    return _cached(
+        _PLANS, (shapes, device), device, "plan (device tables)", lambda: build_plan(shapes, device)
+    )
 
 
 _SCALES: dict[tuple[tuple[float, ...], torch.device], Tensor] = {}
@@ -197,17 +209,14 @@ def value_tensor(value: float | Tensor, device: torch.device) -> Tensor:
     hyperparameter slot), or a cached constant per value, built outside any capture."""
     if isinstance(value, Tensor):
         return value
-    key = (float(value).hex(), device)
-    with _PLANS_LOCK:
-        found = _VALUES.get(key)
-    if found is not None:
-        return found
-    _refuse_inside_capture(device, _VALUES, "constants")
-    built = torch.tensor(float(value), dtype=torch.float32, device=device)
-    with _PLANS_LOCK:
-        if len(_VALUES) < MAX_PLANS:
-            built = _VALUES.setdefault(key, built)
-    return built
+    number = float(value)
+    return _cached(
+        _VALUES,
+        (number.hex(), device),
+        device,
+        "constants",
+        lambda: torch.tensor(number, dtype=torch.float32, device=device),
+    )
 
 
 def _value_key(value: float | Tensor) -> Hashable:
@@ -220,17 +229,13 @@ def _value_key(value: float | Tensor) -> Hashable:
 def scales_for(scales: tuple[float, ...], device: torch.device) -> Tensor:
     """The cached float32 device tensor of per-matrix result scales (for a rule other than the
     plan's ``0.2·sqrt(max(rows, cols))``), built on first use, outside any capture."""
-    key = (scales, device)
-    with _PLANS_LOCK:
-        found = _SCALES.get(key)
-    if found is not None:
-        return found
-    _refuse_inside_capture(device, _SCALES, "result scales")
-    built = torch.tensor(scales, dtype=torch.float32, device=device)
-    with _PLANS_LOCK:
-        if len(_SCALES) < MAX_PLANS:
-            built = _SCALES.setdefault(key, built)
-    return built
+    return _cached(
+        _SCALES,
+        (scales, device),
+        device,
+        "result scales",
+        lambda: torch.tensor(scales, dtype=torch.float32, device=device),
+    )
 
 
 def _kernels() -> Any:

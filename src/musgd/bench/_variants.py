@@ -178,6 +178,18 @@ def _module_found(name: str) -> bool:
         return False
 
 
+# What the Ultralytics peer and this package's flavour of it are built with: the shared
+# hyperparameters and the mix weights Ultralytics' trainer passes.
+_ULTRALYTICS_KW: dict[str, Any] = {
+    "lr": LR,
+    "momentum": MOMENTUM,
+    "nesterov": True,
+    "weight_decay": 0.0,
+    "muon": ULTRALYTICS_MUON,
+    "sgd": ULTRALYTICS_SGD,
+}
+
+
 def _ultralytics_groups(
     params: Iterable[Tensor] | Iterable[dict[str, Any]],
 ) -> list[dict[str, Any]]:
@@ -199,14 +211,7 @@ def ultralytics_flavour_variants() -> list[Variant]:
     def flavour(**options: Any) -> BuildFn:
         def build(params: Iterable[Tensor] | Iterable[dict[str, Any]]) -> Optimizer:
             optimizer: Optimizer = UltralyticsMuSGD(
-                _ultralytics_groups(params),
-                lr=LR,
-                momentum=MOMENTUM,
-                nesterov=True,
-                weight_decay=0.0,
-                muon=ULTRALYTICS_MUON,
-                sgd=ULTRALYTICS_SGD,
-                **options,
+                _ultralytics_groups(params), **_ULTRALYTICS_KW, **options
             )
             return optimizer
 
@@ -248,15 +253,7 @@ def ultralytics_variant() -> Variant | None:
                 f"import ({type(exc).__name__}: {exc}); fix the ultralytics install or leave "
                 "the peer out with --variants"
             ) from None
-        optimizer: Optimizer = peer(
-            _ultralytics_groups(params),
-            lr=LR,
-            momentum=MOMENTUM,
-            nesterov=True,
-            weight_decay=0.0,
-            muon=ULTRALYTICS_MUON,
-            sgd=ULTRALYTICS_SGD,
-        )
+        optimizer: Optimizer = peer(_ultralytics_groups(params), **_ULTRALYTICS_KW)
         return optimizer
 
     return Variant(ULTRALYTICS_NAME, build, timing_only=True)
