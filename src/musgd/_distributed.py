@@ -32,11 +32,12 @@ w_muon*scale*NS(n) + wd*W``, ``W <- W - lr*U``. Newton-Schulz goes through whate
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -519,6 +520,22 @@ class ShardedStep:
         self._plans[key] = plan
         return plan
 
+    def ddp_plan(
+        self, layout: Layout, params: Sequence[Tensor], structure: Structure, orth: Orthogonalizer
+    ) -> tuple[ShardPlan, _Comm] | None:
+        """The DDP plan of ``layout``'s buckets and who this rank is, or None at world size 1
+        (or without a process group): for optimizers that exchange orthogonalized results
+        rather than parameters (:class:`musgd.ultralytics.UltralyticsMuSGD`). Every rank must
+        call it for every layout (a new layout is checked to agree across ranks)."""
+        group = self._group
+        if group is None:
+            return None
+        world = dist.get_world_size(group)
+        if world == 1:
+            return None
+        plan = self._plan(layout, params, group, world, structure, orth)
+        return plan, _Comm(group, dist.get_rank(group))
+
     def plans(self) -> tuple[ShardPlan, ...]:
         """The plans in use (one per layout seen), for benchmarks and tests."""
         return tuple(self._plans.values())
@@ -542,6 +559,49 @@ class _Comm:
 
     group: dist.ProcessGroup
     rank: int
+
+
+def exchange_results(
+    results: list[Tensor | None],
+    params: Sequence[Tensor],
+    layout: Layout,
+    plan: ShardPlan,
+    comm: _Comm,
+    compute: Callable[[WorkItem], None],
+) -> None:
+    """Fill the entries of ``results`` (one per parameter, by layout index) that the plan's
+    items name, on every rank: this rank runs ``compute(item)`` for the items it owns (each
+    writes its matrices' entries, shaped like their parameters), then one ``all_gather`` hands
+    every owner's entries to all ranks exactly (sent in the widest dtype of the buckets, a
+    lossless round trip)."""
+    rank, world = comm.rank, plan.world_size
+    for item in plan.owned(rank):
+        compute(item)
+    firsts = [params[b.indices[0]] for b in layout.buckets]
+    wire = functools.reduce(torch.promote_types, (t.dtype for t in firsts))
+    sizes = [0] * world
+    for item in plan.items:
+        sizes[item.owner] += sum(params[i].numel() for i in _item_matrices(layout, item))
+    width = max(sizes)
+    mine = [
+        cast(Tensor, results[i]).reshape(-1).to(wire)
+        for item in plan.owned(rank)
+        for i in _item_matrices(layout, item)
+    ]
+    pad = torch.zeros(width - sizes[rank], dtype=wire, device=firsts[0].device)
+    send = torch.cat([*mine, pad])
+    received = torch.empty(world * width, dtype=wire, device=send.device)
+    _all_gather(received, send, comm.group).wait()
+    offsets = [r * width for r in range(world)]
+    for item in plan.items:
+        for i in _item_matrices(layout, item):
+            size = params[i].numel()
+            start = offsets[item.owner]
+            offsets[item.owner] += size
+            if item.owner != rank:
+                results[i] = (
+                    received[start : start + size].view(params[i].shape).to(params[i].dtype)
+                )
 
 
 def _local(t: Tensor) -> Tensor:

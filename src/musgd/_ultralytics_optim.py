@@ -28,17 +28,21 @@ see :func:`flavour_hyper`). ``muon`` and ``sgd`` are constructor constants, part
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torch.optim import Optimizer
 
+from musgd._distributed import WorkItem, exchange_results, is_sharded
 from musgd._functional import (
+    Bucket,
     GroupStep,
     Hyper,
     Layout,
@@ -46,6 +50,7 @@ from musgd._functional import (
     Orthogonalizer,
     Scalar,
     Structure,
+    apply_updates,
     momentum_foreach,
     orthogonalize_table_views,
     stack_bucket,
@@ -62,6 +67,9 @@ from musgd._newton_schulz import (
 from musgd._optimizer import MuSGD, ParamsT
 from musgd._replay import Recorder
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 SGD_BUFFER = "momentum_buffer_SGD"
 # Ultralytics 8.4's constructor defaults (its reference documentation, R150).
@@ -127,25 +135,50 @@ def sgd_direction(
 def _orthogonalize_into(
     out: list[Tensor | None],
     u: Sequence[Tensor],
-    layout: Layout,
-    index: int,
+    bucket: Bucket,
+    indices: Sequence[int],
     ns: NSSettings,
     orth: Orthogonalizer,
 ) -> None:
-    """One bucket's job: ``O`` of the bucket's matrices of ``u``, written into ``out``.
+    """One job: ``O`` of the matrices ``indices`` of one bucket of ``u`` (all of it, or a DDP
+    plan's slice of an unpadded bucket), written into ``out``.
 
     A padded bucket (on CUDA, :func:`~musgd._functional.pad_bound`) holds smaller matrices in
     the corners of its blocks: each result is its own corner, scaled by its own Muon scale.
     """
-    bucket = layout.buckets[index]
-    members = [u[i] for i in bucket.indices]
+    members = [u[i] for i in indices]
+    if len(indices) != len(bucket.indices):
+        bucket = dataclasses.replace(bucket, indices=tuple(indices))
     O = orth.batched(stack_bucket(members, bucket), ns)
     scales = [muon_scale(m.shape) for m in members]
     if len(set(scales)) == 1:
         O.mul_(scales[0])
         scales = [1.0] * len(members)
-    for i, o, scale in zip(bucket.indices, unstack_bucket(O, bucket), scales, strict=True):
+    for i, o, scale in zip(indices, unstack_bucket(O, bucket), scales, strict=True):
         out[i] = o.reshape(u[i].shape) if scale == 1.0 else o.reshape(u[i].shape).mul(scale)
+
+
+def _orthogonalized(
+    u: Sequence[Tensor], layout: Layout, structure: Structure, orth: Orthogonalizer
+) -> list[Tensor]:
+    """``O`` of every matrix of ``u`` in one process: the Triton table where it applies (with
+    this flavour's Muon scales), else the per-bucket batched calls."""
+    found: list[Tensor | None] = [None] * len(u)
+    table = orthogonalize_table_views(
+        u, layout, structure.ns, orth, _muon_scales(tuple(u[i].shape for i in layout.matrices))
+    )
+    if table is not None:
+        for i, o in zip(layout.matrices, table[1], strict=True):
+            found[i] = o
+    else:
+        orth.run_buckets(
+            [
+                functools.partial(_orthogonalize_into, found, u, b, b.indices, structure.ns, orth)
+                for b in layout.buckets
+            ],
+            [b.cost for b in layout.buckets],
+        )
+    return cast(list[Tensor], found)
 
 
 @dataclass(frozen=True)
@@ -172,6 +205,28 @@ class UltralyticsBody:
 
         ``bufs`` holds the Muon buffers then, for a ``use_muon`` group, the SGD buffers.
         """
+        return self.run(
+            params,
+            grads,
+            bufs,
+            layout,
+            hyper,
+            structure,
+            lambda u: _orthogonalized(u, layout, structure, orth),
+        )
+
+    def run(
+        self,
+        params: Sequence[Tensor],
+        grads: Sequence[Tensor],
+        bufs: Sequence[Tensor],
+        layout: Layout,
+        hyper: Hyper,
+        structure: Structure,
+        orthogonalized: Callable[[list[Tensor]], list[Tensor]],
+    ) -> list[Tensor]:
+        """The preparation with ``O`` from ``orthogonalized(u)`` (one process's, or the ranks'
+        shared work under DDP); every other operation is the same on every rank."""
         if not layout.matrices:
             return sgd_direction(params, grads, bufs, hyper, structure)
         count = len(params)
@@ -182,22 +237,7 @@ class UltralyticsBody:
         if not structure.muon:
             v = sgd_direction(params, grads, sgd_bufs, hyper, structure)
             return list(torch._foreach_mul(v, self.sgd))
-        found: list[Tensor | None] = [None] * count
-        table = orthogonalize_table_views(
-            u, layout, structure.ns, orth, _muon_scales(tuple(u[i].shape for i in layout.matrices))
-        )
-        if table is not None:
-            for i, o in zip(layout.matrices, table[1], strict=True):
-                found[i] = o
-        else:
-            orth.run_buckets(
-                [
-                    functools.partial(_orthogonalize_into, found, u, layout, k, structure.ns, orth)
-                    for k in range(len(layout.buckets))
-                ],
-                [b.cost for b in layout.buckets],
-            )
-        O = cast(list[Tensor], found)
+        O = orthogonalized(u)
         updated = list(params)
         if structure.decay:
             # The decay of the Ultralytics rule reads the parameter after its Muon write.
@@ -263,6 +303,14 @@ class UltralyticsMuSGD(MuSGD):
         ns_backend: ``"auto"`` (default: the grouped Triton Newton–Schulz kernels on CUDA
             where they apply, each ``use_muon`` group's matrices as one table, with this
             flavour's Muon scales), ``"triton"`` or ``"torch"``, as in :class:`musgd.MuSGD`.
+        process_group: under DDP (gradients already averaged, the same on every rank), share
+            the Newton–Schulz work of ``use_muon`` groups across the group's ranks: a
+            FLOP-balanced plan gives each rank slices of the buckets, one ``all_gather`` hands
+            every result to every rank, and each rank finishes the whole update, so parameters
+            and both buffers stay identical everywhere (bit-identical to one process on the
+            CPU). Those groups then record no ``capture_updates`` graph (the collective sits in
+            the step); ``capture_orthogonalization`` replays each rank's share. Without it
+            (default), every rank runs all of the work. FSDP2 (DTensor) parameters are refused.
         recorder: what records device work for replay (see :class:`musgd.MuSGD`).
     """
 
@@ -281,6 +329,7 @@ class UltralyticsMuSGD(MuSGD):
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
         ns_backend: str = "auto",
+        process_group: ProcessGroup | None = None,
         recorder: Recorder | None = None,
     ) -> None:
         for name, value in (("muon", muon), ("sgd", sgd)):
@@ -310,7 +359,8 @@ class UltralyticsMuSGD(MuSGD):
         del defaults["params"]
         # MuSGD's own constructor validates its own flavour's settings: set up the same machinery.
         Optimizer.__init__(self, params, defaults)
-        self._setup_execution(foreach=None, process_group=None, recorder=recorder)
+        self._setup_execution(foreach=None, process_group=process_group, recorder=recorder)
+        self._process_group = process_group
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate the group (before anything is stored), then add it."""
@@ -332,11 +382,11 @@ class UltralyticsMuSGD(MuSGD):
         grads: list[Tensor],
         bufs: list[Tensor],
     ) -> None:
-        if self._sharded.applies(params):
+        if is_sharded(params):
             raise RuntimeError(
-                "UltralyticsMuSGD does not shard FSDP2 (DTensor) parameters; use it with DDP or "
-                "one process (each rank then runs the whole Newton-Schulz work), or use "
-                "musgd.MuSGD for FSDP2"
+                "UltralyticsMuSGD does not shard FSDP2 (DTensor) parameters; use it with DDP "
+                "(process_group=... shares the Newton-Schulz work across ranks) or one process, "
+                "or use musgd.MuSGD for FSDP2"
             )
         use_muon = bool(group["use_muon"])
         if use_muon:
@@ -344,12 +394,14 @@ class UltralyticsMuSGD(MuSGD):
         momentum = float(group["momentum"])
         weight_decay = float(group["weight_decay"])
         lr = float(group["lr"])
+        shares = self._shares_work() and use_muon and self.muon != 0.0
         step = GroupStep(
             params=params,
             grads=grads,
             bufs=bufs,
-            # Padded stacks as in MuSGD (the sharded step is refused above).
-            layout=self._layout(params, use_muon, sharded=False),
+            # Padded stacks as in MuSGD, except where ranks share the work: the DDP plan
+            # slices same-shape buckets.
+            layout=self._layout(params, use_muon, sharded=shares),
             hyper=flavour_hyper(momentum, weight_decay, lr, 1.0 - momentum),
             structure=Structure(
                 nesterov=bool(group["nesterov"]),
@@ -358,4 +410,48 @@ class UltralyticsMuSGD(MuSGD):
                 ns=self._ns,
             ),
         )
-        self._prepare_and_apply(index, group, step, self._body, self._orthogonalizer(group), lr)
+        orth = self._orthogonalizer(group)
+        if shares:
+            self._step_shared(step, orth, lr)
+            return
+        self._prepare_and_apply(index, group, step, self._body, orth, lr)
+
+    def _shares_work(self) -> bool:
+        """Whether a DDP process group of two or more ranks shares the Newton-Schulz work."""
+        group = self._process_group
+        return group is not None and dist.get_world_size(group) > 1
+
+    def _step_shared(self, step: GroupStep, orth: Orthogonalizer, lr: float) -> None:
+        """A ``use_muon`` group under DDP: each rank orthogonalizes the bucket slices the plan
+        gives it (batched torch products, replayed under ``capture_orthogonalization``), one
+        ``all_gather`` shares the results, and every rank runs the rest of the update on the
+        whole group, so parameters and both buffers stay identical on every rank. Collectives
+        sit inside the step, so ``capture_updates`` records nothing here."""
+        layout, structure = step.layout, step.structure
+        ns = dataclasses.replace(structure.ns, backend="torch")
+        shared = self._sharded.ddp_plan(layout, step.params, structure, orth)
+        if shared is None:  # pragma: no cover - _shares_work() said two or more ranks
+            raise RuntimeError("UltralyticsMuSGD: the process group has one rank")
+        plan, comm = shared
+
+        def orthogonalized(u: list[Tensor]) -> list[Tensor]:
+            results: list[Tensor | None] = [None] * len(u)
+
+            def compute(item: WorkItem) -> None:
+                bucket = layout.buckets[item.bucket]
+                indices = bucket.indices[item.start : item.stop]
+                _orthogonalize_into(results, u, bucket, indices, ns, orth)
+
+            exchange_results(results, step.params, layout, plan, comm, compute)
+            return cast(list[Tensor], results)
+
+        updates = self._body.run(
+            step.params,
+            step.grads,
+            step.bufs,
+            layout,
+            step.hyper,
+            structure,
+            orthogonalized,
+        )
+        apply_updates(step.params, updates, lr)

@@ -7,9 +7,11 @@ resumes from it, and writes everything the parent test compares to ``<out>/rank<
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,13 +232,24 @@ def exit_now() -> None:
     os._exit(0)
 
 
-def main(rank: int, world: int, port: int, out: str) -> None:
-    """Spawn target: both cases on this rank, results to ``<out>/rank<rank>.pt``."""
+@contextlib.contextmanager
+def gloo_rank(rank: int, world: int, port: int) -> Iterator[None]:
+    """This spawned process as rank ``rank`` of a local gloo group of ``world``, one thread;
+    on a clean exit every rank meets before the group is torn down."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
+        yield
+        dist.barrier()  # no rank tears the group down while another still uses it
+    finally:
+        dist.destroy_process_group()
+
+
+def main(rank: int, world: int, port: int, out: str) -> None:
+    """Spawn target: both cases on this rank, results to ``<out>/rank<rank>.pt``."""
+    with gloo_rank(rank, world, port):
         # Every bucket its own stage: the overlapped exchange runs with several stages in flight.
         distributed.STAGE_BYTES = 1
         count_matrices()
@@ -247,7 +260,4 @@ def main(rank: int, world: int, port: int, out: str) -> None:
             kind: run_case(kind, init, Path(out) / f"ckpt-{kind}") for kind in ("ddp", "fsdp")
         }
         torch.save(results, Path(out) / f"rank{rank}.pt")
-        dist.barrier()  # no rank tears the group down while another still uses it
-    finally:
-        dist.destroy_process_group()
     exit_now()

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from musgd import _functional
+from musgd import _ultralytics_optim as flavour
 from musgd.ultralytics import (
     UltralyticsMuSGD,
     from_stock,
@@ -309,10 +310,12 @@ def test_fsdp_dtensor_parameters_are_refused_with_a_clear_message(
 ) -> None:
     params = make_params()
     opt = UltralyticsMuSGD(stock_groups(params), **KW)
-    monkeypatch.setattr(opt._sharded, "applies", lambda ps: True)
+    monkeypatch.setattr(flavour, "is_sharded", lambda ps: True)
     set_grads(params, 0)
-    with pytest.raises(RuntimeError, match="does not shard FSDP2"):
+    before = [p.detach().clone() for p in params]
+    with pytest.raises(RuntimeError, match=r"does not shard FSDP2.*process_group"):
         opt.step()
+    assert all(torch.equal(p, b) for p, b in zip(params, before, strict=True))
 
 
 class _StockLike(torch.optim.SGD):
