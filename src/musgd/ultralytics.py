@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from musgd._newton_schulz import SUPPORTED_NS_DTYPES
+from musgd._triton_ns import BACKENDS as NS_BACKENDS
 from musgd._ultralytics_optim import ULTRALYTICS_DEFAULTS, UltralyticsMuSGD, muon_scale
 
 __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on first use
@@ -110,6 +112,16 @@ def musgd_trainer(
     checkpoints hold ``UltralyticsMuSGD.state_dict()``, which loads into the stock optimizer and
     back.
     """
+    # Checked now, not when the trainer builds its optimizer after setting up the whole run.
+    if ns_backend not in NS_BACKENDS:
+        raise ValueError(
+            f"musgd_trainer: ns_backend must be {' or '.join(map(repr, NS_BACKENDS))}, "
+            f"got {ns_backend!r}"
+        )
+    if ns_dtype not in SUPPORTED_NS_DTYPES:
+        raise ValueError(
+            f"musgd_trainer: ns_dtype must be torch.bfloat16, float16 or float32, got {ns_dtype!r}"
+        )
     name = "MuSGDTrainer"
     if base is None:
         require_ultralytics()

@@ -362,6 +362,24 @@ def test_musgd_trainer_builds_ours_from_the_stock_musgd_groups() -> None:
         musgd_trainer(int)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ns_backend": "cuda"}, "musgd_trainer: ns_backend must be 'auto' or 'triton' or 'torch'"),
+        ({"ns_dtype": torch.float64}, "musgd_trainer: ns_dtype must be"),
+    ],
+)
+def test_musgd_trainer_refuses_bad_settings_before_any_training(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    class FakeTrainer:
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            raise AssertionError("never reached")
+
+    with pytest.raises(ValueError, match=message):
+        musgd_trainer(FakeTrainer, **kwargs)
+
+
 def test_missing_ultralytics_gives_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ultralytics", None)
     with pytest.raises(ImportError, match=r'pip install "wpgate\[ultralytics\]"'):
