@@ -6,6 +6,7 @@ these functions run eagerly or are replayed from a CUDA graph.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Sequence
@@ -91,13 +92,17 @@ def _is_number(value: object) -> bool:
 def resolve_ns_dtype(ns_dtype: torch.dtype | str, device: torch.device) -> torch.dtype:
     """The Newton–Schulz working dtype for matrices on ``device``.
 
-    A dtype is returned as given. ``"auto"`` is ``torch.bfloat16`` on a CUDA device with native
-    bf16 matrix multiplication (Ampere and newer) and ``torch.float32`` everywhere else: on a CPU
-    without native bf16, bf16 ``addmm``/``bmm`` is emulated and an order of magnitude slower
-    than float32 (docs/work_packages/wp-010.md).
+    A dtype is returned as given. ``"auto"`` is ``torch.bfloat16`` where matrices multiply in
+    bf16 natively -- a CUDA device of compute capability 8.0 or newer, a CPU with AVX512-BF16 or
+    AMX -- and ``torch.float32`` everywhere else: without native bf16, bf16 ``addmm``/``bmm`` is
+    emulated and an order of magnitude slower than float32 (docs/work_packages/wp-010.md), while
+    with it bf16 is the faster one (a 2-core AMD EPYC with AVX512-BF16, torch 2.13: a yolo26m
+    step 293 ms against 1082 ms in float32, WP-009).
     """
     if isinstance(ns_dtype, torch.dtype):
         return ns_dtype
+    if device.type == "cpu":
+        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
     if device.type != "cuda":
         return torch.float32
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -107,6 +112,23 @@ def resolve_ns_dtype(ns_dtype: torch.dtype | str, device: torch.device) -> torch
         dtype = torch.bfloat16 if major >= 8 else torch.float32
         _CUDA_AUTO_DTYPES[index] = dtype
     return dtype
+
+
+_CPU_BF16_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+_CPU_NATIVE_BF16: list[bool] = []  # computed once; a list (not lru_cache) for compiled steps
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX tiles), as ``torch.cpu``
+    reports it; False where this torch cannot say."""
+    if not _CPU_NATIVE_BF16:
+        found = False
+        for name in _CPU_BF16_PROBES:
+            probe = getattr(torch.cpu, name, None)
+            with contextlib.suppress(RuntimeError, AttributeError):  # a build that cannot say
+                found = found or bool(callable(probe) and probe())
+        _CPU_NATIVE_BF16.append(found)
+    return _CPU_NATIVE_BF16[0]
 
 
 # "auto" per CUDA device index: a plain dict (not lru_cache) so that a compiled step reads it.

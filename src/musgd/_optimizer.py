@@ -74,11 +74,12 @@ class MuSGD(Optimizer):
     work; elsewhere only matrices of equal column count share a stack, rows within 2x and at
     most 1.25x the work.
 
-    ``ns_dtype="auto"`` (the default) runs Newton–Schulz in bf16 on CUDA GPUs that multiply bf16
-    natively (compute capability 8.0 and up) and in float32 everywhere else: on a CPU without
-    native bf16 the bf16 matrix products are emulated and an order of magnitude slower (issue
-    #15 reports 4.5 s against 0.12-0.21 s per nano-detector step on a 2-core CPU, with the same
-    loss curves). Pass a dtype to choose it yourself.
+    ``ns_dtype="auto"`` (the default) runs Newton–Schulz in bf16 where matrices multiply in bf16
+    natively -- CUDA GPUs of compute capability 8.0 and up, CPUs with AVX512-BF16 or AMX tiles --
+    and in float32 everywhere else: without native bf16 the bf16 matrix products are emulated
+    and an order of magnitude slower (issue #15 reports 4.5 s against 0.12-0.21 s per
+    nano-detector step on a 2-core CPU, with the same loss curves), while with it bf16 is the
+    faster one. Pass a dtype to choose it yourself.
 
     ``torch.compile(optimizer.step)`` works (the step's multi-tensor work becomes per-tensor
     code that Inductor fuses); under compile, the capture flags run the eager body.
@@ -101,8 +102,9 @@ class MuSGD(Optimizer):
         ns_coefficients: one (a, b, c) triple, or one per iteration (a shorter sequence repeats
             its last triple). Default (3.4445, -4.7750, 2.0315).
         eps: added to the Frobenius norm before normalizing (> 0). Default 1e-7.
-        ns_dtype: Newton–Schulz working dtype: ``"auto"`` (bf16 on CUDA, float32 elsewhere; see
-            above), ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``. Default ``"auto"``.
+        ns_dtype: Newton–Schulz working dtype: ``"auto"`` (bf16 where it is native, float32
+            elsewhere; see above), ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``.
+            Default ``"auto"``.
         use_muon: force (True) or forbid (False) the matrix route; None routes by shape.
         foreach: use the ``torch._foreach_*`` body (default) or the per-tensor body.
         capture_orthogonalization: replay Newton-Schulz calls from CUDA graphs, recorded once

@@ -186,6 +186,7 @@ def test_auto_ns_dtype_is_float32_off_cuda_and_bf16_on_native_bf16_gpus(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert resolve_ns_dtype(torch.float16, torch.device("cpu")) is torch.float16
+    monkeypatch.setattr(_newton_schulz, "_CPU_NATIVE_BF16", [False])  # a CPU without it
     assert resolve_ns_dtype("auto", torch.device("cpu")) is torch.float32
     assert resolve_ns_dtype("auto", torch.device("meta")) is torch.float32
     capability = {0: (9, 0), 1: (7, 5)}
@@ -194,3 +195,25 @@ def test_auto_ns_dtype_is_float32_off_cuda_and_bf16_on_native_bf16_gpus(
     assert resolve_ns_dtype("auto", torch.device("cuda", 0)) is torch.bfloat16
     # Before Ampere, bf16 matrix multiplication is emulated: float32 instead.
     assert resolve_ns_dtype("auto", torch.device("cuda", 1)) is torch.float32
+
+
+@pytest.mark.parametrize(
+    ("probes", "expected"),
+    [
+        ({"_is_avx512_bf16_supported": True, "_is_amx_tile_supported": False}, torch.bfloat16),
+        ({"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": True}, torch.bfloat16),
+        ({"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": False}, torch.float32),
+        ({}, torch.float32),  # a torch that cannot say
+    ],
+)
+def test_auto_ns_dtype_on_cpu_follows_native_bf16(
+    monkeypatch: pytest.MonkeyPatch, probes: dict[str, bool], expected: torch.dtype
+) -> None:
+    """On a CPU, "auto" is bf16 where torch reports AVX512-BF16 or AMX tiles, else float32."""
+    for name in _newton_schulz._CPU_BF16_PROBES:
+        monkeypatch.delattr(torch.cpu, name, raising=False)
+    for name, value in probes.items():
+        monkeypatch.setattr(torch.cpu, name, lambda value=value: value, raising=False)
+    monkeypatch.setattr(_newton_schulz, "_CPU_NATIVE_BF16", [])
+    assert resolve_ns_dtype("auto", torch.device("cpu")) is expected
+    assert resolve_ns_dtype("auto", torch.device("meta")) is torch.float32

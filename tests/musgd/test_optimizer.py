@@ -14,7 +14,7 @@ from musgd_reference import MUON_TRIPLE, Hyper64, route, run64
 from torch import Tensor, nn
 
 import musgd._functional as functional
-from musgd import MuSGD, param_groups
+from musgd import MuSGD, _newton_schulz, param_groups
 
 # Conv kernels, linear weights (tall, wide, square), a repeated shape (one bucket of three),
 # and vectors: a bias, a (C, 1, 1) gain and a one-row weight.
@@ -562,8 +562,13 @@ def test_closure_is_evaluated_with_grad_and_its_loss_returned() -> None:
     assert not torch.equal(model.head.weight, before)
 
 
-def test_auto_ns_dtype_runs_float32_on_cpu_bit_for_bit() -> None:
-    """The default ("auto") on CPU is float32 Newton–Schulz, not emulated bf16."""
+@pytest.mark.parametrize("native_bf16", [False, True])
+def test_auto_ns_dtype_runs_float32_on_cpu_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch, native_bf16: bool
+) -> None:
+    """The default ("auto") on a CPU without native bf16 is float32 Newton–Schulz, not emulated
+    bf16; on one with it (AVX512-BF16 or AMX), bf16."""
+    monkeypatch.setattr(_newton_schulz, "_CPU_NATIVE_BF16", [native_bf16])
     results = []
     for ns_dtype in ("auto", torch.float32, torch.bfloat16):
         params = make_params(seed=9)
@@ -573,5 +578,6 @@ def test_auto_ns_dtype_runs_float32_on_cpu_bit_for_bit() -> None:
         opt.step()
         results.append([p.detach().clone() for p in params])
     auto, fp32, bf16 = results
-    assert all(torch.equal(a, b) for a, b in zip(auto, fp32, strict=True))
-    assert not all(torch.equal(a, b) for a, b in zip(auto, bf16, strict=True))
+    same, other = (bf16, fp32) if native_bf16 else (fp32, bf16)
+    assert all(torch.equal(a, b) for a, b in zip(auto, same, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(auto, other, strict=True))

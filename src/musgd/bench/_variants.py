@@ -123,6 +123,9 @@ def musgd_variants() -> list[Variant]:
             _musgd(capture_orthogonalization=True, capture_updates=True),
             cuda_only=True,
         ),
+        # The default ns_dtype="auto" is bf16 where bf16 is native (CUDA from compute capability
+        # 8.0, CPUs with AVX512-BF16 or AMX): this one keeps float32 Newton-Schulz beside it.
+        Variant("float32-NS eager", _musgd(ns_dtype=torch.float32)),
         # The default ns_backend="auto" runs the Triton kernels on CUDA; these run the torch
         # backend (batched cuBLAS products) in the same run, eager and recorded whole.
         Variant("torch-NS eager", _musgd(ns_backend="torch"), cuda_only=True),
