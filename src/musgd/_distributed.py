@@ -520,6 +520,10 @@ class ShardedStep:
         self._plans[key] = plan
         return plan
 
+    def shares_ddp(self) -> bool:
+        """Whether a DDP process group of two or more ranks shares the work."""
+        return self._group is not None and dist.get_world_size(self._group) > 1
+
     def ddp_plan(
         self, layout: Layout, params: Sequence[Tensor], structure: Structure, orth: Orthogonalizer
     ) -> tuple[ShardPlan, _Comm] | None:
@@ -528,12 +532,9 @@ class ShardedStep:
         rather than parameters (:class:`musgd.ultralytics.UltralyticsMuSGD`). Every rank must
         call it for every layout (a new layout is checked to agree across ranks)."""
         group = self._group
-        if group is None:
+        if group is None or not self.shares_ddp():
             return None
-        world = dist.get_world_size(group)
-        if world == 1:
-            return None
-        plan = self._plan(layout, params, group, world, structure, orth)
+        plan = self._plan(layout, params, group, dist.get_world_size(group), structure, orth)
         return plan, _Comm(group, dist.get_rank(group))
 
     def plans(self) -> tuple[ShardPlan, ...]:
@@ -582,16 +583,13 @@ def exchange_results(
     sizes = [0] * world
     for item in plan.items:
         sizes[item.owner] += sum(params[i].numel() for i in _item_matrices(layout, item))
-    width = max(sizes)
     mine = [
         cast(Tensor, results[i]).reshape(-1).to(wire)
         for item in plan.owned(rank)
         for i in _item_matrices(layout, item)
     ]
-    pad = torch.zeros(width - sizes[rank], dtype=wire, device=firsts[0].device)
-    send = torch.cat([*mine, pad])
-    received = torch.empty(world * width, dtype=wire, device=send.device)
-    _all_gather(received, send, comm.group).wait()
+    received, width, work, _send = _gather_padded(mine, sizes, comm, wire, firsts[0].device)
+    work.wait()
     offsets = [r * width for r in range(world)]
     for item in plan.items:
         for i in _item_matrices(layout, item):
@@ -602,6 +600,24 @@ def exchange_results(
                 results[i] = (
                     received[start : start + size].view(params[i].shape).to(params[i].dtype)
                 )
+
+
+def _gather_padded(
+    mine: Sequence[Tensor],
+    sizes: Sequence[int],
+    comm: _Comm,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[Tensor, int, dist.Work, Tensor]:
+    """One asynchronous all_gather of every rank's flat ``mine`` (``sizes[r]`` elements on rank
+    ``r``), each padded to the largest: the received tensor (rank ``r``'s part starts at
+    ``r * width``), ``width``, the pending work and the send buffer, to keep alive until the
+    work completes."""
+    width = max(sizes)
+    pad = torch.zeros(width - sizes[comm.rank], dtype=dtype, device=device)
+    send = torch.cat([*mine, pad])
+    received = torch.empty(len(sizes) * width, dtype=dtype, device=device)
+    return received, width, _all_gather(received, send, comm.group), send
 
 
 def _local(t: Tensor) -> Tensor:
@@ -707,7 +723,7 @@ def _step_ddp(
     stage computes. The element-wise work on matrices is thus shared out too, not only
     Newton-Schulz. Vectors are updated on every rank.
     """
-    group, rank = comm.group, comm.rank
+    rank = comm.rank
     world = plan.world_size
     pending: list[tuple[Stage, Tensor, int, dist.Work, Tensor]] = []
     for stage in stages:
@@ -738,12 +754,8 @@ def _step_ddp(
         sizes = [0] * world
         for k in stage.keys:
             sizes[plan.items[k].owner] += math.prod(_item_shape(layout, plan.items[k]))
-        width = max(sizes)
         mine = [P[i].reshape(-1) for i in indices]
-        pad = torch.zeros(width - sizes[rank], dtype=stage.dtype, device=P[0].device)
-        send = torch.cat([*mine, pad])
-        received = torch.empty(world * width, dtype=stage.dtype, device=send.device)
-        pending.append((stage, received, width, _all_gather(received, send, group), send))
+        pending.append((stage, *_gather_padded(mine, sizes, comm, stage.dtype, P[0].device)))
         if len(pending) > 1:
             _write_gathered(pending.pop(0), P, layout, plan, rank)
     while pending:

@@ -594,15 +594,17 @@ def prepare_updates_foreach(
             updates[i] = u
     else:
         updates = sgd_terms_foreach(n, layout, hyper)
-    if structure.muon and table is None:
-        buckets = layout.buckets
-        orth.run_buckets(
-            [
-                functools.partial(orthogonalize_bucket, n, updates, b, hyper, structure.ns, orth)
-                for b in buckets
-            ],
-            [b.cost for b in buckets],
-        )
+        if structure.muon:
+            buckets = layout.buckets
+            orth.run_buckets(
+                [
+                    functools.partial(
+                        orthogonalize_bucket, n, updates, b, hyper, structure.ns, orth
+                    )
+                    for b in buckets
+                ],
+                [b.cost for b in buckets],
+            )
     if structure.decay:
         add_decay_foreach(updates, params, layout, hyper)
     return updates

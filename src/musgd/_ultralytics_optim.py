@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 from torch.optim import Optimizer
 
@@ -360,7 +359,6 @@ class UltralyticsMuSGD(MuSGD):
         # MuSGD's own constructor validates its own flavour's settings: set up the same machinery.
         Optimizer.__init__(self, params, defaults)
         self._setup_execution(foreach=None, process_group=process_group, recorder=recorder)
-        self._process_group = process_group
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Validate the group (before anything is stored), then add it."""
@@ -394,7 +392,7 @@ class UltralyticsMuSGD(MuSGD):
         momentum = float(group["momentum"])
         weight_decay = float(group["weight_decay"])
         lr = float(group["lr"])
-        shares = self._shares_work() and use_muon and self.muon != 0.0
+        shares = self._sharded.shares_ddp() and use_muon and self.muon != 0.0
         step = GroupStep(
             params=params,
             grads=grads,
@@ -416,11 +414,6 @@ class UltralyticsMuSGD(MuSGD):
             return
         self._prepare_and_apply(index, group, step, self._body, orth, lr)
 
-    def _shares_work(self) -> bool:
-        """Whether a DDP process group of two or more ranks shares the Newton-Schulz work."""
-        group = self._process_group
-        return group is not None and dist.get_world_size(group) > 1
-
     def _step_shared(self, step: GroupStep, orth: Orthogonalizer, lr: float) -> None:
         """A ``use_muon`` group under DDP: each rank orthogonalizes the bucket slices the plan
         gives it (batched torch products, replayed under ``capture_orthogonalization``), one
@@ -430,7 +423,7 @@ class UltralyticsMuSGD(MuSGD):
         layout, structure = step.layout, step.structure
         ns = dataclasses.replace(structure.ns, backend="torch")
         shared = self._sharded.ddp_plan(layout, step.params, structure, orth)
-        if shared is None:  # pragma: no cover - _shares_work() said two or more ranks
+        if shared is None:  # pragma: no cover - shares_ddp() said two or more ranks
             raise RuntimeError("UltralyticsMuSGD: the process group has one rank")
         plan, comm = shared
 
