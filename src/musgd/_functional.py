@@ -25,12 +25,15 @@ import math
 import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import Tensor
 
 from musgd._newton_schulz import Triple, orthogonalize, orthogonalize_batched
+
+if TYPE_CHECKING:
+    from musgd._triton_ns import TablePlan
 
 MOMENTUM_BUFFER = "momentum_buffer"
 # Muon's RMS-matching factor: 0.2*sqrt(max(rows, cols)) gives the orthogonalized update about
@@ -122,6 +125,16 @@ class Layout:
     vectors: tuple[int, ...]
     buckets: tuple[Bucket, ...]
     shapes: tuple[tuple[int, int] | None, ...]
+
+    @functools.cached_property
+    def matrix_shapes(self) -> tuple[tuple[int, int], ...]:
+        """The ``(rows, cols)`` view of each matrix, in ``matrices`` order."""
+        return tuple(rc for rc in self.shapes if rc is not None)
+
+    @functools.cached_property
+    def packed(self) -> tuple[int, ...]:
+        """The packed order of the Triton path: the matrices, then the vectors."""
+        return self.matrices + self.vectors
 
 
 BucketJob = Callable[[], None]
@@ -388,6 +401,22 @@ def multi_copy_(targets: Sequence[Tensor], sources: Sequence[Tensor]) -> None:
         t.copy_(src)
 
 
+def flatten(tensors: Sequence[Tensor]) -> Tensor:
+    """One fresh flat tensor of ``tensors``' elements, each row-major, in order: one call whose
+    per-tensor loop runs in C++ (a ``cat`` of their flat views). Never a view: PyTorch's
+    flattening returns a lone contiguous tensor's own storage, so one tensor is copied here."""
+    if len(tensors) == 1:
+        return torch.cat([tensors[0].reshape(-1)])
+    flat: Tensor = torch._utils._flatten_dense_tensors(list(tensors))  # type: ignore[no-untyped-call]
+    return flat
+
+
+def unflatten(flat: Tensor, like: Sequence[Tensor]) -> list[Tensor]:
+    """Views of ``flat`` with the shapes of ``like`` (row-major, in order): :func:`flatten`'s
+    inverse, its loop in C++ too."""
+    return list(torch._utils._unflatten_dense_tensors(flat, list(like)))  # type: ignore[no-untyped-call]
+
+
 def _pick(items: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
     return [items[i] for i in idx]
 
@@ -511,10 +540,9 @@ def orthogonalize_table_views(
         return None  # "auto" means CUDA: skip the table's set-up on every other device
     from musgd._triton_ns import orthogonalize_table  # Triton is imported only when it runs
 
-    shapes = tuple(rc for rc in layout.shapes if rc is not None)
     return orthogonalize_table(
         _pick(n, layout.matrices),
-        shapes,
+        layout.matrix_shapes,
         requested=ns.backend,
         triples=ns.coefficients,
         eps=ns.eps,
@@ -567,6 +595,7 @@ def add_decay_foreach(
             updates[i] = u
 
 
+@torch.no_grad()
 def prepare_updates_foreach(
     params: Sequence[Tensor],
     grads: Sequence[Tensor],
@@ -579,8 +608,12 @@ def prepare_updates_foreach(
     """Steps 1–4 over a whole group with ``torch._foreach_*``; returns U in group order.
 
     Momentum buffers are updated in place. Returned tensors are fresh except where U equals m
-    exactly (vectors, no Nesterov, no decay), where the buffer itself is returned.
+    exactly (vectors, no Nesterov, no decay), where the buffer itself is returned. Where the
+    Triton table runs the group's matrices, the whole group runs packed (:func:`prepare_packed`).
     """
+    plan = _table_plan(params, layout, structure) if structure.muon else None
+    if plan is not None:
+        return prepare_packed(params, grads, bufs, layout, hyper, structure, orth, plan)
     n = momentum_foreach(bufs, grads, hyper, structure)
     # The Triton table mixes the matrices' w_sgd*n + w_muon*O in its last kernel.
     table = (
@@ -610,6 +643,80 @@ def prepare_updates_foreach(
     return updates
 
 
+def _table_plan(params: Sequence[Tensor], layout: Layout, structure: Structure) -> TablePlan | None:
+    """The Triton plan of the group's matrices when the group can run packed through it: the
+    table applies (see :func:`musgd._triton_ns.table_plan`) and every tensor of the group has one
+    dtype and device (packing would promote mixed dtypes)."""
+    ns = structure.ns
+    if ns.backend == "torch" or not layout.matrices:
+        return None
+    if ns.backend == "auto" and params[0].device.type != "cuda":
+        return None  # "auto" means CUDA: skip the table's set-up on every other device
+    if len({(p.dtype, p.device) for p in params}) > 1:
+        return None
+    from musgd._triton_ns import table_plan  # Triton is imported only when it runs
+
+    return table_plan(
+        _pick(params, layout.matrices),
+        layout.matrix_shapes,
+        requested=ns.backend,
+        steps=len(ns.coefficients),
+        dtype=ns.dtype,
+    )
+
+
+def prepare_packed(
+    params: Sequence[Tensor],
+    grads: Sequence[Tensor],
+    bufs: Sequence[Tensor],
+    layout: Layout,
+    hyper: Hyper,
+    structure: Structure,
+    orth: Orthogonalizer,
+    plan: TablePlan,
+) -> list[Tensor]:
+    """Steps 1–4 of :func:`prepare_updates_foreach` on flat copies, the Triton table running
+    the matrices; returns U in group order (views of two fresh flat tensors).
+
+    The group's buffers and gradients are packed (matrices first, in ``layout.packed`` order)
+    into one flat tensor each, so momentum, Nesterov and the decay are a few whole-group
+    operations instead of multi-tensor calls that allocate a tensor per parameter, and the
+    table reads its matrices straight from the packed ``n``. Every element sees the same
+    operations in the same order as in the multi-tensor body: the same bits.
+    """
+    order = layout.packed
+    packed_bufs = _pick(bufs, order)
+    m = flatten(packed_bufs)
+    m.mul_(hyper.momentum).add_(g := flatten(_pick(grads, order)))
+    multi_copy_(packed_bufs, unflatten(m, packed_bufs))
+    n = torch.mul(m, hyper.momentum).add_(g) if structure.nesterov else m
+    from musgd._triton_ns import run_table  # Triton is imported only when it runs
+
+    size = sum(plan.sizes)
+    ns = structure.ns
+    out = run_table(
+        plan,
+        n[:size],
+        triples=ns.coefficients,
+        eps=ns.eps,
+        dtype=ns.dtype,
+        run=orth.table,
+        mix=(hyper.w_sgd, hyper.w_muon),
+    )
+    if structure.decay:
+        decay = flatten(_pick(params, order)).mul_(hyper.weight_decay)
+        out.add_(decay[:size])
+        n[size:].add_(decay[size:])
+    views = unflatten(out, _pick(params, layout.matrices))
+    if layout.vectors:
+        views += unflatten(n[size:], _pick(params, layout.vectors))
+    updates: list[Tensor] = list(views)
+    for i, u in zip(order, views, strict=True):
+        updates[i] = u
+    return updates
+
+
+@torch.no_grad()
 def prepare_updates_per_tensor(
     params: Sequence[Tensor],
     grads: Sequence[Tensor],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -345,7 +345,7 @@ class MuSGD(Optimizer):
         gradient always has its parameter's dtype, so a complex parameter shows in the kinds.
         """
         params = [p for p in group["params"] if p.grad is not None]
-        grads = [cast(Tensor, p.grad) for p in params]
+        grads: list[Tensor] = [g for p in params if (g := p.grad) is not None]
         kinds = {(g.layout, g.dtype) for g in grads}
         if any(layout != torch.strided or dtype.is_complex for layout, dtype in kinds):
             self._raise_unsupported(index, group)
@@ -373,13 +373,15 @@ class MuSGD(Optimizer):
 
     def _buffers(self, params: list[Tensor], key: str = MOMENTUM_BUFFER) -> list[Tensor]:
         """The ``key`` buffers of ``params``, created (zeros) at a parameter's first step."""
-        bufs: list[Tensor] = []
+        state = self.state
+        try:  # every step after the first: one lookup per parameter
+            return [state[p][key] for p in params]
+        except KeyError:
+            pass
         for p in params:
-            state = self.state[p]
-            if key not in state:
-                state[key] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            bufs.append(cast(Tensor, state[key]))
-        return bufs
+            if key not in state[p]:
+                state[p][key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return [state[p][key] for p in params]
 
 
 def group_structure(group: dict[str, Any], device: torch.device) -> Structure:

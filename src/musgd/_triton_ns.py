@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from musgd._functional import flatten, unflatten
+
 T = TypeVar("T")
 
 BACKENDS = ("auto", "triton", "torch")
@@ -390,6 +392,67 @@ def warn_fallback(requested: str, reason: str) -> None:
     )
 
 
+def table_plan(
+    members: Sequence[Tensor],
+    shapes: tuple[tuple[int, int], ...],
+    *,
+    requested: str,
+    steps: int,
+    dtype: torch.dtype,
+) -> TablePlan | None:
+    """The plan that runs matrices ``members`` (their ``(rows, cols)`` views are ``shapes``)
+    through the Triton table, or None when the backend does not apply (saying why once, see
+    :func:`warn_fallback`), so that the caller runs the torch backend."""
+    if requested == "torch" or not members:
+        return None
+    first = members[0]
+    reason = fallback_reason(requested, first.device, dtype)
+    if reason is None and len({(m.device, m.dtype) for m in members}) > 1:
+        reason = "the group mixes devices or dtypes"
+    if reason is None and any(r * c >= MAX_ELEMENTS for r, c in shapes):
+        reason = "a matrix has 2**31 or more elements (the kernels index tiles in 32 bits)"
+    if reason is None and requested == "auto" and table_flop(shapes, steps) > AUTO_MAX_FLOP:
+        reason = "the group's Newton-Schulz arithmetic is large, where cuBLAS is faster"
+    if reason is not None:
+        warn_fallback(requested, reason)
+        return None
+    return plan_for(shapes, first.device)
+
+
+def run_table(
+    plan: TablePlan,
+    src: Tensor,
+    *,
+    triples: Sequence[tuple[float, float, float]],
+    eps: float,
+    dtype: torch.dtype,
+    run: Callable[[Hashable, Tensor, Callable[[Tensor], Tensor]], Tensor] | None = None,
+    scales: tuple[float, ...] | None = None,
+    mix: tuple[float | Tensor, float | Tensor] | None = None,
+) -> Tensor:
+    """``O = 0.2·sqrt(max(rows, cols))·NS(m)`` (or ``scales[i]·NS(m)``) of every matrix packed
+    row-major, in plan order, in the flat ``src``; with ``mix = (w_sgd, w_muon)`` (floats, or
+    float32 0-d device tensors) the update ``w_sgd·m + w_muon·O``. One fresh flat tensor.
+
+    ``run(key, src, fn)`` may replace the direct call ``fn(src)`` (a replaying orthogonalizer
+    records it under ``key``)."""
+    device = src.device
+    scale_tensor = None if scales is None else scales_for(scales, device)
+    weights = None
+    mix_key: Hashable = None
+    if mix is not None:
+        weights = (value_tensor(mix[0], device), value_tensor(mix[1], device))
+        mix_key = (_value_key(mix[0]), _value_key(mix[1]))
+    triples = tuple(triples)
+
+    def table(packed: Tensor) -> Tensor:
+        return run_plan(plan, packed, triples, eps, dtype, scale_tensor, weights)
+
+    if run is None:
+        return table(src)
+    return run(("triton-table", plan.shapes, triples, eps, dtype, scales, mix_key), src, table)
+
+
 def orthogonalize_table(
     members: Sequence[Tensor],
     shapes: tuple[tuple[int, int], ...],
@@ -402,44 +465,20 @@ def orthogonalize_table(
     scales: tuple[float, ...] | None = None,
     mix: tuple[float | Tensor, float | Tensor] | None = None,
 ) -> tuple[Tensor, list[Tensor]] | None:
-    """``O = 0.2·sqrt(max(rows, cols))·NS(m)`` (or ``scales[i]·NS(m)``) for each matrix ``m``
-    of ``members`` (``shapes`` are their ``(rows, cols)`` views), or with ``mix = (w_sgd,
-    w_muon)`` (floats, or float32 0-d device tensors) the update ``w_sgd·m + w_muon·O``: one
-    fresh flat tensor and its per-member views.
-
-    Returns None when the Triton backend does not apply (saying why once, see
-    :func:`warn_fallback`). ``run(key, src, fn)`` may replace the direct call ``fn(src)`` on the
-    packed source (a replaying orthogonalizer records it under ``key``).
-    """
-    if requested == "torch" or not members:
+    """:func:`run_table` on ``members`` packed (``shapes`` are their ``(rows, cols)`` views):
+    one fresh flat tensor and its per-member views; None when the Triton backend does not
+    apply (:func:`table_plan`)."""
+    plan = table_plan(members, shapes, requested=requested, steps=len(triples), dtype=dtype)
+    if plan is None:
         return None
-    first = members[0]
-    reason = fallback_reason(requested, first.device, dtype)
-    if reason is None and any(m.device != first.device or m.dtype != first.dtype for m in members):
-        reason = "the group mixes devices or dtypes"
-    if reason is None and any(r * c >= MAX_ELEMENTS for r, c in shapes):
-        reason = "a matrix has 2**31 or more elements (the kernels index tiles in 32 bits)"
-    if reason is None and requested == "auto" and table_flop(shapes, len(triples)) > AUTO_MAX_FLOP:
-        reason = "the group's Newton-Schulz arithmetic is large, where cuBLAS is faster"
-    if reason is not None:
-        warn_fallback(requested, reason)
-        return None
-    plan = plan_for(shapes, first.device)
-    scale_tensor = None if scales is None else scales_for(scales, first.device)
-    weights = None
-    mix_key: Hashable = None
-    if mix is not None:
-        weights = (value_tensor(mix[0], first.device), value_tensor(mix[1], first.device))
-        mix_key = (_value_key(mix[0]), _value_key(mix[1]))
-    src = torch.cat([m.reshape(-1) for m in members])
-    triples = tuple(triples)
-
-    def table(packed: Tensor) -> Tensor:
-        return run_plan(plan, packed, triples, eps, dtype, scale_tensor, weights)
-
-    key = ("triton-table", shapes, triples, eps, dtype, scales, mix_key)
-    out = table(src) if run is None else run(key, src, table)
-    views = [
-        o.view(m.shape) for o, m in zip(torch.split(out, list(plan.sizes)), members, strict=True)
-    ]
-    return out, views
+    out = run_table(
+        plan,
+        flatten(members),
+        triples=triples,
+        eps=eps,
+        dtype=dtype,
+        run=run,
+        scales=scales,
+        mix=mix,
+    )
+    return out, unflatten(out, members)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+from collections.abc import Callable, Hashable
 
 import pytest
 import torch
@@ -346,6 +348,119 @@ def test_foreach_body_equals_per_tensor_body_bit_for_bit(structure: Structure) -
         assert sorted(orth_b.single_shapes) == [(6, 6), (8, 36), (8, 36), (8, 36), (36, 8)]
     else:
         assert orth_a.batched_shapes == orth_a.single_shapes == orth_b.single_shapes == []
+
+
+class TableStandIn(RecordingOrthogonalizer):
+    """The Triton table replaced by the per-tensor body's own arithmetic on the packed source
+    (``w_sgd·n + w_muon·scale·NS(n)`` per matrix), so that the packed body can be compared bit
+    for bit with the per-tensor one; records each packed source."""
+
+    def __init__(self, hyper: Hyper, ns: NSSettings) -> None:
+        super().__init__()
+        self.hyper, self.ns = hyper, ns
+        self.sources: list[Tensor] = []
+
+    def table(self, key: Hashable, src: Tensor, run: Callable[[Tensor], Tensor]) -> Tensor:
+        assert isinstance(key, tuple)
+        self.sources.append(src.clone())
+        parts, offset = [], 0
+        for rows, cols in key[1]:  # the plan's (rows, cols) shapes, in packed order
+            n = src[offset : offset + rows * cols].view(rows, cols)
+            offset += rows * cols
+            O = self.single(n, self.ns)
+            O.mul_(0.2 * math.sqrt(max(rows, cols))).mul_(self.hyper.w_muon)
+            parts.append(n.mul(self.hyper.w_sgd).add_(O).reshape(-1))
+        assert offset == src.numel()
+        return torch.cat(parts)
+
+
+TRITON_NS = dataclasses.replace(NS32, dtype=torch.bfloat16, backend="triton")
+
+
+@pytest.mark.parametrize("structure", [s for s in STRUCTURES if s.muon], ids=str)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_packed_body_equals_per_tensor_body_bit_for_bit(
+    structure: Structure, channels_last: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the Triton table runs, the group runs packed: momentum, Nesterov, decay and the
+    unpacking give the per-tensor body's bits, in group order, buffers included."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the table applies on the CPU when asked
+    structure = dataclasses.replace(structure, ns=TRITON_NS)
+    hyper = Hyper(momentum=0.9, weight_decay=0.1 if structure.decay else 0.0, w_muon=0.7, w_sgd=0.3)
+    params, grads, bufs = _group(5)
+    if channels_last:  # the conv kernels' tensors as a channels-last model holds them
+        for ts in (params, grads, bufs):
+            ts[0] = ts[0].contiguous(memory_format=torch.channels_last)
+    layout = build_layout(params, None)
+    bufs_a = [b.clone(memory_format=torch.preserve_format) for b in bufs]
+    bufs_b = [b.clone(memory_format=torch.preserve_format) for b in bufs]
+    packed = TableStandIn(hyper, TRITON_NS)
+    u_a = prepare_updates_foreach(params, grads, bufs_a, layout, hyper, structure, packed)
+    u_b = prepare_updates_per_tensor(
+        params, grads, bufs_b, layout, hyper, structure, RecordingOrthogonalizer()
+    )
+    assert len(packed.sources) == 1, "the group's matrices go through one table"
+    assert packed.batched_shapes == []
+    for a, b in itertools.chain(zip(u_a, u_b, strict=True), zip(bufs_a, bufs_b, strict=True)):
+        assert a.shape == b.shape
+        assert torch.equal(a, b)
+    assert bufs_a[0].is_contiguous(memory_format=torch.channels_last) == channels_last
+
+
+def test_a_group_of_mixed_dtypes_is_not_packed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packing would promote a float32 and a float64 tensor to one dtype: such a group runs the
+    multi-tensor body (the table takes its matrices alone), with the per-tensor body's bits."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    structure = Structure(nesterov=True, decay=True, muon=True, ns=TRITON_NS)
+    hyper = Hyper(momentum=0.9, weight_decay=0.1, w_muon=0.7, w_sgd=0.3)
+    params, grads, bufs = _group(6)
+    params[2], grads[2], bufs[2] = params[2].double(), grads[2].double(), bufs[2].double()
+    layout = build_layout(params, None)
+    bufs_b = [b.clone() for b in bufs]
+    orth = TableStandIn(hyper, TRITON_NS)
+    u_a = prepare_updates_foreach(params, grads, bufs, layout, hyper, structure, orth)
+    u_b = prepare_updates_per_tensor(
+        params, grads, bufs_b, layout, hyper, structure, RecordingOrthogonalizer()
+    )
+    assert [s.dtype for s in orth.sources] == [torch.float32]
+    for a, b in itertools.chain(zip(u_a, u_b, strict=True), zip(bufs, bufs_b, strict=True)):
+        assert a.dtype == b.dtype
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_bodies_called_in_grad_mode_track_nothing(
+    packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Called with grad mode on and parameters that require gradients (as a test or a tool
+    would), the bodies record no autograd history and compute what they compute under
+    ``no_grad``: in-place writes into views of packed results must not trip autograd."""
+    ns = NS32
+    if packed:
+        pytest.importorskip("triton")
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        ns = TRITON_NS
+    structure = Structure(nesterov=True, decay=True, muon=True, ns=ns)
+    hyper = Hyper(momentum=0.9, weight_decay=0.1, w_muon=0.7, w_sgd=0.3)
+    params, grads, bufs = _group(7)
+    layout = build_layout(params, None)
+    results = []
+    for grad_mode in (True, False):
+        leaves = [p.clone().requires_grad_() for p in params]
+        moved = [b.clone() for b in bufs]
+        orth = TableStandIn(hyper, ns)
+        with torch.set_grad_enabled(grad_mode):
+            for body in (prepare_updates_foreach, prepare_updates_per_tensor):
+                updates = body(
+                    leaves, grads, [b.clone() for b in moved], layout, hyper, structure, orth
+                )
+                assert not any(u.requires_grad for u in updates)
+                results.append(updates)
+        assert len(orth.sources) == int(packed)
+    for a, b in zip(results[0] + results[1], results[2] + results[3], strict=True):
+        assert torch.equal(a, b)
 
 
 def test_foreach_body_with_real_batched_ns_matches_per_tensor() -> None:
