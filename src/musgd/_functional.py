@@ -25,7 +25,7 @@ import math
 import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -125,6 +125,10 @@ class Layout:
     vectors: tuple[int, ...]
     buckets: tuple[Bucket, ...]
     shapes: tuple[tuple[int, int] | None, ...]
+    # Each parameter's own shape, and the (dtype, device) they all share (None where they do
+    # not): what the packed step's workspace depends on besides the routing (``prepare_packed``).
+    tensor_shapes: tuple[torch.Size, ...] = ()
+    kind: tuple[torch.dtype, torch.device] | None = None
 
     @functools.cached_property
     def matrix_shapes(self) -> tuple[tuple[int, int], ...]:
@@ -138,6 +142,9 @@ class Layout:
 
 
 BucketJob = Callable[[], None]
+W = TypeVar("W")
+# Workspaces an orthogonalizer keeps (one per group layout a training run steps).
+WORKSPACES = 16
 
 
 class Orthogonalizer(Protocol):
@@ -161,6 +168,25 @@ class Orthogonalizer(Protocol):
         """
         return run(src)
 
+    def workspace(self, key: Hashable, build: Callable[[], W]) -> W:
+        """``build()``, kept under ``key`` for this orthogonalizer's later steps: device memory
+        a group's step reuses instead of allocating it per parameter (``prepare_packed``).
+
+        Inside a CUDA-graph capture a workspace is always built for that capture alone, in the
+        graph's own memory: a graph writes by address, so it must never write into memory that
+        this cache may later drop. At most ``WORKSPACES`` are kept, the oldest dropped first.
+        """
+        if capturing():
+            return build()
+        kept: dict[Hashable, Any] = self.__dict__.setdefault("_workspaces", {})
+        found = kept.get(key)
+        if found is None:
+            found = build()
+            if len(kept) >= WORKSPACES:
+                del kept[next(iter(kept))]
+            kept[key] = found
+        return cast(W, found)
+
     def stacked(self, members: Sequence[Tensor], bucket: Bucket, ns: NSSettings) -> Tensor:
         """``scale * NS(stack)`` of one bucket's tensors, in fresh storage the caller owns.
 
@@ -168,6 +194,11 @@ class Orthogonalizer(Protocol):
         scales in place; an implementation may save copies but must give the same bits.
         """
         return scale_stack(self.batched(stack_bucket(members, bucket), ns), bucket)
+
+
+def capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def run_in_order(jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
@@ -288,11 +319,14 @@ def _plan_layout(
             _bucket([members[k][0] for k in s], [own[k] for k in s], orient=orient) for s in stacks
         )
     buckets.sort(key=lambda b: b.indices[0])
+    kinds = {(dtype, device) for _, dtype, device in described}
     return Layout(
         matrices=tuple(i for i, rc in enumerate(shapes) if rc is not None),
         vectors=tuple(i for i, rc in enumerate(shapes) if rc is None),
         buckets=tuple(buckets),
         shapes=shapes,
+        tensor_shapes=tuple(shape for shape, _, _ in described),
+        kind=next(iter(kinds)) if len(kinds) == 1 else None,
     )
 
 
@@ -648,12 +682,10 @@ def _table_plan(params: Sequence[Tensor], layout: Layout, structure: Structure) 
     table applies (see :func:`musgd._triton_ns.table_plan`) and every tensor of the group has one
     dtype and device (packing would promote mixed dtypes)."""
     ns = structure.ns
-    if ns.backend == "torch" or not layout.matrices:
+    if ns.backend == "torch" or not layout.matrices or layout.kind is None:
         return None
-    if ns.backend == "auto" and params[0].device.type != "cuda":
+    if ns.backend == "auto" and layout.kind[1].type != "cuda":
         return None  # "auto" means CUDA: skip the table's set-up on every other device
-    if len({(p.dtype, p.device) for p in params}) > 1:
-        return None
     from musgd._triton_ns import table_plan  # Triton is imported only when it runs
 
     return table_plan(
@@ -665,6 +697,65 @@ def _table_plan(params: Sequence[Tensor], layout: Layout, structure: Structure) 
     )
 
 
+class PackedWorkspace:
+    """A group's packed step memory, kept across steps (:meth:`Orthogonalizer.workspace`).
+
+    ``n`` holds the group's ``n`` packed in ``layout.packed`` order (matrices first, each
+    row-major), ``out`` the table's result for the matrices, ``decay`` the packed ``wd·W``;
+    their per-parameter views (in group order) are made once, not every step: a view costs
+    about a microsecond of host time, and a YOLO26 group has hundreds of parameters.
+    """
+
+    def __init__(self, layout: Layout, dtype: torch.dtype, device: torch.device) -> None:
+        numel = [math.prod(s) for s in layout.tensor_shapes]
+        self.size = sum(numel[i] for i in layout.matrices)
+        self.n = torch.empty(sum(numel), dtype=dtype, device=device)
+        self.n_views = self._views(self.n, layout)
+        self.out = torch.empty(self.size, dtype=dtype, device=device)
+        self.updates = self.n_views.copy()
+        self._place(self.updates, self.out, layout)
+        self._layout = layout
+        self._decay: tuple[Tensor, list[Tensor]] | None = None
+
+    @staticmethod
+    def _views(flat: Tensor, layout: Layout) -> list[Tensor]:
+        """Views of the packed ``flat`` with each parameter's shape, in group order."""
+        views: list[Tensor] = [flat] * len(layout.tensor_shapes)
+        offset = 0
+        for i in layout.packed:
+            shape = layout.tensor_shapes[i]
+            views[i] = flat[offset : offset + math.prod(shape)].view(shape)
+            offset += math.prod(shape)
+        return views
+
+    @staticmethod
+    def _place(updates: list[Tensor], out: Tensor, layout: Layout) -> None:
+        """The matrices' entries of ``updates``: views of the table's result ``out``."""
+        offset = 0
+        for i in layout.matrices:
+            shape = layout.tensor_shapes[i]
+            updates[i] = out[offset : offset + math.prod(shape)].view(shape)
+            offset += math.prod(shape)
+
+    def decay(self) -> tuple[Tensor, list[Tensor]]:
+        """The packed decay buffer and its views (made on first use: groups without weight
+        decay never need it)."""
+        if self._decay is None:
+            flat = torch.empty_like(self.n)
+            self._decay = flat, self._views(flat, self._layout)
+        return self._decay
+
+    def updates_for(self, out: Tensor) -> list[Tensor]:
+        """U in group order when the table's result is ``out``: the kept views when it is
+        ``self.out``, else (a replayed table returns its recording's own output) new ones."""
+        if out is self.out:
+            return self.updates.copy()
+        updates = self.n_views.copy()
+        self._place(updates, out, self._layout)
+        return updates
+
+
+@torch.no_grad()
 def prepare_packed(
     params: Sequence[Tensor],
     grads: Sequence[Tensor],
@@ -675,45 +766,44 @@ def prepare_packed(
     orth: Orthogonalizer,
     plan: TablePlan,
 ) -> list[Tensor]:
-    """Steps 1–4 of :func:`prepare_updates_foreach` on flat copies, the Triton table running
-    the matrices; returns U in group order (views of two fresh flat tensors).
+    """Steps 1–4 of :func:`prepare_updates_foreach` where the Triton table runs the group's
+    matrices, into a workspace the group keeps; returns U in group order (views of it).
 
-    The group's buffers and gradients are packed (matrices first, in ``layout.packed`` order)
-    into one flat tensor each, so momentum, Nesterov and the decay are a few whole-group
-    operations instead of multi-tensor calls that allocate a tensor per parameter, and the
-    table reads its matrices straight from the packed ``n``. Every element sees the same
-    operations in the same order as in the multi-tensor body: the same bits.
+    ``n`` is written straight into the packed workspace (in-place multi-tensor calls, where
+    the multi-tensor body's out-of-place ones allocate a tensor per parameter every step), the
+    table reads its matrices from it without a ``cat`` and writes its result into the kept
+    ``out``; the decay is one packed multiply. Every element sees the same operations in the
+    same order as in the per-tensor body: the same bits.
     """
-    order = layout.packed
-    packed_bufs = _pick(bufs, order)
-    m = flatten(packed_bufs)
-    m.mul_(hyper.momentum).add_(g := flatten(_pick(grads, order)))
-    multi_copy_(packed_bufs, unflatten(m, packed_bufs))
-    n = torch.mul(m, hyper.momentum).add_(g) if structure.nesterov else m
+    kind = layout.kind
+    assert kind is not None  # _table_plan checked it
+    ws = orth.workspace(("packed", layout), lambda: PackedWorkspace(layout, *kind))
+    multi_mul_(bufs, hyper.momentum)
+    multi_add_(bufs, grads)
+    multi_copy_(ws.n_views, bufs)
+    if structure.nesterov:
+        ws.n.mul_(hyper.momentum)
+        multi_add_(ws.n_views, grads)
     from musgd._triton_ns import run_table  # Triton is imported only when it runs
 
-    size = sum(plan.sizes)
     ns = structure.ns
     out = run_table(
         plan,
-        n[:size],
+        ws.n[: ws.size],
         triples=ns.coefficients,
         eps=ns.eps,
         dtype=ns.dtype,
         run=orth.table,
         mix=(hyper.w_sgd, hyper.w_muon),
+        out=ws.out,
     )
     if structure.decay:
-        decay = flatten(_pick(params, order)).mul_(hyper.weight_decay)
-        out.add_(decay[:size])
-        n[size:].add_(decay[size:])
-    views = unflatten(out, _pick(params, layout.matrices))
-    if layout.vectors:
-        views += unflatten(n[size:], _pick(params, layout.vectors))
-    updates: list[Tensor] = list(views)
-    for i, u in zip(order, views, strict=True):
-        updates[i] = u
-    return updates
+        decay, decay_views = ws.decay()
+        multi_copy_(decay_views, params)
+        decay.mul_(hyper.weight_decay)
+        out.add_(decay[: ws.size])
+        ws.n[ws.size :].add_(decay[ws.size :])
+    return ws.updates_for(out)
 
 
 @torch.no_grad()

@@ -135,6 +135,9 @@ class BranchedOrthogonalizer(Orthogonalizer):
     def table(self, key: Hashable, src: Tensor, run: Callable[[Tensor], Tensor]) -> Tensor:
         return self._inner.table(key, src, run)
 
+    def workspace(self, key: Hashable, build: Callable[[], T]) -> T:
+        return self._inner.workspace(key, build)
+
     def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
         lanes, inline = plan_branches(costs, len(self._streams), self._cost_limit)
         if not lanes:

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from musgd._functional import flatten, unflatten
+from musgd._functional import capturing, flatten, unflatten
 
 T = TypeVar("T")
 
@@ -263,14 +263,15 @@ def run_plan(
     dtype: torch.dtype,
     scales: Tensor | None = None,
     mix: tuple[Tensor, Tensor] | None = None,
+    out: Tensor | None = None,
 ) -> Tensor:
     """``O = scale · NS(matrix)`` for every matrix packed (row-major, in plan order) in
     ``src``, ``scale`` the plan's (``0.2·sqrt(max(rows, cols))``) or the matrix's entry of
     ``scales``; with ``mix = (w_sgd, w_muon)`` (float32 0-d device tensors) the update
     ``w_sgd·src + w_muon·O`` instead, mixed in the last kernel.
 
-    Returns a fresh flat tensor of ``src``'s dtype and layout. Launches ``2 + 3·len(triples)``
-    kernels; the caller has checked that the backend applies.
+    Returns ``out`` (a flat tensor like ``src``), or a fresh one when None. Launches ``2 +
+    3·len(triples)`` kernels; the caller has checked that the backend applies.
     """
     k = _kernels()
     cfg = plan.tiles
@@ -278,7 +279,8 @@ def run_plan(
     x_next = torch.empty_like(x)
     a = torch.empty(plan.a_numel, dtype=dtype, device=src.device)
     b = torch.empty_like(a)
-    out = torch.empty_like(src)
+    if out is None:
+        out = torch.empty_like(src)
     square = (plan.square_tiles.size(0),)
     rect = (plan.rect_tiles.size(0),)
     launch = {
@@ -429,10 +431,13 @@ def run_table(
     run: Callable[[Hashable, Tensor, Callable[[Tensor], Tensor]], Tensor] | None = None,
     scales: tuple[float, ...] | None = None,
     mix: tuple[float | Tensor, float | Tensor] | None = None,
+    out: Tensor | None = None,
 ) -> Tensor:
     """``O = 0.2·sqrt(max(rows, cols))·NS(m)`` (or ``scales[i]·NS(m)``) of every matrix packed
     row-major, in plan order, in the flat ``src``; with ``mix = (w_sgd, w_muon)`` (floats, or
-    float32 0-d device tensors) the update ``w_sgd·m + w_muon·O``. One fresh flat tensor.
+    float32 0-d device tensors) the update ``w_sgd·m + w_muon·O``. Written into ``out`` when
+    given (outside CUDA-graph captures: a recording writes into memory of its own), else into
+    a fresh flat tensor; returns the tensor written.
 
     ``run(key, src, fn)`` may replace the direct call ``fn(src)`` (a replaying orthogonalizer
     records it under ``key``)."""
@@ -446,7 +451,8 @@ def run_table(
     triples = tuple(triples)
 
     def table(packed: Tensor) -> Tensor:
-        return run_plan(plan, packed, triples, eps, dtype, scale_tensor, weights)
+        target = None if out is None or capturing() else out
+        return run_plan(plan, packed, triples, eps, dtype, scale_tensor, weights, target)
 
     if run is None:
         return table(src)

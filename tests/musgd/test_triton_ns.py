@@ -174,6 +174,34 @@ def test_optimizer_with_triton_agrees_with_torch_backend() -> None:
         torch.testing.assert_close(a, b, atol=5e-3, rtol=0)
 
 
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_packed_steps_equal_the_multi_tensor_body_with_the_same_table(
+    nesterov: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packed step (its workspace kept and reused across steps, the table writing into it)
+    gives the bits of the multi-tensor body running the same table over its matrices alone:
+    parameters and momentum buffers, over three steps with decay."""
+    from musgd import _functional
+
+    def run(packs: bool) -> list[Tensor]:
+        gen = torch.Generator().manual_seed(0)
+        shapes = [(8, 3, 3, 3), (16,), (16, 8), (24, 4), (6, 6), (6,)]
+        params = [torch.randn(s, generator=gen).to(DEVICE).requires_grad_() for s in shapes]
+        opt = MuSGD(params, lr=0.1, weight_decay=0.01, nesterov=nesterov, ns_backend="triton")
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen).to(DEVICE)
+            opt.step()
+        assert len(opt._orth.__dict__.get("_workspaces", {})) == int(packs)
+        bufs = [opt.state[p]["momentum_buffer"] for p in params]
+        return [t.detach().clone() for t in params + bufs]
+
+    packed = run(packs=True)
+    monkeypatch.setattr(_functional, "_table_plan", lambda *args: None)
+    for a, b in zip(packed, run(packs=False), strict=True):
+        assert torch.equal(a, b)
+
+
 def _flavour_steps(backend: str) -> list[Tensor]:
     """Three steps of the Ultralytics flavour: a conv kernel, a tall matrix (Muon scale
     sqrt(24/4)) and a wide one in a ``use_muon`` group, with decay; vectors in an SGD group."""
