@@ -136,10 +136,13 @@ class MuSGD(Optimizer):
             deterministic); where they do not apply (no CUDA or Triton,
             ``ns_dtype=torch.float32``, a compile trace) the torch backend runs and says so
             once. ``"torch"``: batched ``torch.bmm`` calls per bucket. The capture flags never
-            change the backend (replay stays bit-identical to eager). On the H200 (YOLO26
-            shapes, WP-009, evidence at 2c734a6) Triton is the faster backend for every set and
-            flag: with both capture flags 1.06 / 1.27 / 2.27 ms a yolo26n/s/m step against
-            torch's 1.09 / 1.90 / 3.55 ms. Lives in each param group.
+            change the backend (replay stays bit-identical to eager). A group the Triton
+            table runs steps packed, in device memory it keeps between steps (about one copy
+            of its parameters and one of its matrices, one more with weight decay; decision
+            D8). On the H200 (YOLO26 shapes, WP-009, evidence at b960f8e) Triton is the faster
+            backend for every set and flag: a yolo26n/s/m step took 1.65 / 1.64 / 1.70 ms
+            eager against torch's 8.51 / 8.08 / 7.96 ms, and with both capture flags 0.90 /
+            0.94 / 1.75 ms against 0.93 / 1.91 / 3.56 ms. Lives in each param group.
         shard_balance: how the distributed plan balances ranks: ``"flops"`` (default,
             Newton-Schulz FLOPs) or ``"measured"`` (each layout's first step times every
             bucket's batched call on every rank and balances the slowest rank's seconds).
