@@ -716,6 +716,14 @@ class PackedWorkspace:
         self._place(self.updates, self.out, layout)
         self._layout = layout
         self._decay: tuple[Tensor, list[Tensor]] | None = None
+        # Each parameter's element count and packed offset, in group order (momentum kernel).
+        offsets = [0] * len(numel)
+        offset = 0
+        for i in layout.packed:
+            offsets[i] = offset
+            offset += numel[i]
+        self.numels, self.offsets = tuple(numel), tuple(offsets)
+        self.momentum_plan: Any = None  # the Triton momentum kernel's tables, on first use
 
     @staticmethod
     def _views(flat: Tensor, layout: Layout) -> list[Tensor]:
@@ -755,6 +763,34 @@ class PackedWorkspace:
         return updates
 
 
+def _packed_momentum(
+    ws: PackedWorkspace,
+    grads: Sequence[Tensor],
+    bufs: Sequence[Tensor],
+    hyper: Hyper,
+    structure: Structure,
+) -> bool:
+    """Steps 1–2 of a packed group in one Triton launch where it applies (float32, contiguous:
+    :func:`musgd._triton_ns.run_momentum`); False where the multi-tensor calls must run."""
+    from musgd._triton_ns import (  # Triton is imported only when it runs
+        PlanUnavailableError,
+        momentum_applies,
+        momentum_plan,
+        run_momentum,
+    )
+
+    if not momentum_applies(grads, bufs):
+        return False
+    if ws.momentum_plan is None:
+        try:
+            ws.momentum_plan = momentum_plan(ws.numels, ws.offsets, ws.n.device)
+        except PlanUnavailableError:  # first needed inside a capture: run the other way
+            return False
+    return run_momentum(
+        ws.momentum_plan, grads, bufs, ws.n, hyper.momentum, nesterov=structure.nesterov
+    )
+
+
 @torch.no_grad()
 def prepare_packed(
     params: Sequence[Tensor],
@@ -778,12 +814,13 @@ def prepare_packed(
     kind = layout.kind
     assert kind is not None  # _table_plan checked it
     ws = orth.workspace(("packed", layout), lambda: PackedWorkspace(layout, *kind))
-    multi_mul_(bufs, hyper.momentum)
-    multi_add_(bufs, grads)
-    multi_copy_(ws.n_views, bufs)
-    if structure.nesterov:
-        ws.n.mul_(hyper.momentum)
-        multi_add_(ws.n_views, grads)
+    if not _packed_momentum(ws, grads, bufs, hyper, structure):
+        multi_mul_(bufs, hyper.momentum)
+        multi_add_(bufs, grads)
+        multi_copy_(ws.n_views, bufs)
+        if structure.nesterov:
+            ws.n.mul_(hyper.momentum)
+            multi_add_(ws.n_views, grads)
     from musgd._triton_ns import run_table  # Triton is imported only when it runs
 
     ns = structure.ns

@@ -231,3 +231,43 @@ def update(
         tl.store(out + offs, res.to(out.dtype.element_ty), mask=mask)
     else:
         tl.store(out + x_off + rm[:, None] * np_ + rn[None, :], res.to(out.dtype.element_ty))
+
+
+@triton.jit
+def momentum(
+    pointers,
+    count,
+    n,
+    blocks,
+    offsets,
+    numels,
+    mu_ptr,
+    NESTEROV: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Steps 1–2 of a packed group in one launch: ``m <- mu·m + g`` in place and ``n = g +
+    mu·m`` (Nesterov) or ``m``, written packed into ``n``.
+
+    ``pointers`` holds the addresses of the group's float32 contiguous gradients (the first
+    ``count``) then of their momentum buffers; each program takes one ``BLOCK`` of one tensor
+    (``blocks``: tensor, block pairs), and the tensor's elements go to ``n`` from its packed
+    offset. Each product and sum is rounded on its own (launched with ``enable_fp_fusion``
+    off), as the multi-tensor body's separate operations round them: the same bits.
+    """
+    b = blocks + tl.program_id(0) * 2
+    t = tl.load(b)
+    idx = tl.load(b + 1) * BLOCK + tl.arange(0, BLOCK)
+    mask = idx < tl.load(numels + t)
+    g = tl.load(pointers + t).to(tl.pointer_type(tl.float32))
+    m = tl.load(pointers + count + t).to(tl.pointer_type(tl.float32))
+    mu = tl.load(mu_ptr)
+    gv = tl.load(g + idx, mask=mask)
+    mv = tl.load(m + idx, mask=mask) * mu
+    mv = mv + gv
+    tl.store(m + idx, mv, mask=mask)
+    if NESTEROV:
+        nv = mv * mu
+        nv = nv + gv
+    else:
+        nv = mv
+    tl.store(n + tl.load(offsets + t) + idx, nv, mask=mask)

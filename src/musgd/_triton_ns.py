@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+import operator
 import os
 import threading
 import warnings
@@ -488,3 +489,108 @@ def orthogonalize_table(
         mix=mix,
     )
     return out, unflatten(out, members)
+
+
+# Elements each program of the packed momentum kernel takes (one block of one tensor).
+MOMENTUM_BLOCK = 1024
+_DTYPE = operator.attrgetter("dtype")
+
+
+@dataclass(frozen=True)
+class MomentumPlan:
+    """The device tables of one packed group's momentum kernel: its ``(tensor, block)``
+    pairs, and each tensor's packed offset and element count, in group order."""
+
+    blocks: Tensor
+    offsets: Tensor
+    numels: Tensor
+    programs: int
+
+
+def build_momentum_plan(
+    numels: Sequence[int], offsets: Sequence[int], device: torch.device
+) -> MomentumPlan:
+    """The momentum kernel's tables for tensors of ``numels`` elements packed at ``offsets``."""
+    pairs = [
+        (t, b) for t, count in enumerate(numels) for b in range(_tile_count(count, MOMENTUM_BLOCK))
+    ]
+    return MomentumPlan(
+        blocks=torch.tensor(pairs, dtype=torch.int32, device=device),
+        offsets=torch.tensor(offsets, dtype=torch.int64, device=device),
+        numels=torch.tensor(numels, dtype=torch.int32, device=device),
+        programs=len(pairs),
+    )
+
+
+_MOMENTUM_PLANS: dict[tuple[tuple[int, ...], tuple[int, ...], torch.device], MomentumPlan] = {}
+_POINTERS: dict[tuple[tuple[int, ...], torch.device], Tensor] = {}
+
+
+def momentum_plan(
+    numels: tuple[int, ...], offsets: tuple[int, ...], device: torch.device
+) -> MomentumPlan:
+    """The cached :class:`MomentumPlan` (built on first use, outside any capture; raises
+    :class:`PlanUnavailableError` when one is needed inside a capture)."""
+    return _cached(
+        _MOMENTUM_PLANS,
+        (numels, offsets, device),
+        device,
+        "momentum tables",
+        lambda: build_momentum_plan(numels, offsets, device),
+    )
+
+
+def momentum_applies(grads: Sequence[Tensor], bufs: Sequence[Tensor]) -> bool:
+    """Whether :func:`run_momentum` can run these tensors: float32 and contiguous, all of them
+    (the kernel walks each tensor's memory as its row-major elements)."""
+    return (
+        {*map(_DTYPE, grads), *map(_DTYPE, bufs)} == {torch.float32}
+        and all(map(Tensor.is_contiguous, grads))
+        and all(map(Tensor.is_contiguous, bufs))
+    )
+
+
+def run_momentum(
+    plan: MomentumPlan,
+    grads: Sequence[Tensor],
+    bufs: Sequence[Tensor],
+    n: Tensor,
+    momentum: float | Tensor,
+    *,
+    nesterov: bool,
+) -> bool:
+    """``m <- mu·m + g`` for every buffer in place and the packed ``n`` in one launch (see
+    ``musgd._triton_kernels.momentum``); the caller has checked :func:`momentum_applies`.
+
+    The tensors' addresses go to the kernel in a device table, kept per set of addresses for
+    the life of the process (a CUDA graph recorded over it reads it by address). Returns False,
+    having done nothing, where a table or the momentum's constant would have to be built inside
+    a capture: the caller then runs the multi-tensor operations instead.
+    """
+    device = n.device
+    addresses = (*map(Tensor.data_ptr, grads), *map(Tensor.data_ptr, bufs))
+    try:
+        table = _cached(
+            _POINTERS,
+            (addresses, device),
+            device,
+            "pointer tables",
+            lambda: torch.tensor(addresses, dtype=torch.int64, device=device),
+        )
+        mu = value_tensor(momentum, device)
+    except PlanUnavailableError:
+        return False
+    _kernels().momentum[(plan.programs,)](
+        table,
+        len(grads),
+        n,
+        plan.blocks,
+        plan.offsets,
+        plan.numels,
+        mu,
+        NESTEROV=nesterov,
+        BLOCK=MOMENTUM_BLOCK,
+        num_warps=4,
+        enable_fp_fusion=False,
+    )
+    return True
