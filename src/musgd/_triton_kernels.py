@@ -21,8 +21,13 @@ exact, since a product of two bf16 or fp16 values fits in float32.
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
+
+# Whether Triton interprets the kernels below: it decides when each is defined, from this.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @triton.jit

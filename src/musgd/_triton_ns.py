@@ -25,6 +25,7 @@ import importlib.util
 import math
 import operator
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Hashable, Sequence
@@ -62,7 +63,12 @@ class PlanUnavailableError(RuntimeError):
 
 
 def interpreting() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    """True when Triton runs this package's kernels in its CPU interpreter: as the kernel
+    module was built when it was imported (Triton reads ``TRITON_INTERPRET`` when a kernel is
+    defined), else as ``TRITON_INTERPRET`` says now."""
+    kernels = sys.modules.get("musgd._triton_kernels")
+    if kernels is not None:
+        return bool(kernels.INTERPRETED)
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 

@@ -375,6 +375,21 @@ class TableStandIn(RecordingOrthogonalizer):
 
 
 TRITON_NS = dataclasses.replace(NS32, dtype=torch.bfloat16, backend="triton")
+# The packed body runs the Triton momentum kernel: on CUDA where there is a GPU (the kernels
+# are then compiled for it), else in Triton's CPU interpreter.
+PACKED_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _packable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the Triton table apply to this test's group (its kernels are never run: the
+    stand-in replaces the table; the momentum kernel runs)."""
+    pytest.importorskip("triton")
+    if PACKED_DEVICE.type == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def _packed_group(seed: int) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    return tuple([t.to(PACKED_DEVICE) for t in ts] for ts in _group(seed))  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("structure", [s for s in STRUCTURES if s.muon], ids=str)
@@ -384,11 +399,10 @@ def test_packed_body_equals_per_tensor_body_bit_for_bit(
 ) -> None:
     """Where the Triton table runs, the group runs packed: momentum, Nesterov, decay and the
     unpacking give the per-tensor body's bits, in group order, buffers included."""
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the table applies on the CPU when asked
+    _packable(monkeypatch)
     structure = dataclasses.replace(structure, ns=TRITON_NS)
     hyper = Hyper(momentum=0.9, weight_decay=0.1 if structure.decay else 0.0, w_muon=0.7, w_sgd=0.3)
-    params, grads, bufs = _group(5)
+    params, grads, bufs = _packed_group(5)
     if channels_last:  # the conv kernels' tensors as a channels-last model holds them
         for ts in (params, grads, bufs):
             ts[0] = ts[0].contiguous(memory_format=torch.channels_last)
@@ -411,11 +425,10 @@ def test_packed_body_equals_per_tensor_body_bit_for_bit(
 def test_a_group_of_mixed_dtypes_is_not_packed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Packing would promote a float32 and a float64 tensor to one dtype: such a group runs the
     multi-tensor body (the table takes its matrices alone), with the per-tensor body's bits."""
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    _packable(monkeypatch)
     structure = Structure(nesterov=True, decay=True, muon=True, ns=TRITON_NS)
     hyper = Hyper(momentum=0.9, weight_decay=0.1, w_muon=0.7, w_sgd=0.3)
-    params, grads, bufs = _group(6)
+    params, grads, bufs = _packed_group(6)
     params[2], grads[2], bufs[2] = params[2].double(), grads[2].double(), bufs[2].double()
     layout = build_layout(params, None)
     bufs_b = [b.clone() for b in bufs]
@@ -438,13 +451,13 @@ def test_bodies_called_in_grad_mode_track_nothing(
     would), the bodies record no autograd history and compute what they compute under
     ``no_grad``: in-place writes into views of packed results must not trip autograd."""
     ns = NS32
+    params, grads, bufs = _group(7)
     if packed:
-        pytest.importorskip("triton")
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        _packable(monkeypatch)
         ns = TRITON_NS
+        params, grads, bufs = _packed_group(7)
     structure = Structure(nesterov=True, decay=True, muon=True, ns=ns)
     hyper = Hyper(momentum=0.9, weight_decay=0.1, w_muon=0.7, w_sgd=0.3)
-    params, grads, bufs = _group(7)
     layout = build_layout(params, None)
     results = []
     for grad_mode in (True, False):
