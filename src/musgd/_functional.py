@@ -143,8 +143,10 @@ class Layout:
 
 BucketJob = Callable[[], None]
 W = TypeVar("W")
-# Workspaces an orthogonalizer keeps (one per group layout a training run steps).
-WORKSPACES = 16
+# Workspaces an orthogonalizer keeps: a training run steps one layout per param group; a run
+# that freezes and unfreezes parameters steps a few more. Each holds about two copies of its
+# group, so the bound keeps a churning run from holding many.
+WORKSPACES = 8
 
 
 class Orthogonalizer(Protocol):

@@ -17,6 +17,7 @@ from torch import Tensor
 from musgd._functional import (
     DEFAULT_PAD_BOUND,
     PAD_BOUNDS,
+    WORKSPACES,
     Bucket,
     EagerOrthogonalizer,
     Hyper,
@@ -474,6 +475,26 @@ def test_bodies_called_in_grad_mode_track_nothing(
         assert len(orth.sources) == int(packed)
     for a, b in zip(results[0] + results[1], results[2] + results[3], strict=True):
         assert torch.equal(a, b)
+
+
+def test_workspaces_are_kept_per_key_and_bounded() -> None:
+    """An orthogonalizer keeps what ``build`` made under its key and hands it back, and keeps
+    at most ``WORKSPACES`` of them, dropping the oldest first."""
+    orth = EagerOrthogonalizer()
+    built: list[int] = []
+
+    def build(k: int) -> Callable[[], list[int]]:
+        return lambda: built.append(k) or [k]
+
+    first = orth.workspace(0, build(0))
+    assert orth.workspace(0, build(0)) is first
+    for k in range(1, WORKSPACES + 1):
+        orth.workspace(k, build(k))
+    assert built == list(range(WORKSPACES + 1))
+    assert orth.workspace(WORKSPACES, build(WORKSPACES)) == [WORKSPACES]  # kept
+    assert orth.workspace(0, build(0)) is not first  # the oldest was dropped: built again
+    assert built[-1] == 0
+    assert EagerOrthogonalizer().workspace(1, build(1)) == [1]  # each orthogonalizer its own
 
 
 def test_foreach_body_with_real_batched_ns_matches_per_tensor() -> None:
