@@ -33,7 +33,7 @@ from torch import Tensor
 from musgd._newton_schulz import Triple, orthogonalize, orthogonalize_batched
 
 if TYPE_CHECKING:
-    from musgd._triton_ns import TablePlan
+    from musgd._triton_ns import MomentumPlan, TablePlan
 
 MOMENTUM_BUFFER = "momentum_buffer"
 # Muon's RMS-matching factor: 0.2*sqrt(max(rows, cols)) gives the orthogonalized update about
@@ -725,7 +725,7 @@ class PackedWorkspace:
             offsets[i] = offset
             offset += numel[i]
         self.numels, self.offsets = tuple(numel), tuple(offsets)
-        self.momentum_plan: Any = None  # the Triton momentum kernel's tables, on first use
+        self.momentum_plan: MomentumPlan | None = None  # the momentum kernel's, on first use
 
     @staticmethod
     def _views(flat: Tensor, layout: Layout) -> list[Tensor]:
