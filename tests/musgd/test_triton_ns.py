@@ -7,6 +7,7 @@ the kernel module is first imported) on small shapes; with one, on CUDA.
 from __future__ import annotations
 
 import importlib.util
+import io
 import math
 import os
 import warnings
@@ -200,6 +201,40 @@ def test_packed_steps_equal_the_multi_tensor_body_with_the_same_table(
     monkeypatch.setattr(_functional, "_table_plan", lambda *args: None)
     for a, b in zip(packed, run(packs=False), strict=True):
         assert torch.equal(a, b)
+
+
+def test_packed_steps_resume_from_a_checkpoint_bit_for_bit() -> None:
+    """A packed run saved after two steps and loaded into a new optimizer (new workspace, new
+    buffer tensors) ends as the uninterrupted run does; a buffer the user replaces with another
+    dtype afterwards runs the multi-tensor calls instead of failing."""
+    gen = torch.Generator().manual_seed(4)
+    shapes = [(8, 3, 3, 3), (16,), (16, 8), (24, 4), (6,)]
+    start = [torch.randn(s, generator=gen).to(DEVICE) for s in shapes]
+    grads = [[torch.randn(s, generator=gen).to(DEVICE) for s in shapes] for _ in range(4)]
+
+    def run(resume_at: int | None) -> tuple[MuSGD, list[Tensor]]:
+        params = [p.clone().requires_grad_() for p in start]
+        opt = MuSGD(params, lr=0.1, weight_decay=0.01, ns_backend="triton")
+        for k in range(4):
+            if k == resume_at:
+                saved = io.BytesIO()
+                torch.save(opt.state_dict(), saved)
+                saved.seek(0)
+                opt = MuSGD(params, lr=0.1, weight_decay=0.01, ns_backend="triton")
+                opt.load_state_dict(torch.load(saved, weights_only=True))
+            for p, g in zip(params, grads[k], strict=True):
+                p.grad = g.clone()
+            opt.step()
+        return opt, [p.detach().clone() for p in params]
+
+    _, straight = run(None)
+    opt, resumed = run(2)
+    for a, b in zip(straight, resumed, strict=True):
+        assert torch.equal(a, b)
+    first = opt.param_groups[0]["params"][0]
+    opt.state[first]["momentum_buffer"] = opt.state[first]["momentum_buffer"].double()
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in opt.param_groups[0]["params"])
 
 
 def _flavour_steps(backend: str) -> list[Tensor]:
