@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -198,9 +198,11 @@ class Orthogonalizer(Protocol):
         return scale_stack(self.batched(stack_bucket(members, bucket), ns), bucket)
 
 
-def capturing() -> bool:
-    """Whether the current CUDA stream is capturing a graph."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+def capturing(device: torch.device | None = None) -> bool:
+    """Whether the current CUDA stream is capturing a graph: for work on ``device`` (never
+    where it is not a CUDA device), or, without one, wherever CUDA is available."""
+    cuda = torch.cuda.is_available() if device is None else device.type == "cuda"
+    return cuda and torch.cuda.is_current_stream_capturing()
 
 
 def run_in_order(jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
@@ -437,22 +439,6 @@ def multi_copy_(targets: Sequence[Tensor], sources: Sequence[Tensor]) -> None:
         t.copy_(src)
 
 
-def flatten(tensors: Sequence[Tensor]) -> Tensor:
-    """One fresh flat tensor of ``tensors``' elements, each row-major, in order: one call whose
-    per-tensor loop runs in C++ (a ``cat`` of their flat views). Never a view: PyTorch's
-    flattening returns a lone contiguous tensor's own storage, so one tensor is copied here."""
-    if len(tensors) == 1:
-        return torch.cat([tensors[0].reshape(-1)])
-    flat: Tensor = torch._utils._flatten_dense_tensors(list(tensors))  # type: ignore[no-untyped-call]
-    return flat
-
-
-def unflatten(flat: Tensor, like: Sequence[Tensor]) -> list[Tensor]:
-    """Views of ``flat`` with the shapes of ``like`` (row-major, in order): :func:`flatten`'s
-    inverse, its loop in C++ too."""
-    return list(torch._utils._unflatten_dense_tensors(flat, list(like)))  # type: ignore[no-untyped-call]
-
-
 def _pick(items: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
     return [items[i] for i in idx]
 
@@ -557,6 +543,13 @@ def orthogonalize_bucket(
     add_orthogonalized(updates, bucket.indices, O, hyper, bucket)
 
 
+def _table_may_run(ns: NSSettings, device: torch.device) -> bool:
+    """Whether the Triton table may run a group's matrices on ``device`` at all, before its own
+    checks: not the torch backend, and for ``"auto"`` only on CUDA (skipping the table's set-up
+    on every other device)."""
+    return ns.backend != "torch" and (ns.backend != "auto" or device.type == "cuda")
+
+
 def orthogonalize_table_views(
     n: Sequence[Tensor],
     layout: Layout,
@@ -570,10 +563,8 @@ def orthogonalize_table_views(
     w_muon)`` steps 3-4's ``w_sgd·n + w_muon·O``: one flat result and its views in
     ``layout.matrices`` order; None when ``ns.backend`` is "torch" or Triton does not apply,
     so that the caller runs the per-bucket torch backend."""
-    if ns.backend == "torch" or not layout.matrices:
+    if not layout.matrices or not _table_may_run(ns, n[layout.matrices[0]].device):
         return None
-    if ns.backend == "auto" and n[layout.matrices[0]].device.type != "cuda":
-        return None  # "auto" means CUDA: skip the table's set-up on every other device
     from musgd._triton_ns import orthogonalize_table  # Triton is imported only when it runs
 
     return orthogonalize_table(
@@ -684,10 +675,8 @@ def _table_plan(params: Sequence[Tensor], layout: Layout, structure: Structure) 
     table applies (see :func:`musgd._triton_ns.table_plan`) and every tensor of the group has one
     dtype and device (packing would promote mixed dtypes)."""
     ns = structure.ns
-    if ns.backend == "torch" or not layout.matrices or layout.kind is None:
+    if not layout.matrices or layout.kind is None or not _table_may_run(ns, layout.kind[1]):
         return None
-    if ns.backend == "auto" and layout.kind[1].type != "cuda":
-        return None  # "auto" means CUDA: skip the table's set-up on every other device
     from musgd._triton_ns import table_plan  # Triton is imported only when it runs
 
     return table_plan(
@@ -709,50 +698,42 @@ class PackedWorkspace:
     """
 
     def __init__(self, layout: Layout, dtype: torch.dtype, device: torch.device) -> None:
-        numel = [math.prod(s) for s in layout.tensor_shapes]
-        self.size = sum(numel[i] for i in layout.matrices)
-        self.n = torch.empty(sum(numel), dtype=dtype, device=device)
-        self.n_views = self._views(self.n, layout)
-        self.out = torch.empty(self.size, dtype=dtype, device=device)
-        self.updates = self.n_views.copy()
-        self._place(self.updates, self.out, layout)
-        self._layout = layout
-        self._decay: tuple[Tensor, list[Tensor]] | None = None
-        # Each parameter's element count and packed offset, in group order (momentum kernel).
-        offsets = [0] * len(numel)
+        # Each parameter's element count and packed offset, in group order. The matrices come
+        # first, so a matrix's offset in ``n`` is its offset in ``out`` too.
+        self.numels = tuple(math.prod(s) for s in layout.tensor_shapes)
+        offsets = [0] * len(self.numels)
         offset = 0
         for i in layout.packed:
             offsets[i] = offset
-            offset += numel[i]
-        self.numels, self.offsets = tuple(numel), tuple(offsets)
+            offset += self.numels[i]
+        self.offsets = tuple(offsets)
+        self.size = sum(self.numels[i] for i in layout.matrices)
+        self._layout = layout
+        self.n = torch.empty(offset, dtype=dtype, device=device)
+        self.n_views = self._views(self.n, range(len(offsets)))
+        self.out = torch.empty(self.size, dtype=dtype, device=device)
+        self.updates = self.n_views.copy()
+        self._place(self.updates, self.out)
+        self._decay: tuple[Tensor, list[Tensor]] | None = None
         self.momentum_plan: MomentumPlan | None = None  # the momentum kernel's, on first use
 
-    @staticmethod
-    def _views(flat: Tensor, layout: Layout) -> list[Tensor]:
-        """Views of the packed ``flat`` with each parameter's shape, in group order."""
-        views: list[Tensor] = [flat] * len(layout.tensor_shapes)
-        offset = 0
-        for i in layout.packed:
-            shape = layout.tensor_shapes[i]
-            views[i] = flat[offset : offset + math.prod(shape)].view(shape)
-            offset += math.prod(shape)
-        return views
+    def _views(self, flat: Tensor, indices: Iterable[int]) -> list[Tensor]:
+        """Views of the packed ``flat`` with the shapes of parameters ``indices``, in order."""
+        shapes, offsets, numels = self._layout.tensor_shapes, self.offsets, self.numels
+        return [flat[offsets[i] : offsets[i] + numels[i]].view(shapes[i]) for i in indices]
 
-    @staticmethod
-    def _place(updates: list[Tensor], out: Tensor, layout: Layout) -> None:
+    def _place(self, updates: list[Tensor], out: Tensor) -> None:
         """The matrices' entries of ``updates``: views of the table's result ``out``."""
-        offset = 0
-        for i in layout.matrices:
-            shape = layout.tensor_shapes[i]
-            updates[i] = out[offset : offset + math.prod(shape)].view(shape)
-            offset += math.prod(shape)
+        matrices = self._layout.matrices
+        for i, view in zip(matrices, self._views(out, matrices), strict=True):
+            updates[i] = view
 
     def decay(self) -> tuple[Tensor, list[Tensor]]:
         """The packed decay buffer and its views (made on first use: groups without weight
         decay never need it)."""
         if self._decay is None:
             flat = torch.empty_like(self.n)
-            self._decay = flat, self._views(flat, self._layout)
+            self._decay = flat, self._views(flat, range(len(self.offsets)))
         return self._decay
 
     def updates_for(self, out: Tensor) -> list[Tensor]:
@@ -761,7 +742,7 @@ class PackedWorkspace:
         if out is self.out:
             return self.updates.copy()
         updates = self.n_views.copy()
-        self._place(updates, out, self._layout)
+        self._place(updates, out)
         return updates
 
 

@@ -30,6 +30,7 @@ from musgd._functional import (
     EagerOrthogonalizer,
     NSSettings,
     Orthogonalizer,
+    capturing,
     run_in_order,
 )
 
@@ -240,7 +241,7 @@ class CudaGraphRecorder:
 
     def capturing(self, device: torch.device) -> bool:
         # The current device's current stream: where an enclosing capture would be recording.
-        return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        return capturing(device)
 
     def stream_key(self, device: torch.device) -> Hashable:
         stream = torch.cuda.current_stream(device)

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from musgd._functional import capturing, flatten, unflatten
+from musgd._functional import capturing
 
 T = TypeVar("T")
 
@@ -172,7 +172,7 @@ _PLANS_LOCK = threading.Lock()
 
 def _refuse_inside_capture(device: torch.device, cache: dict[Any, Any], what: str) -> None:
     """Raise PlanUnavailableError when ``what`` (device tables) is needed inside a capture."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    if capturing(device):
         why = (
             f"the cache is full ({MAX_PLANS} layouts)"
             if len(cache) >= MAX_PLANS
@@ -484,9 +484,10 @@ def orthogonalize_table(
     plan = table_plan(members, shapes, requested=requested, steps=len(triples), dtype=dtype)
     if plan is None:
         return None
+    members = list(members)
     out = run_table(
         plan,
-        flatten(members),
+        torch._utils._flatten_dense_tensors(members),  # type: ignore[no-untyped-call]
         triples=triples,
         eps=eps,
         dtype=dtype,
@@ -494,7 +495,7 @@ def orthogonalize_table(
         scales=scales,
         mix=mix,
     )
-    return out, unflatten(out, members)
+    return out, list(torch._utils._unflatten_dense_tensors(out, members))  # type: ignore[no-untyped-call]
 
 
 # Elements each program of the packed momentum kernel takes (one block of one tensor).
