@@ -36,7 +36,7 @@ for s in "${stages[@]}"; do
     train)
       timeout "$limit" $PY -m musgd.bench train --device cuda $quick "${commit[@]}" --batch-sizes 4,16 --pairs 5 \
         --steps "${TRAIN_STEPS:-30}" --warmup "${TRAIN_WARMUP:-5}" \
-        --arms "bucketed eager,capture_orthogonalization,capture_updates,both" \
+        --arms "${TRAIN_ARMS:-bucketed eager,capture_updates,both,tensor-hyperparameters graphed}" \
         --out "$OUT/train-step-h200.json" 2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     profile)

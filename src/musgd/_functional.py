@@ -888,6 +888,11 @@ class GroupStep:
         )
 
 
-def apply_updates(params: Sequence[Tensor], updates: Sequence[Tensor], lr: float) -> None:
-    """Step 5, the write: ``W <- W - lr*U`` as one foreach call over the group."""
+def apply_updates(params: Sequence[Tensor], updates: Sequence[Tensor], lr: Scalar) -> None:
+    """Step 5, the write: ``W <- W - lr*U`` as one foreach call over the group, or, for a
+    learning rate held in a 0-d device tensor, as ``W - (lr*U)``: two calls that read it on
+    the device (the product is rounded before the subtraction)."""
+    if isinstance(lr, Tensor):
+        multi_add_(params, multi_mul(updates, lr), alpha=-1.0)
+        return
     multi_add_(params, updates, alpha=-lr)

@@ -23,6 +23,7 @@ from musgd._functional import (
     Structure,
     apply_updates,
     build_layout,
+    capturing,
     matrix_shape,
     pad_bound,
     prepare_updates_foreach,
@@ -90,9 +91,22 @@ class MuSGD(Optimizer):
     matrices stacked in the same batched call, are unaffected. To skip such steps, use
     ``torch.amp.GradScaler`` (it skips ``step()`` when it finds inf/NaN) or check the gradients.
 
+    ``lr``, ``momentum``, ``weight_decay``, ``w_muon`` and ``w_sgd`` may each be a number or a
+    one-element tensor. A float32 tensor on the parameters' device is read there, never on the
+    host: no step synchronizes on it, and a step captured whole in a CUDA graph reads its
+    current value at every replay, so a schedule that writes it in place (an ``LRScheduler``
+    fills a tensor ``lr``) keeps reaching the captured step. Numbers, and tensors of another
+    dtype or device, are read on the host at each step (frozen into a capture). With a tensor
+    ``lr`` the write is ``W - (lr*U)`` (the product rounded first); a tensor ``weight_decay`` or
+    ``w_muon`` always runs its term (adding exact zeros at zero). To capture a whole step: run
+    one step first (it makes the momentum buffers, which a capture cannot), keep gradients at
+    fixed addresses (``zero_grad(set_to_none=False)``), then capture ``step()`` (see
+    ``torch.cuda.graph``). The capture flags below then run eagerly inside it; a sharded step
+    refuses to be captured.
+
     Args:
         params: parameters or param groups (see :func:`musgd.param_groups`).
-        lr: learning rate (required, >= 0).
+        lr: learning rate (required, >= 0), a number or a one-element tensor (see above).
         momentum: momentum factor in [0, 1). Default 0.95.
         nesterov: use Nesterov momentum. Default True.
         weight_decay: decoupled-into-the-update L2 factor (>= 0). Default 0.
@@ -290,22 +304,31 @@ class MuSGD(Optimizer):
         bufs: list[Tensor],
     ) -> None:
         sharded = self._sharded.applies(params)
+        device = params[0].device
+        if sharded and capturing(device):
+            raise RuntimeError(
+                "MuSGD cannot be captured in a CUDA graph while it shares Newton-Schulz work "
+                "across ranks (process_group or FSDP2 parameters): step it outside the capture"
+            )
+        # Sharded steps read every value on the host (their collectives are not captured).
+        live = None if sharded else device
         step = GroupStep(
             params=params,
             grads=grads,
             bufs=bufs,
             layout=self._layout(params, group["use_muon"], sharded=sharded),
             hyper=Hyper(
-                momentum=float(group["momentum"]),
-                weight_decay=float(group["weight_decay"]),
-                w_muon=float(group["w_muon"]),
-                w_sgd=float(group["w_sgd"]),
+                momentum=hyper_value(group["momentum"], live),
+                weight_decay=hyper_value(group["weight_decay"], live),
+                w_muon=hyper_value(group["w_muon"], live),
+                w_sgd=hyper_value(group["w_sgd"], live),
             ),
-            structure=group_structure(group, params[0].device),
+            structure=group_structure(group, device),
         )
         orth = self._orthogonalizer(group)
-        lr = float(group["lr"])
+        lr = hyper_value(group["lr"], live)
         if sharded:
+            assert isinstance(lr, float)  # live is None: every value was read on the host
             # Collectives sit inside this step, so no whole-group recording: each rank replays
             # only its own Newton-Schulz share (through `orth`).
             self._sharded.step(step, orth=orth, lr=lr, body=self._prepare)
@@ -329,10 +352,10 @@ class MuSGD(Optimizer):
         step: GroupStep,
         body: PrepareFn,
         orth: Orthogonalizer,
-        lr: float,
+        lr: float | Tensor,
     ) -> None:
         """Steps 1-4 through ``body`` (replayed whole under ``capture_updates``), then the write
-        ``P <- P - lr*U`` as one multi-tensor op."""
+        ``P <- P - lr*U`` (see :func:`apply_updates`)."""
         if group["capture_updates"]:
             updates = self._update_replay.prepare(index, step, body=body, orth=orth)
         else:
@@ -381,18 +404,52 @@ class MuSGD(Optimizer):
             return [state[p][key] for p in params]
         except KeyError:
             pass
+        if capturing(params[0].device):
+            raise RuntimeError(
+                "MuSGD creates a parameter's momentum buffer at its first step, which a CUDA-graph "
+                "capture would replay as a reset: run one step outside the capture first (as "
+                "torch.cuda.graph's warm-up does), then capture"
+            )
         for p in params:
             if key not in state[p]:
                 state[p][key] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return [state[p][key] for p in params]
 
 
+def is_live(value: object, device: torch.device | None) -> bool:
+    """Whether a hyperparameter is read on ``device`` rather than on the host: a one-element
+    float32 tensor on that device (None: nothing is)."""
+    return (
+        isinstance(value, Tensor)
+        and value.device == device
+        and value.dtype == torch.float32
+        and value.numel() == 1
+    )
+
+
+def hyper_value(value: object, device: torch.device | None) -> float | Tensor:
+    """A hyperparameter as the step reads it: a live tensor (see :func:`is_live`) as a 0-d
+    tensor, so that no step synchronizes on it and a step captured in a CUDA graph reads its
+    current value at every replay; anything else as a Python float (read on the host, so
+    frozen into a capture)."""
+    if is_live(value, device):
+        assert isinstance(value, Tensor)
+        return value if value.dim() == 0 else value.view(())
+    return float(value)  # type: ignore[arg-type]
+
+
+def _nonzero(value: object, device: torch.device) -> bool:
+    """Whether a hyperparameter's term runs: always for a live tensor (its value is not read
+    on the host; a zero then adds exact zeros), else when the value is not zero."""
+    return is_live(value, device) or float(value) != 0.0  # type: ignore[arg-type]
+
+
 def group_structure(group: dict[str, Any], device: torch.device) -> Structure:
     """The operation-deciding part of a group's settings, for matrices on ``device``."""
     return Structure(
         nesterov=bool(group["nesterov"]),
-        decay=float(group["weight_decay"]) != 0.0,
-        muon=float(group["w_muon"]) != 0.0,
+        decay=_nonzero(group["weight_decay"], device),
+        muon=_nonzero(group["w_muon"], device),
         ns=NSSettings(
             steps=int(group["ns_steps"]),
             coefficients=tuple(tuple(t) for t in group["ns_coefficients"]),
@@ -413,21 +470,28 @@ def _validate_group(group: dict[str, Any], *, where: str) -> None:
     def fail(name: str, rule: str) -> None:
         raise ValueError(f"{where}: {name} must be {rule}, got {group[name]!r}")
 
-    lr = group["lr"]
-    if isinstance(lr, Tensor):
-        if lr.numel() != 1:
-            fail("lr", "a number or a one-element tensor")
-        lr = float(lr)
-    if not _real(lr) or not math.isfinite(lr) or lr < 0:
+    def number(name: str) -> float:
+        """The value of a hyperparameter that may be a one-element tensor (read once here)."""
+        value = group[name]
+        if isinstance(value, Tensor):
+            if value.numel() != 1 or not value.is_floating_point():
+                fail(name, "a number or a one-element floating-point tensor")
+            return float(value)
+        if not _real(value):
+            fail(name, "a number or a one-element floating-point tensor")
+        return float(value)
+
+    lr = number("lr")
+    if not math.isfinite(lr) or lr < 0:
         fail("lr", "a finite number >= 0")
-    mu = group["momentum"]
-    if not _real(mu) or not 0.0 <= mu < 1.0:
+    mu = number("momentum")
+    if not 0.0 <= mu < 1.0:
         fail("momentum", "a number in [0, 1)")
     if not isinstance(group["nesterov"], bool):
         fail("nesterov", "True or False")
     for name in ("weight_decay", "w_muon", "w_sgd"):
-        v = group[name]
-        if not _real(v) or not math.isfinite(v) or v < 0:
+        v = number(name)
+        if not math.isfinite(v) or v < 0:
             fail(name, "a finite number >= 0")
     eps = group["eps"]
     if not _real(eps) or not math.isfinite(eps) or eps <= 0:

@@ -55,9 +55,15 @@ class HyperSlots:
         return Hyper(*self.tensors)
 
     def fill(self, hyper: Hyper) -> None:
-        """Write each value that changed since the last fill (outside any recording)."""
+        """Write each value that changed since the last fill (outside any recording); a value
+        held in a device tensor is copied on the device at every fill (never read on the host)."""
         for i, name in enumerate(_HYPER_FIELDS):
-            value = float(getattr(hyper, name))
+            value = getattr(hyper, name)
+            if isinstance(value, Tensor):
+                self.tensors[i].copy_(value)
+                self._values[i] = None
+                continue
+            value = float(value)
             if not same_float(self._values[i], value):
                 self.tensors[i].fill_(value)
                 self._values[i] = value

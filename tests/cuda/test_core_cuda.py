@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import itertools
 from typing import Any
@@ -209,3 +210,57 @@ def test_resume_from_state_dict_is_bit_identical(dtype: torch.dtype) -> None:
         assert m_q.device.type == "cuda"
         assert m_q.dtype == dtype
         assert torch.equal(m_p, m_q)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_a_step_with_tensor_hyperparameters_captures_whole_and_follows_schedules(
+    backend: str,
+) -> None:
+    """With every hyperparameter in a float32 0-d tensor on the GPU, ``optimizer.step()``
+    captured whole in one CUDA graph (after one eager warm-up step) replays the eager step bit
+    for bit while an LRScheduler and in-place writes change the values between replays."""
+    if backend == "triton" and importlib.util.find_spec("triton") is None:
+        pytest.skip("needs triton")
+    shapes = [(64, 32, 3, 3), (128, 64), (32, 128), (64,), (16, 64, 1, 1), (128,)]
+    values = {"lr": 0.02, "momentum": 0.9, "weight_decay": 5e-4, "w_muon": 0.5, "w_sgd": 0.5}
+
+    def make() -> tuple[list[nn.Parameter], dict[str, Tensor], MuSGD]:
+        gen = torch.Generator(device=DEVICE).manual_seed(5)
+        params = [nn.Parameter(torch.randn(s, generator=gen, device=DEVICE)) for s in shapes]
+        held = {k: torch.tensor(v, device=DEVICE) for k, v in values.items()}
+        return params, held, MuSGD(params, ns_backend=backend, **held)  # type: ignore[arg-type]
+
+    ref_p, ref_t, ref = make()
+    cap_p, cap_t, cap = make()
+    gen = torch.Generator(device=DEVICE).manual_seed(6)
+    grads = [[torch.randn(p.shape, generator=gen, device=DEVICE) for p in ref_p] for _ in range(8)]
+    for p in cap_p:  # the captured step reads its gradients here
+        p.grad = torch.zeros_like(p)
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 0.9**s) for o in (ref, cap)]
+    graph = torch.cuda.CUDAGraph()
+    for step, g in enumerate(grads):
+        for p, gi in zip(ref_p, g, strict=True):
+            p.grad = gi.clone()
+        for p, gi in zip(cap_p, g, strict=True):
+            p.grad.copy_(gi)  # type: ignore[union-attr]
+        for held in (ref_t, cap_t):
+            held["momentum"].fill_(0.85 + 0.01 * step)
+        ref.step()
+        if step == 0:  # the warm-up: makes the buffers, plans and cached constants
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                cap.step()
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(graph):
+                cap.step()
+        else:
+            graph.replay()
+        for sched in scheds:
+            sched.step()
+        torch.cuda.synchronize()
+        for a, b in zip(ref_p, cap_p, strict=True):
+            assert torch.equal(a.detach(), b.detach()), f"step {step}"
+        for a, b in zip(ref_p, cap_p, strict=True):
+            assert torch.equal(ref.state[a]["momentum_buffer"], cap.state[b]["momentum_buffer"])
+    assert cap.param_groups[0]["lr"] is cap_t["lr"]

@@ -217,6 +217,98 @@ def test_lr_may_be_a_one_element_tensor() -> None:
     torch.testing.assert_close(p.detach(), torch.full((3,), 0.5))
 
 
+HYPER = {"momentum": 0.9, "weight_decay": 0.01, "w_muon": 0.5, "w_sgd": 0.7}
+
+
+def _hyper_run(
+    live: tuple[str, ...], steps: int = 3, **extra: Any
+) -> tuple[list[Tensor], MuSGD, dict[str, Tensor]]:
+    """Three steps with the hyperparameters named in ``live`` held in float32 0-d tensors."""
+    params = make_params(5)
+    tensors = {k: torch.tensor(HYPER.get(k, 0.05), dtype=torch.float32) for k in live}
+    values: dict[str, Any] = {"lr": 0.05, **HYPER, **tensors, **extra}
+    opt = MuSGD(params, ns_dtype=torch.float32, **values)
+    for grads in make_grads(params, steps, seed=6):
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+        opt.step()
+    return [p.detach().clone() for p in params], opt, tensors
+
+
+def test_hyperparameters_in_tensors_give_the_bits_of_numbers() -> None:
+    """momentum, weight_decay, w_muon and w_sgd held in float32 0-d tensors on the parameters'
+    device are read there (no host read) and give the same bits as the numbers (A1)."""
+    numbers, _, _ = _hyper_run(())
+    held, _, _ = _hyper_run(("momentum", "weight_decay", "w_muon", "w_sgd"))
+    for a, b in zip(numbers, held, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_zero_held_in_a_tensor_adds_exact_zeros() -> None:
+    """A tensor's value is not read on the host, so its term always runs; at zero it changes no
+    bit against the number zero, whose term is skipped."""
+    numbers, _, _ = _hyper_run((), weight_decay=0.0, w_muon=0.0)
+    zeros = {"weight_decay": torch.tensor(0.0), "w_muon": torch.tensor(0.0)}
+    held, _, _ = _hyper_run((), **zeros)
+    for a, b in zip(numbers, held, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_learning_rate_in_a_tensor_is_read_on_the_device_and_scheduled_in_place() -> None:
+    """The write reads a tensor lr on the device as ``W - (lr*U)``; an LRScheduler fills that
+    tensor in place, and each step uses the value it holds then."""
+    params = [nn.Parameter(torch.ones(3))]
+    lr = torch.tensor(0.5)
+    opt = MuSGD(params, lr=lr, momentum=0.0, nesterov=False)  # type: ignore[arg-type]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.5**e)
+    for expected in (0.5, 0.25, 0.125):
+        before = params[0].detach().clone()
+        params[0].grad = torch.full((3,), 2.0)
+        opt.step()
+        sched.step()
+        assert opt.param_groups[0]["lr"] is lr, "the scheduler keeps the optimizer's tensor"
+        torch.testing.assert_close(params[0].detach(), before - expected * 2.0, rtol=0, atol=0)
+    numbers, _, _ = _hyper_run(())
+    held, _, _ = _hyper_run(("lr",))
+    for a, b in zip(numbers, held, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)  # the write rounds lr*U first
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("momentum", torch.tensor(1.0)),
+        ("weight_decay", torch.tensor([-0.1])),
+        ("w_muon", torch.tensor(NAN)),
+        ("w_sgd", torch.tensor(1)),
+        ("lr", torch.tensor([0.1, 0.2])),
+    ],
+)
+def test_bad_hyperparameter_tensors_raise_value_error_naming_them(name: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=name):
+        MuSGD([nn.Parameter(torch.zeros(4, 4))], **{"lr": 0.1, name: value})
+
+
+def test_a_first_step_inside_a_capture_raises_and_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Momentum buffers are made at a parameter's first step: inside a CUDA-graph capture that
+    would be replayed as a reset, so it raises, saying to step once first."""
+    import musgd._optimizer as optimizer_module
+
+    params = make_params(7)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    before = [p.detach().clone() for p in params]
+    opt = MuSGD(params, lr=0.1)
+    monkeypatch.setattr(optimizer_module, "capturing", lambda device=None: True)
+    with pytest.raises(RuntimeError, match="run one step outside the capture first"):
+        opt.step()
+    assert not any(opt.state.values()), "no buffer was made"
+    for p, b in zip(params, before, strict=True):
+        assert torch.equal(p.detach(), b)
+
+
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
 def test_sparse_gradient_raises_runtime_error_with_group_and_index() -> None:
     dense, sparse = nn.Parameter(torch.zeros(4, 4)), nn.Parameter(torch.zeros(10, 3))

@@ -121,3 +121,39 @@ def test_resume_mid_run_matches_an_uninterrupted_run(replay_backend: ReplayBacke
     for step in range(4, 8):
         step_both(ref_p, ref, resumed_p, resumed, step)
     assert_same(ref_p, resumed_p, ref, resumed)
+
+
+def test_hyperparameters_held_in_device_tensors_replay_their_current_values(
+    replay_backend: ReplayBackend,
+) -> None:
+    """Hyperparameters held in float32 0-d tensors on the parameters' device reach a recording
+    through device copies (never read on the host), and in-place changes between steps (an
+    LRScheduler's on ``lr``) reach every replay: bit-identical to the eager twin holding its
+    own tensors of the same values."""
+    device = replay_backend.device
+    values = {"lr": 0.02, "momentum": 0.9, "weight_decay": 0.01, "w_muon": 0.4, "w_sgd": 0.6}
+
+    def held() -> dict[str, torch.Tensor]:
+        return {k: torch.tensor(v, dtype=torch.float32, device=device) for k, v in values.items()}
+
+    ref_p, rep_p = replay_backend.make_params(), replay_backend.make_params()
+    ref_t, rep_t = held(), held()
+    ref = MuSGD(replay_backend.groups(ref_p), **ref_t)  # type: ignore[arg-type]
+    rep = MuSGD(
+        replay_backend.groups(rep_p),
+        capture_updates=True,
+        recorder=replay_backend.new_recorder(),
+        **rep_t,  # type: ignore[arg-type]
+    )
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s)) for o in (ref, rep)]
+    for step in range(6):
+        for tensors in (ref_t, rep_t):
+            tensors["momentum"].fill_(0.8 + 0.02 * step)
+            tensors["w_muon"].fill_(0.3 + 0.05 * step)
+        step_both(ref_p, ref, rep_p, rep, step)
+        for sched in scheds:
+            sched.step()
+        assert_same(ref_p, rep_p, ref, rep)
+    assert rep.param_groups[0]["lr"] is rep_t["lr"], "the scheduler fills the tensor in place"
+    stats = rep._replay.stats
+    assert (stats.recordings, stats.replays, stats.failures) == (2, 6 * 2, 0)

@@ -113,6 +113,9 @@ class TrainingArm:
         torch.manual_seed(config.seed)  # every arm starts from the same weights
         self.model = NanoDetector().to(device).train()
         self.optimizer = variant.build(param_groups(self.model, weight_decay=WEIGHT_DECAY))
+        self.stepper = variant.stepper(self.optimizer, training=True)
+        # A step captured whole reads its gradients where it was captured.
+        self.keep_grads = variant.whole_graph
         self.config = config
         self.clock = StepClock(device)
         self.losses: list[Tensor] = []
@@ -122,7 +125,7 @@ class TrainingArm:
         clock, model, optimizer = self.clock, self.model, self.optimizer
         clock.begin_step()
         clock.mark("start")
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=not self.keep_grads)
         with torch.autocast(
             batch.images.device.type, dtype=torch.bfloat16, enabled=self.config.autocast
         ):
@@ -130,7 +133,7 @@ class TrainingArm:
         loss = detection_loss(predictions, batch.boxes)
         loss.backward()  # type: ignore[no-untyped-call]
         clock.mark("backward")
-        optimizer.step()
+        self.stepper.step()
         clock.mark("end")
         self.losses.append(loss.detach())
 

@@ -47,20 +47,27 @@ class WholeStepGraph:
 
     WARMUP = 3  # eager steps on a side stream before capture, as torch.cuda.graph asks
 
-    def __init__(self, optimizer: Optimizer) -> None:
+    def __init__(self, optimizer: Optimizer, *, training: bool = False) -> None:
         self.optimizer = optimizer
+        self.training = training
         self._graph: torch.cuda.CUDAGraph | None = None
 
     def step(self) -> None:
-        if self._graph is None:
-            self._graph = self._capture()
-        self._graph.replay()
+        """Capture on the first call, replay after. In ``training`` mode the warm-up is that
+        call's one real step (so every call is one step of training), and the gradients must
+        stay at the addresses captured (``zero_grad(set_to_none=False)``)."""
+        if self._graph is not None:
+            self._graph.replay()
+            return
+        self._graph = self._capture(1 if self.training else self.WARMUP)
+        if not self.training:
+            self._graph.replay()
 
-    def _capture(self) -> torch.cuda.CUDAGraph:
+    def _capture(self, warmup: int) -> torch.cuda.CUDAGraph:
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(self.WARMUP):
+            for _ in range(warmup):
                 self.optimizer.step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
@@ -88,9 +95,10 @@ class Variant:
     timing_only: bool = False
     whole_graph: bool = False
 
-    def stepper(self, optimizer: Optimizer) -> Stepper:
-        """What the benchmark times for this variant's ``optimizer``."""
-        return WholeStepGraph(optimizer) if self.whole_graph else optimizer
+    def stepper(self, optimizer: Optimizer, *, training: bool = False) -> Stepper:
+        """What the benchmark times for this variant's ``optimizer`` (``training``: each call
+        is one training step, see :class:`WholeStepGraph`)."""
+        return WholeStepGraph(optimizer, training=training) if self.whole_graph else optimizer
 
     def graphed(self) -> Variant:
         """This variant with its step captured whole in one CUDA graph (timing only)."""
@@ -104,6 +112,24 @@ def _musgd(**options: Any) -> BuildFn:
 
     def build(params: Iterable[Tensor] | Iterable[dict[str, Any]]) -> Optimizer:
         return MuSGD(params, lr=LR, momentum=MOMENTUM, ns_steps=NS_STEPS, **options)
+
+    return build
+
+
+def _musgd_tensor_hyper(**options: Any) -> BuildFn:
+    """A builder of MuSGD whose learning rate and momentum live in float32 0-d tensors on the
+    parameters' device: a step captured whole then reads their current values at every replay
+    (so schedules keep working) and can train."""
+
+    def build(params: Iterable[Tensor] | Iterable[dict[str, Any]]) -> Optimizer:
+        listed: list[Any] = list(params)
+        first = listed[0]
+        device = (first["params"][0] if isinstance(first, dict) else first).device
+        held = {
+            "lr": torch.tensor(LR, device=device),
+            "momentum": torch.tensor(MOMENTUM, device=device),
+        }
+        return MuSGD(listed, ns_steps=NS_STEPS, **held, **options)  # type: ignore[arg-type]
 
     return build
 
@@ -136,6 +162,14 @@ def musgd_variants() -> list[Variant]:
         ),
         # The default step captured whole by the user (timing only: lr is frozen in it).
         Variant("bucketed eager", _musgd()).graphed(),
+        # Captured whole with lr and momentum in device tensors: a schedule still reaches it,
+        # so it trains (its gradients must stay put: zero_grad(set_to_none=False)).
+        Variant(
+            "tensor-hyperparameters graphed",
+            _musgd_tensor_hyper(),
+            cuda_only=True,
+            whole_graph=True,
+        ),
     ]
 
 

@@ -131,8 +131,11 @@ def test_graphed_variants_time_a_whole_step_graph_on_cuda_only(
     assert "bucketed eager graphed" in names
     assert f"{ULTRALYTICS_NAME} graphed" in names
     graphed = [v for v in _variants.all_variants() if v.whole_graph]
-    assert len(graphed) == 2
-    assert all(v.cuda_only and v.timing_only for v in graphed)
+    assert len(graphed) == 3
+    assert all(v.cuda_only for v in graphed)
+    # Frozen values make a step captured whole timing-only; tensor hyperparameters let it train.
+    trainable = [v.name for v in graphed if not v.timing_only]
+    assert trainable == ["tensor-hyperparameters graphed"]
     assert all(not v.whole_graph for v in select_variants(None, CPU))
     with pytest.raises(ValueError, match="unknown or unavailable variant 'bucketed eager graphed'"):
         select_variants(["bucketed eager graphed"], CPU)
@@ -166,3 +169,15 @@ def test_ultralytics_flavour_variants_build_ours_on_the_peer_groups_without_ultr
     opt.step()
     assert not torch.equal(conv.detach(), before)
     assert set(opt.state[conv]) >= {"momentum_buffer", "momentum_buffer_SGD"}
+
+
+def test_tensor_hyperparameter_variant_holds_lr_and_momentum_on_the_parameters_device() -> None:
+    variant = next(v for v in musgd_variants() if v.name == "tensor-hyperparameters graphed")
+    p = torch.nn.Parameter(torch.zeros(4, 4))
+    opt = variant.build([{"params": [p], "weight_decay": 0.0}])
+    group = opt.param_groups[0]
+    for name, value in (("lr", _variants.LR), ("momentum", _variants.MOMENTUM)):
+        assert isinstance(group[name], torch.Tensor)
+        assert group[name].device == p.device
+        assert float(group[name]) == pytest.approx(value)
+    assert group["weight_decay"] == 0.0, "a group's own values stay as given"
