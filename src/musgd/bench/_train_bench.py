@@ -114,8 +114,6 @@ class TrainingArm:
         self.model = NanoDetector().to(device).train()
         self.optimizer = variant.build(param_groups(self.model, weight_decay=WEIGHT_DECAY))
         self.stepper = variant.stepper(self.optimizer, training=True)
-        # A step captured whole reads its gradients where it was captured.
-        self.keep_grads = variant.whole_graph
         self.config = config
         self.clock = StepClock(device)
         self.losses: list[Tensor] = []
@@ -125,7 +123,7 @@ class TrainingArm:
         clock, model, optimizer = self.clock, self.model, self.optimizer
         clock.begin_step()
         clock.mark("start")
-        optimizer.zero_grad(set_to_none=not self.keep_grads)
+        optimizer.zero_grad(set_to_none=True)
         with torch.autocast(
             batch.images.device.type, dtype=torch.bfloat16, enabled=self.config.autocast
         ):

@@ -12,7 +12,7 @@ import importlib.util
 import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor
@@ -41,8 +41,14 @@ class WholeStepGraph:
 
     What anyone can do to any optimizer with ``torch.cuda.graph`` (R5): no host work is left
     in a step, but every value the step reads on the host (learning rate, momentum, step
-    counts) is frozen at capture, so a schedule no longer reaches it, and gradients must stay
-    at the addresses captured. A timing-only variant: the floor of what host-side work costs.
+    counts) is frozen at capture, so a schedule no longer reaches it. As a timing-only variant:
+    the floor of what host-side work costs.
+
+    ``training``: every call is one real training step. The first call's eager warm-up is that
+    step; the gradients it read become static inputs the graph reads, and each later call
+    copies the parameters' new gradients into them (one multi-tensor copy) before replaying,
+    so training may keep ``zero_grad(set_to_none=True)``. The parameters with gradients must
+    be the same at every step.
     """
 
     WARMUP = 3  # eager steps on a side stream before capture, as torch.cuda.graph asks
@@ -51,17 +57,32 @@ class WholeStepGraph:
         self.optimizer = optimizer
         self.training = training
         self._graph: torch.cuda.CUDAGraph | None = None
+        self._params: list[Tensor] = []
+        self._static: list[Tensor] = []
+
+    def _with_grads(self) -> list[Tensor]:
+        return [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
 
     def step(self) -> None:
-        """Capture on the first call, replay after. In ``training`` mode the warm-up is that
-        call's one real step (so every call is one step of training), and the gradients must
-        stay at the addresses captured (``zero_grad(set_to_none=False)``)."""
-        if self._graph is not None:
-            self._graph.replay()
+        if self._graph is None:
+            if self.training:
+                self._params = self._with_grads()
+                self._static = [cast(Tensor, p.grad) for p in self._params]
+            self._graph = self._capture(1 if self.training else self.WARMUP)
+            if not self.training:
+                self._graph.replay()
             return
-        self._graph = self._capture(1 if self.training else self.WARMUP)
-        if not self.training:
-            self._graph.replay()
+        if self.training:
+            params = self._with_grads()
+            if len(params) != len(self._params) or any(
+                a is not b for a, b in zip(params, self._params, strict=True)
+            ):
+                raise RuntimeError(
+                    "a step captured whole reads the gradients of the parameters it was "
+                    "captured with: the set of parameters with gradients changed"
+                )
+            torch._foreach_copy_(self._static, [cast(Tensor, p.grad) for p in params])
+        self._graph.replay()
 
     def _capture(self, warmup: int) -> torch.cuda.CUDAGraph:
         side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
@@ -163,7 +184,7 @@ def musgd_variants() -> list[Variant]:
         # The default step captured whole by the user (timing only: lr is frozen in it).
         Variant("bucketed eager", _musgd()).graphed(),
         # Captured whole with lr and momentum in device tensors: a schedule still reaches it,
-        # so it trains (its gradients must stay put: zero_grad(set_to_none=False)).
+        # so it trains (each step copies the new gradients into the graph's inputs).
         Variant(
             "tensor-hyperparameters graphed",
             _musgd_tensor_hyper(),
