@@ -3,6 +3,7 @@ them and runs the WPG1xx rules with the repository's references loaded once."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -13,6 +14,7 @@ from wpgate._config import Config
 from wpgate._git import (
     Commit,
     RevisionRange,
+    blobs_at,
     comment_char,
     commit_msg_context,
     git_trailers,
@@ -94,10 +96,37 @@ def lint_message(
 _UNREAD = Message(subject="", subject_line=1, lines=(), trailers=())
 
 
+class OwnTreeGates:
+    """Resolves node ids in the tree of the commit that names them, read from git (one
+    ``cat-file`` per file asked for; asked only for a gate that does not resolve in the working
+    tree, see ``CommitMessage.resolve_own_gate``)."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    def for_commit(self, sha: str) -> Callable[[str], str | None]:
+        """Why a node id does not resolve in ``sha``'s tree (None when it does)."""
+        own: list[GateResolver] = []
+
+        def resolve(node_id: str) -> str | None:
+            if not own:
+                own.append(GateResolver(self._root, read=functools.partial(self._read, sha)))
+            return own[0].resolve(node_id)
+
+        return resolve
+
+    def _read(self, sha: str, rel: str) -> bytes:
+        data = blobs_at(self._root, [(sha, rel)])[(sha, rel)]
+        if data is None:
+            raise FileNotFoundError(rel)
+        return data
+
+
 def _commit_messages(
     commits: Iterable[Commit],
     references: References,
     resolve: Callable[[str], str | None],
+    own: OwnTreeGates,
     comment_char: str,
     options: TrailerOptions,
 ) -> Iterator[CommitMessage]:
@@ -122,6 +151,7 @@ def _commit_messages(
             path=commit.sha[:12],
             references=references,
             resolve_gate=resolve,
+            resolve_own_gate=own.for_commit(commit.sha),
             author=commit.author,
             parents=len(commit.parents),
         )
@@ -150,7 +180,8 @@ def lint_range(config: Config, revisions: RevisionRange, *, comment_char: str = 
     commits = read_commits(config.root, revisions)
     references = load_references(config.root, config)
     resolve = GateResolver(config.root).resolve
-    messages = _commit_messages(commits, references, resolve, comment_char, options)
+    own = OwnTreeGates(config.root)
+    messages = _commit_messages(commits, references, resolve, own, comment_char, options)
     with _no_cycle_collection():
         return _run(messages, options, config, "commit")
 

@@ -404,20 +404,22 @@ def resolve_commits(root: Path, revisions: Iterable[str]) -> dict[str, str | Non
     return out
 
 
-def blob_hashes_at(
+def blobs_at(
     root: Path, requests: Iterable[tuple[str, str]]
-) -> dict[tuple[str, str], str | None]:
-    """sha256 of each ``(commit, path)`` file (None when absent), read by one ``cat-file``."""
+) -> dict[tuple[str, str], bytes | None]:
+    """The bytes of each ``(commit, path)`` file (None when absent or not a file), read by one
+    ``cat-file --batch``; paths holding a newline (which its input cannot carry) are absent."""
     wanted = sorted(set(requests))
-    out: dict[tuple[str, str], str | None] = dict.fromkeys(wanted)
-    if not wanted:
+    out: dict[tuple[str, str], bytes | None] = dict.fromkeys(wanted)
+    asked = [key for key in wanted if "\n" not in key[1] and "\r" not in key[1]]
+    if not asked:
         return out
-    request = "".join(f"{commit}:{path}\n" for commit, path in wanted).encode()
+    request = "".join(f"{commit}:{path}\n" for commit, path in asked).encode()
     done = _ask(root, ["cat-file", "--batch"], request)
     if done is None or done.returncode != 0:
         return out
     stream, position = done.stdout, 0
-    for key in wanted:
+    for key in asked:
         end = stream.find(b"\n", position)
         if end < 0:
             break
@@ -426,9 +428,19 @@ def blob_hashes_at(
         if len(header) == 3:  # "<sha> <type> <size>", then the body and a newline
             size = int(header[2])
             if header[1] == b"blob":
-                out[key] = hashlib.sha256(stream[position : position + size]).hexdigest()
+                out[key] = stream[position : position + size]
             position += size + 1
     return out
+
+
+def blob_hashes_at(
+    root: Path, requests: Iterable[tuple[str, str]]
+) -> dict[tuple[str, str], str | None]:
+    """sha256 of each ``(commit, path)`` file (None when absent), read by one ``cat-file``."""
+    return {
+        key: None if data is None else hashlib.sha256(data).hexdigest()
+        for key, data in blobs_at(root, requests).items()
+    }
 
 
 def paths_identical(root: Path, base: str, head: str, paths: Sequence[str]) -> bool | None:

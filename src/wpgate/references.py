@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -37,6 +38,10 @@ class References:
     assumption_ids: frozenset[str] = field(default_factory=frozenset)
 
 
+class _OutsideError(ValueError):
+    """A gate path that leads out of the repository (through a symbolic link)."""
+
+
 def split_node_ids(value: str) -> list[str]:
     """The node ids of a ``Gate:`` value, separated by ``;``, ``,`` or spaces outside ``[...]``."""
     return _NODE_ID.findall(value)
@@ -59,25 +64,35 @@ def _names(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
 
 
 class GateResolver:
-    """Resolves pytest node ids against the files under ``root``; each file is parsed once."""
+    """Resolves pytest node ids against the files under ``root``; each file is parsed once.
 
-    def __init__(self, root: Path) -> None:
+    ``read`` replaces the working tree as the source of a file's bytes (e.g. one commit's tree,
+    read from git): it raises ``FileNotFoundError`` for a file that is not there.
+    """
+
+    def __init__(self, root: Path, read: Callable[[str], bytes] | None = None) -> None:
         self._root = root.resolve()
+        self._read = self._read_file if read is None else read
         self._trees: dict[str, dict[str, list[ast.stmt]] | str] = {}
         self._answers: dict[str, str | None] = {}
+
+    def _read_file(self, rel: str) -> bytes:
+        """A file of the working tree (refused when it leads out of the repository)."""
+        path = self._root / rel
+        if not path.resolve().is_relative_to(self._root):
+            raise _OutsideError(f"`{rel}` leads out of the repository; name a test file inside it")
+        return path.read_bytes()
 
     def _module(self, rel: str) -> dict[str, list[ast.stmt]] | str:
         """The top-level names of a test file, or why it cannot be read."""
         cached = self._trees.get(rel)
         if cached is not None:
             return cached
-        path = self._root / rel
         result: dict[str, list[ast.stmt]] | str
         try:
-            if not path.resolve().is_relative_to(self._root):
-                result = f"`{rel}` leads out of the repository; name a test file inside it"
-            else:
-                result = _names(ast.parse(path.read_bytes(), filename=rel).body)
+            result = _names(ast.parse(self._read(rel), filename=rel).body)
+        except _OutsideError as exc:
+            result = str(exc)
         except FileNotFoundError:
             result = f"`{rel}` does not exist; fix the path or add the test file"
         except IsADirectoryError:

@@ -47,14 +47,17 @@ class CommitMessage:
     """A parsed message with what it is checked against.
 
     ``path`` is the commit's 12-character sha or the message file; ``author`` is
-    ``Name <email>`` when known; ``resolve_gate`` says why a node id does not resolve (None
-    when it does).
+    ``Name <email>`` when known; ``resolve_gate`` says why a node id does not resolve in the
+    working tree (None when it does); ``resolve_own_gate``, for a commit read from git, does the
+    same in that commit's own tree, where a gate that no longer resolves in the working tree (a
+    test renamed, moved or reverted since) still proves its commit.
     """
 
     message: Message
     path: str
     references: References = field(default_factory=References)
     resolve_gate: Callable[[str], str | None] = field(default=lambda _node: None, compare=False)
+    resolve_own_gate: Callable[[str], str | None] | None = field(default=None, compare=False)
     author: str | None = None
     parents: int = 1
     pr_mode: bool = False
@@ -311,7 +314,17 @@ def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Findi
             "the tests that prove the change",
         )
     for trailer in found:
-        for problem in gate_problems(trailer.value, parsed.resolve_gate):
+        problems = gate_problems(trailer.value, parsed.resolve_gate)
+        own = parsed.resolve_own_gate
+        node_ids = split_node_ids(trailer.value)
+        if problems and own is not None and node_ids:
+            # Rare (a gate gone from the working tree): asked per commit, never cached.
+            problems = tuple(
+                f"gate {why}"
+                for node in node_ids
+                if (why := parsed.resolve_gate(node)) is not None and own(node) is not None
+            )
+        for problem in problems:
             yield _finding(parsed, trailer.line, "WPG107", problem)
 
 
@@ -408,7 +421,8 @@ CHECKS: tuple[Rule[CommitMessage, TrailerOptions], ...] = register(
     Rule(
         "WPG107",
         "gate-trailer",
-        "`Gate:` names pytest node ids whose file and test exist (static, by AST).",
+        "`Gate:` names pytest node ids whose file and test exist (static, by AST); in a git "
+        "range, in the working tree or the commit's own tree.",
         check_gate,
     ),
     Rule(
