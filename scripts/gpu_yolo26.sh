@@ -15,7 +15,7 @@ DEVICE=${DEVICE:-cuda}
 limit=${STAGE_LIMIT_S:-280}
 sizing=(--rounds 7 --steps 280 --warmup 10)
 [ "${1:-}" = quick ] && sizing=(--rounds 1 --steps 2 --warmup 1)
-variants="bucketed eager,torch-NS eager,both,torch-NS both,bucketed eager graphed,musgd.ultralytics both"
+variants="bucketed eager,torch-NS eager,both,torch-NS both,bucketed eager graphed,tensor-hyperparameters graphed,musgd.ultralytics both"
 [ "$DEVICE" = cuda ] || variants="bucketed eager,musgd.ultralytics eager"
 # The peer joins when its module imports here (it is optional, never installed by this project);
 # on a machine without it, carried wheels in .whl/ (docs/ultralytics.md) go to /tmp/ul-site.

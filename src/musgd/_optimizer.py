@@ -99,10 +99,11 @@ class MuSGD(Optimizer):
     dtype or device, are read on the host at each step (frozen into a capture). With a tensor
     ``lr`` the write is ``W - (lr*U)`` (the product rounded first); a tensor ``weight_decay`` or
     ``w_muon`` always runs its term (adding exact zeros at zero). To capture a whole step: run
-    one step first (it makes the momentum buffers, which a capture cannot), keep gradients at
-    fixed addresses (``zero_grad(set_to_none=False)``), then capture ``step()`` (see
-    ``torch.cuda.graph``). The capture flags below then run eagerly inside it; a sharded step
-    refuses to be captured.
+    one step first (it makes the momentum buffers, which a capture cannot), give the graph
+    gradients at fixed addresses (copy each step's gradients into the tensors it was captured
+    with; ``zero_grad(set_to_none=False)`` works too but makes backward add into them), then
+    capture ``step()`` (see ``torch.cuda.graph``). The capture flags below then run eagerly
+    inside it; a sharded step refuses to be captured.
 
     Args:
         params: parameters or param groups (see :func:`musgd.param_groups`).
