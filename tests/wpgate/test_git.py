@@ -203,3 +203,28 @@ def test_commit_msg_context_reads_comment_char_author_and_a_merge(tmp_path: Path
 def test_commit_msg_context_outside_a_repository_falls_back(tmp_path: Path) -> None:
     char, _author, merging = _git.commit_msg_context(tmp_path)
     assert (char, merging) == ("#", False)
+
+
+def test_blobs_at_reads_files_of_any_commit_and_nothing_else(tmp_path: Path) -> None:
+    """Files come back as their bytes; a missing path, a directory and a path that
+    ``cat-file``'s line input cannot carry come back as None, and so hash to None."""
+    root = new_repository(tmp_path)
+    (root / "d").mkdir()
+    (root / "d" / "a.py").write_bytes(b"x = 1\n\0binary")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "one")
+    first = git(root, "rev-parse", "HEAD")
+    (root / "d" / "a.py").write_bytes(b"x = 2\n")
+    git(root, "commit", "-q", "-am", "two")
+    asked = [(first, "d/a.py"), ("HEAD", "d/a.py"), (first, "d"), (first, "no.py"), (first, "a\nb")]
+    found = _git.blobs_at(root, asked)
+    assert found == {
+        (first, "d/a.py"): b"x = 1\n\0binary",
+        ("HEAD", "d/a.py"): b"x = 2\n",
+        (first, "d"): None,
+        (first, "no.py"): None,
+        (first, "a\nb"): None,
+    }
+    hashes = _git.blob_hashes_at(root, asked)
+    assert hashes[(first, "no.py")] is None
+    assert hashes[("HEAD", "d/a.py")] is not None
