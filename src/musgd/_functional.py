@@ -443,14 +443,19 @@ def _pick(items: Sequence[Tensor], idx: Sequence[int]) -> list[Tensor]:
     return [items[i] for i in idx]
 
 
+def advance_momentum(bufs: Sequence[Tensor], grads: Sequence[Tensor], momentum: Scalar) -> None:
+    """Step 1: ``m <- mu*m + g`` in place, as two multi-tensor calls (each rounds on its own)."""
+    multi_mul_(bufs, momentum)
+    multi_add_(bufs, grads)
+
+
 def momentum_foreach(
     bufs: Sequence[Tensor], grads: Sequence[Tensor], hyper: Hyper, structure: Structure
 ) -> list[Tensor]:
     """Steps 1–2: ``m <- mu*m + g`` in place; returns ``n`` (fresh with Nesterov, else ``m``)."""
     bufs = list(bufs)
     grads = list(grads)
-    multi_mul_(bufs, hyper.momentum)
-    multi_add_(bufs, grads)
+    advance_momentum(bufs, grads, hyper.momentum)
     if not structure.nesterov:
         return bufs
     n = multi_mul(bufs, hyper.momentum)
@@ -798,8 +803,7 @@ def prepare_packed(
     assert kind is not None  # _table_plan checked it
     ws = orth.workspace(("packed", layout), lambda: PackedWorkspace(layout, *kind))
     if not _packed_momentum(ws, grads, bufs, hyper, structure):
-        multi_mul_(bufs, hyper.momentum)
-        multi_add_(bufs, grads)
+        advance_momentum(bufs, grads, hyper.momentum)
         multi_copy_(ws.n_views, bufs)
         if structure.nesterov:
             ws.n.mul_(hyper.momentum)

@@ -458,7 +458,7 @@ def run_table(
     triples = tuple(triples)
 
     def table(packed: Tensor) -> Tensor:
-        target = None if out is None or capturing() else out
+        target = None if out is None or capturing(device) else out
         return run_plan(plan, packed, triples, eps, dtype, scale_tensor, weights, target)
 
     if run is None:
