@@ -103,17 +103,15 @@ class OwnTreeGates:
 
     def __init__(self, root: Path) -> None:
         self._root = root
+        self._resolvers: dict[str, GateResolver] = {}
 
-    def for_commit(self, sha: str) -> Callable[[str], str | None]:
-        """Why a node id does not resolve in ``sha``'s tree (None when it does)."""
-        own: list[GateResolver] = []
-
-        def resolve(node_id: str) -> str | None:
-            if not own:
-                own.append(GateResolver(self._root, read=functools.partial(self._read, sha)))
-            return own[0].resolve(node_id)
-
-        return resolve
+    def resolve(self, sha: str, node_id: str) -> str | None:
+        """Why ``node_id`` does not resolve in commit ``sha``'s tree (None when it does)."""
+        resolver = self._resolvers.get(sha)
+        if resolver is None:
+            resolver = GateResolver(self._root, read=functools.partial(self._read, sha))
+            self._resolvers = {sha: resolver}  # commits come one at a time: keep the last
+        return resolver.resolve(node_id)
 
     def _read(self, sha: str, rel: str) -> bytes:
         data = blobs_at(self._root, [(sha, rel)])[(sha, rel)]
@@ -151,7 +149,8 @@ def _commit_messages(
             path=commit.sha[:12],
             references=references,
             resolve_gate=resolve,
-            resolve_own_gate=own.for_commit(commit.sha),
+            commit=commit.sha,
+            resolve_own_gate=own.resolve,
             author=commit.author,
             parents=len(commit.parents),
         )

@@ -48,16 +48,18 @@ class CommitMessage:
 
     ``path`` is the commit's 12-character sha or the message file; ``author`` is
     ``Name <email>`` when known; ``resolve_gate`` says why a node id does not resolve in the
-    working tree (None when it does); ``resolve_own_gate``, for a commit read from git, does the
-    same in that commit's own tree, where a gate that no longer resolves in the working tree (a
-    test renamed, moved or reverted since) still proves its commit.
+    working tree (None when it does); for a commit read from git (full sha ``commit``),
+    ``resolve_own_gate(commit, node_id)`` does the same in that commit's own tree, where a gate
+    that no longer resolves in the working tree (a test renamed, moved or reverted since) still
+    proves its commit.
     """
 
     message: Message
     path: str
     references: References = field(default_factory=References)
     resolve_gate: Callable[[str], str | None] = field(default=lambda _node: None, compare=False)
-    resolve_own_gate: Callable[[str], str | None] | None = field(default=None, compare=False)
+    commit: str = ""
+    resolve_own_gate: Callable[[str, str], str | None] | None = field(default=None, compare=False)
     author: str | None = None
     parents: int = 1
     pr_mode: bool = False
@@ -322,7 +324,8 @@ def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Findi
             problems = tuple(
                 f"gate {why}"
                 for node in node_ids
-                if (why := parsed.resolve_gate(node)) is not None and own(node) is not None
+                if (why := parsed.resolve_gate(node)) is not None
+                and own(parsed.commit, node) is not None
             )
         for problem in problems:
             yield _finding(parsed, trailer.line, "WPG107", problem)
