@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from musgd import GradClipReplay
 from musgd.bench import (
     PhaseClock,
     build_evidence,
@@ -51,7 +52,12 @@ from musgd.bench import (
     write_evidence,
     write_synthetic_dataset,
 )
-from musgd.ultralytics import UltralyticsMuSGD, musgd_trainer, require_ultralytics
+from musgd.ultralytics import (
+    CLIP_MAX_NORM,
+    UltralyticsMuSGD,
+    musgd_trainer,
+    require_ultralytics,
+)
 
 SKIP_FIRST = 10  # iterations left out of the timing medians: recording, cuDNN autotuning
 # The loader's wait at which the low-data variant runs (--lowdata auto): a fifth of the iteration.
@@ -399,6 +405,7 @@ def train_once(
         "run_s": total,
         "losses": log.losses,
         "replay": _replay_stats(opt),
+        "clip_replay": _clip_stats(model.trainer),
     }
 
 
@@ -533,9 +540,17 @@ def run_pairs(
 
 def _replay_stats(opt: Any) -> dict[str, Any] | None:
     replay = getattr(opt, "_replay", None)
-    if replay is None:
-        return None
-    stats = replay.stats
+    return None if replay is None else _stats_dict(replay.stats)
+
+
+def _clip_stats(trainer: Any) -> dict[str, Any] | None:
+    """The trainer's replayed gradient clipping (``musgd_clip``), where it has one."""
+    clip = getattr(trainer, "__dict__", {}).get("musgd_clip")
+    clip = getattr(clip, "clip", clip)  # under the identity part's ClipCheck
+    return None if clip is None else _stats_dict(clip.stats)
+
+
+def _stats_dict(stats: Any) -> dict[str, Any]:
     return {
         "recordings": stats.recordings,
         "replays": stats.replays,
@@ -600,17 +615,60 @@ class ShadowCheck:
         self.steps += 1
 
 
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit patterns: NaN against the same NaN too (an overflowed AMP step's gradients)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    as_int = _SAME_SIZE_INT[a.element_size()]
+    return torch.equal(a.view(as_int), b.view(as_int))
+
+
+class ClipCheck:
+    """Each call of the trainer's replayed clip must give the eager ``clip_grad_norm_``'s bits."""
+
+    def __init__(self, clip: GradClipReplay) -> None:
+        self.clip = clip
+        self.calls = 0
+        self.mismatched: list[int] = []
+
+    @torch.no_grad()
+    def __call__(self, parameters: Any) -> torch.Tensor:
+        params = list(parameters)
+        holders = []
+        for p in params:
+            if p.grad is not None:
+                holder = torch.empty_like(p)
+                holder.grad = p.grad.clone(memory_format=torch.preserve_format)
+                holders.append(holder)
+        expected = torch.nn.utils.clip_grad_norm_(holders, self.clip.max_norm, self.clip.norm_type)
+        total = self.clip(params)
+        grads = [p.grad for p in params if p.grad is not None]
+        same = same_bits(total, expected) and all(
+            h.grad is not None and same_bits(g, h.grad) for g, h in zip(grads, holders, strict=True)
+        )
+        if not same:
+            self.mismatched.append(self.calls)
+        self.calls += 1
+        return total
+
+
 def run_identity(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
     from ultralytics import YOLO
 
     base = musgd_trainer()
     checks: list[ShadowCheck] = []
+    clip_checks: list[ClipCheck] = []
     scales: list[float] = []
 
     class IdentityTrainer(base):  # type: ignore[misc,valid-type]
         def build_optimizer(self, *a: Any, **k: Any) -> Any:
             opt = super().build_optimizer(*a, **k)
             checks.append(ShadowCheck(opt))
+            clip_checks.append(ClipCheck(GradClipReplay(CLIP_MAX_NORM)))
+            self.musgd_clip = clip_checks[-1]
             return opt
 
     def batch_end(trainer: Any) -> None:
@@ -627,7 +685,7 @@ def run_identity(args: argparse.Namespace, data: Path, budget: Budget) -> dict[s
     start = time.perf_counter()
     model.train(**kw)
     budget.record("identity", time.perf_counter() - start)
-    check = checks[-1]
+    check, clip_check = checks[-1], clip_checks[-1]
     lr, mom = check.lr_trace, check.momentum_trace
     steps = check.steps
     return {
@@ -642,7 +700,11 @@ def run_identity(args: argparse.Namespace, data: Path, budget: Budget) -> dict[s
         "skipped_steps": len(scales) - steps,
         "scale_first_last": [scales[0], scales[-1]] if scales else None,
         "mismatched_steps": check.mismatched,
-        "bit_identical": steps > 0 and not check.mismatched,
+        "bit_identical": steps > 0 and not check.mismatched and not clip_check.mismatched,
+        # The replayed gradient clipping against the eager call, at every optimizer step.
+        "clip_calls": clip_check.calls,
+        "clip_mismatched_calls": clip_check.mismatched,
+        "clip_replay": _stats_dict(clip_check.clip.stats),
         "amp": bool(getattr(model.trainer, "amp", False)),
         "warmup_active": warmup_span(mom) > 0,
         "warmup_steps": warmup_span(mom),

@@ -12,6 +12,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a torch-free subpr
         'musgd needs PyTorch, which is not installed. Install it with: pip install "wpgate[optim]"'
     ) from exc
 
+from musgd._clip_replay import GradClipReplay
 from musgd._functional import matrix_shape
 from musgd._groups import param_groups
 from musgd._newton_schulz import (
@@ -23,6 +24,7 @@ from musgd._optimizer import MuSGD
 
 __all__ = [
     "DEFAULT_COEFFICIENTS",
+    "GradClipReplay",
     "MuSGD",
     "matrix_shape",
     "orthogonalize",

@@ -26,11 +26,13 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from musgd._clip_replay import GradClipReplay
 from musgd._newton_schulz import SUPPORTED_NS_DTYPES
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
 from musgd._ultralytics_optim import ULTRALYTICS_DEFAULTS, UltralyticsMuSGD, muon_scale
 
 __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on first use
+    "CLIP_MAX_NORM",
     "MuSGDTrainer",
     "UltralyticsMuSGD",
     "from_stock",
@@ -43,6 +45,8 @@ __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on
 
 INSTALL_HINT = 'pip install "wpgate[ultralytics]"'
 _STOCK_NAME = "MuSGD"
+# The gradient-norm bound of the stock trainer's optimizer step (observed on 8.4: WP-011).
+CLIP_MAX_NORM = 10.0
 
 
 def require_ultralytics() -> Any:
@@ -103,6 +107,7 @@ def musgd_trainer(
     capture_updates: bool = True,
     ns_dtype: torch.dtype = torch.bfloat16,
     ns_backend: str = "auto",
+    capture_clip: bool = True,
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
 
@@ -111,6 +116,12 @@ def musgd_trainer(
     trainer's warm-up and scheduler keep writing ``lr`` and ``momentum`` into the groups; its
     checkpoints hold ``UltralyticsMuSGD.state_dict()``, which loads into the stock optimizer and
     back.
+
+    With ``capture_clip`` (and a ``base`` that keeps the stock ``optimizer_step``) its
+    ``optimizer_step`` is the stock sequence -- unscale the gradients, clip their norm to 10,
+    the scaler's step, its update, ``zero_grad``, the EMA update -- with the clipping replayed by
+    :class:`musgd.GradClipReplay` (the instance is the trainer's ``musgd_clip``): the same
+    kernels on the same values, without the host time of the eager call.
     """
     # Checked now, not when the trainer builds its optimizer after setting up the whole run.
     if ns_backend not in NS_BACKENDS:
@@ -134,6 +145,8 @@ def musgd_trainer(
         raise TypeError(
             f"musgd_trainer needs an Ultralytics trainer class with build_optimizer, got {base!r}"
         )
+    if not isinstance(capture_clip, bool):
+        raise ValueError(f"musgd_trainer: capture_clip must be True or False, got {capture_clip!r}")
     options: dict[str, Any] = {
         "capture_orthogonalization": capture_orthogonalization,
         "capture_updates": capture_updates,
@@ -147,17 +160,51 @@ def musgd_trainer(
         stock = base.build_optimizer(self, model, _STOCK_NAME, *args, **kwargs)
         return from_stock(stock, **options)
 
+    namespace: dict[str, Any] = {
+        "build_optimizer": build_optimizer,
+        "__module__": __name__,
+        "__doc__": f"{base.__name__} training with UltralyticsMuSGD (replay flags on).",
+    }
+    if capture_clip and _stock_optimizer_step(base):
+        namespace["optimizer_step"] = _optimizer_step
     # The default's name is the one this module exports, so `from musgd.ultralytics import
     # MuSGDTrainer` (what a DDP launch file would write) finds it.
-    return type(
-        name,
-        (base,),
-        {
-            "build_optimizer": build_optimizer,
-            "__module__": __name__,
-            "__doc__": f"{base.__name__} training with UltralyticsMuSGD (replay flags on).",
-        },
-    )
+    return type(name, (base,), namespace)
+
+
+def _stock_optimizer_step(base: type[Any]) -> bool:
+    """Whether ``base`` runs the Ultralytics ``BaseTrainer.optimizer_step`` (or none of its own).
+
+    A base that overrides ``optimizer_step`` keeps its own: its clipping is not replayed.
+    """
+    own = getattr(base, "optimizer_step", None)
+    if own is None:
+        return True
+    try:
+        from ultralytics.engine.trainer import BaseTrainer
+    except ImportError:
+        return False
+    return own is BaseTrainer.optimizer_step
+
+
+def _optimizer_step(self: Any) -> None:
+    """The stock trainer's optimizer step, its gradient clipping replayed.
+
+    The stock step, as observed on Ultralytics 8.4 (tests/ultralytics checks it bit for bit):
+    the scaler unscales the gradients, their norm is clipped to 10 over
+    ``self.model.parameters()``, the scaler steps the optimizer (skipping a step whose gradients
+    are not finite) and updates its scale, the gradients are dropped, and the EMA follows.
+    """
+    clip = self.__dict__.get("musgd_clip")
+    if clip is None:
+        clip = self.musgd_clip = GradClipReplay(CLIP_MAX_NORM)
+    self.scaler.unscale_(self.optimizer)
+    clip(self.model.parameters())
+    self.scaler.step(self.optimizer)
+    self.scaler.update()
+    self.optimizer.zero_grad()
+    if self.ema:
+        self.ema.update(self.model)
 
 
 def _scalar(value: str, load: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from musgd import _functional
+from musgd import GradClipReplay, _functional
 from musgd import _ultralytics_optim as flavour
 from musgd.ultralytics import (
     UltralyticsMuSGD,
@@ -432,3 +433,86 @@ def test_groups_given_generators_keep_their_parameters() -> None:
     assert [len(g["params"]) for g in opt.param_groups] == [2, 2]
     opt.add_param_group({"params": torch.nn.Parameter(torch.zeros(3))})
     assert len(opt.param_groups[2]["params"]) == 1
+
+
+class _Spied:
+    """Records the calls the trainer's optimizer step makes, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def wrap(self, name: str, fn: Any) -> Any:
+        def called(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return fn(*args, **kwargs)
+
+        return called
+
+
+def _step_trainer(spied: _Spied, **options: Any) -> Any:
+    class FakeTrainer:
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            return _StockLike(stock_groups(list(model.parameters())), **KW)
+
+    trainer = musgd_trainer(FakeTrainer, **options)()
+    trainer.model = torch.nn.ParameterList(make_params())
+    opt = trainer.build_optimizer(trainer.model)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    for name in ("unscale_", "step", "update"):
+        setattr(scaler, name, spied.wrap(f"scaler.{name}", getattr(scaler, name)))
+    opt.step = spied.wrap("optimizer.step", opt.step)  # type: ignore[method-assign]
+    opt.zero_grad = spied.wrap("zero_grad", opt.zero_grad)  # type: ignore[method-assign]
+    trainer.optimizer, trainer.scaler = opt, scaler
+    trainer.ema = types.SimpleNamespace(update=spied.wrap("ema.update", lambda model: None))
+    return trainer
+
+
+def test_trainer_optimizer_step_is_the_stock_sequence_with_the_clip_replayed() -> None:
+    spied = _Spied()
+    trainer = _step_trainer(spied, capture_orthogonalization=False, capture_updates=False)
+    clip = GradClipReplay(10.0, recorder=FakeRecorder())
+    trainer.musgd_clip = spied.wrap("clip", clip)
+    params = list(trainer.model.parameters())
+    twin = [p.detach().clone().requires_grad_() for p in params]
+    reference = UltralyticsMuSGD(stock_groups(twin), **KW)
+    for step in range(4):
+        for group in (params, twin):
+            set_grads(group, step)
+            for p in group:
+                p.grad.mul_(40.0)  # norms well above 10: the clip scales them
+        spied.calls.clear()
+        trainer.optimizer_step()
+        assert spied.calls == [
+            "scaler.unscale_",
+            "clip",
+            "scaler.step",
+            "optimizer.step",
+            "scaler.update",
+            "zero_grad",
+            "ema.update",
+        ]
+        assert all(p.grad is None for p in params)
+        torch.nn.utils.clip_grad_norm_(twin, 10.0)
+        reference.step()
+        reference.zero_grad()
+        for p, q in zip(params, twin, strict=True):
+            assert torch.equal(p, q)
+    assert clip.stats.replays == 3
+
+
+def test_trainer_clip_replay_can_be_turned_off_and_a_custom_step_is_kept() -> None:
+    class FakeTrainer:
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            raise AssertionError("never reached")
+
+    class CustomStep(FakeTrainer):
+        def optimizer_step(self) -> str:
+            return "custom"
+
+    assert "optimizer_step" in vars(musgd_trainer(FakeTrainer))
+    assert "optimizer_step" not in vars(musgd_trainer(FakeTrainer, capture_clip=False))
+    kept = musgd_trainer(CustomStep)
+    assert "optimizer_step" not in vars(kept)
+    assert kept().optimizer_step() == "custom"
+    with pytest.raises(ValueError, match="capture_clip must be True or False"):
+        musgd_trainer(FakeTrainer, capture_clip="yes")  # type: ignore[arg-type]

@@ -126,3 +126,45 @@ def test_lowdata_kwargs_turn_the_augmentations_off(tmp_path: Path) -> None:
     assert {
         k: v for k, v in low.items() if k not in script.LOWDATA_AUGMENT_OFF and k != "workers"
     } == {k: v for k, v in default.items() if k != "workers"}
+
+
+def test_same_bits_treats_equal_nans_as_equal_and_sees_any_difference() -> None:
+    import torch
+
+    a = torch.tensor([1.0, float("nan"), float("inf")])
+    assert script.same_bits(a, a.clone())
+    assert not script.same_bits(a, torch.tensor([1.0, float("nan"), -float("inf")]))
+    assert not script.same_bits(torch.tensor([0.0]), torch.tensor([-0.0]))
+    assert not script.same_bits(a, a.double())
+    half = torch.tensor([[1.0, 2.0]], dtype=torch.bfloat16).t()  # non-contiguous, two bytes
+    assert script.same_bits(half, half.clone())
+
+
+def test_clip_check_passes_the_eager_bits_and_flags_a_wrong_clip() -> None:
+    import torch
+
+    from musgd import GradClipReplay
+
+    params = [torch.nn.Parameter(torch.zeros(4, 3, 3, 3)), torch.nn.Parameter(torch.zeros(4))]
+
+    def set_grads(nan: bool) -> None:
+        gen = torch.Generator().manual_seed(1)
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen) * 50
+        if nan:
+            params[1].grad[0] = float("nan")  # an overflowed AMP step: the total norm is NaN
+
+    check = script.ClipCheck(GradClipReplay(10.0))
+    for nan in (False, True, False):
+        set_grads(nan)
+        check(params)
+    assert (check.calls, check.mismatched) == (3, [])
+
+    class Wrong(GradClipReplay):
+        def __call__(self, parameters: Any) -> torch.Tensor:
+            return torch.nn.utils.clip_grad_norm_(list(parameters), 9.0)
+
+    wrong = script.ClipCheck(Wrong(10.0))
+    set_grads(False)
+    wrong(params)
+    assert wrong.mismatched == [0]

@@ -38,6 +38,10 @@ def test_identity_part_runs_and_is_bit_identical(tmp_path: Path) -> None:
     assert (results["iterations"], results["steps"], results["skipped_steps"]) == (16, 16, 0)
     assert results["target_met"] is True
     assert results["bit_identical"] is True
+    # The trainer's clip was checked against the eager call at every step (eager on a CPU).
+    assert results["clip_calls"] == 16
+    assert results["clip_mismatched_calls"] == []
+    assert results["clip_replay"]["fallbacks"] == {"device:cpu": 16}
     assert results["warmup_active"] is True
     assert 0 < results["warmup_steps"] < results["steps"]
 

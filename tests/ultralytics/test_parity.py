@@ -310,3 +310,83 @@ def test_command_line_entry_point_trains_with_ours(
     assert len(built) == 1
     assert any("momentum_buffer_SGD" in s for s in built[0].state.values()), "it stepped"
     assert (tmp_path / "cli" / "results.csv").is_file()
+
+
+def _trainer_state(trainer: Any) -> dict[str, Any]:
+    """Deep copies of what an optimizer step changes: weights, gradients, optimizer, EMA, scaler."""
+    ema = trainer.ema
+    return {
+        "params": [p.detach().clone() for p in trainer.model.parameters()],
+        "grads": [None if p.grad is None else p.grad.clone() for p in trainer.model.parameters()],
+        "optimizer": copy.deepcopy(trainer.optimizer.state_dict()),
+        # The step's hyperparameters and the buffers (load_state_dict may add bookkeeping keys).
+        "groups": [
+            {k: g[k] for k in ("lr", "momentum", "weight_decay", "nesterov", "use_muon")}
+            for g in trainer.optimizer.param_groups
+        ],
+        "ema": None if ema is None else copy.deepcopy(ema.ema.state_dict()),
+        "ema_updates": None if ema is None else ema.updates,
+        "scaler": copy.deepcopy(trainer.scaler.state_dict()),
+    }
+
+
+def _restore(trainer: Any, state: dict[str, Any]) -> None:
+    with torch.no_grad():
+        for p, saved, g in zip(
+            trainer.model.parameters(), state["params"], state["grads"], strict=True
+        ):
+            p.copy_(saved)
+            p.grad = None if g is None else g.clone()
+    trainer.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+    if trainer.ema is not None:
+        trainer.ema.ema.load_state_dict(copy.deepcopy(state["ema"]))
+        trainer.ema.updates = state["ema_updates"]
+    trainer.scaler.load_state_dict(copy.deepcopy(state["scaler"]))
+
+
+def _same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    a = {**a, "optimizer": a["optimizer"]["state"]}
+    b = {**b, "optimizer": b["optimizer"]["state"]}
+
+    def same(x: Any, y: Any) -> bool:
+        if isinstance(x, Tensor):
+            return isinstance(y, Tensor) and x.dtype == y.dtype and torch.equal(x, y)
+        if isinstance(x, dict):
+            return isinstance(y, dict) and x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+        if isinstance(x, list | tuple):
+            return len(x) == len(y) and all(same(u, v) for u, v in zip(x, y, strict=True))
+        return bool(x == y)
+
+    return same(a, b)
+
+
+def test_trainer_optimizer_step_with_the_replayed_clip_is_the_stock_one_bit_for_bit(
+    tiny_dataset: Path, tmp_path: Path
+) -> None:
+    """Each optimizer step of a real training run is taken twice from the same state: by the stock
+    trainer's method and by ours (its clip replayed through the CPU fake recorder)."""
+    from replay_fakes import FakeRecorder
+    from ultralytics.engine.trainer import BaseTrainer
+
+    from musgd import GradClipReplay
+
+    results: list[bool] = []
+    clips: list[GradClipReplay] = []
+
+    class Checked(MuSGDTrainer):  # type: ignore[misc,valid-type]
+        def optimizer_step(self) -> None:
+            if "musgd_clip" not in self.__dict__:
+                self.musgd_clip = GradClipReplay(10.0, recorder=FakeRecorder())
+                clips.append(self.musgd_clip)
+            before = _trainer_state(self)
+            BaseTrainer.optimizer_step(self)
+            stock = _trainer_state(self)
+            _restore(self, before)
+            super().optimizer_step()
+            results.append(_same_state(stock, _trainer_state(self)))
+
+    _train(tiny_dataset, tmp_path, "checked", epochs=3, nbs=4, trainer=Checked)
+    assert len(results) == 6
+    assert all(results), results
+    assert clips[0].stats.replays == 5
+    assert "optimizer_step" in vars(MuSGDTrainer)

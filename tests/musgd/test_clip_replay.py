@@ -1,0 +1,193 @@
+"""Gradient clipping replayed (``GradClipReplay``) on CPU, through the fake recorder.
+
+The fake recorder re-runs the logged ATen operations on the recorded tensors, as a CUDA graph
+re-runs its kernels on the same memory; tests/cuda/test_clip_replay_cuda.py checks the real one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+from replay_fakes import FakeRecorder
+from torch import Tensor
+
+from musgd import GradClipReplay
+
+# Mixed shapes; conv kernels' gradients are channels-last, as the Ultralytics trainer makes them.
+SHAPES = [(8, 3, 3, 3), (16, 8, 3, 3), (16,), (32, 16), (16, 16, 1, 1), (4,)]
+
+
+def _params() -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
+
+
+def _grads(step: int, scale: float = 1.0) -> list[Tensor]:
+    gen = torch.Generator().manual_seed(100 + step)
+    out = []
+    for s in SHAPES:
+        g = torch.randn(s, generator=gen) * scale
+        out.append(g.contiguous(memory_format=torch.channels_last) if len(s) == 4 else g)
+    return out
+
+
+def _set(params: list[torch.nn.Parameter], grads: list[Tensor | None]) -> None:
+    for p, g in zip(params, grads, strict=True):
+        p.grad = None if g is None else g.clone(memory_format=torch.preserve_format)
+
+
+def _bits(t: Tensor) -> Tensor:
+    return t.detach().contiguous().view(torch.int32)
+
+
+def _same(a: Tensor, b: Tensor) -> bool:
+    return a.stride() == b.stride() and torch.equal(_bits(a), _bits(b))
+
+
+def _run_both(
+    clip: GradClipReplay, steps: int, grads_for: Callable[[int], list[Tensor | None]]
+) -> None:
+    ours, stock = _params(), _params()
+    for step in range(steps):
+        grads = grads_for(step)
+        _set(ours, grads)
+        _set(stock, grads)
+        before = [p.grad for p in ours]
+        total = clip(ours)
+        expected = torch.nn.utils.clip_grad_norm_(stock, clip.max_norm, clip.norm_type)
+        assert _same(total, expected), step
+        for p, q, g in zip(ours, stock, before, strict=True):
+            assert p.grad is g  # scaled in place, as the eager call does
+            if g is not None:
+                assert q.grad is not None
+                assert _same(p.grad, q.grad), step
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])
+def test_replayed_clip_is_the_eager_call_bit_for_bit(norm_type: float) -> None:
+    recorder = FakeRecorder()
+    clip = GradClipReplay(10.0, norm_type, recorder=recorder)
+    # Large gradients are clipped; small ones (scale 0.01) leave the coefficient clamped at 1.
+    _run_both(clip, 8, lambda step: list(_grads(step, 30.0 if step % 2 else 0.01)))
+    assert clip.stats.recordings == 1
+    assert recorder.records == 1
+    assert clip.stats.fallbacks == {"first-call": 1}
+    # The second call records and replays; every later one replays.
+    assert clip.stats.replays == 7 == recorder.replays
+
+
+def test_replay_runs_no_python_clip(monkeypatch: pytest.MonkeyPatch) -> None:
+    clip = GradClipReplay(1.0, recorder=FakeRecorder())
+    params = _params()
+    calls = []
+    original = torch.nn.utils.clip_grad_norm_
+
+    def spy(*args: object, **kwargs: object) -> Tensor:
+        calls.append(1)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
+    for step in range(5):
+        _set(params, list(_grads(step)))
+        clip(params)
+    # The first call eager, then the recording's warm-up and capture passes; none after.
+    assert len(calls) == 3
+    assert clip.stats.replays == 4
+
+
+def test_non_finite_gradients_give_the_eager_bits() -> None:
+    def grads(step: int) -> list[Tensor | None]:
+        out: list[Tensor | None] = list(_grads(step))
+        if step == 3:
+            assert out[2] is not None
+            out[2][1] = math.inf
+        if step == 4:
+            assert out[3] is not None
+            out[3][0, 0] = math.nan
+        return out
+
+    _run_both(GradClipReplay(10.0, recorder=FakeRecorder()), 6, grads)
+
+
+def test_a_changed_set_of_gradients_gets_its_own_recording() -> None:
+    clip = GradClipReplay(5.0, recorder=FakeRecorder())
+
+    def grads(step: int) -> list[Tensor | None]:
+        out: list[Tensor | None] = list(_grads(step, 10.0))
+        if step >= 4:
+            out[1] = None  # a layer frozen from step 4 on
+        return out
+
+    _run_both(clip, 9, grads)
+    assert clip.stats.recordings == 2
+    assert clip.stats.fallbacks == {"first-call": 2}
+
+
+def test_unsupported_devices_and_contexts_run_the_eager_call() -> None:
+    clip = GradClipReplay(10.0, recorder=FakeRecorder(device_type="cuda"))
+    _run_both(clip, 3, lambda step: list(_grads(step, 30.0)))
+    assert clip.stats.recordings == 0
+    assert clip.stats.fallbacks == {"device:cpu": 3}
+
+    inside = GradClipReplay(10.0, recorder=FakeRecorder(capture_underway=True))
+    _run_both(inside, 3, lambda step: list(_grads(step, 30.0)))
+    assert inside.stats.fallbacks == {"capture": 3}
+
+    none = GradClipReplay(10.0, recorder=FakeRecorder())
+    _run_both(none, 2, lambda step: [None] * len(SHAPES))
+    assert none.stats.fallbacks == {"no-gradients": 2}
+
+
+def test_gradients_that_need_grad_run_the_eager_call() -> None:
+    clip = GradClipReplay(1.0, recorder=FakeRecorder())
+    params = _params()
+    for step in range(3):
+        for p, g in zip(params, _grads(step), strict=True):
+            p.grad = g.requires_grad_()
+        clip(params)
+    assert clip.stats.recordings == 0
+    assert clip.stats.fallbacks == {"requires-grad": 3}
+
+
+def test_a_failed_recording_leaves_the_gradients_to_the_eager_call() -> None:
+    clip = GradClipReplay(10.0, recorder=FakeRecorder(fail_in="capture"))
+    _run_both(clip, 5, lambda step: list(_grads(step, 30.0)))
+    assert clip.stats.failures == 1
+    assert clip.stats.recordings == 0
+    # Never retried: the key is refused from then on.
+    assert clip.stats.fallbacks == {
+        "first-call": 1,
+        "record-failed:InjectedFailureError": 1,
+        "not-recordable": 3,
+    }
+
+
+def test_a_single_tensor_is_accepted_like_the_eager_call() -> None:
+    clip = GradClipReplay(0.5, recorder=FakeRecorder())
+    p, q = torch.nn.Parameter(torch.ones(8)), torch.nn.Parameter(torch.ones(8))
+    for step in range(4):
+        p.grad = torch.full((8,), float(step + 1))
+        q.grad = p.grad.clone()
+        assert _same(clip(p), torch.nn.utils.clip_grad_norm_(q, 0.5))
+        assert _same(p.grad, q.grad)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_norm": 0.0}, "max_norm must be a positive finite number"),
+        ({"max_norm": -1.0}, "max_norm must be a positive finite number"),
+        ({"max_norm": math.inf}, "max_norm must be a positive finite number"),
+        ({"max_norm": math.nan}, "max_norm must be a positive finite number"),
+        ({"max_norm": True}, "max_norm must be a number"),
+        ({"max_norm": "10"}, "max_norm must be a number"),
+        ({"max_norm": 1.0, "norm_type": 0.0}, "norm_type must be a positive number or inf"),
+        ({"max_norm": 1.0, "norm_type": math.nan}, "norm_type must be a positive number or inf"),
+    ],
+)
+def test_bad_settings_are_refused_with_a_message(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GradClipReplay(**kwargs)  # type: ignore[arg-type]
