@@ -36,7 +36,9 @@ test-fast: $(STAMP)
 $(UL_STAMP): pyproject.toml
 	test -x $(UL_PY) || $(PYTHON) -m venv $(UL_VENV)
 	$(UL_PY) -m pip install -q $(UL_TORCH)
-	$(UL_PY) -m pip install -q "ultralytics>=8.4" pytest
+	# cloudpickle: Ultralytics' multi-GPU launch file needs it (installed by Ultralytics on first
+	# DDP use; tests/ultralytics checks what that file carries).
+	$(UL_PY) -m pip install -q "ultralytics>=8.4" cloudpickle pytest
 	touch $(UL_STAMP)
 
 # Skips (saying so) only where ultralytics cannot be installed, and never in CI (CI=true).

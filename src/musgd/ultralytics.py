@@ -162,6 +162,8 @@ def musgd_trainer(
 
     namespace: dict[str, Any] = {
         "build_optimizer": build_optimizer,
+        # What this class was made with, for inspection (a DDP launch carries the class itself).
+        "musgd_options": {**options, "capture_clip": capture_clip},
         "__module__": __name__,
         "__doc__": f"{base.__name__} training with UltralyticsMuSGD (replay flags on).",
     }

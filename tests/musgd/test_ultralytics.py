@@ -510,7 +510,15 @@ def test_trainer_clip_replay_can_be_turned_off_and_a_custom_step_is_kept() -> No
             return "custom"
 
     assert "optimizer_step" in vars(musgd_trainer(FakeTrainer))
-    assert "optimizer_step" not in vars(musgd_trainer(FakeTrainer, capture_clip=False))
+    off = musgd_trainer(FakeTrainer, capture_clip=False, ns_backend="torch")
+    assert "optimizer_step" not in vars(off)
+    assert off.musgd_options == {
+        "capture_orthogonalization": True,
+        "capture_updates": True,
+        "ns_dtype": torch.bfloat16,
+        "ns_backend": "torch",
+        "capture_clip": False,
+    }
     kept = musgd_trainer(CustomStep)
     assert "optimizer_step" not in vars(kept)
     assert kept().optimizer_step() == "custom"

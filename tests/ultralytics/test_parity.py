@@ -390,3 +390,69 @@ def test_trainer_optimizer_step_with_the_replayed_clip_is_the_stock_one_bit_for_
     assert all(results), results
     assert clips[0].stats.replays == 5
     assert "optimizer_step" in vars(MuSGDTrainer)
+
+
+_LOAD_LAUNCH_STATE = """
+import json, sys
+from ultralytics.utils.patches import torch_load
+import musgd.ultralytics as module
+cls = torch_load(sys.argv[1], map_location="cpu")["trainer"]
+options = dict(cls.musgd_options)
+options["ns_dtype"] = str(options["ns_dtype"])
+print(json.dumps({
+    "name": cls.__name__,
+    "bases": [b.__name__ for b in cls.__mro__[1:3]],
+    "module_default": cls is module.MuSGDTrainer,
+    "replays_clip": "optimizer_step" in vars(cls),
+    "options": options,
+}))
+"""
+
+
+@pytest.mark.parametrize("made", ["default", "options", "segment"])
+def test_the_multi_gpu_launch_file_carries_the_trainer_class_with_its_options(
+    tiny_dataset: Path, tmp_path: Path, made: str
+) -> None:
+    """Ultralytics' DDP launch writes the trainer into a file its worker processes load; a class
+    that ``musgd_trainer`` made with options must arrive there with them, in a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("cloudpickle", reason="Ultralytics' DDP launch needs cloudpickle")
+    from ultralytics.models.yolo.segment import SegmentationTrainer
+    from ultralytics.utils import dist
+
+    from musgd.ultralytics import musgd_trainer
+
+    cls = {
+        "default": lambda: MuSGDTrainer,
+        "options": lambda: musgd_trainer(ns_backend="torch", capture_clip=False),
+        "segment": lambda: musgd_trainer(SegmentationTrainer, ns_dtype=torch.float32),
+    }[made]()
+    overrides = {"model": "yolo26n.yaml", "data": str(tiny_dataset), "device": "cpu"}
+    trainer = cls(overrides={**overrides, "project": str(tmp_path)})
+    launch = Path(dist.generate_ddp_file(trainer))
+    state = launch.with_suffix(".pt")
+    try:
+        src = str(Path(__file__).resolve().parents[2] / "src")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+        done = subprocess.run(
+            [sys.executable, "-c", _LOAD_LAUNCH_STATE, str(state)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        launch.unlink(missing_ok=True)
+        state.unlink(missing_ok=True)
+    assert seen["options"] == {**cls.musgd_options, "ns_dtype": str(cls.musgd_options["ns_dtype"])}
+    assert seen["replays_clip"] == cls.musgd_options["capture_clip"]
+    assert seen["module_default"] == (made == "default")
+    assert seen["name"] == cls.__name__
+    if made == "segment":
+        assert seen["bases"][0] == "SegmentationTrainer"
