@@ -3,7 +3,7 @@
 ``torch.nn.utils.clip_grad_norm_`` launches a handful of kernels, but on a model of a few
 hundred parameters its host work (a norm per gradient moved to one device and stacked, the
 clip coefficient, the scaling) took 3.1 to 4.5 ms of an Ultralytics training iteration on an
-H200 host, more than the optimizer's step itself (exp probe, WP-011). :class:`GradClipReplay`
+H200 host, more than the optimizer's step itself (a profile, WP-011). :class:`GradClipReplay`
 records the very same call once, over static copies of the gradients, and from then on copies
 the fresh gradients in, replays, and copies the clipped values back into the same gradient
 tensors: the kernels, their inputs and their order are the eager call's, so the bits are too.
@@ -80,6 +80,9 @@ class GradClipReplay:
     ``.grad`` tensors in place and returns the total norm, exactly as the eager call does. The
     first call with a given set of gradient layouts runs eagerly; the second records the call
     over static gradients (one more eager-equivalent pass) and every later one replays it.
+
+    Each recording holds one copy of the gradients it was made for (at most
+    ``RECORDINGS_BOUND`` layouts are recorded; further ones run eagerly).
     """
 
     def __init__(
@@ -91,7 +94,8 @@ class GradClipReplay:
     ) -> None:
         self.max_norm = _positive_number("max_norm", max_norm, allow_inf=False)
         self.norm_type = _positive_number("norm_type", norm_type, allow_inf=True)
-        self.recorder: Recorder = recorder if recorder is not None else CudaGraphRecorder(1)
+        # One branch: a clip is a handful of kernels in one chain, nothing to run side by side.
+        self.recorder: Recorder = CudaGraphRecorder(branches=1) if recorder is None else recorder
         self.stats = ReplayStats()
         self._cache: RecordingCache[_ClipEntry] = RecordingCache(lambda: RECORDINGS_BOUND)
         self._seen: Hashable | None = None

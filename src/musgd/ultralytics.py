@@ -169,8 +169,9 @@ def musgd_trainer(
     }
     if capture_clip and _stock_optimizer_step(base):
         namespace["optimizer_step"] = _optimizer_step
-    # The default's name is the one this module exports, so `from musgd.ultralytics import
-    # MuSGDTrainer` (what a DDP launch file would write) finds it.
+    # The default's name is the one this module exports: Ultralytics' DDP launch pickles the
+    # trainer class with cloudpickle, which writes that class by reference (module and name) and
+    # any other made here by value, options included (tests/ultralytics checks both).
     return type(name, (base,), namespace)
 
 
