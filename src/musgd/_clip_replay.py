@@ -58,6 +58,25 @@ def _positive_number(name: str, value: object, *, allow_inf: bool) -> float:
     return number
 
 
+def _tensors(parameters: object) -> list[Tensor]:
+    """``parameters`` (a tensor or an iterable of tensors) as a list, or a TypeError saying so."""
+    if isinstance(parameters, Tensor):
+        return [parameters]
+    if isinstance(parameters, str | bytes) or not isinstance(parameters, Iterable):
+        raise TypeError(
+            "GradClipReplay: call it with a tensor or an iterable of tensors (such as "
+            f"model.parameters()), got {type(parameters).__name__}"
+        )
+    params = list(parameters)
+    for i, p in enumerate(params):
+        if not isinstance(p, Tensor):
+            raise TypeError(
+                f"GradClipReplay: item {i} of the parameters is not a tensor (it is of type "
+                f"{type(p).__name__}); pass the model's parameters (model.parameters())"
+            )
+    return params
+
+
 def _grad_fallback(grads: list[Tensor]) -> str | None:
     """Why these gradients must be clipped eagerly, or None when a recording can serve."""
     if not grads:
@@ -104,7 +123,7 @@ class GradClipReplay:
         return torch.nn.utils.clip_grad_norm_(params, self.max_norm, self.norm_type)
 
     def __call__(self, parameters: Tensor | Iterable[Tensor]) -> Tensor:
-        params = [parameters] if isinstance(parameters, Tensor) else list(parameters)
+        params = _tensors(parameters)
         with_grad = [p for p in params if p.grad is not None]
         grads = [p.grad for p in with_grad if p.grad is not None]
         reason = _grad_fallback(grads)

@@ -191,3 +191,21 @@ def test_a_single_tensor_is_accepted_like_the_eager_call() -> None:
 def test_bad_settings_are_refused_with_a_message(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         GradClipReplay(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        (None, "with a tensor or an iterable of tensors .* got NoneType"),
+        (5, "got int"),
+        ("weights", "got str"),
+        ([torch.zeros(2), 3], "item 1 of the parameters is not a tensor \\(it is of type int\\)"),
+    ],
+)
+def test_parameters_that_are_not_tensors_are_refused_with_a_message(
+    parameters: object, message: str
+) -> None:
+    clip = GradClipReplay(1.0, recorder=FakeRecorder())
+    with pytest.raises(TypeError, match=message):
+        clip(parameters)  # type: ignore[arg-type]
+    assert clip.stats.recordings == 0
