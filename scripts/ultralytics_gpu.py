@@ -759,6 +759,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--iters", type=int, default=None, help="iterations per training run")
     parser.add_argument("--identity-steps", type=int, default=None)
     parser.add_argument(
+        "--workers",
+        dest="workers_given",
+        type=int,
+        default=None,
+        help="data-loader workers of every run but the low-data ones (default 8; 0 with --quick)",
+    )
+    parser.add_argument(
         "--budget-s",
         type=float,
         default=None,
@@ -796,6 +803,10 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
     else:
         args.imgsz, args.n_train, iters, args.workers = 640, 320, 60, 8
         steps, args.identity_batch, args.per_iteration_s = 200, 8, 0.15
+    if args.workers_given is not None:
+        if args.workers_given < 0:
+            raise SystemExit(f"--workers must be 0 or more, got {args.workers_given}")
+        args.workers = args.workers_given
     args.lowdata_workers = min(16, cpus)
     args.iters = iters if args.iters is None else args.iters
     args.identity_steps = steps if args.identity_steps is None else args.identity_steps

@@ -112,6 +112,11 @@ def test_configure_and_plan(tmp_path: Path) -> None:
     assert (quick.imgsz, quick.iters, quick.identity_steps) == (64, 5, 3)
     with pytest.raises(SystemExit, match="unknown parts"):
         _args("--parts", "identity,trian")
+    assert args.workers == 8
+    assert _args("--workers", "4").workers == 4
+    assert _args("--quick", "--workers", "2").workers == 2
+    with pytest.raises(SystemExit, match="--workers must be 0 or more"):
+        _args("--workers", "-1")
 
 
 def test_lowdata_kwargs_turn_the_augmentations_off(tmp_path: Path) -> None:
