@@ -47,6 +47,7 @@ from musgd.bench import (
     build_evidence,
     data_wait_share,
     paired_ratios,
+    same_bits,
     summarize,
     summarize_phases,
     write_evidence,
@@ -613,17 +614,6 @@ class ShadowCheck:
         if not same:
             self.mismatched.append(self.steps)
         self.steps += 1
-
-
-_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal bit patterns: NaN against the same NaN too (an overflowed AMP step's gradients)."""
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    as_int = _SAME_SIZE_INT[a.element_size()]
-    return torch.equal(a.view(as_int), b.view(as_int))
 
 
 class ClipCheck:

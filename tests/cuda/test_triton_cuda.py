@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 from musgd_reference import MUON_TRIPLE, rel_err
+from replay_common import params_and_momentum
 from replay_helpers import REPLAY_FLAG_IDS, REPLAY_FLAGS
 from torch import Tensor
 
@@ -177,8 +178,7 @@ def test_packed_momentum_kernel_gives_the_multi_tensor_bits(
             opt.step()
         torch.cuda.synchronize()
         assert launched == [True] * 4 if fused else launched == [], "the kernel ran as meant"
-        bufs = [opt.state[p]["momentum_buffer"] for p in params]
-        return [t.detach().clone() for t in params + bufs]
+        return params_and_momentum(opt, params)
 
     fused = run(fused=True)
     monkeypatch.setattr(_functional, "_packed_momentum", lambda *args: False)

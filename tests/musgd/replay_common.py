@@ -35,6 +35,12 @@ def split_groups(
     ]
 
 
+def params_and_momentum(opt: torch.optim.Optimizer, params: Sequence[Tensor]) -> list[Tensor]:
+    """Copies of ``params`` and then of their momentum buffers, to compare two runs bitwise."""
+    bufs = [opt.state[p]["momentum_buffer"] for p in params]
+    return [t.detach().clone() for t in (*params, *bufs)]
+
+
 def set_grads(params: Sequence[Tensor], step: int, skip: Set[int] = frozenset()) -> None:
     """Seeded gradients for ``step`` on each parameter's device; ``skip`` indices get None."""
     gen = torch.Generator().manual_seed(1000 + step)

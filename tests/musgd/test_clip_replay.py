@@ -15,6 +15,7 @@ from replay_fakes import FakeRecorder
 from torch import Tensor
 
 from musgd import GradClipReplay
+from musgd.bench import same_bits
 
 # Mixed shapes; conv kernels' gradients are channels-last, as the Ultralytics trainer makes them.
 SHAPES = [(8, 3, 3, 3), (16, 8, 3, 3), (16,), (32, 16), (16, 16, 1, 1), (4,)]
@@ -39,12 +40,8 @@ def _set(params: list[torch.nn.Parameter], grads: list[Tensor | None]) -> None:
         p.grad = None if g is None else g.clone(memory_format=torch.preserve_format)
 
 
-def _bits(t: Tensor) -> Tensor:
-    return t.detach().contiguous().view(torch.int32)
-
-
 def _same(a: Tensor, b: Tensor) -> bool:
-    return a.stride() == b.stride() and torch.equal(_bits(a), _bits(b))
+    return a.stride() == b.stride() and same_bits(a, b)
 
 
 def _run_both(

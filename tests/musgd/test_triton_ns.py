@@ -15,6 +15,7 @@ import warnings
 import pytest
 import torch
 from musgd_reference import MUON_TRIPLE, ns64, rel_err
+from replay_common import params_and_momentum
 from test_newton_schulz import BAND, well_conditioned
 from torch import Tensor
 
@@ -194,8 +195,7 @@ def test_packed_steps_equal_the_multi_tensor_body_with_the_same_table(
                 p.grad = torch.randn(p.shape, generator=gen).to(DEVICE)
             opt.step()
         assert len(opt._orth.__dict__.get("_workspaces", {})) == int(packs)
-        bufs = [opt.state[p]["momentum_buffer"] for p in params]
-        return [t.detach().clone() for t in params + bufs]
+        return params_and_momentum(opt, params)
 
     packed = run(packs=True)
     monkeypatch.setattr(_functional, "_table_plan", lambda *args: None)

@@ -5,12 +5,14 @@ Run ``python -m musgd.bench demo`` (a short nano-detector training run),
 ``python -m musgd.bench train`` (complete training steps, paired arms) on your own machine;
 ``profile``, ``triton``, ``triton-tiles`` and ``distributed`` are the maintainers' measurements.
 Scripts that drive a benchmark of their own use the evidence writer, the timing summary and the
-synthetic YOLO dataset, paired ratios and the trainer phase clock exported here.
+synthetic YOLO dataset, paired ratios, the trainer phase clock and the bitwise comparison
+exported here.
 """
 
 from __future__ import annotations
 
 from musgd.bench._evidence import build_evidence, write_evidence
+from musgd.bench._identity import same_bits
 from musgd.bench._models import (
     PARAMETER_SETS,
     STRIDES,
@@ -43,6 +45,7 @@ __all__ = [
     "make_parameters",
     "nano_detector_parameters",
     "paired_ratios",
+    "same_bits",
     "summarize",
     "summarize_phases",
     "synthetic_batch",
