@@ -16,6 +16,12 @@ Three parts on a synthetic YOLO-format dataset generated offline, one evidence f
   the iteration (``--lowdata auto``), the same pairs again with more loader workers and the
   augmentations off (``lowdata``), so that the optimizer's share shows.
 
+Every training run of ``phases`` and ``train`` runs in a fresh Python process (``--isolation
+process``, the default), as a user's training does: a run then inherits nothing from the runs
+before it (their models, optimizers, recordings, loader threads, allocator and collector state),
+which in one long process were measured to weigh on later runs. ``--isolation none`` runs them
+all in this process, as the evidence before 2026-12-01's seventh session did.
+
 ``nbs`` equals the batch, so the optimizer steps every iteration. ``--budget-s`` (the GPU script
 passes what is left of ``LIMIT_S``) makes every run wait for an estimate of its duration (the
 longest run of its kind so far, else a default) to fit in what is left, else skip it, saying so.
@@ -31,6 +37,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -410,6 +417,45 @@ def train_once(
     }
 
 
+def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: Path) -> list[str]:
+    """The command that runs one :func:`train_once` (``run``: its keyword arguments) in a fresh
+    Python process with this process's configuration, writing its result to ``out``."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--device", args.device]
+    argv += ["--amp", "true" if args.amp else "false", "--iters", str(args.iters)]
+    argv += ["--workers", str(args.workers), "--work", str(args.work)]
+    argv += ["--quick"] if args.quick else []
+    argv += ["--one-run", json.dumps(run, sort_keys=True), "--one-run-data", str(data)]
+    return [*argv, "--one-run-out", str(out)]
+
+
+def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any]:
+    """:func:`train_once` with the keyword arguments ``run``, in a fresh Python process unless
+    ``--isolation none``."""
+    if args.isolation == "none":
+        return train_once(args, data, **run)
+    with tempfile.TemporaryDirectory(prefix="musgd-run-") as tmp:
+        out = Path(tmp) / "run.json"
+        sys.stdout.flush()
+        code = subprocess.run(child_argv(args, data, run, out), check=False).returncode
+        if code != 0 or not out.is_file():
+            raise RuntimeError(
+                f"the training run {run} failed in its own process (exit {code}); its output "
+                "is above in this log"
+            )
+        result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return result
+
+
+def run_one(args: argparse.Namespace) -> int:
+    """The child side of :func:`train_run`: one run, its result written as JSON."""
+    if args.one_run_data is None or args.one_run_out is None or args.work is None:
+        raise SystemExit("--one-run needs --one-run-data, --one-run-out and --work")
+    run = json.loads(args.one_run)
+    result = train_once(args, args.one_run_data, **run)
+    args.one_run_out.write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
 def _smooth(values: list[float], width: int = 10) -> list[float]:
     out: list[float] = []
     for i in range(len(values)):
@@ -449,7 +495,7 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
             if not budget.admit(f"phases batch {batch} {arm}", key, default):
                 continue
             start = time.perf_counter()
-            run = train_once(args, data, arm=arm, batch=batch, seed=0, synchronize=True)
+            run = train_run(args, data, arm=arm, batch=batch, seed=0, synchronize=True)
             budget.record(key, time.perf_counter() - start)
             run.pop("losses")
             arms[arm] = run
@@ -465,6 +511,7 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
         "imgsz": args.imgsz,
         "train_images": args.n_train,
         "synchronized": True,
+        "isolation": args.isolation,
         "batches": batches,
     }
 
@@ -511,7 +558,7 @@ def run_pairs(
             start = time.perf_counter()
             pair: dict[str, Any] = {"seed": k, "order": list(order)}
             for arm in order:
-                pair[arm] = train_once(
+                pair[arm] = train_run(
                     args, data, arm=arm, batch=batch, seed=k, synchronize=False, variant=variant
                 )
             budget.record(key, time.perf_counter() - start)
@@ -756,6 +803,15 @@ def _parser() -> argparse.ArgumentParser:
         help="data-loader workers of every run but the low-data ones (default 8; 0 with --quick)",
     )
     parser.add_argument(
+        "--isolation",
+        choices=("process", "none"),
+        default="process",
+        help="each training run in a fresh Python process (process) or all in this one (none)",
+    )
+    parser.add_argument("--one-run", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--one-run-data", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--one-run-out", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
         "--budget-s",
         type=float,
         default=None,
@@ -843,6 +899,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget_s)  # before importing ultralytics: that is spent time too
     require_ultralytics()
     configure(args)
+    if args.one_run is not None:
+        return run_one(args)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: use --device cpu --quick", file=sys.stderr)
         return 2
@@ -858,7 +916,14 @@ def main(argv: list[str] | None = None) -> int:
     argv_used = sys.argv[1:] if argv is None else argv
 
     def save(kind: str, result: dict[str, Any]) -> None:
-        evidence = build_evidence(kind, result, device=device, argv=argv_used, commit=args.commit)
+        evidence = build_evidence(
+            kind,
+            result,
+            device=device,
+            argv=argv_used,
+            commit=args.commit,
+            program=("scripts/ultralytics_gpu.py",),
+        )
         write_evidence(evidence, args.out / f"{kind}.json")
 
     rc = 0
@@ -886,6 +951,7 @@ def main(argv: list[str] | None = None) -> int:
             "train_images": args.n_train,
             "iterations_per_run": args.iters,
             "skip_first": SKIP_FIRST,
+            "isolation": args.isolation,
             "variants": {},
         }
 

@@ -73,6 +73,8 @@ def test_phases_and_pairs_run_and_split_the_iteration(tmp_path: Path) -> None:
         inner = p["optimizer_step"]["median"] + p["ema_update"]["median"]
         assert inner < p["trainer_optimizer_step"]["max"]
     results = evidence["train"]["results"]
+    # Each run ran in its own process (the default), and says so.
+    assert results["isolation"] == evidence["phases"]["results"]["isolation"] == "process"
     default = results["variants"]["default"]["batches"]["4"]
     assert default["count"] == 2
     assert [p["order"] for p in default["pairs"]] == [["stock", "ours"], ["ours", "stock"]]
@@ -87,6 +89,36 @@ def test_phases_and_pairs_run_and_split_the_iteration(tmp_path: Path) -> None:
     assert low["batches"]["4"]["count"] == 1
     assert results["budget"]["skipped"] == []
     assert (tmp_path / "ultralytics-loss.png").stat().st_size > 1000
+
+
+def _isolation_args(tmp_path: Path, isolation: str) -> Any:
+    script = _load()
+    args = script.configure(script._parser().parse_args(["--device", "cpu", "--quick"]))
+    args.isolation, args.work = isolation, tmp_path
+    data = script.write_synthetic_dataset(
+        tmp_path / "data", train_images=args.n_train, val_images=4, size=args.imgsz, seed=0
+    ).yaml
+    return script, args, data
+
+
+def test_a_run_in_its_own_process_trains_exactly_as_in_this_one(tmp_path: Path) -> None:
+    script, args, data = _isolation_args(tmp_path, "process")
+    run = {"arm": "ours", "batch": 4, "seed": 3, "synchronize": False}
+    child = script.train_run(args, data, **run)
+    args.isolation = "none"
+    here = script.train_run(args, data, **run)
+    assert (child["arm"], child["seed"], child["optimizer"]) == ("ours", 3, "UltralyticsMuSGD")
+    assert child["iterations"] == here["iterations"] > 0
+    # Same seed, same data, a CPU without loader workers: the same training, loss for loss.
+    assert child["losses"] == here["losses"]
+
+
+def test_a_failed_run_in_its_own_process_says_which_and_why(tmp_path: Path) -> None:
+    script, args, _data = _isolation_args(tmp_path, "process")
+    with pytest.raises(RuntimeError, match=r"failed in its own process \(exit [1-9]"):
+        script.train_run(
+            args, tmp_path / "missing.yaml", arm="ours", batch=4, seed=0, synchronize=False
+        )
 
 
 def test_budget_skips_runs_that_do_not_fit(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +126,12 @@ def build_evidence(
     device: torch.device,
     argv: list[str],
     commit: str | None = None,
+    program: Sequence[str] = ("-m", "musgd.bench"),
 ) -> dict[str, Any]:
     """The evidence document for one benchmark run.
+
+    Its ``command`` is the Python executable's name, ``program`` (what it ran: ``-m
+    musgd.bench`` unless a script says otherwise) and ``argv``.
 
     ``commit`` names the commit a copied tree came from when git cannot tell (a checkout
     without its ``.git`` history, e.g. on a remote GPU machine); ``git_commit_source`` records
@@ -148,7 +152,7 @@ def build_evidence(
     return evidence.evidence_document(
         kind,
         dict(results),
-        command=[Path(sys.executable).name, "-m", "musgd.bench", *argv],
+        command=[Path(sys.executable).name, *program, *argv],
         environment=collect_environment(device),
         git=state,
         sources=source_hashes(root),

@@ -92,7 +92,9 @@ def test_build_evidence_fields(monkeypatch: pytest.MonkeyPatch, repo: Path) -> N
     assert set(env) >= {"python", "torch", "cuda", "gpu", "driver", "cpu", "platform"}
     assert env["torch"] == torch.__version__
     assert env["gpu"] is None  # a CPU run names no GPU
-    assert doc["command"][-1] == "optimizer"
+    assert doc["command"][1:] == ["-m", "musgd.bench", "optimizer"]
+    script = build_evidence("x", {}, device=CPU, argv=["--a"], program=("scripts/s.py",))
+    assert script["command"][1:] == ["scripts/s.py", "--a"]  # a script names itself
 
 
 def test_write_evidence_default_name_and_explicit_paths(tmp_path: Path) -> None:
