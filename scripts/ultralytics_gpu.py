@@ -18,9 +18,10 @@ Three parts on a synthetic YOLO-format dataset generated offline, one evidence f
 
 Every training run of ``phases`` and ``train`` runs in a fresh Python process (``--isolation
 process``, the default), as a user's training does: a run then inherits nothing from the runs
-before it (their models, optimizers, recordings, loader threads, allocator and collector state),
-which in one long process were measured to weigh on later runs. ``--isolation none`` runs them
-all in this process, as the evidence before 2026-12-01's seventh session did.
+before it (their models, optimizers, recordings, loader threads, allocator and collector state).
+``--isolation none`` runs them all in this process, as the evidence before 2026-12-01's seventh
+session did. ``--settle-s S`` waits S seconds before each run, so that whatever the run before
+left the machine doing (a process exiting, its workers, the device) has ended.
 
 ``nbs`` equals the batch, so the optimizer steps every iteration. ``--budget-s`` (the GPU script
 passes what is left of ``LIMIT_S``) makes every run wait for an estimate of its duration (the
@@ -431,6 +432,7 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
 def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any]:
     """:func:`train_once` with the keyword arguments ``run``, in a fresh Python process unless
     ``--isolation none``."""
+    time.sleep(args.settle_s)
     if args.isolation == "none":
         return train_once(args, data, **run)
     with tempfile.TemporaryDirectory(prefix="musgd-run-") as tmp:
@@ -512,6 +514,7 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
         "train_images": args.n_train,
         "synchronized": True,
         "isolation": args.isolation,
+        "settle_s": args.settle_s,
         "batches": batches,
     }
 
@@ -808,6 +811,12 @@ def _parser() -> argparse.ArgumentParser:
         default="process",
         help="each training run in a fresh Python process (process) or all in this one (none)",
     )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=0.0,
+        help="seconds to wait before each timed training run (default 0)",
+    )
     parser.add_argument("--one-run", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--one-run-data", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--one-run-out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -849,6 +858,8 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
     else:
         args.imgsz, args.n_train, iters, args.workers = 640, 320, 60, 8
         steps, args.identity_batch, args.per_iteration_s = 200, 8, 0.15
+    if args.settle_s < 0 or not math.isfinite(args.settle_s):
+        raise SystemExit(f"--settle-s must be 0 or more seconds, got {args.settle_s}")
     if args.workers_given is not None:
         if args.workers_given < 0:
             raise SystemExit(f"--workers must be 0 or more, got {args.workers_given}")
@@ -952,6 +963,7 @@ def main(argv: list[str] | None = None) -> int:
             "iterations_per_run": args.iters,
             "skip_first": SKIP_FIRST,
             "isolation": args.isolation,
+            "settle_s": args.settle_s,
             "variants": {},
         }
 

@@ -117,6 +117,11 @@ def test_configure_and_plan(tmp_path: Path) -> None:
     assert _args("--quick", "--workers", "2").workers == 2
     with pytest.raises(SystemExit, match="--workers must be 0 or more"):
         _args("--workers", "-1")
+    assert (args.settle_s, args.isolation) == (0.0, "process")
+    assert _args("--settle-s", "8", "--isolation", "none").settle_s == 8.0
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit, match="--settle-s must be 0 or more seconds"):
+            _args("--settle-s", bad)
 
 
 def test_lowdata_kwargs_turn_the_augmentations_off(tmp_path: Path) -> None:
