@@ -74,6 +74,9 @@ DATA_BOUND_SHARE = 0.2
 # Steps the gradient scaler may skip (inf/nan gradients under AMP) on top of the identity target.
 SKIP_ALLOWANCE = 0.1
 ARMS = ("stock", "ours")
+# Per-run medians compared pair by pair (stock/ours): the iteration, the iteration less its data
+# wait, the first epoch (with the run's start) and the epochs after it.
+PAIR_METRICS = ("iteration_ms", "compute_ms", "first_epoch_s", "steady_epoch_s")
 # The low-data variant: every loader worker the machine allows, the augmentations off (documented
 # train arguments), so a batch is a cached image letterboxed and little else.
 LOWDATA_AUGMENT_OFF = {
@@ -174,6 +177,14 @@ def summary_dict(values: Sequence[float], *, skip: int = SKIP_FIRST) -> dict[str
         return None
     s = summarize(kept)
     return {"median": s.median, "min": s.min, "max": s.max, "count": s.count}
+
+
+def epoch_summaries(epoch_s: Sequence[float]) -> dict[str, dict[str, float] | None]:
+    """A run's first epoch (with the run's one-time start: loader workers, autotuning,
+    recordings) and its later epochs (median and range; None with one epoch), apart."""
+    first = summary_dict(epoch_s[:1], skip=0)
+    steady = summary_dict(epoch_s[1:], skip=0)
+    return {"first_epoch_s": first, "steady_epoch_s": steady}
 
 
 def pair_summary(pairs: Sequence[dict[str, Any]], metric: str) -> dict[str, Any] | None:
@@ -411,6 +422,7 @@ def train_once(
         "data_wait_ms": phases.get("data_wait"),
         "phases": phases,
         "epoch_s": log.epoch_s,
+        **epoch_summaries(log.epoch_s),
         "run_s": total,
         "losses": log.losses,
         "replay": _replay_stats(opt),
@@ -521,8 +533,8 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
 
 def _summarize_pairs(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"pairs": pairs, "count": len(pairs)}
-    for metric in ("iteration_ms", "compute_ms"):
-        out[metric.removesuffix("_ms")] = pair_summary(pairs, metric)
+    for metric in PAIR_METRICS:
+        out[metric.rsplit("_", 1)[0]] = pair_summary(pairs, metric)
     if pairs:
         first = pairs[0]
         out["loss_gap_ours_vs_stock"] = _mean_abs_gap(
@@ -578,7 +590,7 @@ def run_pairs(
         entry = section["batches"].get(str(batch))
         if entry is None:
             continue
-        for metric in ("iteration", "compute"):
+        for metric in (m.rsplit("_", 1)[0] for m in PAIR_METRICS):
             summary = entry.get(metric)
             if summary:
                 r, sv = summary["stock_over_ours"], summary["saving"]

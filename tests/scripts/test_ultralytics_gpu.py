@@ -51,6 +51,26 @@ def test_pair_summary_needs_the_metric_in_every_pair() -> None:
     assert script.pair_summary([], "iteration_ms") is None
 
 
+def test_epoch_summaries_keep_the_first_epoch_apart() -> None:
+    three = script.epoch_summaries([9.0, 2.0, 3.0])
+    assert three["first_epoch_s"] == {"median": 9.0, "min": 9.0, "max": 9.0, "count": 1}
+    assert three["steady_epoch_s"] == {"median": 2.5, "min": 2.0, "max": 3.0, "count": 2}
+    assert script.epoch_summaries([9.0])["steady_epoch_s"] is None
+    assert script.epoch_summaries([]) == {"first_epoch_s": None, "steady_epoch_s": None}
+
+
+def test_pairs_compare_epochs_where_every_run_has_them() -> None:
+    def run(epochs: list[float]) -> dict[str, Any]:
+        return {**_run(100.0, 90.0), **script.epoch_summaries(epochs), "losses": []}
+
+    pairs = [{"stock": run([9.0, 3.0, 3.0]), "ours": run([8.0, 2.0, 2.0])}]
+    out = script._summarize_pairs(pairs)
+    assert out["steady_epoch"]["stock_over_ours"]["per_round"] == [1.5]
+    assert out["first_epoch"]["stock_over_ours"]["per_round"] == [9.0 / 8.0]
+    one_epoch = [{"stock": run([9.0]), "ours": run([8.0])}]
+    assert script._summarize_pairs(one_epoch)["steady_epoch"] is None
+
+
 def _clock(ticks: list[float]) -> Any:
     it: Iterator[float] = iter(ticks)
     return lambda: next(it)

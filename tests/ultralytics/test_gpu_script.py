@@ -83,6 +83,10 @@ def test_phases_and_pairs_run_and_split_the_iteration(tmp_path: Path) -> None:
     assert len(ratio["per_round"]) == 2
     assert ratio["min"] <= ratio["median"] <= ratio["max"]
     assert all(p["stock"]["synchronized"] is False for p in default["pairs"])
+    # Two epochs a run: the first (with the run's start) and the later one, compared apart.
+    for metric in ("first_epoch", "steady_epoch"):
+        assert len(default[metric]["stock_over_ours"]["per_round"]) == 2, metric
+    assert default["pairs"][0]["ours"]["steady_epoch_s"]["count"] == 1
     assert results["lowdata_decision"]["ran"] is True
     low = results["variants"]["lowdata"]
     assert low["kwargs"]["mosaic"] == 0.0
