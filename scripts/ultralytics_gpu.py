@@ -55,6 +55,7 @@ from musgd.bench import (
     build_evidence,
     data_wait_share,
     paired_ratios,
+    phase_trace,
     same_bits,
     summarize,
     summarize_phases,
@@ -374,6 +375,20 @@ def _base_trainer(arm: str) -> type[Any]:
     return DetectionTrainer  # with optimizer="MuSGD": the stock optimizer
 
 
+def host_snapshot() -> dict[str, Any]:
+    """What else the host is doing around a run: the 1-minute load average and the mean CPU
+    clock (MHz, from ``/proc/cpuinfo``; None where the system does not say)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    mhz: float | None = None
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+        clocks = [float(line.split(":")[1]) for line in lines if line.startswith("cpu MHz")]
+        mhz = round(statistics.fmean(clocks), 1) if clocks else None
+    except (OSError, ValueError, IndexError):
+        mhz = None
+    return {"loadavg_1m": load, "cpu_mhz": mhz}
+
+
 def train_once(
     args: argparse.Namespace,
     data: Path,
@@ -399,9 +414,11 @@ def train_once(
     kw["trainer"] = timed_trainer(_base_trainer(arm), clock)
     if arm == "stock":
         kw["optimizer"] = "MuSGD"
+    host_before = host_snapshot()
     start = time.perf_counter()
     model.train(**kw)
     total = time.perf_counter() - start
+    host_after = host_snapshot()
     opt = model.trainer.optimizer
     iterations = clock.iterations
     skip = SKIP_FIRST if len(iterations) > SKIP_FIRST + 2 else 0
@@ -424,6 +441,8 @@ def train_once(
         "epoch_s": log.epoch_s,
         **epoch_summaries(log.epoch_s),
         "run_s": total,
+        "trace_ms": phase_trace(iterations),
+        "host": {"before": host_before, "after": host_after},
         "losses": log.losses,
         "replay": _replay_stats(opt),
         "clip_replay": _clip_stats(model.trainer),

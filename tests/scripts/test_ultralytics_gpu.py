@@ -71,6 +71,13 @@ def test_pairs_compare_epochs_where_every_run_has_them() -> None:
     assert script._summarize_pairs(one_epoch)["steady_epoch"] is None
 
 
+def test_host_snapshot_reads_load_and_clock_where_the_system_says() -> None:
+    snap = script.host_snapshot()
+    assert set(snap) == {"loadavg_1m", "cpu_mhz"}
+    assert snap["loadavg_1m"] is None or snap["loadavg_1m"] >= 0.0
+    assert snap["cpu_mhz"] is None or snap["cpu_mhz"] > 0.0
+
+
 def _clock(ticks: list[float]) -> Any:
     it: Iterator[float] = iter(ticks)
     return lambda: next(it)

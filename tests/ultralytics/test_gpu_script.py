@@ -87,6 +87,10 @@ def test_phases_and_pairs_run_and_split_the_iteration(tmp_path: Path) -> None:
     for metric in ("first_epoch", "steady_epoch"):
         assert len(default[metric]["stock_over_ours"]["per_round"]) == 2, metric
     assert default["pairs"][0]["ours"]["steady_epoch_s"]["count"] == 1
+    # Every run keeps its iterations one by one, and the host's load and clock around it.
+    run = default["pairs"][0]["ours"]
+    assert len(run["trace_ms"]["forward_backward"]) == run["iterations"] == 8
+    assert set(run["host"]) == {"before", "after"}
     assert results["lowdata_decision"]["ran"] is True
     low = results["variants"]["lowdata"]
     assert low["kwargs"]["mosaic"] == 0.0

@@ -27,7 +27,12 @@ from musgd.bench._models import (
     transformer_parameters,
 )
 from musgd.bench._timing import Summary, paired_ratios, summarize
-from musgd.bench._trainer_phases import PhaseClock, data_wait_share, summarize_phases
+from musgd.bench._trainer_phases import (
+    PhaseClock,
+    data_wait_share,
+    phase_trace,
+    summarize_phases,
+)
 from musgd.bench._yolo_data import write_synthetic_dataset
 
 __all__ = [
@@ -45,6 +50,7 @@ __all__ = [
     "make_parameters",
     "nano_detector_parameters",
     "paired_ratios",
+    "phase_trace",
     "same_bits",
     "summarize",
     "summarize_phases",

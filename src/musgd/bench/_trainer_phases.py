@@ -126,6 +126,20 @@ def summarize_phases(
     return out
 
 
+# Phases :func:`phase_trace` keeps iteration by iteration.
+TRACED_PHASES = ("iteration", "forward_backward", "trainer_optimizer_step")
+
+
+def phase_trace(
+    iterations: Sequence[Mapping[str, float]], names: Sequence[str] = TRACED_PHASES
+) -> dict[str, list[float | None]]:
+    """Each iteration's phases ``names`` in ms (rounded to 0.01 ms; None where a mark is
+    missing), in order: whether a slow run was slow throughout or in a stretch, which the
+    medians of :func:`summarize_phases` cannot tell."""
+    split = [split_iteration(marks) for marks in iterations]
+    return {name: [round(one[name], 2) if name in one else None for one in split] for name in names}
+
+
 def data_wait_share(phases: Mapping[str, Mapping[str, float]]) -> float | None:
     """The median data wait as a share of the median iteration, where both were measured."""
     entry = phases.get("data_wait")

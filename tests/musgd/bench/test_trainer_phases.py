@@ -8,6 +8,7 @@ from musgd.bench._trainer_phases import (
     MARKS,
     PhaseClock,
     data_wait_share,
+    phase_trace,
     split_iteration,
     summarize_phases,
 )
@@ -45,6 +46,25 @@ def test_split_iteration_leaves_out_what_was_not_marked() -> None:
     for missing in ("data_wait", "iteration", "compute", "optimizer_step", "around_optimizer"):
         assert missing not in phases
     assert "forward_backward" in phases
+
+
+def test_phase_trace_keeps_every_iteration_in_order() -> None:
+    first = _marks(0.0, data=0.010, step=0.010)
+    del first["previous_end"]  # an epoch's first iteration: no data wait, no iteration time
+    slow = _marks(1.0, data=0.010, step=0.0301234)
+    trace = phase_trace([first, _marks(0.5, data=0.010, step=0.010), slow])
+    assert set(trace) == {"iteration", "forward_backward", "trainer_optimizer_step"}
+    assert trace["iteration"][0] is None
+    assert trace["iteration"][1:] == [pytest.approx(50.0), pytest.approx(70.12)]
+    assert trace["trainer_optimizer_step"] == [
+        pytest.approx(34.0),
+        pytest.approx(34.0),
+        pytest.approx(54.12),
+    ]
+    assert trace["iteration"][2] == round(trace["iteration"][2], 2)  # 0.01 ms, for the JSON
+    assert phase_trace([first], names=("data_wait",)) == {"data_wait": [None]}
+    empty = phase_trace([])
+    assert empty == {"iteration": [], "forward_backward": [], "trainer_optimizer_step": []}
 
 
 def test_summarize_phases_medians_ranges_shares_and_skip() -> None:
