@@ -21,7 +21,10 @@ process``, the default), as a user's training does: a run then inherits nothing 
 before it (their models, optimizers, recordings, loader threads, allocator and collector state).
 ``--isolation none`` runs them all in this process, as the evidence before 2026-12-01's seventh
 session did. ``--settle-s S`` waits S seconds before each run, so that whatever the run before
-left the machine doing (a process exiting, its workers, the device) has ended.
+left the machine doing (a process exiting, its workers, the device) has ended. ``--design abba``
+makes a round stock, ours, ours, stock (reversed in odd rounds): the run second in its pair was
+measured slower than the first, whichever arm it was, and in such a round each arm takes both
+places, so its pair ratio (each arm's two runs merged) is free of that effect.
 
 ``nbs`` equals the batch, so the optimizer steps every iteration. ``--budget-s`` (the GPU script
 passes what is left of ``LIMIT_S``) makes every run wait for an estimate of its duration (the
@@ -550,6 +553,54 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
     }
 
 
+def round_order(k: int, design: str) -> tuple[str, ...]:
+    """The arms of round ``k`` in the order they run: ``ab`` alternates stock-ours and
+    ours-stock from round to round; ``abba`` runs that order and then its reverse."""
+    order = ARMS if k % 2 == 0 else ARMS[::-1]
+    return (*order, *order[::-1]) if design == "abba" else order
+
+
+# Per-run entries a merged arm (--design abba) combines; the rest comes from its first run.
+MERGED_METRICS = (*PAIR_METRICS, "data_wait_ms")
+
+
+def _merge_entries(entries: Sequence[dict[str, float] | None]) -> dict[str, float] | None:
+    """One summary of several runs' summaries of a metric: the mean of their medians (the runs
+    have equal weight), the extremes of their ranges, their counts added; None if any lacks it."""
+    if not entries or any(e is None for e in entries):
+        return None
+    kept = [e for e in entries if e is not None]
+    return {
+        "median": statistics.fmean(e["median"] for e in kept),
+        "min": min(e["min"] for e in kept),
+        "max": max(e["max"] for e in kept),
+        "count": sum(e["count"] for e in kept),
+    }
+
+
+def merge_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """An arm's runs within one round (same arm, seed and batch) as one entry for the pair
+    ratios: each metric and phase merged by :func:`_merge_entries`, losses and replay counts
+    from the first run (same seed: the same training), ``merged_runs`` saying how many."""
+    if len({(r["arm"], r["seed"]) for r in runs}) != 1:
+        raise ValueError("merge_runs: the runs must share their arm and seed")
+    merged = dict(runs[0])
+    for metric in MERGED_METRICS:
+        merged[metric] = _merge_entries([r.get(metric) for r in runs])
+    phases: dict[str, Any] = {}
+    for name in runs[0]["phases"]:
+        entry = _merge_entries([r["phases"].get(name) for r in runs])
+        if entry is not None:
+            phases[name] = entry
+    iteration = phases.get("iteration", {}).get("median")
+    if iteration:
+        for entry in phases.values():
+            entry["share"] = entry["median"] / iteration
+    merged["phases"] = phases
+    merged["merged_runs"] = len(runs)
+    return merged
+
+
 def _summarize_pairs(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"pairs": pairs, "count": len(pairs)}
     for metric in PAIR_METRICS:
@@ -576,25 +627,34 @@ def run_pairs(
     result: dict[str, Any],
     save: Callable[[], None],
 ) -> None:
-    """``pairs`` rounds over the batch sizes: stock and ours, seed k in round k, alternating."""
+    """``pairs`` rounds over the batch sizes: stock and ours, seed k in round k, the order
+    alternating from round to round; with ``--design abba`` each round runs the order and then
+    its reverse (stock, ours, ours, stock), so each arm takes both places in every round."""
     collected: dict[int, list[dict[str, Any]]] = {b: [] for b in args.batch_sizes}
     section = result["variants"].setdefault(variant, {"batches": {}})
     section["kwargs"] = {
         k: v for k, v in _train_kwargs(args, Path("-"), 0, 0, variant).items() if k != "data"
     }
     for k in range(pairs):
-        order = ARMS if k % 2 == 0 else ARMS[::-1]
+        order = round_order(k, args.design)
         for batch in args.batch_sizes:
             key = f"train-{variant}-b{batch}"
-            default = 2 * _run_estimate(args, batch, per_iteration_s=args.per_iteration_s)
-            if not budget.admit(f"{variant} pair {k} batch {batch}", key, default):
+            run_s = _run_estimate(args, batch, per_iteration_s=args.per_iteration_s)
+            if not budget.admit(f"{variant} pair {k} batch {batch}", key, len(order) * run_s):
                 continue
             start = time.perf_counter()
-            pair: dict[str, Any] = {"seed": k, "order": list(order)}
-            for arm in order:
-                pair[arm] = train_run(
+            runs = [
+                train_run(
                     args, data, arm=arm, batch=batch, seed=k, synchronize=False, variant=variant
                 )
+                for arm in order
+            ]
+            pair: dict[str, Any] = {"seed": k, "order": list(order)}
+            if len(runs) == len(ARMS):
+                pair.update(zip(order, runs, strict=True))
+            else:  # abba: each arm's two runs merged; the runs themselves kept in order
+                pair.update({arm: merge_runs([r for r in runs if r["arm"] == arm]) for arm in ARMS})
+                pair["runs"] = runs
             budget.record(key, time.perf_counter() - start)
             collected[batch].append(pair)
             print(
@@ -843,6 +903,13 @@ def _parser() -> argparse.ArgumentParser:
         help="each training run in a fresh Python process (process) or all in this one (none)",
     )
     parser.add_argument(
+        "--design",
+        choices=("ab", "abba"),
+        default="ab",
+        help="a round is stock and ours (ab, the order alternating by round) or the order and "
+        "its reverse (abba: each arm first and last once per round)",
+    )
+    parser.add_argument(
         "--settle-s",
         type=float,
         default=0.0,
@@ -918,11 +985,11 @@ def plan_lines(args: argparse.Namespace, budget: Budget) -> list[str]:
         lines.append(f"plan: phases 2 runs x {len(runs)} batch sizes, about {est:.0f} s")
         total += est
     if "train" in args.parts:
-        est = 2 * args.pairs * sum(runs.values())
+        est = len(round_order(0, args.design)) * args.pairs * sum(runs.values())
         lines.append(f"plan: train {args.pairs} pairs x {len(runs)} batch sizes, about {est:.0f} s")
         total += est
         if args.lowdata != "off":
-            est = 2 * args.lowdata_pairs * sum(runs.values())
+            est = len(round_order(0, args.design)) * args.lowdata_pairs * sum(runs.values())
             lines.append(
                 f"plan: lowdata ({args.lowdata}) {args.lowdata_pairs} pairs, about {est:.0f} s"
             )
@@ -995,6 +1062,7 @@ def main(argv: list[str] | None = None) -> int:
             "skip_first": SKIP_FIRST,
             "isolation": args.isolation,
             "settle_s": args.settle_s,
+            "design": args.design,
             "variants": {},
         }
 

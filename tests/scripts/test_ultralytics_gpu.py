@@ -78,6 +78,51 @@ def test_host_snapshot_reads_load_and_clock_where_the_system_says() -> None:
     assert snap["cpu_mhz"] is None or snap["cpu_mhz"] > 0.0
 
 
+def test_round_order_alternates_and_abba_puts_each_arm_in_both_places() -> None:
+    assert script.round_order(0, "ab") == ("stock", "ours")
+    assert script.round_order(1, "ab") == ("ours", "stock")
+    assert script.round_order(0, "abba") == ("stock", "ours", "ours", "stock")
+    assert script.round_order(3, "abba") == ("ours", "stock", "stock", "ours")
+
+
+def _timed(arm: str, iteration: float, spread: float, losses: list[float]) -> dict[str, Any]:
+    entry = {"median": iteration, "min": iteration - spread, "max": iteration + spread, "count": 50}
+    return {
+        "arm": arm,
+        "seed": 2,
+        "iteration_ms": entry,
+        "compute_ms": entry,
+        "data_wait_ms": {"median": 0.2, "min": 0.1, "max": 0.5, "count": 50},
+        "first_epoch_s": None,
+        "steady_epoch_s": None,
+        "phases": {"iteration": entry, "forward_backward": {**entry, "median": iteration / 2}},
+        "losses": losses,
+    }
+
+
+def test_merge_runs_weighs_an_arms_runs_equally() -> None:
+    merged = script.merge_runs([_timed("ours", 80.0, 5.0, [3.0]), _timed("ours", 90.0, 1.0, [9.0])])
+    assert merged["iteration_ms"] == {"median": 85.0, "min": 75.0, "max": 91.0, "count": 100}
+    assert merged["phases"]["forward_backward"]["median"] == 42.5
+    assert merged["phases"]["forward_backward"]["share"] == 0.5
+    assert merged["first_epoch_s"] is None  # one run lacks it: no merged value
+    assert (merged["losses"], merged["merged_runs"]) == ([3.0], 2)
+    with pytest.raises(ValueError, match="share their arm and seed"):
+        script.merge_runs([_timed("ours", 80.0, 1.0, []), _timed("stock", 80.0, 1.0, [])])
+
+
+def test_an_abba_round_cancels_a_place_effect() -> None:
+    # Second place costs 10% whichever arm holds it; ours is truly 1.5x faster.
+    s1, o1 = _timed("stock", 120.0, 1.0, []), _timed("ours", 88.0, 1.0, [])
+    o2, s2 = _timed("ours", 80.0, 1.0, []), _timed("stock", 132.0, 1.0, [])
+    ab = [{"stock": s1, "ours": o1}]
+    abba = [{"stock": script.merge_runs([s1, s2]), "ours": script.merge_runs([o1, o2])}]
+    ab_ratio = script.pair_summary(ab, "iteration_ms")["stock_over_ours"]["median"]
+    abba_ratio = script.pair_summary(abba, "iteration_ms")["stock_over_ours"]["median"]
+    assert ab_ratio == pytest.approx(120.0 / 88.0)
+    assert abba_ratio == pytest.approx(1.5)
+
+
 def _clock(ticks: list[float]) -> Any:
     it: Iterator[float] = iter(ticks)
     return lambda: next(it)
@@ -144,7 +189,12 @@ def test_configure_and_plan(tmp_path: Path) -> None:
     assert _args("--quick", "--workers", "2").workers == 2
     with pytest.raises(SystemExit, match="--workers must be 0 or more"):
         _args("--workers", "-1")
-    assert (args.settle_s, args.isolation) == (0.0, "process")
+    assert (args.settle_s, args.isolation, args.design) == (0.0, "process", "ab")
+    abba = _args("--design", "abba", "--parts", "train", "--pairs", "2", "--lowdata", "off")
+    ab_lines = script.plan_lines(args, script.Budget(500.0))
+    abba_lines = script.plan_lines(abba, script.Budget(500.0))
+    ab_s = float(ab_lines[1].split("about ")[1].split(" s")[0])
+    assert abba_lines[0] == f"plan: train 2 pairs x 2 batch sizes, about {2 * ab_s:.0f} s"
     assert _args("--settle-s", "8", "--isolation", "none").settle_s == 8.0
     for bad in ("-1", "nan", "inf"):
         with pytest.raises(SystemExit, match="--settle-s must be 0 or more seconds"):

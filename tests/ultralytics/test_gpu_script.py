@@ -129,6 +129,21 @@ def test_a_failed_run_in_its_own_process_says_which_and_why(tmp_path: Path) -> N
         )
 
 
+def test_an_abba_round_runs_each_arm_twice_and_merges_them(tmp_path: Path) -> None:
+    options = ["--parts", "train", "--pairs", "1", "--lowdata", "off", "--design", "abba"]
+    results = _quick_cpu(tmp_path, *options)["train"]["results"]
+    assert results["design"] == "abba"
+    (pair,) = results["variants"]["default"]["batches"]["4"]["pairs"]
+    assert pair["order"] == ["stock", "ours", "ours", "stock"]
+    assert [run["arm"] for run in pair["runs"]] == pair["order"]
+    stocks = [run for run in pair["runs"] if run["arm"] == "stock"]
+    # The same seed twice: the same training, loss for loss; the merged entry has both runs.
+    assert stocks[0]["losses"] == stocks[1]["losses"] == pair["stock"]["losses"]
+    assert pair["stock"]["merged_runs"] == pair["ours"]["merged_runs"] == 2
+    medians = [run["iteration_ms"]["median"] for run in stocks]
+    assert pair["stock"]["iteration_ms"]["median"] == pytest.approx(sum(medians) / 2)
+
+
 def test_budget_skips_runs_that_do_not_fit(tmp_path: Path) -> None:
     options = ["--parts", "train", "--pairs", "3", "--lowdata", "off", "--budget-s", "0.001"]
     results = _quick_cpu(tmp_path, *options)["train"]["results"]
