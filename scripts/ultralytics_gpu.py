@@ -463,6 +463,10 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
     return [*argv, "--one-run-out", str(out)]
 
 
+class RunFailedError(RuntimeError):
+    """A training run in its own process exited with an error (its output is in the log)."""
+
+
 def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any]:
     """:func:`train_once` with the keyword arguments ``run``, in a fresh Python process unless
     ``--isolation none``."""
@@ -474,9 +478,9 @@ def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any
         sys.stdout.flush()
         code = subprocess.run(child_argv(args, data, run, out), check=False).returncode
         if code != 0 or not out.is_file():
-            raise RuntimeError(
+            raise RunFailedError(
                 f"the training run {run} failed in its own process (exit {code}); its output "
-                "is above in this log"
+                "is above in this log, and the evidence holds the runs before it"
             )
         result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     return result
@@ -1102,5 +1106,15 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
+def cli() -> int:
+    """:func:`main` for the command line: a training run that failed in its own process ends the
+    script with a message (what ran before it is already written), not a traceback."""
+    try:
+        return main()
+    except RunFailedError as exc:
+        print(f"ultralytics_gpu: {exc}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli())

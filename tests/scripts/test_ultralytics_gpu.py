@@ -123,6 +123,21 @@ def test_an_abba_round_cancels_a_place_effect() -> None:
     assert abba_ratio == pytest.approx(1.5)
 
 
+def test_a_failed_run_ends_the_command_with_a_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def failing() -> int:
+        raise script.RunFailedError(
+            "the training run {'arm': 'ours'} failed in its own process (exit 1)"
+        )
+
+    monkeypatch.setattr(script, "main", failing)
+    assert script.cli() == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ultralytics_gpu: the training run")
+    assert "Traceback" not in err
+
+
 def _clock(ticks: list[float]) -> Any:
     it: Iterator[float] = iter(ticks)
     return lambda: next(it)

@@ -123,7 +123,7 @@ def test_a_run_in_its_own_process_trains_exactly_as_in_this_one(tmp_path: Path) 
 
 def test_a_failed_run_in_its_own_process_says_which_and_why(tmp_path: Path) -> None:
     script, args, _data = _isolation_args(tmp_path, "process")
-    with pytest.raises(RuntimeError, match=r"failed in its own process \(exit [1-9]"):
+    with pytest.raises(script.RunFailedError, match=r"failed in its own process \(exit [1-9]"):
         script.train_run(
             args, tmp_path / "missing.yaml", arm="ours", batch=4, seed=0, synchronize=False
         )
