@@ -81,6 +81,8 @@ ARMS = ("stock", "ours")
 # Per-run medians compared pair by pair (stock/ours): the iteration, the iteration less its data
 # wait, the first epoch (with the run's start) and the epochs after it.
 PAIR_METRICS = ("iteration_ms", "compute_ms", "first_epoch_s", "steady_epoch_s")
+# Each one's name in a batch's pair summary: the metric without its unit.
+PAIR_SUMMARIES = {metric: metric.rsplit("_", 1)[0] for metric in PAIR_METRICS}
 # The low-data variant: every loader worker the machine allows, the augmentations off (documented
 # train arguments), so a batch is a cached image letterboxed and little else.
 LOWDATA_AUGMENT_OFF = {
@@ -607,8 +609,8 @@ def merge_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _summarize_pairs(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"pairs": pairs, "count": len(pairs)}
-    for metric in PAIR_METRICS:
-        out[metric.rsplit("_", 1)[0]] = pair_summary(pairs, metric)
+    for metric, name in PAIR_SUMMARIES.items():
+        out[name] = pair_summary(pairs, metric)
     if pairs:
         first = pairs[0]
         out["loss_gap_ours_vs_stock"] = _mean_abs_gap(
@@ -673,7 +675,7 @@ def run_pairs(
         entry = section["batches"].get(str(batch))
         if entry is None:
             continue
-        for metric in (m.rsplit("_", 1)[0] for m in PAIR_METRICS):
+        for metric in PAIR_SUMMARIES.values():
             summary = entry.get(metric)
             if summary:
                 r, sv = summary["stock_over_ours"], summary["saving"]

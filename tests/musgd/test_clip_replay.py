@@ -44,6 +44,11 @@ def _same(a: Tensor, b: Tensor) -> bool:
     return a.stride() == b.stride() and same_bits(a, b)
 
 
+def _over_the_bound(step: int) -> list[Tensor | None]:
+    """Gradients whose total norm is far above every bound these tests clip to."""
+    return list(_grads(step, 30.0))
+
+
 def _run_both(
     clip: GradClipReplay, steps: int, grads_for: Callable[[int], list[Tensor | None]]
 ) -> None:
@@ -125,12 +130,12 @@ def test_a_changed_set_of_gradients_gets_its_own_recording() -> None:
 
 def test_unsupported_devices_and_contexts_run_the_eager_call() -> None:
     clip = GradClipReplay(10.0, recorder=FakeRecorder(device_type="cuda"))
-    _run_both(clip, 3, lambda step: list(_grads(step, 30.0)))
+    _run_both(clip, 3, _over_the_bound)
     assert clip.stats.recordings == 0
     assert clip.stats.fallbacks == {"device:cpu": 3}
 
     inside = GradClipReplay(10.0, recorder=FakeRecorder(capture_underway=True))
-    _run_both(inside, 3, lambda step: list(_grads(step, 30.0)))
+    _run_both(inside, 3, _over_the_bound)
     assert inside.stats.fallbacks == {"capture": 3}
 
     none = GradClipReplay(10.0, recorder=FakeRecorder())
@@ -151,7 +156,7 @@ def test_gradients_that_need_grad_run_the_eager_call() -> None:
 
 def test_a_failed_recording_leaves_the_gradients_to_the_eager_call() -> None:
     clip = GradClipReplay(10.0, recorder=FakeRecorder(fail_in="capture"))
-    _run_both(clip, 5, lambda step: list(_grads(step, 30.0)))
+    _run_both(clip, 5, _over_the_bound)
     assert clip.stats.failures == 1
     assert clip.stats.recordings == 0
     # Never retried: the key is refused from then on.
