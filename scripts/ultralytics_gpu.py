@@ -465,6 +465,10 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
     return [*argv, "--one-run-out", str(out)]
 
 
+class UsageError(ValueError):
+    """Bad input (an option's value, a file to read): the command exits 2 with this message."""
+
+
 class RunFailedError(RuntimeError):
     """A training run in its own process exited with an error (its output is in the log)."""
 
@@ -491,8 +495,13 @@ def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any
 def run_one(args: argparse.Namespace) -> int:
     """The child side of :func:`train_run`: one run, its result written as JSON."""
     if args.one_run_data is None or args.one_run_out is None or args.work is None:
-        raise SystemExit("--one-run needs --one-run-data, --one-run-out and --work")
-    run = json.loads(args.one_run)
+        raise UsageError("--one-run needs --one-run-data, --one-run-out and --work")
+    try:
+        run = json.loads(args.one_run)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--one-run must be a JSON object of train_once arguments: {exc}") from exc
+    if not isinstance(run, dict):
+        raise UsageError(f"--one-run must be a JSON object, got {type(run).__name__}")
     result = train_once(args, args.one_run_data, **run)
     args.one_run_out.write_text(json.dumps(result), encoding="utf-8")
     return 0
@@ -953,7 +962,7 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
     args.parts = [p for p in str(args.parts).split(",") if p]
     unknown = set(args.parts) - {"identity", "phases", "train"}
     if unknown:
-        raise SystemExit(f"unknown parts {sorted(unknown)}: use identity, phases, train")
+        raise UsageError(f"unknown parts {sorted(unknown)}: use identity, phases, train")
     args.amp = args.amp == "true"
     cpus = os.cpu_count() or 1
     if args.quick:
@@ -963,10 +972,10 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
         args.imgsz, args.n_train, iters, args.workers = 640, 320, 60, 8
         steps, args.identity_batch, args.per_iteration_s = 200, 8, 0.15
     if args.settle_s < 0 or not math.isfinite(args.settle_s):
-        raise SystemExit(f"--settle-s must be 0 or more seconds, got {args.settle_s}")
+        raise UsageError(f"--settle-s must be 0 or more seconds, got {args.settle_s}")
     if args.workers_given is not None:
         if args.workers_given < 0:
-            raise SystemExit(f"--workers must be 0 or more, got {args.workers_given}")
+            raise UsageError(f"--workers must be 0 or more, got {args.workers_given}")
         args.workers = args.workers_given
     args.lowdata_workers = min(16, cpus)
     args.iters = iters if args.iters is None else args.iters
@@ -1005,10 +1014,37 @@ def plan_lines(args: argparse.Namespace, budget: Budget) -> list[str]:
     return lines
 
 
+def read_train_results(path: Path) -> dict[str, Any]:
+    """The ``results`` of an ``ultralytics-train`` evidence file, or a UsageError saying why
+    the file cannot be one."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--chart-from: cannot read {path}: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--chart-from: {path} is not JSON: {exc}") from exc
+    results = document.get("results") if isinstance(document, dict) else None
+    if not isinstance(results, dict) or not isinstance(results.get("variants"), dict):
+        raise UsageError(
+            f"--chart-from: {path} is not an ultralytics-train evidence file (no results.variants)"
+        )
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """The command: bad input exits 2 with the parser's usage and a message saying what is
+    wrong, like argparse's own errors."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return _run(args, argv)
+    except UsageError as exc:
+        parser.error(str(exc))
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     if args.chart_from is not None:
-        train = json.loads(args.chart_from.read_text(encoding="utf-8"))["results"]
+        train = read_train_results(args.chart_from)
         print("wrote", write_loss_chart(train, args.out / "ultralytics-loss.png"))
         return 0
     budget = Budget(args.budget_s)  # before importing ultralytics: that is spent time too

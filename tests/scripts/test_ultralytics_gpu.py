@@ -138,6 +138,48 @@ def test_a_failed_run_ends_the_command_with_a_message(
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--settle-s", "-1"], "--settle-s must be 0 or more seconds"),
+        (["--parts", "identity,trian"], "unknown parts"),
+        (["--chart-from", "{missing}"], "cannot read"),
+        (["--chart-from", "{not_json}"], "is not JSON"),
+        (["--chart-from", "{not_evidence}"], "not an ultralytics-train evidence file"),
+        (
+            ["--one-run", "{{bad", "--one-run-data", "d", "--one-run-out", "o", "--work", "w"],
+            "--one-run must be a JSON object",
+        ),
+        (
+            ["--one-run", "[1]", "--one-run-data", "d", "--one-run-out", "o", "--work", "w"],
+            "--one-run must be a JSON object, got list",
+        ),
+    ],
+)
+def test_bad_input_exits_2_with_a_message_and_no_traceback(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "not.json").write_bytes(b"\xff{results")
+    (tmp_path / "other.json").write_text('{"results": [1, 2]}', encoding="utf-8")
+    files = {
+        "missing": tmp_path / "missing.json",
+        "not_json": tmp_path / "not.json",
+        "not_evidence": tmp_path / "other.json",
+    }
+    monkeypatch.setattr(script, "require_ultralytics", lambda: None)  # not needed to refuse
+    argv = [a.format(**files) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--device", "cpu", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
 def _clock(ticks: list[float]) -> Any:
     it: Iterator[float] = iter(ticks)
     return lambda: next(it)
@@ -197,12 +239,12 @@ def test_configure_and_plan(tmp_path: Path) -> None:
     assert not any("phases" in line or "lowdata" in line for line in lines)
     quick = _args("--quick", "--iters", "5", "--identity-steps", "3")
     assert (quick.imgsz, quick.iters, quick.identity_steps) == (64, 5, 3)
-    with pytest.raises(SystemExit, match="unknown parts"):
+    with pytest.raises(script.UsageError, match="unknown parts"):
         _args("--parts", "identity,trian")
     assert args.workers == 8
     assert _args("--workers", "4").workers == 4
     assert _args("--quick", "--workers", "2").workers == 2
-    with pytest.raises(SystemExit, match="--workers must be 0 or more"):
+    with pytest.raises(script.UsageError, match="--workers must be 0 or more"):
         _args("--workers", "-1")
     assert (args.settle_s, args.isolation, args.design) == (0.0, "process", "ab")
     abba = _args("--design", "abba", "--parts", "train", "--pairs", "2", "--lowdata", "off")
@@ -212,7 +254,7 @@ def test_configure_and_plan(tmp_path: Path) -> None:
     assert abba_lines[0] == f"plan: train 2 pairs x 2 batch sizes, about {2 * ab_s:.0f} s"
     assert _args("--settle-s", "8", "--isolation", "none").settle_s == 8.0
     for bad in ("-1", "nan", "inf"):
-        with pytest.raises(SystemExit, match="--settle-s must be 0 or more seconds"):
+        with pytest.raises(script.UsageError, match="--settle-s must be 0 or more seconds"):
             _args("--settle-s", bad)
 
 
