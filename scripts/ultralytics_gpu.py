@@ -37,6 +37,7 @@ Usage (GPU, under 9 minutes on an H200): ``python scripts/ultralytics_gpu.py --d
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -372,9 +373,9 @@ def _train_kwargs(
     return kw
 
 
-def _base_trainer(arm: str) -> type[Any]:
+def _base_trainer(arm: str, *, network: bool = False) -> type[Any]:
     if arm == "ours":
-        return musgd_trainer()
+        return musgd_trainer(capture_network=network)
     from ultralytics.models.yolo.detect import DetectionTrainer
 
     return DetectionTrainer  # with optimizer="MuSGD": the stock optimizer
@@ -416,7 +417,7 @@ def train_once(
     kw = _train_kwargs(args, data, batch, epochs, variant)
     sync_tag = "sync" if synchronize else "nosync"
     kw.update(seed=seed, name=f"b{batch}-{variant}-{arm}-s{seed}-{sync_tag}")
-    kw["trainer"] = timed_trainer(_base_trainer(arm), clock)
+    kw["trainer"] = timed_trainer(_base_trainer(arm, network=args.ours_network), clock)
     if arm == "stock":
         kw["optimizer"] = "MuSGD"
     host_before = host_snapshot()
@@ -451,6 +452,7 @@ def train_once(
         "losses": log.losses,
         "replay": _replay_stats(opt),
         "clip_replay": _clip_stats(model.trainer),
+        "network": _network_stats(model.trainer),
     }
 
 
@@ -461,6 +463,7 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
     argv += ["--amp", "true" if args.amp else "false", "--iters", str(args.iters)]
     argv += ["--workers", str(args.workers), "--work", str(args.work)]
     argv += ["--quick"] if args.quick else []
+    argv += ["--ours-network"] if args.ours_network else []
     argv += ["--one-run", json.dumps(run, sort_keys=True), "--one-run-data", str(data)]
     return [*argv, "--one-run-out", str(out)]
 
@@ -707,6 +710,12 @@ def _clip_stats(trainer: Any) -> dict[str, Any] | None:
     return None if clip is None else _stats_dict(clip.stats)
 
 
+def _network_stats(trainer: Any) -> dict[str, Any] | None:
+    """The trainer's network capture (``musgd_network``), where it has one."""
+    capture = trainer.__dict__.get("musgd_network")
+    return None if capture is None else _stats_dict(capture.stats)
+
+
 def _stats_dict(stats: Any) -> dict[str, Any]:
     return {
         "recordings": stats.recordings,
@@ -861,6 +870,94 @@ def run_identity(args: argparse.Namespace, data: Path, budget: Budget) -> dict[s
     }
 
 
+def _state_digest(module: torch.nn.Module) -> str:
+    """sha256 of a module's state (names, dtypes, shapes and bytes, in order): equal digests,
+    equal bits."""
+    digest = hashlib.sha256()
+    for name, t in module.state_dict().items():
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        digest.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def network_run(
+    args: argparse.Namespace, data: Path, *, capture: bool, name: str
+) -> dict[str, Any]:
+    """One deterministic training run of ours, the network eager or captured: each iteration's
+    loss (as float hex: exact) and the digest of the final model state."""
+    from ultralytics import YOLO
+
+    losses: list[list[str]] = []
+
+    def batch_end(trainer: Any) -> None:
+        losses.append([float(x).hex() for x in trainer.loss.detach().reshape(-1).tolist()])
+
+    batch = args.identity_batch
+    ipe = math.ceil(args.n_train / batch)
+    model = YOLO("yolo26n.yaml")
+    model.add_callback("on_train_batch_end", batch_end)
+    kw = _train_kwargs(args, data, batch, epochs_for(args.network_iters, ipe))
+    kw.update(seed=0, deterministic=True, name=name, trainer=musgd_trainer(capture_network=capture))
+    model.train(**kw)
+    return {
+        "losses": losses,
+        "state_sha256": _state_digest(model.trainer.model),
+        "network": _network_stats(model.trainer),
+        "network_reason": model.trainer.__dict__.get("musgd_network_reason"),
+    }
+
+
+def run_network_identity(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
+    """Ours twice with the eager network (is the run reproducible at all?) and once with the
+    network captured: the captured run must give the eager run's losses and final state, bit
+    for bit, with the network replayed at every iteration but each layout's first two."""
+    ipe = math.ceil(args.n_train / args.identity_batch)
+    epochs = epochs_for(args.network_iters, ipe)
+    default = default_run_s(epochs * ipe, epochs, per_iteration_s=args.per_iteration_s)
+    runs: dict[str, dict[str, Any]] = {}
+    for name, capture in (("eager", False), ("eager_again", False), ("captured", True)):
+        if not budget.admit(f"network {name}", "network", default):
+            return {"skipped": budget.skipped[-1], "target_met": False}
+        start = time.perf_counter()
+        runs[name] = network_run(args, data, capture=capture, name=f"network-{name}")
+        budget.record("network", time.perf_counter() - start)
+    eager, again, captured = runs["eager"], runs["eager_again"], runs["captured"]
+
+    def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        return a["losses"] == b["losses"] and a["state_sha256"] == b["state_sha256"]
+
+    first_differing = next(
+        (
+            i
+            for i, (a, b) in enumerate(zip(eager["losses"], captured["losses"], strict=False))
+            if a != b
+        ),
+        None,
+    )
+    stats = captured["network"] or {}
+    fallbacks = stats.get("fallbacks", {})
+    # Every iteration replayed but each layout's first (eager by design), and nothing else eager.
+    replayed_all = bool(stats) and set(fallbacks) <= {"first-call"}
+    replayed_all = replayed_all and stats["replays"] + fallbacks.get("first-call", 0) == len(
+        captured["losses"]
+    )
+    return {
+        "batch": args.identity_batch,
+        "imgsz": args.imgsz,
+        "iterations": len(captured["losses"]),
+        "eager_reproducible": same(eager, again),
+        "bit_identical": same(eager, captured),
+        "first_differing_iteration": first_differing,
+        "replayed_all": replayed_all,
+        "target_met": replayed_all and same(eager, captured) and same(eager, again),
+        "recordings": stats.get("recordings"),
+        "replays": stats.get("replays"),
+        "network": captured["network"],
+        "network_reason": captured["network_reason"],
+        "state_sha256": {name: run["state_sha256"] for name, run in runs.items()},
+    }
+
+
 def write_loss_chart(train: dict[str, Any], path: Path) -> Path:
     """Loss curves (10-iteration running mean): stock and ours of the first pair (seed 0) and
     stock of the second (seed 1, the run-to-run noise), per batch size, overlaid."""
@@ -918,6 +1015,17 @@ def _parser() -> argparse.ArgumentParser:
         help="each training run in a fresh Python process (process) or all in this one (none)",
     )
     parser.add_argument(
+        "--ours-network",
+        action="store_true",
+        help="our arm captures the network's forward and backward (capture_network=True)",
+    )
+    parser.add_argument(
+        "--network-iters",
+        type=int,
+        default=None,
+        help="iterations of each run of the network part (default 120; 8 with --quick)",
+    )
+    parser.add_argument(
         "--design",
         choices=("ab", "abba"),
         default="ab",
@@ -960,9 +1068,9 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
     """Sizes for the device: 640 px on the GPU, 64 px and a few iterations with ``--quick``."""
     args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
     args.parts = [p for p in str(args.parts).split(",") if p]
-    unknown = set(args.parts) - {"identity", "phases", "train"}
+    unknown = set(args.parts) - {"identity", "network", "phases", "train"}
     if unknown:
-        raise UsageError(f"unknown parts {sorted(unknown)}: use identity, phases, train")
+        raise UsageError(f"unknown parts {sorted(unknown)}: use identity, network, phases, train")
     args.amp = args.amp == "true"
     cpus = os.cpu_count() or 1
     if args.quick:
@@ -980,6 +1088,10 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
     args.lowdata_workers = min(16, cpus)
     args.iters = iters if args.iters is None else args.iters
     args.identity_steps = steps if args.identity_steps is None else args.identity_steps
+    if args.network_iters is None:
+        args.network_iters = 8 if args.quick else 120
+    if args.network_iters < 1:
+        raise UsageError(f"--network-iters must be 1 or more, got {args.network_iters}")
     return args
 
 
@@ -992,6 +1104,12 @@ def plan_lines(args: argparse.Namespace, budget: Budget) -> list[str]:
         est = default_run_s(epochs * ipe, epochs, per_iteration_s=2 * args.per_iteration_s)
         lines.append(f"plan: identity {epochs * ipe} iterations, about {est:.0f} s")
         total += est
+    if "network" in args.parts:
+        ipe = math.ceil(args.n_train / args.identity_batch)
+        epochs = epochs_for(args.network_iters, ipe)
+        one = default_run_s(epochs * ipe, epochs, per_iteration_s=args.per_iteration_s)
+        lines.append(f"plan: network 3 runs of {epochs * ipe} iterations, about {3 * one:.0f} s")
+        total += 3 * one
     runs = {
         b: _run_estimate(args, b, per_iteration_s=args.per_iteration_s) for b in args.batch_sizes
     }
@@ -1085,6 +1203,12 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         save("ultralytics-identity", identity)
         print("wrote", args.out / "ultralytics-identity.json")
         rc |= 0 if identity["bit_identical"] and identity["target_met"] else 1
+    if "network" in args.parts:
+        network = run_network_identity(args, data, budget)
+        print("network:", {k: v for k, v in network.items() if k != "state_sha256"})
+        save("ultralytics-network", network)
+        print("wrote", args.out / "ultralytics-network.json")
+        rc |= 0 if network["target_met"] else 1
     shares: list[float | None] = []
     if "phases" in args.parts:
         phases = run_phases(args, data, budget)
@@ -1105,6 +1229,7 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
             "isolation": args.isolation,
             "settle_s": args.settle_s,
             "design": args.design,
+            "ours_network": args.ours_network,
             "variants": {},
         }
 

@@ -27,6 +27,7 @@ import torch
 from torch.optim import Optimizer
 
 from musgd._clip_replay import GradClipReplay
+from musgd._network_capture import NetworkCapture
 from musgd._newton_schulz import SUPPORTED_NS_DTYPES
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
 from musgd._ultralytics_optim import ULTRALYTICS_DEFAULTS, UltralyticsMuSGD, muon_scale
@@ -108,6 +109,7 @@ def musgd_trainer(
     ns_dtype: torch.dtype = torch.bfloat16,
     ns_backend: str = "auto",
     capture_clip: bool = True,
+    capture_network: bool = False,
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
 
@@ -122,6 +124,12 @@ def musgd_trainer(
     the scaler's step, its update, ``zero_grad``, the EMA update -- with the clipping replayed by
     :class:`musgd.GradClipReplay` (the instance is the trainer's ``musgd_clip``): the same
     kernels on the same values, without the host time of the eager call.
+
+    With ``capture_network`` (experimental, off by default) the model's training forward and
+    backward run from CUDA graphs (:class:`musgd._network_capture.NetworkCapture`, the trainer's
+    ``musgd_network``), installed at the first batch and removed when training ends; a
+    multi-process (DDP) run keeps the eager network (``musgd_network`` is None, and
+    ``musgd_network_reason`` says why).
     """
     # Checked now, not when the trainer builds its optimizer after setting up the whole run.
     if ns_backend not in NS_BACKENDS:
@@ -145,8 +153,9 @@ def musgd_trainer(
         raise TypeError(
             f"musgd_trainer needs an Ultralytics trainer class with build_optimizer, got {base!r}"
         )
-    if not isinstance(capture_clip, bool):
-        raise ValueError(f"musgd_trainer: capture_clip must be True or False, got {capture_clip!r}")
+    for flag, value in (("capture_clip", capture_clip), ("capture_network", capture_network)):
+        if not isinstance(value, bool):
+            raise ValueError(f"musgd_trainer: {flag} must be True or False, got {value!r}")
     options: dict[str, Any] = {
         "capture_orthogonalization": capture_orthogonalization,
         "capture_updates": capture_updates,
@@ -163,16 +172,50 @@ def musgd_trainer(
     namespace: dict[str, Any] = {
         "build_optimizer": build_optimizer,
         # What this class was made with, for inspection (a DDP launch carries the class itself).
-        "musgd_options": {**options, "capture_clip": capture_clip},
+        "musgd_options": {
+            **options,
+            "capture_clip": capture_clip,
+            "capture_network": capture_network,
+        },
         "__module__": __name__,
         "__doc__": f"{base.__name__} training with UltralyticsMuSGD (replay flags on).",
     }
     if capture_clip and _stock_optimizer_step(base):
         namespace["optimizer_step"] = _optimizer_step
+    if capture_network:
+        namespace["preprocess_batch"] = _preprocess_batch
     # The default's name is the one this module exports: Ultralytics' DDP launch pickles the
     # trainer class with cloudpickle, which writes that class by reference (module and name) and
     # any other made here by value, options included (tests/ultralytics checks both).
     return type(name, (base,), namespace)
+
+
+def _preprocess_batch(self: Any, batch: Any) -> Any:
+    """The base's ``preprocess_batch``; at the first batch, the network capture installed."""
+    owner: type[Any] = next(
+        c for c in type(self).__mro__ if vars(c).get("preprocess_batch") is _preprocess_batch
+    )
+    out = super(owner, self).preprocess_batch(batch)
+    if "musgd_network" not in self.__dict__:
+        _install_network(self)
+    return out
+
+
+def _install_network(self: Any) -> None:
+    """Set ``musgd_network`` (a :class:`NetworkCapture` installed on the model, removed at the
+    end of training) or None with ``musgd_network_reason`` where the network stays eager."""
+    self.musgd_network, self.musgd_network_reason = None, None
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        self.musgd_network_reason = "distributed: each rank runs its network eagerly"
+        return
+    try:
+        capture = NetworkCapture(self.model)
+    except TypeError as exc:
+        self.musgd_network_reason = str(exc)
+        return
+    self.musgd_network = capture.install()
+    self.add_callback("on_train_end", lambda trainer: capture.uninstall())
 
 
 def _stock_optimizer_step(base: type[Any]) -> bool:

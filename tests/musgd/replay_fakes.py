@@ -144,3 +144,33 @@ class FakeRecorder:
         recording = FakeRecording(log.ops, outputs, self)
         self.recordings.append(recording)
         return recording
+
+
+class FakeNetworkGrapher:
+    """A stand-in for ``torch.cuda.make_graphed_callables`` on any device.
+
+    Like the real one it runs ``warmup`` forward and backward passes of the module on the sample
+    arguments first (moving BatchNorm statistics, which the caller must put back), without
+    touching the parameters' ``.grad``; the callable it returns then runs the module eagerly, so
+    results are the eager ones, bit for bit. ``fail`` makes the graphing raise after the warm-up.
+    """
+
+    def __init__(self, *, warmup: int = 3, fail: bool = False) -> None:
+        self.warmup = warmup
+        self.fail = fail
+        self.graphed = 0
+
+    def supports(self, device: torch.device) -> bool:
+        return True
+
+    def graph(self, module: torch.nn.Module, sample_args: tuple[Tensor, ...]) -> Any:
+        params = [p for p in module.parameters() if p.requires_grad]
+        for _ in range(self.warmup):
+            outputs = [o for o in module(*sample_args) if o.requires_grad]
+            torch.autograd.grad(
+                outputs, params, [torch.ones_like(o) for o in outputs], allow_unused=True
+            )
+        if self.fail:
+            raise RuntimeError("fake graphing failure")
+        self.graphed += 1
+        return module

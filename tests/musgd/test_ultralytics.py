@@ -518,9 +518,57 @@ def test_trainer_clip_replay_can_be_turned_off_and_a_custom_step_is_kept() -> No
         "ns_dtype": torch.bfloat16,
         "ns_backend": "torch",
         "capture_clip": False,
+        "capture_network": False,
     }
     kept = musgd_trainer(CustomStep)
     assert "optimizer_step" not in vars(kept)
     assert kept().optimizer_step() == "custom"
     with pytest.raises(ValueError, match="capture_clip must be True or False"):
         musgd_trainer(FakeTrainer, capture_clip="yes")  # type: ignore[arg-type]
+
+
+def test_trainer_network_capture_installs_at_the_first_batch_and_leaves_at_the_end() -> None:
+    from network_common import TinyDetector
+
+    from musgd._network_capture import NetworkCapture
+
+    class FakeTrainer:
+        def __init__(self, model: Any) -> None:
+            self.model = model
+            self.callbacks: dict[str, list[Any]] = {}
+
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            raise AssertionError("never reached")
+
+        def add_callback(self, event: str, callback: Any) -> None:
+            self.callbacks.setdefault(event, []).append(callback)
+
+        def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
+            return {**batch, "seen": True}
+
+    assert "preprocess_batch" not in vars(musgd_trainer(FakeTrainer))
+    cls = musgd_trainer(FakeTrainer, capture_network=True)
+    assert cls.musgd_options["capture_network"] is True
+
+    class Subclass(cls):  # type: ignore[misc,valid-type]
+        """A subclass (the GPU script times one): the base's preprocess_batch still runs."""
+
+    model = TinyDetector()
+    trainer = Subclass(model)
+    assert trainer.preprocess_batch({"img": 1}) == {"img": 1, "seen": True}
+    capture = trainer.musgd_network
+    assert isinstance(capture, NetworkCapture)
+    assert capture.installed
+    assert trainer.musgd_network_reason is None
+    trainer.preprocess_batch({})
+    assert trainer.musgd_network is capture  # installed once
+    (end,) = trainer.callbacks["on_train_end"]
+    end(trainer)
+    assert not capture.installed
+    # A model without predict (a DDP wrapper, say) keeps its eager network, saying why.
+    other = Subclass(torch.nn.Linear(2, 2))
+    other.preprocess_batch({})
+    assert other.musgd_network is None
+    assert "needs an Ultralytics model" in other.musgd_network_reason
+    with pytest.raises(ValueError, match="capture_network must be True or False"):
+        musgd_trainer(FakeTrainer, capture_network="yes")  # type: ignore[arg-type]

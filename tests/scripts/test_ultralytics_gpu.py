@@ -241,6 +241,14 @@ def test_configure_and_plan(tmp_path: Path) -> None:
     assert (quick.imgsz, quick.iters, quick.identity_steps) == (64, 5, 3)
     with pytest.raises(script.UsageError, match="unknown parts"):
         _args("--parts", "identity,trian")
+    network = _args("--parts", "network")
+    assert (network.network_iters, network.ours_network) == (120, False)
+    assert script.plan_lines(network, script.Budget(None))[0].startswith(
+        "plan: network 3 runs of 120 iterations"
+    )
+    assert _args("--quick", "--parts", "network").network_iters == 8
+    with pytest.raises(script.UsageError, match="--network-iters must be 1 or more"):
+        _args("--network-iters", "0")
     assert args.workers == 8
     assert _args("--workers", "4").workers == 4
     assert _args("--quick", "--workers", "2").workers == 2

@@ -144,6 +144,57 @@ def test_an_abba_round_runs_each_arm_twice_and_merges_them(tmp_path: Path) -> No
     assert pair["stock"]["iteration_ms"]["median"] == pytest.approx(sum(medians) / 2)
 
 
+def test_network_part_finds_the_captured_network_bit_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The network part on a CPU, with the fake grapher standing in for CUDA graphs (warm-up
+    and all): three runs, the captured one equal to the eager ones loss for loss."""
+    from replay_fakes import FakeNetworkGrapher
+
+    import musgd._network_capture as network_capture
+
+    monkeypatch.setattr(network_capture, "CudaNetworkGrapher", FakeNetworkGrapher)
+    results = _quick_cpu(tmp_path, "--parts", "network")["network"]["results"]
+    assert results["iterations"] == 8
+    assert results["eager_reproducible"] is True
+    assert results["bit_identical"] is True
+    assert results["first_differing_iteration"] is None
+    # 16 images at batch 4: one layout, its first call eager, every other one replayed.
+    assert (results["recordings"], results["replays"]) == (1, 7)
+    assert results["replayed_all"] is True
+    assert results["target_met"] is True
+    assert len(set(results["state_sha256"].values())) == 1
+
+
+def test_ours_network_times_our_arm_with_the_network_captured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replay_fakes import FakeNetworkGrapher
+
+    import musgd._network_capture as network_capture
+
+    monkeypatch.setattr(network_capture, "CudaNetworkGrapher", FakeNetworkGrapher)
+    options = ["--parts", "train", "--pairs", "1", "--lowdata", "off", "--ours-network"]
+    # In this process, where the fake grapher is patched in.
+    results = _quick_cpu(tmp_path, *options, "--isolation", "none")["train"]["results"]
+    assert results["ours_network"] is True
+    (pair,) = results["variants"]["default"]["batches"]["4"]["pairs"]
+    assert pair["stock"]["network"] is None
+    assert pair["ours"]["network"]["replays"] == pair["ours"]["iterations"] - 1
+
+
+def test_network_part_fails_where_nothing_was_captured(tmp_path: Path) -> None:
+    """Without a grapher for the CPU the network runs eagerly throughout: equal bits prove
+    nothing then, and the part says its target was not met."""
+    script = _load()
+    argv = ["--device", "cpu", "--quick", "--parts", "network", "--out", str(tmp_path)]
+    assert script.main(argv) == 1
+    evidence = json.loads((tmp_path / "ultralytics-network.json").read_text(encoding="utf-8"))
+    results = evidence["results"]
+    assert results["network"]["fallbacks"] == {"device:cpu": 8}
+    assert (results["replayed_all"], results["target_met"]) == (False, False)
+
+
 def test_budget_skips_runs_that_do_not_fit(tmp_path: Path) -> None:
     options = ["--parts", "train", "--pairs", "3", "--lowdata", "off", "--budget-s", "0.001"]
     results = _quick_cpu(tmp_path, *options)["train"]["results"]

@@ -27,7 +27,7 @@ pytest.importorskip("ultralytics", reason="ultralytics is not installed: make te
 from ultralytics.optim.muon import MuSGD as StockMuSGD
 
 from musgd import _functional
-from musgd.ultralytics import MuSGDTrainer, UltralyticsMuSGD, muon_scale
+from musgd.ultralytics import MuSGDTrainer, UltralyticsMuSGD, muon_scale, musgd_trainer
 
 BF16_TOL = 5 * 2.0**-8
 FP32_TOL = 1e-6
@@ -176,13 +176,24 @@ def test_muon_scale_is_the_stock_one(shape: tuple[int, ...]) -> None:
     assert muon_scale(shape) != pytest.approx(math.sqrt(max(1.0, shape[0] / ns.shape[1])))
 
 
-def _train(data: Path, project: Path, name: str, *, callback: Any = None, **kw: Any) -> Any:
-    """A tiny real training run (64 px, batch 4, CPU); ``callback`` runs at each model save."""
+def _train(
+    data: Path,
+    project: Path,
+    name: str,
+    *,
+    callback: Any = None,
+    callbacks: dict[str, Any] | None = None,
+    **kw: Any,
+) -> Any:
+    """A tiny real training run (64 px, batch 4, CPU); ``callback`` runs at each model save,
+    ``callbacks`` at their events."""
     from ultralytics import YOLO
 
     model = YOLO("yolo26n.yaml")
     if callback is not None:
         model.add_callback("on_model_save", callback)
+    for event, function in (callbacks or {}).items():
+        model.add_callback(event, function)
     settings: dict[str, Any] = {
         "data": str(data),
         "epochs": 1,
@@ -456,3 +467,53 @@ def test_the_multi_gpu_launch_file_carries_the_trainer_class_with_its_options(
     assert seen["name"] == cls.__name__
     if made == "segment":
         assert seen["bases"][0] == "SegmentationTrainer"
+
+
+def test_the_network_capture_trains_exactly_as_the_eager_network(
+    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``musgd_trainer(capture_network=True)`` through the real trainer, with a fake grapher that
+    warms up as the real one does (moving BatchNorm statistics) and then runs eagerly: the
+    losses, weights and statistics of every step must be the eager network's, bit for bit."""
+    from replay_fakes import FakeNetworkGrapher
+
+    import musgd._network_capture as network_capture
+
+    monkeypatch.setattr(network_capture, "CudaNetworkGrapher", FakeNetworkGrapher)
+    runs = {}
+    for name, capture in (("eager", False), ("captured", True)):
+        losses: list[Tensor] = []
+
+        def keep(trainer: Any, losses: list[Tensor] = losses) -> None:
+            losses.append(trainer.loss.detach().clone())
+
+        model = _train_capturing(tiny_dataset, tmp_path, name, keep, capture=capture)
+        runs[name] = (model, losses)
+    (eager, eager_losses), (captured, captured_losses) = runs["eager"], runs["captured"]
+    assert len(captured_losses) == len(eager_losses) == 6  # 3 epochs of 2 batches
+    assert all(torch.equal(a, b) for a, b in zip(captured_losses, eager_losses, strict=True))
+    states = [m.trainer.model.state_dict() for m in (eager, captured)]
+    assert states[0].keys() == states[1].keys()
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    network = captured.trainer.musgd_network
+    assert network.stats.recordings == 1
+    assert network.stats.replays == 5
+    assert network.stats.fallbacks["first-call"] == 1
+    assert not network.installed  # removed when training ended
+    assert eager.trainer.__dict__.get("musgd_network") is None
+
+
+def _train_capturing(data: Path, project: Path, name: str, keep: Any, *, capture: bool) -> Any:
+    """Three epochs of two batches with ``musgd_trainer(capture_network=capture)``; ``keep``
+    runs at each batch's end."""
+    return _train(
+        data,
+        project,
+        name,
+        epochs=3,
+        nbs=4,
+        val=False,
+        save=False,
+        trainer=musgd_trainer(capture_network=capture),
+        callbacks={"on_train_batch_end": keep},
+    )

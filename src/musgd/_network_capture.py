@@ -1,0 +1,245 @@
+"""The training forward and backward of an Ultralytics network, replayed from CUDA graphs.
+
+In the Ultralytics trainer the forward and backward take 87-90% of an iteration with this
+package's optimizer, and they are host-bound on an H200: YOLO26n takes about as long at batch 16
+as at batch 4 (WP-011). The trainer computes its loss through ``model(batch)``, which reaches
+the network as ``model.predict(img)`` (observed on Ultralytics 8.4 by wrapping the instance's
+methods). :class:`NetworkCapture` sets an instance ``predict`` that runs the network from a
+graphed callable (PyTorch's ``torch.cuda.make_graphed_callables``: one graph for the forward,
+one for the backward, inside one autograd node) and leaves the loss eager.
+
+What a capture must respect, each handled here:
+
+* the graphing's warm-up runs the network's forward (and backward) a few times, which moves the
+  BatchNorm running statistics: every buffer of the model is put back afterwards, so the
+  iteration that records updates them once, as an eager one does;
+* under AMP the capture runs with autocast's weight cache off (the documentation's rule), with
+  the trainer's autocast settings, which are part of the key;
+* an input of another shape, layout, dtype or autocast setting (an epoch's short last batch)
+  gets a recording of its own, up to ``RECORDINGS_BOUND``, or runs eagerly;
+* evaluation, ``no_grad``, extra arguments, a surrounding capture or ``torch.compile`` and a
+  device the grapher does not support run the original ``predict``, counted by reason;
+* the first call with a new key runs eagerly (cuDNN picks its algorithms there, as for an
+  eager run); a failed recording restores the buffers, is counted, and leaves its key eager.
+
+Outputs are any nesting of dicts, lists and tuples of tensors: the graphed callable returns
+them as a flat tuple of distinct tensors, and each call rebuilds the nesting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+import torch
+from torch import Tensor
+
+from musgd._replay import RecordingCache, ReplayStats
+
+__all__ = ["RECORDINGS_BOUND", "CudaNetworkGrapher", "NetworkCapture", "NetworkGrapher"]
+
+# Input layouts kept recorded at once (the full batch and an epoch's short last batch, with room).
+RECORDINGS_BOUND = 3
+
+
+class NetworkGrapher(Protocol):
+    """Makes a graphed callable of a module for given sample arguments."""
+
+    def supports(self, device: torch.device) -> bool: ...
+
+    def graph(
+        self, module: torch.nn.Module, sample_args: tuple[Tensor, ...]
+    ) -> Callable[..., Any]: ...
+
+
+class CudaNetworkGrapher:
+    """``torch.cuda.make_graphed_callables``, unused parameters allowed (their gradient stays
+    None, as in eager autograd)."""
+
+    def supports(self, device: torch.device) -> bool:
+        return device.type == "cuda"
+
+    def graph(self, module: torch.nn.Module, sample_args: tuple[Tensor, ...]) -> Callable[..., Any]:
+        return torch.cuda.make_graphed_callables(module, sample_args, allow_unused_input=True)
+
+
+# A nested output with its tensors replaced by their index in the flat tuple.
+Spec = Any
+
+
+def flatten(out: Any) -> tuple[list[Tensor], Spec]:
+    """The distinct tensors of a nesting of dicts, lists and tuples (first-seen order), and the
+    spec :func:`unflatten` rebuilds it from; a tensor met twice is one entry."""
+    flat: list[Tensor] = []
+    seen: dict[int, int] = {}
+
+    def walk(x: Any) -> Spec:
+        if isinstance(x, Tensor):
+            index = seen.get(id(x))
+            if index is None:
+                index = seen[id(x)] = len(flat)
+                flat.append(x)
+            return ("tensor", index)
+        if isinstance(x, dict):
+            return ("dict", tuple((k, walk(v)) for k, v in x.items()))
+        if isinstance(x, list | tuple):
+            return (type(x).__name__, tuple(walk(v) for v in x))
+        raise TypeError(
+            f"NetworkCapture: the network returned a {type(x).__name__}; only tensors in dicts, "
+            "lists and tuples can come out of a graph"
+        )
+
+    return flat, walk(out)
+
+
+def unflatten(spec: Spec, flat: Sequence[Tensor]) -> Any:
+    """The nesting ``spec`` describes, holding ``flat``'s tensors."""
+    kind, body = spec
+    if kind == "tensor":
+        return flat[body]
+    if kind == "dict":
+        return {k: unflatten(v, flat) for k, v in body}
+    items = [unflatten(v, flat) for v in body]
+    return items if kind == "list" else tuple(items)
+
+
+class _FlatNetwork(torch.nn.Module):
+    """The network as a module of one tensor in and a flat tuple of distinct tensors out.
+
+    The model is its submodule, so its parameters are the model's (what the graphing
+    differentiates); ``spec`` is the output's nesting, set by each forward.
+    """
+
+    def __init__(self, model: torch.nn.Module, predict: Callable[[Tensor], Any]) -> None:
+        super().__init__()
+        self.model = model
+        self.run = predict
+        self.spec: Spec = None
+
+    def forward(self, img: Tensor) -> tuple[Tensor, ...]:
+        flat, self.spec = flatten(self.run(img))
+        return tuple(flat)
+
+
+@dataclass(frozen=True)
+class _Graphed:
+    """A recorded network: the graphed callable and the nesting of its outputs."""
+
+    run: Callable[..., Any]
+    spec: Spec
+
+
+def _autocast_key(device: torch.device) -> tuple[bool, torch.dtype | None]:
+    """Whether autocast is on for ``device``'s type, and its dtype when it is."""
+    enabled = torch.is_autocast_enabled(device.type)
+    return (enabled, torch.get_autocast_dtype(device.type) if enabled else None)
+
+
+class NetworkCapture:
+    """Runs ``model.predict(img)`` from graphs while the model trains; see the module docstring.
+
+    ``install`` sets the instance's ``predict``; ``uninstall`` removes it. ``stats`` counts
+    recordings, replays, failures and eager calls by reason.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, grapher: NetworkGrapher | None = None) -> None:
+        if not callable(getattr(model, "predict", None)):
+            raise TypeError(
+                "NetworkCapture needs an Ultralytics model (a module with predict(img)), got "
+                f"{type(model).__name__}"
+            )
+        self.model = model
+        self.grapher: NetworkGrapher = CudaNetworkGrapher() if grapher is None else grapher
+        self.stats = ReplayStats()
+        self._cache: RecordingCache[_Graphed] = RecordingCache(lambda: RECORDINGS_BOUND)
+        self._seen: set[Hashable] = set()
+        self._original = cast(Callable[..., Any], model.predict)
+        self._patch = self.predict  # one bound method, so that installed can tell it by identity
+
+    @property
+    def installed(self) -> bool:
+        return self.model.__dict__.get("predict") is self._patch
+
+    def install(self) -> NetworkCapture:
+        """Set the model instance's ``predict`` to :meth:`predict` (again: no change)."""
+        if not self.installed:
+            self._original = cast(Callable[..., Any], self.model.predict)
+            self.model.__dict__["predict"] = self._patch
+        return self
+
+    def uninstall(self) -> None:
+        """Remove the instance's ``predict``: the class's method serves again."""
+        if self.installed:
+            del self.model.__dict__["predict"]
+
+    def _call_fallback(
+        self, img: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> str | None:
+        """Why this call is not the trainer's training forward, or None when it is."""
+        if args or kwargs:
+            return "arguments"
+        if not isinstance(img, Tensor):
+            return "not-a-tensor"
+        if not self.model.training:
+            return "eval"
+        if not torch.is_grad_enabled():
+            return "no-grad"
+        return "input-requires-grad" if img.requires_grad else None
+
+    def _context_fallback(self, img: Tensor) -> str | None:
+        """Why no graph can run here (device, compile, a capture underway), or None."""
+        if not self.grapher.supports(img.device):
+            return f"device:{img.device.type}"
+        if torch.compiler.is_compiling():
+            return "compile"
+        if img.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return "capture"
+        return None
+
+    def predict(self, img: Tensor, *args: Any, **kwargs: Any) -> Any:
+        """``model.predict(img)``, from a recording where one can stand for it."""
+        reason = self._call_fallback(img, args, kwargs) or self._context_fallback(img)
+        if reason is not None:
+            self.stats.fallbacks[reason] += 1
+            return self._original(img, *args, **kwargs)
+        key = (img.shape, img.stride(), img.dtype, img.device, _autocast_key(img.device))
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._record(key, img)
+            if entry is None:
+                return self._original(img)
+        self.stats.replays += 1
+        return unflatten(entry.spec, entry.run(img))
+
+    def _record(self, key: Hashable, img: Tensor) -> _Graphed | None:
+        refused = self._cache.admits(key)
+        if refused is not None:
+            self.stats.fallbacks[refused] += 1
+            return None
+        if key not in self._seen:  # a key's first call runs eagerly: it may be a one-off
+            self._seen.add(key)
+            self.stats.fallbacks["first-call"] += 1
+            return None
+        buffers = list(self.model.buffers())
+        saved = [b.clone() for b in buffers]
+        network = _FlatNetwork(self.model, self._original)
+        enabled, dtype = _autocast_key(img.device)
+        try:
+            with torch.autocast(
+                img.device.type, dtype=dtype, enabled=bool(enabled), cache_enabled=False
+            ):
+                run = self.grapher.graph(network, (img.detach().clone(),))
+        except Exception as exc:  # any failure: this key stays eager
+            self._cache.refuse(key)
+            self.stats.failures += 1
+            self.stats.fallbacks[f"record-failed:{type(exc).__name__}"] += 1
+            return None
+        finally:  # the warm-up moved BatchNorm statistics (and may have failed half-way)
+            with torch.no_grad():
+                for b, s in zip(buffers, saved, strict=True):
+                    b.copy_(s)
+        entry = _Graphed(run, network.spec)
+        self._cache.publish(key, entry)
+        self.stats.recordings += 1
+        return entry

@@ -1,0 +1,70 @@
+"""A tiny network shaped like an Ultralytics detector's, and an eager training loop, for the
+network-capture tests on the CPU (tests/musgd) and on the GPU (tests/cuda)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from musgd.bench import same_bits
+
+
+class TinyDetector(nn.Module):
+    """A network with the Ultralytics shape of output: nested dicts, a shared and a detached
+    tensor, BatchNorm statistics, and a parameter the output does not use."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.head = nn.Conv2d(4, 2, 1)
+        self.unused = nn.Parameter(torch.ones(3))
+
+    def predict(self, img: Tensor, *args: Any, **kwargs: Any) -> Any:
+        feats = torch.relu(self.bn(self.conv(img)))
+        boxes = self.head(feats)
+        return {
+            "one2many": {"boxes": boxes, "feats": [feats]},
+            "one2one": {"boxes": self.head(feats.detach()), "feats": [feats.detach()]},
+        }
+
+    def forward(self, img: Tensor) -> Any:
+        return self.predict(img)
+
+
+def detector_loss(out: Any) -> Tensor:
+    return (
+        out["one2many"]["boxes"].square().mean()
+        + out["one2one"]["boxes"].abs().mean()
+        + out["one2many"]["feats"][0].mean()
+    )
+
+
+def train_detector(model: TinyDetector, imgs: list[Tensor], *, amp: bool = False) -> list[float]:
+    """SGD steps on ``imgs``, under float16 autocast with ``amp`` (CUDA); the losses."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for img in imgs:
+        with torch.autocast(img.device.type, dtype=torch.float16, enabled=amp):
+            loss = detector_loss(model(img))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def detector_inputs(n: int, batch: int = 2) -> list[Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(batch, 3, 8, 8, generator=g) for _ in range(n)]
+
+
+def module_state(model: nn.Module) -> list[Tensor]:
+    return [t.detach().clone() for t in (*model.parameters(), *model.buffers())]
+
+
+def same_tensors(a: list[Tensor], b: list[Tensor]) -> bool:
+    """Every pair the same bits (:func:`musgd.bench.same_bits`)."""
+    return len(a) == len(b) and all(map(same_bits, a, b))

@@ -1,0 +1,133 @@
+"""NetworkCapture on the CPU with a fake grapher: keys, fallbacks, BatchNorm statistics, bits.
+
+The fake grapher (``replay_fakes.FakeNetworkGrapher``) warms up as the real one does and then
+runs the module eagerly, so a captured training must match an eager one bit for bit; the real
+``torch.cuda.make_graphed_callables`` is exercised on the GPU (tests/cuda).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from network_common import (
+    TinyDetector,
+    detector_inputs,
+    module_state,
+    same_tensors,
+    train_detector,
+)
+from replay_fakes import FakeNetworkGrapher
+from torch import nn
+
+from musgd._network_capture import RECORDINGS_BOUND, NetworkCapture, flatten, unflatten
+
+
+def test_flatten_keeps_distinct_tensors_once_and_rebuilds_the_nesting() -> None:
+    a, b = torch.ones(2), torch.zeros(3)
+    out = {"x": [a, (b, a)], "y": {"z": b}}
+    flat, spec = flatten(out)
+    assert len(flat) == 2
+    assert flat[0] is a
+    assert flat[1] is b
+    again = unflatten(spec, [a + 1, b + 1])
+    assert isinstance(again["x"], list)
+    assert isinstance(again["x"][1], tuple)
+    assert again["x"][0] is again["x"][1][1]  # a shared tensor stays shared
+    assert torch.equal(again["y"]["z"], b + 1)
+    with pytest.raises(TypeError, match="returned a str"):
+        flatten({"x": "text"})
+
+
+def test_a_captured_training_is_the_eager_one_bit_for_bit() -> None:
+    torch.manual_seed(0)
+    eager = TinyDetector()
+    captured = copy.deepcopy(eager)
+    grapher = FakeNetworkGrapher()
+    capture = NetworkCapture(captured, grapher=grapher).install()
+    imgs = detector_inputs(6)
+    assert train_detector(captured, imgs) == train_detector(eager, imgs)
+    # The warm-up moved BatchNorm statistics three times per recording; they were put back.
+    assert same_tensors(module_state(captured), module_state(eager))
+    assert captured.bn.num_batches_tracked.item() == 6
+    assert (capture.stats.recordings, capture.stats.replays) == (1, 5)
+    assert capture.stats.fallbacks == {"first-call": 1}
+    assert grapher.graphed == 1
+    assert eager.unused.grad is None
+    assert captured.unused.grad is None
+
+
+def test_each_input_layout_records_once_within_the_bound() -> None:
+    model = TinyDetector()
+    capture = NetworkCapture(model, grapher=FakeNetworkGrapher()).install()
+    for batch in range(1, RECORDINGS_BOUND + 3):
+        for img in detector_inputs(2, batch):
+            model(img).get("one2many")
+    # Past the bound a new layout runs eagerly at every call, first or not.
+    assert capture.stats.recordings == RECORDINGS_BOUND
+    assert capture.stats.fallbacks == {"first-call": RECORDINGS_BOUND, "bound": 4}
+    assert capture.stats.replays == RECORDINGS_BOUND
+
+
+def test_what_a_graph_cannot_stand_for_runs_the_original() -> None:
+    model = TinyDetector()
+    capture = NetworkCapture(model, grapher=FakeNetworkGrapher()).install()
+    img = detector_inputs(1)[0]
+    model.predict(img, True)  # an extra argument (Ultralytics' profile/visualize flags)
+    with torch.no_grad():
+        model(img)
+    model.eval()
+    model(img)
+    model.train()
+    model(img.requires_grad_())
+    assert capture.stats.fallbacks == {
+        "arguments": 1,
+        "no-grad": 1,
+        "eval": 1,
+        "input-requires-grad": 1,
+    }
+    assert capture.stats.recordings == 0
+
+
+def test_a_device_the_grapher_does_not_support_runs_the_original() -> None:
+    class CudaOnly(FakeNetworkGrapher):
+        def supports(self, device: torch.device) -> bool:
+            return device.type == "cuda"
+
+    model = TinyDetector()
+    capture = NetworkCapture(model, grapher=CudaOnly()).install()
+    for img in detector_inputs(3):
+        model(img)
+    assert capture.stats.fallbacks == {"device:cpu": 3}
+
+
+def test_a_failed_recording_puts_the_statistics_back_and_stays_eager() -> None:
+    torch.manual_seed(0)
+    model = TinyDetector()
+    eager = copy.deepcopy(model)
+    capture = NetworkCapture(model, grapher=FakeNetworkGrapher(fail=True)).install()
+    imgs = detector_inputs(4)
+    assert train_detector(model, imgs) == train_detector(eager, imgs)
+    assert same_tensors(module_state(model), module_state(eager))
+    assert capture.stats.failures == 1
+    assert capture.stats.fallbacks == {
+        "first-call": 1,
+        "record-failed:RuntimeError": 1,
+        "not-recordable": 2,
+    }
+
+
+def test_install_and_uninstall_leave_the_class_method() -> None:
+    model = TinyDetector()
+    capture = NetworkCapture(model, grapher=FakeNetworkGrapher())
+    assert not capture.installed
+    capture.install().install()
+    assert capture.installed
+    assert model.predict == capture.predict
+    capture.uninstall()
+    assert not capture.installed
+    assert "predict" not in model.__dict__
+    assert model.predict.__func__ is TinyDetector.predict  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="needs an Ultralytics model"):
+        NetworkCapture(nn.Linear(2, 2))
