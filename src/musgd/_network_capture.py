@@ -20,7 +20,19 @@ What a capture must respect, each handled here:
 * evaluation, ``no_grad``, extra arguments, a surrounding capture or ``torch.compile`` and a
   device the grapher does not support run the original ``predict``, counted by reason;
 * the first call with a new key runs eagerly (cuDNN picks its algorithms there, as for an
-  eager run); a failed recording restores the buffers, is counted, and leaves its key eager.
+  eager run); a failed recording restores the buffers, is counted, warns once with PyTorch's
+  message, and leaves its key eager;
+* the previous iteration's autograd graph must be gone when a recording is made: while it lives,
+  the parameters' gradient accumulators it holds belong to the eager stream, and CUDA refuses the
+  capture ("operation would make the legacy stream depend on a capturing blocking stream",
+  observed on the H200 with PyTorch 2.11). Reference cycles are collected before recording; the
+  trainer drops its ``loss`` graph before each forward (:mod:`musgd.ultralytics`).
+
+Limitation (measured on the H200, tests/cuda): under autocast, a weight used twice in one forward
+gets its two float16 gradients summed in float32 when captured, in float16 when eager (a capture
+must run with autocast's weight cache off, so each use casts the weight anew): the bits differ.
+YOLO26's networks use each weight once per forward; their captured training is the eager one,
+bit for bit (``scripts/ultralytics_gpu.py --parts network``).
 
 Outputs are any nesting of dicts, lists and tuples of tensors: the graphed callable returns
 them as a flat tuple of distinct tensors, and each call rebuilds the nesting.
@@ -28,6 +40,8 @@ them as a flat tuple of distinct tensors, and each call rebuilds the nesting.
 
 from __future__ import annotations
 
+import gc
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -221,6 +235,7 @@ class NetworkCapture:
             self._seen.add(key)
             self.stats.fallbacks["first-call"] += 1
             return None
+        gc.collect()  # a cycle may hold the last iteration's autograd graph (module docstring)
         buffers = list(self.model.buffers())
         saved = [b.clone() for b in buffers]
         network = _FlatNetwork(self.model, self._original)
@@ -234,6 +249,14 @@ class NetworkCapture:
             self._cache.refuse(key)
             self.stats.failures += 1
             self.stats.fallbacks[f"record-failed:{type(exc).__name__}"] += 1
+            if self.stats.failures == 1:
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                warnings.warn(
+                    f"NetworkCapture: recording the network for input {tuple(img.shape)} failed "
+                    f"({type(exc).__name__}: {message}); that input runs eagerly",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             return None
         finally:  # the warm-up moved BatchNorm statistics (and may have failed half-way)
             with torch.no_grad():

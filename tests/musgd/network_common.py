@@ -13,13 +13,18 @@ from musgd.bench import same_bits
 
 class TinyDetector(nn.Module):
     """A network with the Ultralytics shape of output: nested dicts, a shared and a detached
-    tensor, BatchNorm statistics, and a parameter the output does not use."""
+    tensor, BatchNorm statistics, and a parameter the output does not use.
 
-    def __init__(self) -> None:
+    The one-to-one head is a head of its own, as in YOLO26, or with ``share_head`` the
+    one-to-many head used a second time (a weight used twice in one forward).
+    """
+
+    def __init__(self, *, share_head: bool = False) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3, padding=1)
         self.bn = nn.BatchNorm2d(4)
         self.head = nn.Conv2d(4, 2, 1)
+        self.head_one2one = self.head if share_head else nn.Conv2d(4, 2, 1)
         self.unused = nn.Parameter(torch.ones(3))
 
     def predict(self, img: Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -27,7 +32,7 @@ class TinyDetector(nn.Module):
         boxes = self.head(feats)
         return {
             "one2many": {"boxes": boxes, "feats": [feats]},
-            "one2one": {"boxes": self.head(feats.detach()), "feats": [feats.detach()]},
+            "one2one": {"boxes": self.head_one2one(feats.detach()), "feats": [feats.detach()]},
         }
 
     def forward(self, img: Tensor) -> Any:
@@ -43,7 +48,11 @@ def detector_loss(out: Any) -> Tensor:
 
 
 def train_detector(model: TinyDetector, imgs: list[Tensor], *, amp: bool = False) -> list[float]:
-    """SGD steps on ``imgs``, under float16 autocast with ``amp`` (CUDA); the losses."""
+    """SGD steps on ``imgs``, under float16 autocast with ``amp`` (CUDA); the losses.
+
+    Each iteration's loss, and the autograd graph with it, is dropped before the next forward,
+    as the trainer with a network capture does (``musgd.ultralytics``).
+    """
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for img in imgs:
@@ -53,6 +62,7 @@ def train_detector(model: TinyDetector, imgs: list[Tensor], *, amp: bool = False
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
+        del loss
     return losses
 
 
