@@ -5,16 +5,24 @@ package's optimizer, and they are host-bound on an H200: YOLO26n takes about as 
 as at batch 4 (WP-011). The trainer computes its loss through ``model(batch)``, which reaches
 the network as ``model.predict(img)`` (observed on Ultralytics 8.4 by wrapping the instance's
 methods). :class:`NetworkCapture` sets an instance ``predict`` that runs the network from a
-graphed callable (PyTorch's ``torch.cuda.make_graphed_callables``: one graph for the forward,
-one for the backward, inside one autograd node) and leaves the loss eager.
+recording -- one CUDA graph for the forward, one for the backward, inside one autograd node, as
+PyTorch documents for partial-network capture -- and leaves the loss eager.
 
 What a capture must respect, each handled here:
 
-* the graphing's warm-up runs the network's forward (and backward) a few times, which moves the
+* the recording's warm-up runs the network's forward and backward a few times, which moves the
   BatchNorm running statistics: every buffer of the model is put back afterwards, so the
   iteration that records updates them once, as an eager one does;
-* under AMP the capture runs with autocast's weight cache off (the documentation's rule), with
-  the trainer's autocast settings, which are part of the key;
+* the network is recorded on stand-ins for its parameters (leaves sharing their memory, through
+  ``torch.func.functional_call``), never on the parameters themselves. The trainer keeps its last
+  loss, and with it the last autograd graph, alive into the next forward; that graph holds the
+  parameters' gradient accumulators, which belong to the eager stream, and PyTorch's
+  ``make_graphed_callables``, which differentiates the parameters, failed there on the H200
+  (PyTorch 2.11): "operation would make the legacy stream depend on a capturing blocking stream";
+* under autocast the recording runs in the caller's autocast state, cache included, with the
+  cache emptied before and after each warm-up pass and the capture: a weight used twice in one
+  forward is cast once and its two gradients summed as in eager autograd, and no cast made
+  outside the graph is read inside it. The autocast setting is part of the key;
 * an input of another shape, layout, dtype or autocast setting (an epoch's short last batch)
   gets a recording of its own, up to ``RECORDINGS_BOUND``, or runs eagerly;
 * evaluation, ``no_grad``, extra arguments, a surrounding capture or ``torch.compile`` and a
@@ -22,25 +30,16 @@ What a capture must respect, each handled here:
 * the first call with a new key runs eagerly (cuDNN picks its algorithms there, as for an
   eager run); a failed recording restores the buffers, is counted, warns once with PyTorch's
   message, and leaves its key eager;
-* the previous iteration's autograd graph must be gone when a recording is made: while it lives,
-  the parameters' gradient accumulators it holds belong to the eager stream, and CUDA refuses the
-  capture ("operation would make the legacy stream depend on a capturing blocking stream",
-  observed on the H200 with PyTorch 2.11). Reference cycles are collected before recording; the
-  trainer drops its ``loss`` graph before each forward (:mod:`musgd.ultralytics`).
+* the backward hands the parameters gradients that live in the recording's memory, which the
+  next replay overwrites: where a parameter's ``.grad`` still holds them when the backward runs
+  again (gradients accumulated over iterations), it is copied out first.
 
-Limitation (measured on the H200, tests/cuda): under autocast, a weight used twice in one forward
-gets its two float16 gradients summed in float32 when captured, in float16 when eager (a capture
-must run with autocast's weight cache off, so each use casts the weight anew): the bits differ.
-YOLO26's networks use each weight once per forward; their captured training is the eager one,
-bit for bit (``scripts/ultralytics_gpu.py --parts network``).
-
-Outputs are any nesting of dicts, lists and tuples of tensors: the graphed callable returns
-them as a flat tuple of distinct tensors, and each call rebuilds the nesting.
+Outputs are any nesting of dicts, lists and tuples of tensors: the recording returns them as a
+flat tuple of distinct tensors, and each call rebuilds the nesting.
 """
 
 from __future__ import annotations
 
-import gc
 import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor
 
-from musgd._replay import RecordingCache, ReplayStats
+from musgd._replay import STREAMS, RecordingCache, ReplayStats, capture
 
 __all__ = ["RECORDINGS_BOUND", "CudaNetworkGrapher", "NetworkCapture", "NetworkGrapher"]
 
@@ -68,14 +67,131 @@ class NetworkGrapher(Protocol):
 
 
 class CudaNetworkGrapher:
-    """``torch.cuda.make_graphed_callables``, unused parameters allowed (their gradient stays
-    None, as in eager autograd)."""
+    """Records a network with CUDA graphs (:class:`_CudaRecording`)."""
 
     def supports(self, device: torch.device) -> bool:
         return device.type == "cuda"
 
     def graph(self, module: torch.nn.Module, sample_args: tuple[Tensor, ...]) -> Callable[..., Any]:
-        return torch.cuda.make_graphed_callables(module, sample_args, allow_unused_input=True)
+        (img,) = sample_args
+        recording = _CudaRecording(module, img)
+        return recording.run
+
+
+# Warm-up passes before a capture (PyTorch's documented default for graphed callables).
+WARMUP_PASSES = 3
+
+
+class _CudaRecording:
+    """A module of one tensor in and a flat tuple of tensors out, recorded as two CUDA graphs.
+
+    The forward graph reads ``static_img`` and writes ``outputs``; the backward graph reads
+    ``grad_outputs`` (one per output that requires grad) and writes ``grads`` (one per
+    parameter that requires grad; None where the outputs do not depend on it). Both run on
+    leaves sharing the parameters' memory, so an optimizer's in-place updates are seen.
+    """
+
+    def __init__(self, module: torch.nn.Module, img: Tensor) -> None:
+        named = list(module.named_parameters())
+        leaves = {n: p.detach().requires_grad_(p.requires_grad) for n, p in named}
+        self.params = [p for _, p in named if p.requires_grad]
+        self._leaves = [leaves[n] for n, p in named if p.requires_grad]
+        self.static_img = img.detach().clone()
+
+        def forward() -> tuple[Tensor, ...]:
+            out = torch.func.functional_call(module, leaves, (self.static_img,))
+            return tuple(cast(tuple[Tensor, ...], out))
+
+        with torch.cuda.device(img.device):
+            current = torch.cuda.current_stream()
+            # The side stream every recording of this package warms up and captures on (one
+            # cuBLAS workspace; musgd._replay.STREAMS).
+            side = STREAMS.side_stream(torch.cuda.current_device())
+            side.wait_stream(current)
+            try:
+                with torch.cuda.stream(side):
+                    for _ in range(WARMUP_PASSES):
+                        torch.clear_autocast_cache()
+                        outs = forward()
+                        zeros = [torch.zeros_like(o) for o in outs if o.requires_grad]
+                        self._differentiate(outs, zeros)
+                        del outs, zeros
+            finally:
+                current.wait_stream(side)  # the caller puts the buffers back on `current`
+            torch.clear_autocast_cache()
+            torch.cuda.synchronize()
+            pool = torch.cuda.graph_pool_handle()
+            self._forward, self._backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            try:
+                outs = capture(self._forward, forward, side, pool)
+            finally:
+                torch.clear_autocast_cache()  # no cast made in the capture is read outside it
+            self.differentiable = tuple(o.requires_grad for o in outs)
+            self.grad_outputs = [torch.empty_like(o) for o in outs if o.requires_grad]
+            self.grads = capture(
+                self._backward, lambda: self._differentiate(outs, self.grad_outputs), side, pool
+            )
+            self.outputs = tuple(o.detach() for o in outs)  # the capture's autograd graph goes
+
+    def _differentiate(
+        self, outs: Sequence[Tensor], grad_outputs: Sequence[Tensor]
+    ) -> tuple[Tensor | None, ...]:
+        wanted = [o for o in outs if o.requires_grad]
+        if not wanted or not self._leaves:
+            return tuple(None for _ in self._leaves)
+        return torch.autograd.grad(wanted, self._leaves, grad_outputs, allow_unused=True)
+
+    def run(self, img: Tensor) -> tuple[Tensor, ...]:
+        """The network on ``img`` from the recording, differentiable in the parameters."""
+        return cast(tuple[Tensor, ...], _Replay.apply(self, img, *self.params))  # type: ignore[no-untyped-call,unused-ignore]
+
+    def replay_forward(self, img: Tensor) -> tuple[Tensor, ...]:
+        if img.data_ptr() != self.static_img.data_ptr():
+            self.static_img.copy_(img)
+        self._forward.replay()
+        # Fresh tensor objects on the recording's memory: autograd attaches its node to these,
+        # not to the recording's own outputs.
+        return tuple(o.detach() for o in self.outputs)
+
+    def replay_backward(self, grads: Sequence[Tensor | None]) -> tuple[Tensor | None, ...]:
+        wanted = (g for g, d in zip(grads, self.differentiable, strict=True) if d)
+        for static, g in zip(self.grad_outputs, wanted, strict=True):
+            if g is None:
+                static.zero_()
+            else:
+                static.copy_(g)
+        keep_accumulated(self.params, self.grads)
+        self._backward.replay()
+        return tuple(None if g is None else g.detach() for g in self.grads)
+
+
+def keep_accumulated(params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
+    """Copy out each ``.grad`` that is still one of ``grads`` (autograd keeps an incoming
+    gradient as ``.grad`` when there was none): the replay about to run overwrites them, and an
+    accumulating ``.grad`` must keep its value."""
+    for p, g in zip(params, grads, strict=True):
+        if g is not None and p.grad is not None and p.grad.data_ptr() == g.data_ptr():
+            p.grad = p.grad.clone()
+
+
+class _Replay(torch.autograd.Function):
+    """One autograd node for a replayed network: forward and backward graphs."""
+
+    @staticmethod
+    def forward(  # type: ignore[override,unused-ignore]
+        ctx: Any, recording: _CudaRecording, img: Tensor, *params: Tensor
+    ) -> tuple[Tensor, ...]:
+        ctx.recording = recording
+        ctx.set_materialize_grads(False)
+        outs = recording.replay_forward(img)
+        fixed = [o for o, d in zip(outs, recording.differentiable, strict=True) if not d]
+        ctx.mark_non_differentiable(*fixed)
+        return outs
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        return (None, None, *ctx.recording.replay_backward(grads))
 
 
 # A nested output with its tensors replaced by their index in the flat tuple.
@@ -235,16 +351,11 @@ class NetworkCapture:
             self._seen.add(key)
             self.stats.fallbacks["first-call"] += 1
             return None
-        gc.collect()  # a cycle may hold the last iteration's autograd graph (module docstring)
         buffers = list(self.model.buffers())
         saved = [b.clone() for b in buffers]
         network = _FlatNetwork(self.model, self._original)
-        enabled, dtype = _autocast_key(img.device)
         try:
-            with torch.autocast(
-                img.device.type, dtype=dtype, enabled=bool(enabled), cache_enabled=False
-            ):
-                run = self.grapher.graph(network, (img.detach().clone(),))
+            run = self.grapher.graph(network, (img.detach().clone(),))
         except Exception as exc:  # any failure: this key stays eager
             self._cache.refuse(key)
             self.stats.failures += 1

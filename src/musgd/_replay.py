@@ -19,7 +19,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -264,18 +264,30 @@ class CudaGraphRecorder:
                 current.wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             torch.cuda.synchronize()
-            # capture_begin/end by hand rather than `torch.cuda.graph`: when a capture is
-            # invalidated its exit raises before restoring the current stream, and every later
-            # operation would run on the side stream. Here the stream context always unwinds.
-            with torch.cuda.stream(side), _no_automatic_collection():
-                # thread_local: a data-loader pin-memory thread allocating host memory meanwhile
-                # must not invalidate this capture (the default "global" mode would).
-                graph.capture_begin(capture_error_mode="thread_local")
-                try:
-                    outputs = tuple(fn())
-                finally:
-                    graph.capture_end()  # raises when the capture was invalidated
+            outputs = tuple(capture(graph, fn, side))
             return CudaGraphRecording(graph, outputs)
+
+
+def capture(
+    graph: torch.cuda.CUDAGraph,
+    fn: Callable[[], T],
+    side: torch.cuda.Stream,
+    pool: Any = None,  # a torch.cuda.graph_pool_handle()
+) -> T:
+    """``fn()`` captured into ``graph`` on ``side`` (into ``pool``, else a private pool).
+
+    capture_begin/end by hand rather than ``torch.cuda.graph``: when a capture is invalidated
+    its exit raises before restoring the current stream, and every later operation would run on
+    the side stream. Here the stream context always unwinds. ``thread_local``: a data-loader
+    pin-memory thread allocating host memory meanwhile must not invalidate this capture (the
+    default "global" mode would). The cyclic garbage collector waits (``_no_automatic_collection``).
+    """
+    with torch.cuda.stream(side), _no_automatic_collection():
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            return fn()
+        finally:
+            graph.capture_end()  # raises when the capture was invalidated
 
 
 @contextlib.contextmanager

@@ -198,19 +198,7 @@ def _preprocess_batch(self: Any, batch: Any) -> Any:
     out = super(owner, self).preprocess_batch(batch)
     if "musgd_network" not in self.__dict__:
         _install_network(self)
-    if self.musgd_network is not None:
-        _release_last_graph(self)
     return out
-
-
-def _release_last_graph(self: Any) -> None:
-    """Detach the trainer's ``loss``, the last iteration's: it would keep that iteration's
-    autograd graph alive into this forward, and a recording made then fails (the parameters'
-    gradient accumulators belong to the eager stream; see :mod:`musgd._network_capture`). Its
-    value is kept; nothing reads its graph after the backward."""
-    loss = self.__dict__.get("loss")
-    if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-        self.loss = loss.detach()
 
 
 def _install_network(self: Any) -> None:

@@ -47,22 +47,25 @@ def detector_loss(out: Any) -> Tensor:
     )
 
 
-def train_detector(model: TinyDetector, imgs: list[Tensor], *, amp: bool = False) -> list[float]:
-    """SGD steps on ``imgs``, under float16 autocast with ``amp`` (CUDA); the losses.
+def train_detector(
+    model: TinyDetector, imgs: list[Tensor], *, amp: bool = False, accumulate: int = 1
+) -> list[float]:
+    """SGD on ``imgs``, a step every ``accumulate`` backwards (gradients summed in between),
+    under float16 autocast with ``amp`` (CUDA); the losses.
 
-    Each iteration's loss, and the autograd graph with it, is dropped before the next forward,
-    as the trainer with a network capture does (``musgd.ultralytics``).
+    Each iteration's loss, and the autograd graph with it, stays alive into the next forward,
+    as in the Ultralytics trainer (a recording must not depend on that graph's being gone).
     """
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
-    for img in imgs:
+    for i, img in enumerate(imgs, start=1):
         with torch.autocast(img.device.type, dtype=torch.float16, enabled=amp):
             loss = detector_loss(model(img))
         loss.backward()
-        opt.step()
-        opt.zero_grad()
+        if i % accumulate == 0:
+            opt.step()
+            opt.zero_grad()
         losses.append(loss.item())
-        del loss
     return losses
 
 

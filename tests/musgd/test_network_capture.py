@@ -21,7 +21,13 @@ from network_common import (
 from replay_fakes import FakeNetworkGrapher
 from torch import nn
 
-from musgd._network_capture import RECORDINGS_BOUND, NetworkCapture, flatten, unflatten
+from musgd._network_capture import (
+    RECORDINGS_BOUND,
+    NetworkCapture,
+    flatten,
+    keep_accumulated,
+    unflatten,
+)
 
 
 def test_flatten_keeps_distinct_tensors_once_and_rebuilds_the_nesting() -> None:
@@ -138,3 +144,25 @@ def test_install_and_uninstall_leave_the_class_method() -> None:
     assert model.predict.__func__ is TinyDetector.predict  # type: ignore[attr-defined]
     with pytest.raises(TypeError, match="needs an Ultralytics model"):
         NetworkCapture(nn.Linear(2, 2))
+
+
+def test_keep_accumulated_copies_out_only_a_grad_on_the_recordings_memory() -> None:
+    static = [torch.full((2,), 1.0), torch.full((3,), 2.0), None]
+    a, b, c = (
+        torch.zeros(2, requires_grad=True),
+        torch.zeros(3, requires_grad=True),
+        torch.zeros(1, requires_grad=True),
+    )
+    a.grad = static[0].detach()  # kept by autograd: the recording's memory
+    b.grad = torch.full((3,), 5.0)  # a .grad of its own
+    c.grad = torch.full((1,), 7.0)  # a parameter the network does not use
+    own_b, own_c = b.grad, c.grad
+    keep_accumulated([a, b, c], static)
+    assert a.grad is not None
+    assert a.grad.data_ptr() != static[0].data_ptr()
+    assert torch.equal(a.grad, torch.full((2,), 1.0))
+    assert b.grad is own_b
+    assert c.grad is own_c
+    d = torch.zeros(2, requires_grad=True)  # no .grad yet: nothing to keep
+    keep_accumulated([d], [static[0]])
+    assert d.grad is None
