@@ -31,8 +31,9 @@ What a capture must respect, each handled here:
   eager run); a failed recording restores the buffers, is counted, warns once with PyTorch's
   message, and leaves its key eager;
 * the backward hands the parameters gradients that live in the recording's memory, which the
-  next replay overwrites: where a parameter's ``.grad`` still holds them when the backward runs
-  again (gradients accumulated over iterations), it is copied out first.
+  next replay overwrites (the forward's scratch memory too: both graphs share one pool): where a
+  parameter's ``.grad`` still holds them when the recording replays again (gradients
+  accumulated over iterations), it is copied out first.
 
 Outputs are any nesting of dicts, lists and tuples of tensors: the recording returns them as a
 flat tuple of distinct tensors, and each call rebuilds the nesting.
@@ -62,7 +63,7 @@ class NetworkGrapher(Protocol):
     def supports(self, device: torch.device) -> bool: ...
 
     def graph(
-        self, module: torch.nn.Module, sample_args: tuple[Tensor, ...]
+        self, module: torch.nn.Module, sample_args: tuple[Tensor, ...], grad_strides: GradStrides
     ) -> Callable[..., Any]: ...
 
 
@@ -72,9 +73,11 @@ class CudaNetworkGrapher:
     def supports(self, device: torch.device) -> bool:
         return device.type == "cuda"
 
-    def graph(self, module: torch.nn.Module, sample_args: tuple[Tensor, ...]) -> Callable[..., Any]:
+    def graph(
+        self, module: torch.nn.Module, sample_args: tuple[Tensor, ...], grad_strides: GradStrides
+    ) -> Callable[..., Any]:
         (img,) = sample_args
-        recording = _CudaRecording(module, img)
+        recording = _CudaRecording(module, img, grad_strides)
         return recording.run
 
 
@@ -91,7 +94,7 @@ class _CudaRecording:
     leaves sharing the parameters' memory, so an optimizer's in-place updates are seen.
     """
 
-    def __init__(self, module: torch.nn.Module, img: Tensor) -> None:
+    def __init__(self, module: torch.nn.Module, img: Tensor, grad_strides: GradStrides) -> None:
         named = list(module.named_parameters())
         leaves = {n: p.detach().requires_grad_(p.requires_grad) for n, p in named}
         self.params = [p for _, p in named if p.requires_grad]
@@ -127,7 +130,11 @@ class _CudaRecording:
             finally:
                 torch.clear_autocast_cache()  # no cast made in the capture is read outside it
             self.differentiable = tuple(o.requires_grad for o in outs)
-            self.grad_outputs = [torch.empty_like(o) for o in outs if o.requires_grad]
+            self.grad_outputs = [
+                grad_buffer(o, stride)
+                for o, stride in zip(outs, _padded(grad_strides, len(outs)), strict=True)
+                if o.requires_grad
+            ]
             self.grads = capture(
                 self._backward, lambda: self._differentiate(outs, self.grad_outputs), side, pool
             )
@@ -146,6 +153,8 @@ class _CudaRecording:
         return cast(tuple[Tensor, ...], _Replay.apply(self, img, *self.params))  # type: ignore[no-untyped-call,unused-ignore]
 
     def replay_forward(self, img: Tensor) -> tuple[Tensor, ...]:
+        # The forward graph's scratch memory overlaps the backward's gradients (one pool).
+        keep_accumulated(self.params, self.grads)
         if img.data_ptr() != self.static_img.data_ptr():
             self.static_img.copy_(img)
         self._forward.replay()
@@ -163,6 +172,57 @@ class _CudaRecording:
         keep_accumulated(self.params, self.grads)
         self._backward.replay()
         return tuple(None if g is None else g.detach() for g in self.grads)
+
+
+# Per flat output, the strides its gradient came back with in the eager call (None: unseen).
+GradStrides = Sequence[tuple[int, ...] | None]
+
+
+def _padded(strides: GradStrides, n: int) -> list[tuple[int, ...] | None]:
+    return [*strides[:n], *[None] * (n - len(strides))]
+
+
+def observe_grad_strides(out: Any) -> list[tuple[int, ...] | None]:
+    """Hooks on the differentiable tensors of ``out`` (a network's eager output) that note the
+    strides of the gradient each receives in the backward; the list they fill, per flat output.
+
+    The loss hands its gradients back in layouts of its own (a channels-last output's gradient
+    may come back contiguous); a recorded backward that read them in another layout would run
+    other kernels, and sum in another order.
+    """
+    flat, _ = flatten(out)
+    strides: list[tuple[int, ...] | None] = [None] * len(flat)
+    for i, t in enumerate(flat):
+        if t.requires_grad:
+
+            def note(grad: Tensor, i: int = i) -> None:
+                strides[i] = tuple(grad.stride())
+
+            t.register_hook(note)  # type: ignore[no-untyped-call,unused-ignore]
+    return strides
+
+
+def dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether ``stride`` lays ``shape`` out densely, without overlap (a permutation of a
+    contiguous layout), so that a buffer of it can hold any gradient of that shape."""
+    if len(shape) != len(stride):
+        return False
+    expected = 1
+    for size, step in sorted(
+        ((n, st) for n, st in zip(shape, stride, strict=True) if n != 1), key=lambda d: d[1]
+    ):
+        if step != expected:
+            return False
+        expected *= size
+    return True
+
+
+def grad_buffer(out: Tensor, stride: tuple[int, ...] | None) -> Tensor:
+    """The recording's buffer for ``out``'s gradient: in the layout the eager call's gradient
+    had, where that was seen and dense, else ``out``'s own."""
+    if stride is not None and dense(out.shape, stride):
+        return torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)
+    return torch.empty_like(out)
 
 
 def keep_accumulated(params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:
@@ -283,7 +343,8 @@ class NetworkCapture:
         self.grapher: NetworkGrapher = CudaNetworkGrapher() if grapher is None else grapher
         self.stats = ReplayStats()
         self._cache: RecordingCache[_Graphed] = RecordingCache(lambda: RECORDINGS_BOUND)
-        self._seen: set[Hashable] = set()
+        # Per key seen, the strides of its first (eager) call's output gradients.
+        self._grad_strides: dict[Hashable, list[tuple[int, ...] | None]] = {}
         self._original = cast(Callable[..., Any], model.predict)
         self._patch = self.predict  # one bound method, so that installed can tell it by identity
 
@@ -338,7 +399,10 @@ class NetworkCapture:
         if entry is None:
             entry = self._record(key, img)
             if entry is None:
-                return self._original(img)
+                out = self._original(img)
+                if key not in self._grad_strides:  # the key's first call
+                    self._grad_strides[key] = observe_grad_strides(out)
+                return out
         self.stats.replays += 1
         return unflatten(entry.spec, entry.run(img))
 
@@ -347,15 +411,14 @@ class NetworkCapture:
         if refused is not None:
             self.stats.fallbacks[refused] += 1
             return None
-        if key not in self._seen:  # a key's first call runs eagerly: it may be a one-off
-            self._seen.add(key)
+        if key not in self._grad_strides:  # a key's first call runs eagerly: it may be a one-off
             self.stats.fallbacks["first-call"] += 1
             return None
         buffers = list(self.model.buffers())
         saved = [b.clone() for b in buffers]
         network = _FlatNetwork(self.model, self._original)
         try:
-            run = self.grapher.graph(network, (img.detach().clone(),))
+            run = self.grapher.graph(network, (img.detach().clone(),), self._grad_strides[key])
         except Exception as exc:  # any failure: this key stays eager
             self._cache.refuse(key)
             self.stats.failures += 1

@@ -159,11 +159,18 @@ class FakeNetworkGrapher:
         self.warmup = warmup
         self.fail = fail
         self.graphed = 0
+        self.grad_strides: list[list[tuple[int, ...] | None]] = []  # what each graph was given
 
     def supports(self, device: torch.device) -> bool:
         return True
 
-    def graph(self, module: torch.nn.Module, sample_args: tuple[Tensor, ...]) -> Any:
+    def graph(
+        self,
+        module: torch.nn.Module,
+        sample_args: tuple[Tensor, ...],
+        grad_strides: Sequence[tuple[int, ...] | None],
+    ) -> Any:
+        self.grad_strides.append(list(grad_strides))
         params = [p for p in module.parameters() if p.requires_grad]
         for _ in range(self.warmup):
             outputs = [o for o in module(*sample_args) if o.requires_grad]

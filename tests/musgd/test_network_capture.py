@@ -14,6 +14,7 @@ import torch
 from network_common import (
     TinyDetector,
     detector_inputs,
+    detector_loss,
     module_state,
     same_tensors,
     train_detector,
@@ -24,7 +25,9 @@ from torch import nn
 from musgd._network_capture import (
     RECORDINGS_BOUND,
     NetworkCapture,
+    dense,
     flatten,
+    grad_buffer,
     keep_accumulated,
     unflatten,
 )
@@ -166,3 +169,39 @@ def test_keep_accumulated_copies_out_only_a_grad_on_the_recordings_memory() -> N
     d = torch.zeros(2, requires_grad=True)  # no .grad yet: nothing to keep
     keep_accumulated([d], [static[0]])
     assert d.grad is None
+
+
+def test_dense_accepts_permuted_contiguous_layouts_only() -> None:
+    assert dense((2, 3, 4, 5), (60, 20, 5, 1))  # contiguous
+    assert dense((2, 3, 4, 5), (60, 1, 15, 3))  # channels-last
+    assert dense((1, 3, 1, 1), (3, 1, 3, 3))  # size-1 dimensions: any stride
+    assert not dense((2, 3), (0, 1))  # an expanded gradient (the backward of a mean)
+    assert not dense((2, 3), (1, 1))  # overlapping
+    assert not dense((2, 3), (6, 1))  # gaps
+    assert not dense((2, 3), (3,))
+
+
+def test_grad_buffer_takes_the_eager_gradients_layout_where_it_can() -> None:
+    out = torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    assert grad_buffer(out, (60, 20, 5, 1)).is_contiguous()
+    assert grad_buffer(out, None).is_contiguous(memory_format=torch.channels_last)
+    expanded = grad_buffer(out, (0, 0, 0, 0))  # not a layout a buffer can take: out's own
+    assert expanded.is_contiguous(memory_format=torch.channels_last)
+    assert expanded.dtype == out.dtype
+
+
+def test_the_recording_gets_the_strides_of_the_first_calls_gradients() -> None:
+    model = TinyDetector().to(memory_format=torch.channels_last)
+    grapher = FakeNetworkGrapher()
+    NetworkCapture(model, grapher=grapher).install()
+    seen: list[tuple[int, ...]] = []
+    imgs = detector_inputs(3)
+    out = model(imgs[0])  # the first call: eager, hooked
+    out["one2many"]["boxes"].register_hook(lambda g: seen.append(tuple(g.stride())))
+    detector_loss(out).backward()
+    model(imgs[1])  # the second: recorded, with what the first call's backward showed
+    (strides,) = grapher.grad_strides
+    # Flat order: one2many boxes, feats, one2one boxes, one2one feats (detached: no gradient).
+    assert strides[0] == seen[0]
+    assert all(isinstance(s, tuple) for s in strides[:3])
+    assert strides[3] is None
