@@ -190,7 +190,10 @@ def observe_grad_strides(out: Any) -> list[tuple[int, ...] | None]:
     may come back contiguous); a recorded backward that read them in another layout would run
     other kernels, and sum in another order.
     """
-    flat, _ = flatten(out)
+    try:
+        flat, _ = flatten(out)
+    except TypeError:  # not an output a graph can give back: its recording fails, and says so
+        return []
     strides: list[tuple[int, ...] | None] = [None] * len(flat)
     for i, t in enumerate(flat):
         if t.requires_grad:

@@ -291,22 +291,29 @@ def parse_train_args(argv: list[str]) -> tuple[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``musgd-yolo key=value ...``: ``YOLO(model).train(..., trainer=MuSGDTrainer)``."""
+    """``musgd-yolo key=value ...``: ``YOLO(model).train(..., trainer=MuSGDTrainer)``;
+    ``capture_network=true`` trains with ``musgd_trainer(capture_network=True)``."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in args):
-        print("usage: musgd-yolo [model=yolo26n.yaml] key=value ...  (model.train arguments)")
+        print(
+            "usage: musgd-yolo [model=yolo26n.yaml] [capture_network=true] key=value ...  "
+            "(model.train arguments)"
+        )
         return 0
     try:
         model_name, kwargs = parse_train_args(args)
+        network = kwargs.pop("capture_network", False)
+        if not isinstance(network, bool):
+            raise ValueError(f"capture_network= takes true or false, got {network!r}")
         require_ultralytics()
     except (ValueError, ImportError) as exc:
         print(f"musgd-yolo: {exc}", file=sys.stderr)
         return 2
     from ultralytics import YOLO
 
-    YOLO(model_name).train(trainer=musgd_trainer(), **kwargs)
+    YOLO(model_name).train(trainer=musgd_trainer(capture_network=network), **kwargs)
     return 0
 
 

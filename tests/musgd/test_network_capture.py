@@ -205,3 +205,23 @@ def test_the_recording_gets_the_strides_of_the_first_calls_gradients() -> None:
     assert strides[0] == seen[0]
     assert all(isinstance(s, tuple) for s in strides[:3])
     assert strides[3] is None
+
+
+def test_a_network_whose_output_a_graph_cannot_give_back_stays_eager() -> None:
+    class Labelled(TinyDetector):
+        def predict(self, img: torch.Tensor, *args: object, **kwargs: object) -> object:
+            return {"boxes": super().predict(img), "names": ["person"]}
+
+    model = Labelled()
+    eager = copy.deepcopy(model)
+    capture = NetworkCapture(model, grapher=FakeNetworkGrapher()).install()
+    imgs = detector_inputs(3)
+    with pytest.warns(RuntimeWarning, match=r"failed \(TypeError: NetworkCapture: the network "):
+        got = [model(img)["boxes"]["one2many"]["boxes"] for img in imgs]
+    want = [eager(img)["boxes"]["one2many"]["boxes"] for img in imgs]
+    assert same_tensors(got, want)
+    assert capture.stats.fallbacks == {
+        "first-call": 1,
+        "record-failed:TypeError": 1,
+        "not-recordable": 1,
+    }

@@ -423,6 +423,34 @@ def test_command_line_errors_exit_2_with_a_message(
     assert 'pip install "wpgate[ultralytics]"' in capsys.readouterr().err
     assert main(["--help"]) == 0
     assert "usage: musgd-yolo" in capsys.readouterr().out
+    assert main(["capture_network=maybe"]) == 2
+    assert "capture_network= takes true or false, got 'maybe'" in capsys.readouterr().err
+
+
+def test_command_line_capture_network_reaches_the_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import musgd.ultralytics as module
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    class FakeYOLO:
+        def __init__(self, model: str) -> None:
+            self.model = model
+
+        def train(self, **kw: Any) -> None:
+            calls.append((self.model, kw))
+
+    monkeypatch.setitem(sys.modules, "ultralytics", types.SimpleNamespace(YOLO=FakeYOLO))
+    monkeypatch.setattr(module, "require_ultralytics", lambda: None)
+    made: list[bool] = []
+    monkeypatch.setattr(
+        module, "musgd_trainer", lambda capture_network=False: made.append(capture_network)
+    )
+    assert module.main(["capture_network=true", "epochs=2"]) == 0
+    assert module.main(["epochs=2"]) == 0
+    assert made == [True, False]
+    assert [kw for _, kw in calls] == [{"trainer": None, "epochs": 2}] * 2
 
 
 def test_groups_given_generators_keep_their_parameters() -> None:
