@@ -3,8 +3,10 @@
 # YOLO-format data generated offline: eager-vs-replay bit-identity over at least 200 optimizer
 # steps with the warm-up active (identity), the iteration split into phases with the device
 # synchronised at each boundary (phases), and stock MuSGD against ours in paired runs at batch 4
-# and 16, unsynchronised (train). Writes $OUT/ultralytics-{identity,phases,train}.json,
-# $OUT/ultralytics-loss.png and $OUT/ultralytics.log.
+# and 16, unsynchronised (train); with --parts network, the network captured against eager, bit
+# for bit (network), and --ours-network times our arm with it. Writes
+# $OUT/ultralytics-{identity,network,phases,train}.json, $OUT/ultralytics-loss.png and
+# $OUT/ultralytics.log.
 #   GATE_COMMIT=<full sha of the tree, written literally> LIMIT_S=540 scripts/gpu_ultralytics.sh [--parts identity,phases,train] [--pairs 3]
 # LIMIT_S bounds the whole script: the Python part gets what is left after the install, less a
 # margin, as --budget-s, and skips the runs that would not fit (saying so in the log).

@@ -1,11 +1,15 @@
 """YOLO26n with the Ultralytics trainer: stock MuSGD against ours, and replay bit-identity.
 
-Three parts on a synthetic YOLO-format dataset generated offline, one evidence file each:
+Four parts on a synthetic YOLO-format dataset generated offline, one evidence file each:
 
 * ``identity``: our trainer (both replay flags on) trains YOLO26n for at least
   ``--identity-steps`` optimizer steps with the trainer's lr/momentum warm-up active; after every
   step a shadow eager ``UltralyticsMuSGD`` over copies of the parameters, given the same gradients
   and the group values the trainer wrote, must hold bit-identical parameters and buffers.
+* ``network``: our trainer three times, deterministic, for ``--network-iters`` iterations: the
+  network eager twice (is the run reproducible at all?) and captured once
+  (``capture_network=True``). The captured run must give the eager run's losses (float hex) and
+  final state (sha256), with every iteration replayed but the first.
 * ``phases``: per batch size, one stock and one of our runs with the device synchronised at every
   phase boundary of the iteration (data wait, batch to device, forward and backward, unscale,
   clip, the optimizer's step, scaler update, zero_grad, EMA update, the rest): where the time goes.

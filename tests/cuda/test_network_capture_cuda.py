@@ -1,5 +1,6 @@
-"""NetworkCapture with real CUDA graphs (``torch.cuda.make_graphed_callables``): a captured
-training is the eager one, bit for bit, with and without float16 autocast."""
+"""NetworkCapture with real CUDA graphs (``CudaNetworkGrapher``): a captured training is the
+eager one, bit for bit, with and without float16 autocast, a weight used twice, a short last
+batch, and gradients accumulated over iterations."""
 
 from __future__ import annotations
 

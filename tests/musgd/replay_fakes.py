@@ -147,7 +147,7 @@ class FakeRecorder:
 
 
 class FakeNetworkGrapher:
-    """A stand-in for ``torch.cuda.make_graphed_callables`` on any device.
+    """A stand-in for ``musgd._network_capture.CudaNetworkGrapher`` on any device.
 
     Like the real one it runs ``warmup`` forward and backward passes of the module on the sample
     arguments first (moving BatchNorm statistics, which the caller must put back), without

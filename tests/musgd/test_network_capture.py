@@ -2,7 +2,7 @@
 
 The fake grapher (``replay_fakes.FakeNetworkGrapher``) warms up as the real one does and then
 runs the module eagerly, so a captured training must match an eager one bit for bit; the real
-``torch.cuda.make_graphed_callables`` is exercised on the GPU (tests/cuda).
+recording (``CudaNetworkGrapher``, CUDA graphs) is exercised on the GPU (tests/cuda).
 """
 
 from __future__ import annotations
