@@ -41,7 +41,6 @@ Usage (GPU, under 9 minutes on an H200): ``python scripts/ultralytics_gpu.py --d
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -62,6 +61,7 @@ from musgd.bench import (
     PhaseClock,
     build_evidence,
     data_wait_share,
+    hash_tensors,
     paired_ratios,
     phase_trace,
     same_bits,
@@ -874,16 +874,6 @@ def run_identity(args: argparse.Namespace, data: Path, budget: Budget) -> dict[s
     }
 
 
-def _state_digest(module: torch.nn.Module) -> str:
-    """sha256 of a module's state (names, dtypes, shapes and bytes, in order): equal digests,
-    equal bits."""
-    digest = hashlib.sha256()
-    for name, t in module.state_dict().items():
-        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-        digest.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
 def network_run(
     args: argparse.Namespace, data: Path, *, capture: bool, name: str
 ) -> dict[str, Any]:
@@ -905,7 +895,8 @@ def network_run(
     model.train(**kw)
     return {
         "losses": losses,
-        "state_sha256": _state_digest(model.trainer.model),
+        # Equal digests, equal bits (dtypes, shapes and bytes of the state, in order).
+        "state_sha256": hash_tensors(model.trainer.model.state_dict().values()),
         "network": _network_stats(model.trainer),
         "network_reason": model.trainer.__dict__.get("musgd_network_reason"),
     }

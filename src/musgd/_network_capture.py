@@ -49,7 +49,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor
 
-from musgd._replay import STREAMS, RecordingCache, ReplayStats, capture
+from musgd._replay import STREAMS, RecordingCache, ReplayStats, capture, on_side_stream
 
 __all__ = ["RECORDINGS_BOUND", "CudaNetworkGrapher", "NetworkCapture", "NetworkGrapher"]
 
@@ -110,17 +110,13 @@ class _CudaRecording:
             # The side stream every recording of this package warms up and captures on (one
             # cuBLAS workspace; musgd._replay.STREAMS).
             side = STREAMS.side_stream(torch.cuda.current_device())
-            side.wait_stream(current)
-            try:
-                with torch.cuda.stream(side):
-                    for _ in range(WARMUP_PASSES):
-                        torch.clear_autocast_cache()
-                        outs = forward()
-                        zeros = [torch.zeros_like(o) for o in outs if o.requires_grad]
-                        self._differentiate(outs, zeros)
-                        del outs, zeros
-            finally:
-                current.wait_stream(side)  # the caller puts the buffers back on `current`
+            with on_side_stream(side, current):  # the caller puts the buffers back on `current`
+                for _ in range(WARMUP_PASSES):
+                    torch.clear_autocast_cache()
+                    outs = forward()
+                    zeros = [torch.zeros_like(o) for o in outs if o.requires_grad]
+                    self._differentiate(outs, zeros)
+                    del outs, zeros
             torch.clear_autocast_cache()
             torch.cuda.synchronize()
             pool = torch.cuda.graph_pool_handle()

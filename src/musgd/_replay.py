@@ -254,18 +254,25 @@ class CudaGraphRecorder:
             # capture stream creates its cuBLAS workspace before capture, and one stream keeps
             # it to one workspace instead of one per recording.
             side = STREAMS.side_stream(torch.cuda.current_device())
-            side.wait_stream(current)
-            try:
-                with torch.cuda.stream(side):
-                    fn()
-            finally:
-                # Also after a failed warm-up: the caller restores state on `current` next, and
-                # that must not race the side stream's writes.
-                current.wait_stream(side)
+            with on_side_stream(side, current):
+                fn()
             graph = torch.cuda.CUDAGraph()
             torch.cuda.synchronize()
             outputs = tuple(capture(graph, fn, side))
             return CudaGraphRecording(graph, outputs)
+
+
+@contextlib.contextmanager
+def on_side_stream(side: torch.cuda.Stream, current: torch.cuda.Stream) -> Iterator[None]:
+    """Work queued on ``side`` after what ``current`` holds; ``current`` then waits for it, also
+    after a failure: the caller restores state on ``current`` next, and that must not race the
+    side stream's writes."""
+    side.wait_stream(current)
+    try:
+        with torch.cuda.stream(side):
+            yield
+    finally:
+        current.wait_stream(side)
 
 
 def capture(

@@ -4,20 +4,18 @@ batch, and gradients accumulated over iterations."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 
 import pytest
 import torch
 from network_common import (
     TinyDetector,
+    captured_copy,
     detector_inputs,
     module_state,
     same_tensors,
     train_detector,
 )
-
-from musgd._network_capture import NetworkCapture
 
 pytestmark = pytest.mark.cuda
 
@@ -39,8 +37,7 @@ def test_real_graphs_train_as_the_eager_network(amp: bool, share_head: bool) -> 
     # float16, as eager autocast does with its cache on.
     torch.manual_seed(0)
     eager = TinyDetector(share_head=share_head).cuda().to(memory_format=torch.channels_last)
-    captured = copy.deepcopy(eager)
-    capture = NetworkCapture(captured).install()
+    captured, capture = captured_copy(eager)
     imgs = [img.cuda() for img in detector_inputs(6)]
     assert train_detector(captured, imgs, amp=amp) == train_detector(eager, imgs, amp=amp)
     # Parameters, gradients' effects and BatchNorm statistics (which the warm-up moved and the
@@ -54,8 +51,7 @@ def test_real_graphs_train_as_the_eager_network(amp: bool, share_head: bool) -> 
 def test_a_short_last_batch_gets_its_own_recording() -> None:
     torch.manual_seed(0)
     eager = TinyDetector().cuda()
-    captured = copy.deepcopy(eager)
-    capture = NetworkCapture(captured).install()
+    captured, capture = captured_copy(eager)
     imgs = [img.cuda() for img in [*detector_inputs(3, batch=4), *detector_inputs(3, batch=2)]]
     assert train_detector(captured, imgs) == train_detector(eager, imgs)
     assert same_tensors(module_state(captured), module_state(eager))
@@ -68,8 +64,7 @@ def test_gradients_accumulated_over_iterations_keep_their_sum() -> None:
     # backward replays over it; it must be copied out first.
     torch.manual_seed(0)
     eager = TinyDetector().cuda()
-    captured = copy.deepcopy(eager)
-    capture = NetworkCapture(captured).install()
+    captured, capture = captured_copy(eager)
     imgs = [img.cuda() for img in detector_inputs(8)]
     got = train_detector(captured, imgs, accumulate=3)
     assert got == train_detector(eager, imgs, accumulate=3)

@@ -3,11 +3,13 @@ network-capture tests on the CPU (tests/musgd) and on the GPU (tests/cuda)."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from musgd._network_capture import NetworkCapture, NetworkGrapher
 from musgd.bench import same_bits
 
 
@@ -81,3 +83,12 @@ def module_state(model: nn.Module) -> list[Tensor]:
 def same_tensors(a: list[Tensor], b: list[Tensor]) -> bool:
     """Every pair the same bits (:func:`musgd.bench.same_bits`)."""
     return len(a) == len(b) and all(map(same_bits, a, b))
+
+
+def captured_copy(
+    model: nn.Module, grapher: NetworkGrapher | None = None
+) -> tuple[nn.Module, NetworkCapture]:
+    """A deep copy of ``model`` with a :class:`NetworkCapture` installed (the CUDA grapher
+    unless ``grapher`` is given), and the capture."""
+    captured = copy.deepcopy(model)
+    return captured, NetworkCapture(captured, grapher=grapher).install()

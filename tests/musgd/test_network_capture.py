@@ -7,12 +7,11 @@ recording (``CudaNetworkGrapher``, CUDA graphs) is exercised on the GPU (tests/c
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from network_common import (
     TinyDetector,
+    captured_copy,
     detector_inputs,
     detector_loss,
     module_state,
@@ -52,9 +51,8 @@ def test_flatten_keeps_distinct_tensors_once_and_rebuilds_the_nesting() -> None:
 def test_a_captured_training_is_the_eager_one_bit_for_bit() -> None:
     torch.manual_seed(0)
     eager = TinyDetector()
-    captured = copy.deepcopy(eager)
     grapher = FakeNetworkGrapher()
-    capture = NetworkCapture(captured, grapher=grapher).install()
+    captured, capture = captured_copy(eager, grapher)
     imgs = detector_inputs(6)
     assert train_detector(captured, imgs) == train_detector(eager, imgs)
     # The warm-up moved BatchNorm statistics three times per recording; they were put back.
@@ -113,9 +111,8 @@ def test_a_device_the_grapher_does_not_support_runs_the_original() -> None:
 
 def test_a_failed_recording_puts_the_statistics_back_and_stays_eager() -> None:
     torch.manual_seed(0)
-    model = TinyDetector()
-    eager = copy.deepcopy(model)
-    capture = NetworkCapture(model, grapher=FakeNetworkGrapher(fail=True)).install()
+    eager = TinyDetector()
+    model, capture = captured_copy(eager, FakeNetworkGrapher(fail=True))
     imgs = detector_inputs(4)
     # One warning, with the grapher's message, however many layouts fail after it.
     with pytest.warns(RuntimeWarning) as caught:
@@ -212,9 +209,8 @@ def test_a_network_whose_output_a_graph_cannot_give_back_stays_eager() -> None:
         def predict(self, img: torch.Tensor, *args: object, **kwargs: object) -> object:
             return {"boxes": super().predict(img), "names": ["person"]}
 
-    model = Labelled()
-    eager = copy.deepcopy(model)
-    capture = NetworkCapture(model, grapher=FakeNetworkGrapher()).install()
+    eager = Labelled()
+    model, capture = captured_copy(eager, FakeNetworkGrapher())
     imgs = detector_inputs(3)
     with pytest.warns(RuntimeWarning, match=r"failed \(TypeError: NetworkCapture: the network "):
         got = [model(img)["boxes"]["one2many"]["boxes"] for img in imgs]

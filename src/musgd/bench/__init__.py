@@ -27,6 +27,7 @@ from musgd.bench._models import (
     transformer_parameters,
 )
 from musgd.bench._timing import Summary, paired_ratios, summarize
+from musgd.bench._train_bench import hash_tensors
 from musgd.bench._trainer_phases import (
     PhaseClock,
     data_wait_share,
@@ -46,6 +47,7 @@ __all__ = [
     "build_evidence",
     "data_wait_share",
     "detection_loss",
+    "hash_tensors",
     "large_parameters",
     "make_parameters",
     "nano_detector_parameters",
