@@ -1161,8 +1161,11 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
         print("wrote", write_loss_chart(train, args.out / "ultralytics-loss.png"))
         return 0
     budget = Budget(args.budget_s)  # before importing ultralytics: that is spent time too
-    require_ultralytics()
-    configure(args)
+    configure(args)  # bad options are refused first, with or without ultralytics
+    try:
+        require_ultralytics()
+    except ImportError as exc:  # its message says how to install it
+        raise UsageError(str(exc)) from exc
     if args.one_run is not None:
         return run_one(args)
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -6,6 +6,7 @@ The runs themselves need ultralytics (``tests/ultralytics/test_gpu_script.py`` r
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -177,6 +178,18 @@ def test_bad_input_exits_2_with_a_message_and_no_traceback(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err
+    assert "Traceback" not in err
+
+
+def test_a_missing_ultralytics_exits_2_saying_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "ultralytics", None)  # an import of it fails
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--device", "cpu", "--quick"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert 'pip install "wpgate[ultralytics]"' in err
     assert "Traceback" not in err
 
 
