@@ -177,8 +177,7 @@ class GradClipReplay:
             recording = self.recorder.record(clip, device)
         except Exception as exc:  # a failed capture leaves these gradients to the eager call
             self._cache.refuse(key)
-            self.stats.failures += 1
-            self.stats.fallbacks[f"record-failed:{type(exc).__name__}"] += 1
+            self.stats.count_failure(exc)
             return None
         finally:
             for p, g in zip(with_grad, grads, strict=True):

@@ -420,8 +420,7 @@ class NetworkCapture:
             run = self.grapher.graph(network, (img.detach().clone(),), self._grad_strides[key])
         except Exception as exc:  # any failure: this key stays eager
             self._cache.refuse(key)
-            self.stats.failures += 1
-            self.stats.fallbacks[f"record-failed:{type(exc).__name__}"] += 1
+            self.stats.count_failure(exc)
             if self.stats.failures == 1:
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 warnings.warn(

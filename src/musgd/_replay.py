@@ -389,6 +389,12 @@ class ReplayStats:
     failures: int = 0
     fallbacks: Counter[str] = field(default_factory=Counter)
 
+    def count_failure(self, exc: BaseException) -> None:
+        """A failed recording whose call then ran eagerly: a failure, and a fallback named
+        after the exception's type."""
+        self.failures += 1
+        self.fallbacks[f"record-failed:{type(exc).__name__}"] += 1
+
 
 class RecordingCache(Generic[E]):
     """Published recordings by key, bounded; keys whose recording failed are never retried."""
