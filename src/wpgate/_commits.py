@@ -25,6 +25,7 @@ from wpgate._git import (
 )
 from wpgate._model import InvocationError
 from wpgate._output import LinterRun, Summary
+from wpgate.options import GateOptions
 from wpgate.references import GateResolver, References
 from wpgate.rules.trailers import (
     CommitMessage,
@@ -83,7 +84,7 @@ def lint_message(
         message=message,
         path=path,
         references=load_references(root, config),
-        resolve_gate=GateResolver(root).resolve,
+        resolve_gate=GateResolver(root, options=GateOptions.from_config(config)).resolve,
         author=author,
         parents=2 if merging else 1,
         pr_mode=pr_mode,
@@ -101,15 +102,17 @@ class OwnTreeGates:
     ``cat-file`` per file asked for; asked only for a gate that does not resolve in the working
     tree, see ``CommitMessage.resolve_own_gate``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, options: GateOptions | None = None) -> None:
         self._root = root
+        self._options = options
         self._resolvers: dict[str, GateResolver] = {}
 
     def resolve(self, sha: str, node_id: str) -> str | None:
         """Why ``node_id`` does not resolve in commit ``sha``'s tree (None when it does)."""
         resolver = self._resolvers.get(sha)
         if resolver is None:
-            resolver = GateResolver(self._root, read=functools.partial(self._read, sha))
+            read = functools.partial(self._read, sha)
+            resolver = GateResolver(self._root, read=read, options=self._options)
             self._resolvers = {sha: resolver}  # commits come one at a time: keep the last
         return resolver.resolve(node_id)
 
@@ -178,8 +181,9 @@ def lint_range(config: Config, revisions: RevisionRange, *, comment_char: str = 
     options = TrailerOptions.from_config(config)
     commits = read_commits(config.root, revisions)
     references = load_references(config.root, config)
-    resolve = GateResolver(config.root).resolve
-    own = OwnTreeGates(config.root)
+    gates = GateOptions.from_config(config)
+    resolve = GateResolver(config.root, options=gates).resolve
+    own = OwnTreeGates(config.root, gates)
     messages = _commit_messages(commits, references, resolve, own, comment_char, options)
     with _no_cycle_collection():
         return _run(messages, options, config, "commit")

@@ -38,6 +38,7 @@ from wpgate.options import (
     ConfigError,
     DocsLayout,
     EvidenceOptions,
+    GateOptions,
     LinterOptions,
     ProvenanceOptions,
     Setting,
@@ -242,6 +243,7 @@ def load_config(root: Path) -> Config:
 #: are the declaration of every key of those tables.
 RECORDS: tuple[type[LinterOptions], ...] = (
     TrailerOptions,
+    GateOptions,
     DocsLayout,
     ProvenanceOptions,
     WorkPackageOptions,

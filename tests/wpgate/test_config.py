@@ -144,8 +144,9 @@ def test_every_table_and_kind_is_in_the_schema() -> None:
         "wp",
         "evidence",
         "changelog",
+        "gates",
         "rules",
     }
     kinds = {setting.kind for table in SCHEMA.values() for setting in table.values()}
-    assert kinds == {"str", "bool", "int", "str_list", "str_or_list"}
+    assert kinds == {"str", "bool", "int", "str_list", "str_or_list", "str_map"}
     assert set(SCHEMA["trailers"]) <= set(TrailerOptions.__dataclass_fields__)

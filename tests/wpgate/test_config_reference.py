@@ -41,7 +41,9 @@ def _literal(default: str) -> object:
     return tomllib.loads(f"value = {default}")["value"]
 
 
-def _as_toml_value(value: object) -> object:
+def _as_toml_value(value: object, kind: str) -> object:
+    if kind == "str_map":  # a table, held as a tuple of (key, value) pairs
+        return dict(value)  # type: ignore[call-overload]
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -66,7 +68,7 @@ def test_documented_keys_kinds_and_defaults_are_the_records_fields(
             assert not setting.default.startswith(("[", '"', "None")), item.name
             continue
         # The published default is the field's own, written as TOML.
-        assert _literal(setting.default) == _as_toml_value(item.default), item.name
+        assert _literal(setting.default) == _as_toml_value(item.default, setting.kind), item.name
 
 
 def _written_settings(path: Path) -> list[tuple[str, object]]:
