@@ -42,10 +42,20 @@ def _store_ignored(ctx: click.Context, _param: click.Parameter, value: tuple[str
 
 
 def _config(root: str | None) -> Config:
-    """The configuration of ``--root`` with this run's ``--ignore`` rules switched off."""
+    """The configuration of ``--root`` with this run's ``--ignore`` rules switched off; with
+    ``--verbose``, the file it came from is said on stderr (stdout stays the report)."""
     config = load_config(_root(root))
-    ignored: tuple[str, ...] = click.get_current_context().meta.get("wpgate.ignore", ())
+    meta = click.get_current_context().meta
+    if meta.get("wpgate.verbose"):
+        for line in config.describe_source():
+            click.echo(f"wpgate: {line}", err=True)
+    ignored: tuple[str, ...] = meta.get("wpgate.ignore", ())
     return config.ignoring(ignored) if ignored else config
+
+
+def _store_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--verbose``: remembered for :func:`_config` of this invocation."""
+    ctx.meta["wpgate.verbose"] = value
 
 
 def _root(path: str | None) -> Path:
@@ -95,6 +105,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     is_eager=True,
     callback=_print_version,
     help="Show the version and exit.",
+)
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    expose_value=False,
+    callback=_store_verbose,
+    help="Say on stderr which configuration file is read (and which are not).",
 )
 def cli() -> None:
     """Evidence-gated governance linters for research repositories."""

@@ -63,12 +63,14 @@ KINDS = {
 
 
 class ConfigError(Exception):
-    """A wrong ``[tool.wpgate]`` setting; ``key`` is its dotted name."""
+    """A wrong ``[tool.wpgate]`` setting; ``key`` is its dotted name, ``source`` the file."""
 
-    def __init__(self, key: str, message: str) -> None:
-        where = "pyproject.toml" if key == "pyproject.toml" else f"pyproject.toml: {key}"
+    def __init__(self, key: str, message: str, *, source: str = "pyproject.toml") -> None:
+        where = source if key == source else f"{source}: {key}"
         super().__init__(f"{where}: {message}")
         self.key = key
+        self.detail = message
+        self.source = source
 
 
 def accepts(kind: str, value: Any) -> bool:  # noqa: PLR0911 - one answer per value kind

@@ -445,3 +445,25 @@ def test_check_parses_each_document_once(repo: Path, monkeypatch: pytest.MonkeyP
     (repo / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "{first}"\n')
     run(repo, "check")
     assert sorted(calls) == ["docs/PROVENANCE.md", "docs/work_packages/wp-004.md"]
+
+
+def test_verbose_says_which_configuration_file_is_read(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text('[tool.wpgate.trailers]\nrequired = ["WP"]\n')
+    (repo / "wpgate.toml").write_text('[trailers]\nrequired = ["WP", "Gate"]\n')
+    _, out, err = run_verbose(repo, "wp")
+    assert "wpgate: configuration: wpgate.toml\n" in err
+    assert "pyproject.toml also configures wpgate and is not read (wpgate.toml comes first)" in err
+    assert "configuration" not in out  # the report alone on stdout
+    assert "configuration" not in run(repo, "wp")[2]  # said only with --verbose
+
+
+def run_verbose(root: Path, *args: str) -> tuple[int, str, str]:
+    """:func:`run` with the global ``-v`` before the command."""
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        status = main(["-v", *args, "--root", str(root)])
+    finally:
+        sys.stdout, sys.stderr = old
+    return status, out.getvalue(), err.getvalue()
