@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from wpgate._gate_languages import Language, languages_named, pattern_tests
+from wpgate._gate_languages import LANGUAGES, Language, languages_named, pattern_tests
 from wpgate.options import GateOptions
 
 __all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids", "workflow_jobs"]
@@ -104,6 +104,9 @@ def _is_python_test(name: str) -> bool:
 
 
 _PYTHON = Language("python", ("*.py",), python_names, "tests/test_x.py::test_y", _python_parameters)
+
+#: Every built-in language, whether or not the configuration turns it on.
+_BUILT_IN = (_PYTHON, *LANGUAGES)
 
 _JOBS_KEY = re.compile(r"^jobs\s*:\s*(?:#.*)?$")
 _JOB_ID = re.compile(r"""^(?P<indent>[ \t]+)(?P<quote>["']?)(?P<id>[\w.-]+)(?P=quote)\s*:""")
@@ -239,6 +242,12 @@ class GateResolver:
             return f"`{node_id}` must start with a repository-relative file path"
         rel = pure.as_posix()
         language = self._language(rel)
+        off = next((lang for lang in _BUILT_IN if _matches(rel, lang.globs)), None)
+        if language is None and off is not None:
+            return (
+                f"`{rel}` is a {off.name} test file, but {off.name} is not among the "
+                "[tool.wpgate.gates] languages; add it there"
+            )
         if language is None:
             return (
                 f"`{rel}` is not a test file wpgate can read (Python `*.py`, Go `*_test.go`, "

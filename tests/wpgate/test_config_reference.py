@@ -128,8 +128,12 @@ def test_every_documented_default_is_accepted_by_the_loader(tmp_path: Path) -> N
     for table, entries in lines.items():
         toml += f"\n[tool.wpgate.{table}]\n" + "\n".join(entries)
     assert main(["init", "--root", str(tmp_path)]) == 0
+    # init wrote a wpgate.toml (no pyproject.toml here), which would come first: the defaults
+    # go to pyproject.toml instead.
+    (tmp_path / "wpgate.toml").unlink()
     (tmp_path / "pyproject.toml").write_text(f"[tool.wpgate]\n{toml}\n", encoding="utf-8")
     config = load_config(tmp_path)
+    assert config.source == "pyproject.toml"
     assert TrailerOptions.from_config(config) == TrailerOptions()
     assert main(["check", "--root", str(tmp_path)]) == 0
 

@@ -219,9 +219,10 @@ def test_configured_patterns_jobs_and_languages(polyglot: Path) -> None:
     assert resolver.resolve("ci:lint") is None
     assert resolver.resolve("calc/add_test.go::TestAdd") is None
     # Rust is not among the languages: its files are no longer read.
-    why = resolver.resolve("src/lib.rs::it_works")
-    assert why is not None
-    assert why.startswith("`src/lib.rs` is not a test file wpgate can read")
+    assert resolver.resolve("src/lib.rs::it_works") == (
+        "`src/lib.rs` is a rust test file, but rust is not among the [tool.wpgate.gates] "
+        "languages; add it there"
+    )
 
 
 def test_a_pattern_comes_before_the_built_in_reader(polyglot: Path) -> None:
