@@ -13,18 +13,23 @@ from pathlib import Path
 from wpgate._config import Config
 from wpgate._git import (
     Commit,
+    PushedRef,
     RevisionRange,
     blobs_at,
     comment_char,
     commit_msg_context,
     git_trailers,
     history_range,
+    parse_pre_push,
     parse_range,
+    pre_push_ranges,
     pushed_range,
     read_commits,
+    resolve_commits,
 )
 from wpgate._model import InvocationError
 from wpgate._output import LinterRun, Summary
+from wpgate.options import GateOptions
 from wpgate.references import GateResolver, References
 from wpgate.rules.trailers import (
     CommitMessage,
@@ -83,7 +88,7 @@ def lint_message(
         message=message,
         path=path,
         references=load_references(root, config),
-        resolve_gate=GateResolver(root).resolve,
+        resolve_gate=GateResolver(root, options=GateOptions.from_config(config)).resolve,
         author=author,
         parents=2 if merging else 1,
         pr_mode=pr_mode,
@@ -101,15 +106,17 @@ class OwnTreeGates:
     ``cat-file`` per file asked for; asked only for a gate that does not resolve in the working
     tree, see ``CommitMessage.resolve_own_gate``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, options: GateOptions | None = None) -> None:
         self._root = root
+        self._options = options
         self._resolvers: dict[str, GateResolver] = {}
 
     def resolve(self, sha: str, node_id: str) -> str | None:
         """Why ``node_id`` does not resolve in commit ``sha``'s tree (None when it does)."""
         resolver = self._resolvers.get(sha)
         if resolver is None:
-            resolver = GateResolver(self._root, read=functools.partial(self._read, sha))
+            read = functools.partial(self._read, sha)
+            resolver = GateResolver(self._root, read=read, options=self._options)
             self._resolvers = {sha: resolver}  # commits come one at a time: keep the last
         return resolver.resolve(node_id)
 
@@ -178,8 +185,9 @@ def lint_range(config: Config, revisions: RevisionRange, *, comment_char: str = 
     options = TrailerOptions.from_config(config)
     commits = read_commits(config.root, revisions)
     references = load_references(config.root, config)
-    resolve = GateResolver(config.root).resolve
-    own = OwnTreeGates(config.root)
+    gates = GateOptions.from_config(config)
+    resolve = GateResolver(config.root, options=gates).resolve
+    own = OwnTreeGates(config.root, gates)
     messages = _commit_messages(commits, references, resolve, own, comment_char, options)
     with _no_cycle_collection():
         return _run(messages, options, config, "commit")
@@ -218,6 +226,25 @@ def _read_input(source: str) -> bytes:
         raise InvocationError(f"cannot read {source} ({exc.strerror}); check the path") from exc
 
 
+def _lint_pushed_refs(config: Config, refs: tuple[PushedRef, ...], char: str) -> LinterRun:
+    """Lint what each ref of git's pre-push input adds to its remote, as one run."""
+    remote = [ref.remote_sha for ref in refs if ref.remote_sha.strip("0")]
+    unknown = frozenset(
+        sha for sha, full in resolve_commits(config.root, remote).items() if not full
+    )
+    runs = [
+        lint_range(config, revisions, comment_char=char)
+        for revisions in pre_push_ranges(refs, config.history_start, unknown)
+    ]
+    exempt: dict[str, int] = {}
+    for run in runs:
+        for reason, count in run.summary.exempt.items():
+            exempt[reason] = exempt.get(reason, 0) + count
+    checked = sum(run.summary.checked for run in runs)
+    findings = tuple(finding for run in runs for finding in run.findings)
+    return LinterRun(findings, Summary("trailers", checked, "commit", exempt))
+
+
 def run_trailers(
     config: Config,
     *,
@@ -226,8 +253,13 @@ def run_trailers(
     history: bool,
     pushed: bool,
     pr: str | None,
+    pre_push: str | None = None,
 ) -> LinterRun:
-    """Lint the one input the options select (the use case behind ``wpgate trailers``)."""
+    """Lint the one input the options select (the use case behind ``wpgate trailers``).
+
+    ``pre_push`` is git's pre-push input (with ``pushed``), when the hook was given it and
+    pre-commit's variables are absent.
+    """
     chosen = [
         name
         for name, on in (
@@ -258,12 +290,15 @@ def run_trailers(
     if rev_range is not None:
         revisions = parse_range(rev_range)
     elif pushed:
+        refs = parse_pre_push(pre_push or "")
+        if refs:
+            return _lint_pushed_refs(config, refs, comment_char(root))
         revisions = pushed_range(history_start=config.history_start)
     else:
         if not config.history_start:
             raise InvocationError(
-                "--history needs `history_start` (the first governed commit) in "
-                "[tool.wpgate] of pyproject.toml"
+                "--history needs `history_start` (the first governed commit) in the "
+                "configuration: wpgate.toml, or [tool.wpgate] of pyproject.toml"
             )
         revisions = history_range(config.history_start)
     return lint_range(config, revisions, comment_char=comment_char(root))

@@ -1,4 +1,6 @@
-"""The ``[tool.wpgate]`` table of ``pyproject.toml``: loading, rule switches, sections.
+"""The configuration: ``.wpgate.toml``, ``wpgate.toml`` or ``[tool.wpgate]`` of
+``pyproject.toml`` (the first that configures wpgate, :data:`CONFIG_FILES`): loading, rule
+switches, sections. A dedicated file holds the same tables at the top level (``[trailers]``).
 
 Layout::
 
@@ -38,6 +40,7 @@ from wpgate.options import (
     ConfigError,
     DocsLayout,
     EvidenceOptions,
+    GateOptions,
     LinterOptions,
     ProvenanceOptions,
     Setting,
@@ -52,6 +55,7 @@ _K = TypeVar("_K")
 _V = TypeVar("_V")
 
 __all__ = [
+    "CONFIG_FILES",
     "RECORDS",
     "SCHEMA",
     "SETTINGS",
@@ -59,6 +63,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Setting",
+    "find_config",
     "load_config",
 ]
 
@@ -79,6 +84,10 @@ class Config:
     rule_switches: Mapping[str, bool] = field(default_factory=dict)
     history_start: str = ""
     warnings: frozenset[str] = frozenset()
+    #: The file the configuration was read from (``""``: none, the defaults).
+    source: str = ""
+    #: Later files of ``CONFIG_FILES`` that configure wpgate too, and so are not read.
+    unread: tuple[str, ...] = ()
     # The records of the tables `load_config` parsed; each is checked when first read.
     parsed: Mapping[type[LinterOptions], LinterOptions] = field(
         default_factory=dict, compare=False, repr=False
@@ -100,6 +109,21 @@ class Config:
             self._options[kind] = record
         assert isinstance(record, kind)
         return record
+
+    def describe_source(self) -> list[str]:
+        """Where the configuration comes from, in words (``--verbose``)."""
+        if not self.source:
+            files = ", ".join(CONFIG_FILES[:-1])
+            return [
+                f"configuration: none found ({files} or [tool.wpgate] in pyproject.toml); defaults"
+            ]
+        lines = [f"configuration: {self.source}"]
+        lines += [
+            f"configuration: {other} also configures wpgate and is not read ({self.source} "
+            "comes first); keep one of them"
+            for other in self.unread
+        ]
+        return lines
 
     def section(self, name: str) -> Mapping[str, Any]:
         """The ``[tool.wpgate.<name>]`` sub-table (empty when absent)."""
@@ -199,23 +223,98 @@ def _import_rules() -> None:
     register_all()
 
 
-def load_config(root: Path) -> Config:
-    """Read ``[tool.wpgate]`` from ``root/pyproject.toml``; a missing file or table is defaults."""
-    path = root / "pyproject.toml"
+#: The files the configuration is read from, in this order: the first that configures wpgate
+#: is the one read (as ruff reads ``.ruff.toml``, ``ruff.toml``, ``pyproject.toml``). A
+#: dedicated file configures wpgate by existing, its tables at the top level (``[trailers]``);
+#: ``pyproject.toml`` only with a ``[tool.wpgate]`` table.
+CONFIG_FILES = (".wpgate.toml", "wpgate.toml", "pyproject.toml")
+_PYPROJECT = "pyproject.toml"
+
+
+def _read_toml(root: Path, name: str) -> dict[str, Any] | None:
+    """The TOML document ``root/name`` (None when the file does not exist)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = (root / name).read_text(encoding="utf-8")
     except FileNotFoundError:
-        return Config(root)
+        return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("pyproject.toml", f"cannot be read ({exc}); fix the file") from exc
+        raise ConfigError(name, f"cannot be read ({exc}); fix the file", source=name) from exc
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("pyproject.toml", f"is not valid TOML ({exc}); fix the syntax") from exc
+        raise ConfigError(name, f"is not valid TOML ({exc}); fix the syntax", source=name) from exc
+
+
+def _wpgate_table(name: str, data: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The wpgate tables of one file's document, or None when the file does not configure it."""
+    if name != _PYPROJECT:
+        if "tool" in data:
+            raise ConfigError(
+                "tool",
+                f"in {name} the tables are top level: write [trailers], not "
+                "[tool.wpgate.trailers] (that form belongs in pyproject.toml)",
+                source=name,
+            )
+        return data
     tool = data.get("tool", {})
-    table = tool.get("wpgate", {}) if isinstance(tool, Mapping) else {}
+    if not isinstance(tool, Mapping) or "wpgate" not in tool:
+        return None
+    table = tool["wpgate"]
     if not isinstance(table, Mapping):
         raise ConfigError("tool.wpgate", "must be a table ([tool.wpgate])")
+    return table
+
+
+def find_config(root: Path) -> tuple[str, Mapping[str, Any], tuple[str, ...]]:
+    """``(file, tables, others)``: the first of :data:`CONFIG_FILES` that configures wpgate
+    (``""`` and no tables when none does) and the later ones that configure it too, unread."""
+    chosen: tuple[str, Mapping[str, Any]] | None = None
+    others: list[str] = []
+    for name in CONFIG_FILES:
+        if chosen is not None and not (root / name).exists():
+            continue
+        data = _read_toml(root, name)
+        if data is None:
+            continue
+        if chosen is not None:
+            # A later file is only looked at to say that it is not read; its errors do not count.
+            try:
+                configures = _wpgate_table(name, data) is not None
+            except ConfigError:
+                configures = True
+            if configures:
+                others.append(name)
+            continue
+        table = _wpgate_table(name, data)
+        if table is not None:
+            chosen = (name, table)
+    if chosen is None:
+        return "", {}, ()
+    return chosen[0], chosen[1], tuple(others)
+
+
+def _local(text: str) -> str:
+    """A message or key of ``[tool.wpgate]`` as a dedicated file spells it (top-level tables)."""
+    return text.replace("[tool.wpgate.", "[").replace("tool.wpgate.", "").replace("tool.wpgate", "")
+
+
+def load_config(root: Path) -> Config:
+    """Read the configuration of ``root`` from the first of :data:`CONFIG_FILES` that
+    configures wpgate; none is the defaults."""
+    source, table, others = find_config(root)
+    try:
+        config = _load(root, table)
+    except ConfigError as exc:
+        if source in ("", _PYPROJECT):
+            raise
+        raise ConfigError(
+            _local(exc.key) or "(top level)", _local(exc.detail), source=source
+        ) from exc
+    return replace(config, source=source, unread=others)
+
+
+def _load(root: Path, table: Mapping[str, Any]) -> Config:
+    """The configuration of one ``[tool.wpgate]`` table (or dedicated file's document)."""
     parsed = _parse(table)
     history_start = str(table.get("history_start", "")).strip()
     if history_start:
@@ -242,6 +341,7 @@ def load_config(root: Path) -> Config:
 #: are the declaration of every key of those tables.
 RECORDS: tuple[type[LinterOptions], ...] = (
     TrailerOptions,
+    GateOptions,
     DocsLayout,
     ProvenanceOptions,
     WorkPackageOptions,

@@ -34,6 +34,7 @@ from wpgate.options import (
     ChangelogOptions,
     DocsLayout,
     EvidenceOptions,
+    GateOptions,
     ProvenanceOptions,
     WorkPackageOptions,
 )
@@ -294,7 +295,8 @@ def _work_packages(root: Path, config: Config | None) -> tuple[list[Finding], in
 
     registry = load_work_packages(root, config)
     if rule_enabled(config, "WPG306"):  # gate resolution serves WPG306 alone
-        registry = replace(registry, resolve_gate=GateResolver(root).resolve)
+        gates = GateResolver(root, options=GateOptions.from_config(config))
+        registry = replace(registry, resolve_gate=gates.resolve)
     findings = run_checks(config, rules.CHECKS, registry, WorkPackageOptions.from_config(config))
     # Findings about the folder itself (WPG303: it does not exist) are not pages.
     folder = registry.directory

@@ -24,14 +24,17 @@ from pathlib import Path
 __all__ = [
     "Commit",
     "GitError",
+    "PushedRef",
     "RevisionRange",
     "blob_hashes_at",
     "comment_char",
     "first_citing_commits",
     "git_trailers",
     "is_work_tree",
+    "parse_pre_push",
     "parse_range",
     "paths_identical",
+    "pre_push_ranges",
     "pushed_range",
     "read_commits",
     "require_full_history",
@@ -45,6 +48,8 @@ _FORMAT = f"--format=%H{_FIELD}%P{_FIELD}%an <%ae>{_FIELD}%B"
 _NULL_SHA = "0" * 40
 # The one ref pattern a range may exclude (pre-push without a remote ref: commits on no remote).
 _REMOTES = "--remotes"
+# A full object name: SHA-1 or SHA-256.
+_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
 class GitError(Exception):
@@ -153,6 +158,58 @@ def pushed_range(environ: dict[str, str] | None = None, history_start: str = "")
         label = f"{from_ref or '--remotes'}..{to_ref}"
         return RevisionRange(to_ref, exclude + floor, label=label, allow_empty=True)
     return RevisionRange("HEAD", ("--remotes", *floor), "HEAD ^--remotes", allow_empty=True)
+
+
+@dataclass(frozen=True)
+class PushedRef:
+    """One line of git's pre-push input (githooks(5)): a ref the push updates."""
+
+    local_ref: str
+    local_sha: str
+    remote_ref: str
+    remote_sha: str
+
+
+def parse_pre_push(text: str) -> tuple[PushedRef, ...]:
+    """git's pre-push stdin, ``<local ref> SP <local sha> SP <remote ref> SP <remote sha>`` per
+    line; a line of another shape is a :class:`GitError`."""
+    refs: list[PushedRef] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 4 or not all(_SHA.match(sha) for sha in (parts[1], parts[3])):
+            raise GitError(
+                f"pre-push input line {number} is not `<local ref> <local sha> <remote ref> "
+                f"<remote sha>` ({_shown(line)}); run `wpgate trailers --pushed` from git's "
+                "pre-push hook, or lint a range with --range"
+            )
+        refs.append(PushedRef(*parts))
+    return tuple(refs)
+
+
+def pre_push_ranges(
+    refs: Sequence[PushedRef], history_start: str = "", unknown: frozenset[str] = frozenset()
+) -> list[RevisionRange]:
+    """The range each pushed ref adds to its remote: ``remote sha..local sha``.
+
+    A deleted ref (local sha all zeros) adds nothing. A new branch (remote sha all zeros), or a
+    remote sha this clone does not have (``unknown``: someone else's commits, a force push),
+    adds every commit not on any remote-tracking ref. Commits before ``history_start`` are
+    never checked.
+    """
+    floor = (f"{validate_revision(history_start, 'history_start')}^@",) if history_start else ()
+    ranges: list[RevisionRange] = []
+    for ref in refs:
+        if not ref.local_sha.strip("0"):  # all zeros (SHA-1 or SHA-256): a deletion
+            continue
+        if not ref.remote_sha.strip("0") or ref.remote_sha in unknown:
+            label = f"{ref.local_ref} ({ref.local_sha[:12]}) ^--remotes"
+            ranges.append(RevisionRange(ref.local_sha, (_REMOTES, *floor), label, True))
+        else:
+            label = f"{ref.remote_sha[:12]}..{ref.local_sha[:12]} ({ref.local_ref})"
+            ranges.append(RevisionRange(ref.local_sha, (ref.remote_sha, *floor), label, True))
+    return ranges
 
 
 def history_range(history_start: str) -> RevisionRange:

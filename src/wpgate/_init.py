@@ -1,8 +1,10 @@
 """``wpgate init``: bootstrap a repository so that ``wpgate check`` and ``mkdocs build --strict``
 pass at once.
 
-Writes only what is missing and never overwrites a file: the ``[tool.wpgate]`` table (appended
-to ``pyproject.toml``, or a new ``pyproject.toml``), the provenance record, the changelog, the
+Writes only what is missing and never overwrites a file: the configuration (a ``[tool.wpgate]``
+table appended to an existing ``pyproject.toml``, else a ``wpgate.toml``) with gate settings for
+the languages found in the repository, a ``.gitignore`` entry for the built site, the
+provenance record, the changelog, the
 work-package registry folder, the evidence folder's README, ``mkdocs.yml`` with the wpgate
 plugin and a ``.pre-commit-config.yaml`` of ``repo: local`` hooks (installing them clones
 nothing). Each planned file is a :class:`Scaffold`; :func:`init_repository` reports what it
@@ -11,25 +13,63 @@ wrote and what it kept.
 
 from __future__ import annotations
 
-import tomllib
+import fnmatch
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from wpgate.options import DocsLayout
+from wpgate.options import GATE_LANGUAGES, ConfigError, DocsLayout
 
-__all__ = ["InitResult", "Scaffold", "init_repository", "plan_scaffolds"]
+__all__ = [
+    "InitResult",
+    "Scaffold",
+    "config_text",
+    "detect_languages",
+    "init_repository",
+    "plan_scaffolds",
+]
 
-_PYPROJECT_TABLE = """
-[tool.wpgate]
+_CONFIG = """
+{top}
 # The first governed commit: set it once the repository has one, and `wpgate check` lints the
-# trailers of every commit from it to HEAD.
+# trailers of every commit from it to HEAD (and the pre-push hook those being pushed).
 # history_start = "<40-hex commit id>"
 
-[tool.wpgate.trailers]
+[{prefix}trailers]
 # The trailers every commit carries (WP, Provenance, Assumptions, Gate).
-required = ["WP", "Provenance", "Gate"]
+required = {required}
+
+[{prefix}gates]
+# The test files a `Gate:` may name, found in this repository by `wpgate init`:
+{examples}
+languages = {languages}
+# Other test files: a glob = a regular expression whose group `name` is a test's name.
+# patterns = {{ "t/*.t" = '^ok \\d+ - (?P<name>.+)$' }}
+# `Gate: ci:<job>` names a job of .github/workflows/*.yml, or one listed here.
+# ci_jobs = ["integration"]
 """
+
+#: Per language: the files that show it is used (a name, or a glob on file names) and an
+#: example gate, in the order ``languages`` lists them.
+_DETECT: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "python",
+        ("pyproject.toml", "setup.py", "setup.cfg", "test_*.py", "*_test.py"),
+        "tests/test_x.py::test_y",
+    ),
+    ("go", ("go.mod", "*_test.go"), "pkg/x_test.go::TestY"),
+    ("rust", ("Cargo.toml",), "src/lib.rs::tests::it_works"),
+    (
+        "javascript",
+        ("package.json", "*.test.[jt]s", "*.spec.[jt]s", "*.test.[jt]sx", "*.spec.[jt]sx"),
+        'test/x.test.js::"adds two numbers"',
+    ),
+    ("bats", ("*.bats",), 'test/x.bats::"prints the version"'),
+)
+# Folders never searched for test files: dependencies, build outputs, the built site.
+_SKIPPED = frozenset({"node_modules", "vendor", "target", "site", "build", "dist", "__pycache__"})
+#: The most files the language detection looks at (a huge tree is sampled, not read whole).
+_DETECT_FILES = 20_000
 
 _PROVENANCE = """# Provenance
 
@@ -143,6 +183,8 @@ class Scaffold:
     path: str
     text: str
     append: bool = False
+    #: Already there (the file, or what an appended text would add): kept, not written.
+    present: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,16 +195,55 @@ class InitResult:
     kept: tuple[str, ...]
 
 
-def _has_wpgate_table(pyproject: Path) -> bool:
-    """Whether ``pyproject`` already has ``[tool.wpgate]``; a malformed file is a ValueError."""
+def detect_languages(root: Path) -> tuple[str, ...]:
+    """The languages whose marker files or test files are in ``root`` (hidden folders,
+    dependencies and build outputs skipped), in :data:`_DETECT` order."""
+    found: set[str] = set()
+    seen = 0
+    for _folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED)
+        for file in files:
+            found.update(
+                language
+                for language, markers, _ in _DETECT
+                if any(fnmatch.fnmatchcase(file, marker) for marker in markers)
+            )
+        seen += len(files)
+        if seen >= _DETECT_FILES or len(found) == len(_DETECT):
+            break
+    return tuple(language for language, _, _ in _DETECT if language in found)
+
+
+def config_text(languages: tuple[str, ...], *, pyproject: bool) -> str:
+    """The configuration ``init`` writes: ``[tool.wpgate]`` tables for ``pyproject.toml``,
+    top-level tables for ``wpgate.toml``; the gate settings for ``languages``."""
+    examples = "\n".join(
+        f"#   Gate: {example}" for language, _, example in _DETECT if language in languages
+    )
+    required = ["WP", "Provenance", "Gate"] if languages else ["WP", "Provenance"]
+    if not languages:
+        examples = '#   (no test files yet: add "Gate" to `required` once there are tests)'
+    return _CONFIG.format(
+        top="[tool.wpgate]" if pyproject else "# wpgate's configuration (wpgate.toml)",
+        prefix="tool.wpgate." if pyproject else "",
+        required=_toml_list(required),
+        examples=examples,
+        languages=_toml_list(list(languages or GATE_LANGUAGES)),
+    ).lstrip("\n")
+
+
+def _toml_list(items: list[str]) -> str:
+    """``["a", "b"]``."""
+    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+
+def _site_ignored(gitignore: Path) -> bool:
+    """Whether ``.gitignore`` already ignores the built site (``site/``, ``/site/``...)."""
     try:
-        data: dict[str, Any] = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        lines = gitignore.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
         return False
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"pyproject.toml cannot be read ({exc}); fix it, then run init") from exc
-    tool = data.get("tool")
-    return isinstance(tool, dict) and "wpgate" in tool
+    return any(line.strip() in {"site", "site/", "/site", "/site/"} for line in lines)
 
 
 def _docs_dir(layout: DocsLayout) -> str:
@@ -170,13 +251,32 @@ def _docs_dir(layout: DocsLayout) -> str:
     return layout.provenance.split("/", 1)[0] if "/" in layout.provenance else "docs"
 
 
-def plan_scaffolds(root: Path, name: str, layout: DocsLayout) -> list[Scaffold]:
-    """Every file ``init`` would write for a repository called ``name``, in writing order."""
+def plan_scaffolds(
+    root: Path, name: str, layout: DocsLayout, config_source: str = ""
+) -> list[Scaffold]:
+    """Every file ``init`` would write for a repository called ``name``, in writing order.
+
+    The configuration goes to ``config_source`` when it exists (and is kept); else it is
+    appended to an existing ``pyproject.toml`` or written as ``wpgate.toml``.
+    """
     docs_dir = _docs_dir(layout)
     changelog = layout.changelog.replace(".", r"\.")
-    pyproject = root / "pyproject.toml"
+    pyproject = (root / "pyproject.toml").exists()
+    if config_source:
+        config = Scaffold(config_source, "", present=True)
+    else:
+        text = config_text(detect_languages(root), pyproject=pyproject)
+        config = Scaffold("pyproject.toml" if pyproject else "wpgate.toml", text, pyproject)
+    gitignore = root / ".gitignore"
     return [
-        Scaffold("pyproject.toml", _PYPROJECT_TABLE.lstrip("\n"), append=pyproject.exists()),
+        config,
+        Scaffold(
+            ".gitignore",
+            "# The site mkdocs builds (`mkdocs build`); the wpgate plugin writes nothing else.\n"
+            "/site/\n",
+            append=gitignore.exists(),
+            present=_site_ignored(gitignore),
+        ),
         Scaffold(layout.provenance, _PROVENANCE),
         Scaffold(layout.changelog, _CHANGELOG),
         Scaffold(f"{layout.work_packages}/index.md", _WORK_PACKAGES_INDEX),
@@ -195,18 +295,19 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
         raise ValueError(f"{root} is not a directory; create it or pass --root")
     from wpgate._config import load_config
 
-    pyproject = root / "pyproject.toml"
-    has_table = _has_wpgate_table(pyproject)
-    # An existing [tool.wpgate.docs] decides where the documents go.
-    layout = DocsLayout.from_config(load_config(root)) if has_table else DocsLayout()
+    try:
+        # An existing configuration's docs table decides where the documents go.
+        config = load_config(root)
+    except ConfigError as exc:
+        raise ValueError(
+            f"{exc.source} cannot be read ({exc.detail}); fix it, then run init"
+        ) from exc
+    layout = DocsLayout.from_config(config)
     written: list[str] = []
     kept: list[str] = []
-    for plan in plan_scaffolds(root, name or root.resolve().name, layout):
+    for plan in plan_scaffolds(root, name or root.resolve().name, layout, config.source):
         target = root / plan.path
-        if plan.path == "pyproject.toml" and has_table:
-            kept.append(plan.path)
-            continue
-        if target.exists() and not plan.append:
+        if plan.present or (target.exists() and not plan.append):
             kept.append(plan.path)
             continue
         try:

@@ -8,6 +8,7 @@ runs them: the commit-msg hook (``wpgate trailers FILE``) never imports the docs
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,10 +43,20 @@ def _store_ignored(ctx: click.Context, _param: click.Parameter, value: tuple[str
 
 
 def _config(root: str | None) -> Config:
-    """The configuration of ``--root`` with this run's ``--ignore`` rules switched off."""
+    """The configuration of ``--root`` with this run's ``--ignore`` rules switched off; with
+    ``--verbose``, the file it came from is said on stderr (stdout stays the report)."""
     config = load_config(_root(root))
-    ignored: tuple[str, ...] = click.get_current_context().meta.get("wpgate.ignore", ())
+    meta = click.get_current_context().meta
+    if meta.get("wpgate.verbose"):
+        for line in config.describe_source():
+            click.echo(f"wpgate: {line}", err=True)
+    ignored: tuple[str, ...] = meta.get("wpgate.ignore", ())
     return config.ignoring(ignored) if ignored else config
+
+
+def _store_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--verbose``: remembered for :func:`_config` of this invocation."""
+    ctx.meta["wpgate.verbose"] = value
 
 
 def _root(path: str | None) -> Path:
@@ -96,6 +107,14 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     callback=_print_version,
     help="Show the version and exit.",
 )
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    expose_value=False,
+    callback=_store_verbose,
+    help="Say on stderr which configuration file is read (and which are not).",
+)
 def cli() -> None:
     """Evidence-gated governance linters for research repositories."""
 
@@ -130,6 +149,8 @@ def trailers(
     from wpgate._commits import run_trailers
 
     config = _config(root)
+    if pushed and not config.history_start and not (message_file or rev_range or history or pr):
+        return _emit([_history_not_set("--pushed")], fmt, config)
     run = run_trailers(
         config,
         message_file=message_file,
@@ -137,8 +158,42 @@ def trailers(
         history=history,
         pushed=pushed,
         pr=pr,
+        pre_push=_pre_push_input() if pushed else None,
     )
     return _emit([run], fmt, config)
+
+
+#: pre-commit's pre-push variables: when one is set, pre-commit read git's input itself.
+_PRE_COMMIT_VARIABLES = ("PRE_COMMIT_FROM_REF", "PRE_COMMIT_TO_REF", "PRE_COMMIT_REMOTE_NAME")
+
+
+def _pre_push_input() -> str | None:
+    """git's pre-push stdin (githooks(5)), when wpgate is the hook itself: not under pre-commit
+    (which reads it and sets its variables) and not a terminal (a command typed by hand)."""
+    if any(os.environ.get(name) for name in _PRE_COMMIT_VARIABLES):
+        return None
+    stream = sys.stdin
+    if stream is None or stream.isatty():
+        return None
+    try:
+        return stream.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvocationError(
+            f"cannot read git's pre-push input ({exc}); run --pushed from git's pre-push hook"
+        ) from exc
+
+
+def _history_not_set(what: str) -> LinterRun:
+    """The trailer lint skipped for want of ``history_start``, with how to turn it on."""
+    return LinterRun(
+        (),
+        Summary(
+            f"trailers ({what} skipped: history_start is not set; set it to the first governed "
+            "commit to lint the trailers)",
+            0,
+            "commit",
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- explain
@@ -181,7 +236,7 @@ def _check_trailers(config: Config) -> LinterRun:
     from wpgate._commits import run_trailers
 
     if not config.history_start:
-        return LinterRun((), Summary("trailers (history_start not set)", 0, "commit"))
+        return _history_not_set("history")
     return run_trailers(
         config, message_file=None, rev_range=None, history=True, pushed=False, pr=None
     )

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 __all__ = [
     "DEFAULT_TYPES",
+    "GATE_LANGUAGES",
     "GOVERNED_TRAILERS",
     "KINDS",
     "SEVERITIES",
@@ -32,6 +33,7 @@ __all__ = [
     "ConfigError",
     "DocsLayout",
     "EvidenceOptions",
+    "GateOptions",
     "LinterOptions",
     "OptionsSource",
     "ProvenanceOptions",
@@ -55,20 +57,23 @@ KINDS = {
     "int": ("integer", "a positive integer"),
     "str_list": ("list of strings", "a list of strings"),
     "str_or_list": ("string or list of strings", "a string or a list of strings"),
+    "str_map": ("table of strings", 'a table of strings (`key = "value"`)'),
     "rule": ("boolean or severity", 'true, false, "error", "warning" or "off"'),
 }
 
 
 class ConfigError(Exception):
-    """A wrong ``[tool.wpgate]`` setting; ``key`` is its dotted name."""
+    """A wrong ``[tool.wpgate]`` setting; ``key`` is its dotted name, ``source`` the file."""
 
-    def __init__(self, key: str, message: str) -> None:
-        where = "pyproject.toml" if key == "pyproject.toml" else f"pyproject.toml: {key}"
+    def __init__(self, key: str, message: str, *, source: str = "pyproject.toml") -> None:
+        where = source if key == source else f"{source}: {key}"
         super().__init__(f"{where}: {message}")
         self.key = key
+        self.detail = message
+        self.source = source
 
 
-def accepts(kind: str, value: Any) -> bool:
+def accepts(kind: str, value: Any) -> bool:  # noqa: PLR0911 - one answer per value kind
     """Whether ``value`` (as tomllib read it) has the value kind ``kind`` (a key of KINDS)."""
     if kind == "bool":
         return isinstance(value, bool)
@@ -80,6 +85,10 @@ def accepts(kind: str, value: Any) -> bool:
         return isinstance(value, bool) or value in SEVERITIES
     if kind == "str_or_list" and isinstance(value, str):
         return True
+    if kind == "str_map":
+        return isinstance(value, Mapping) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        )
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
@@ -95,10 +104,12 @@ def converted(where: str, kind: str, value: Any) -> Any:
     ``where`` and the expected type when it is not of ``kind``.
 
     The one conversion and check of a configured value: lists become tuples, a lone string
-    where a list may stand becomes a one-item tuple.
+    where a list may stand becomes a one-item tuple, a table of strings a tuple of pairs.
     """
     if not accepts(kind, value):
         raise ConfigError(where, f"must be {KINDS[kind][1]}, not {shown(value)}")
+    if kind == "str_map":
+        return tuple(value.items())
     if kind in ("str_list", "str_or_list"):
         return (value,) if isinstance(value, str) else tuple(value)
     return value
@@ -165,7 +176,13 @@ def _setting(table: str, item: dataclasses.Field[Any]) -> Setting:
             "option(default, kind, help_text), which the reference is made of"
         )
     shown_default = item.metadata.get("default")
-    default = _toml(item.default) if shown_default is None else str(shown_default)
+    if shown_default is not None:
+        default = str(shown_default)
+    elif kind_of(item) == "str_map":  # a table, held as (key, value) pairs
+        pairs: tuple[tuple[str, str], ...] = item.default  # type: ignore[assignment]
+        default = "{" + ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in pairs) + "}"
+    else:
+        default = _toml(item.default)
     return Setting(table, item.name, kind_of(item), default, str(item.metadata["help"]))
 
 
@@ -334,6 +351,66 @@ class ChangelogOptions(LinterOptions):
     ignore: tuple[str, ...] = option(
         (), "str_or_list", "Backticked names of the `[Unreleased]` section that are not checked."
     )
+
+
+#: The languages whose test files a gate may name without configuration (``wpgate._gate_languages``
+#: holds their scanners).
+GATE_LANGUAGES = ("python", "go", "rust", "javascript", "bats")
+
+#: Where ``Gate: ci:<job>`` looks for job ids unless ``ci_workflows`` says otherwise.
+CI_WORKFLOWS = (".github/workflows/*.yml", ".github/workflows/*.yaml")
+
+
+@dataclass(frozen=True)
+class GateOptions(LinterOptions):
+    """``[tool.wpgate.gates]``: what a ``Gate:`` may name (trailers and work-package pages)."""
+
+    TABLE: ClassVar[str] = "gates"
+
+    languages: tuple[str, ...] = option(
+        GATE_LANGUAGES,
+        "str_or_list",
+        "The built-in test-file readers a gate may use (python, go, rust, javascript, bats).",
+    )
+    patterns: tuple[tuple[str, str], ...] = option(
+        (),
+        "str_map",
+        "Test files of other kinds: a file glob = a regular expression whose group `name` "
+        "matches a test's name, e.g. `\"t/*.t\" = '^ok \\d+ - (?P<name>.+)$'`.",
+    )
+    ci_workflows: tuple[str, ...] = option(
+        CI_WORKFLOWS,
+        "str_or_list",
+        "Globs of the CI workflow files whose job ids `Gate: ci:<job>` may name.",
+    )
+    ci_jobs: tuple[str, ...] = option(
+        (),
+        "str_or_list",
+        "CI job names `Gate: ci:<job>` may name besides the workflows' jobs (other CI systems).",
+    )
+
+    def check(self) -> None:
+        """Each language is known; each pattern compiles and has a group named ``name``."""
+        unknown = [name for name in self.languages if name not in GATE_LANGUAGES]
+        if unknown:
+            raise ConfigError(
+                "tool.wpgate.gates.languages",
+                f"{unknown[0]!r} is not a known language; use {', '.join(GATE_LANGUAGES)}, or "
+                "describe the files in [tool.wpgate.gates] patterns",
+            )
+        for glob, pattern in self.patterns:
+            where = f"tool.wpgate.gates.patterns.{glob}"
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(
+                    where, f"{pattern!r} is not a regular expression ({exc}); fix it"
+                ) from exc
+            if "name" not in compiled.groupindex:
+                raise ConfigError(
+                    where,
+                    f"{pattern!r} has no group `name`; mark the test's name with (?P<name>...)",
+                )
 
 
 #: The commit types a subject may start with, unless ``types`` says otherwise.

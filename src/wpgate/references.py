@@ -1,25 +1,40 @@
-"""What a trailer may cite, and the static resolver for pytest node ids.
+"""What a trailer may cite, and the static resolver of gates.
 
 :class:`References` holds the ids read from the repository's governance documents (the reading
-itself lives in :mod:`wpgate._docs`). :class:`GateResolver` checks ``Gate:`` node ids without
-importing or running anything: the file must exist inside the repository and the named test
-function, class or method must be defined in it (by AST). Parametrized ids (``test_x[a-b]``)
-resolve to their function.
+itself lives in :mod:`wpgate._docs`). :class:`GateResolver` checks the gates a ``Gate:``
+trailer or a work-package page names, without importing or running anything:
+
+- ``path::name[::name...]``: the file exists inside the repository and defines the named test.
+  Python files are read by syntax tree (functions, classes, methods; ``test_x[a-b]``
+  parameters resolve to their function); Go, Rust, JavaScript/TypeScript and bats files by the
+  scanners of :mod:`wpgate._gate_languages`; other files by the patterns an adopter configures
+  per glob (``[tool.wpgate.gates] patterns``), which are tried first. A name with spaces is
+  quoted: ``test/x.test.js::"adds two numbers"``.
+- ``path``: a whole test file, which must exist and define at least one test.
+- ``ci:<job>``: a CI job, one of the job ids of the workflow files (``ci_workflows``, GitHub
+  Actions' ``.github/workflows/*.yml`` by default) or of the configured ``ci_jobs``.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
+import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-__all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids"]
+from wpgate._gate_languages import LANGUAGES, Language, languages_named, pattern_tests
+from wpgate.options import GateOptions
 
-# A node id: anything but separators, where a [parameter part] may hold separators too.
-_NODE_ID = re.compile(r"(?:[^\s;,\[]+|\[[^\]]*\])+")
+__all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids", "workflow_jobs"]
+
+# A node id: anything but separators, where a [parameter part] or a "quoted name" may hold
+# separators too.
+_NODE_ID = re.compile(r'(?:[^\s;,\["]+|\[[^\]]*\]|"[^"]*")+')
 _PARAMETERS = re.compile(r"\[[^\]]*\]")
+_CI_PREFIX = "ci:"
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,7 +58,8 @@ class _OutsideError(ValueError):
 
 
 def split_node_ids(value: str) -> list[str]:
-    """The node ids of a ``Gate:`` value, separated by ``;``, ``,`` or spaces outside ``[...]``."""
+    """The gates of a ``Gate:`` value, separated by ``;``, ``,`` or spaces outside ``[...]``
+    and ``"..."``."""
     return _NODE_ID.findall(value)
 
 
@@ -63,18 +79,112 @@ def _names(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
     return found
 
 
+def python_names(source: bytes | str, filename: str = "<test>") -> frozenset[str]:
+    """Every function and class of a Python file, nested ones as ``Class::method``; a
+    SyntaxError when it does not parse."""
+    found: set[str] = set()
+
+    def walk(body: list[ast.stmt], prefix: str) -> None:
+        for name, inner in _names(body).items():
+            found.add(prefix + name)
+            walk(inner, f"{prefix}{name}::")
+
+    walk(ast.parse(source, filename=filename).body, "")
+    return frozenset(found)
+
+
+def _python_parameters(name: str) -> str:
+    """A pytest name without its parameters: ``test_x[a-b]`` is ``test_x``."""
+    return name.split("[", 1)[0]
+
+
+def _is_python_test(name: str) -> bool:
+    """What pytest collects by default: ``test*`` functions, ``Test*`` classes."""
+    return name.rsplit("::", 1)[-1].startswith(("test", "Test"))
+
+
+_PYTHON = Language("python", ("*.py",), python_names, "tests/test_x.py::test_y", _python_parameters)
+
+#: Every built-in language, whether or not the configuration turns it on.
+_BUILT_IN = (_PYTHON, *LANGUAGES)
+
+_JOBS_KEY = re.compile(r"^jobs\s*:\s*(?:#.*)?$")
+_JOB_ID = re.compile(r"""^(?P<indent>[ \t]+)(?P<quote>["']?)(?P<id>[\w.-]+)(?P=quote)\s*:""")
+
+
+def workflow_jobs(text: str) -> frozenset[str]:
+    """The job ids of a GitHub Actions workflow: the keys one level under ``jobs:``."""
+    jobs: set[str] = set()
+    inside, indent = False, ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if not line[0].isspace():
+            inside, indent = bool(_JOBS_KEY.match(line)), ""
+            continue
+        if not inside:
+            continue
+        match = _JOB_ID.match(line)
+        width = len(line) - len(line.lstrip())
+        if not indent and match is not None:
+            indent = match["indent"]
+        if match is not None and width == len(indent):
+            jobs.add(match["id"])
+    return frozenset(jobs)
+
+
+def _unquoted(name: str) -> str:
+    """A gate part without the quotes that let it hold spaces."""
+    return name[1:-1] if len(name) >= 2 and name[0] == name[-1] == '"' else name
+
+
+def _within(name: str, scope: str) -> bool:
+    """Whether test ``name`` is inside ``scope`` (``tests::it_works`` is inside ``tests``)."""
+    return name.startswith(f"{scope}::")
+
+
+def _matches(path: str, globs: Iterable[str]) -> bool:
+    """Whether ``path`` (repository-relative) matches a glob; a glob without ``/`` is matched
+    against the file name too."""
+    name = path.rsplit("/", 1)[-1]
+    return any(
+        fnmatch.fnmatchcase(path, glob) or ("/" not in glob and fnmatch.fnmatchcase(name, glob))
+        for glob in globs
+    )
+
+
+def _pattern_language(glob: str, regex: str) -> Language:
+    """An adopter's ``glob = regex`` as a language: each match's group ``name`` is a test."""
+    compiled = re.compile(regex, re.MULTILINE)
+    return Language(
+        f"pattern {glob!r}", (glob,), functools.partial(pattern_tests, compiled), f"{glob}::<name>"
+    )
+
+
 class GateResolver:
-    """Resolves pytest node ids against the files under ``root``; each file is parsed once.
+    """Resolves gates against the files under ``root``; each file is read and scanned once.
 
     ``read`` replaces the working tree as the source of a file's bytes (e.g. one commit's tree,
-    read from git): it raises ``FileNotFoundError`` for a file that is not there.
+    read from git): it raises ``FileNotFoundError`` for a file that is not there. ``options``
+    are ``[tool.wpgate.gates]`` (the defaults when None).
     """
 
-    def __init__(self, root: Path, read: Callable[[str], bytes] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        read: Callable[[str], bytes] | None = None,
+        options: GateOptions | None = None,
+    ) -> None:
         self._root = root.resolve()
         self._read = self._read_file if read is None else read
-        self._trees: dict[str, dict[str, list[ast.stmt]] | str] = {}
+        self._options = GateOptions() if options is None else options
+        patterns = [_pattern_language(glob, regex) for glob, regex in self._options.patterns]
+        builtin = [_PYTHON] if "python" in self._options.languages else []
+        self._languages = (*patterns, *builtin, *languages_named(self._options.languages))
+        self._scanned: dict[str, frozenset[str] | str] = {}
         self._answers: dict[str, str | None] = {}
+        self._jobs: frozenset[str] | None = None
 
     def _read_file(self, rel: str) -> bytes:
         """A file of the working tree (refused when it leads out of the repository)."""
@@ -83,57 +193,120 @@ class GateResolver:
             raise _OutsideError(f"`{rel}` leads out of the repository; name a test file inside it")
         return path.read_bytes()
 
-    def _module(self, rel: str) -> dict[str, list[ast.stmt]] | str:
-        """The top-level names of a test file, or why it cannot be read."""
-        cached = self._trees.get(rel)
+    def _language(self, rel: str) -> Language | None:
+        """The first configured pattern, then built-in language, whose globs match ``rel``."""
+        return next((lang for lang in self._languages if _matches(rel, lang.globs)), None)
+
+    def _tests(self, rel: str, language: Language) -> frozenset[str] | str:
+        """The test names of a file, or why it cannot be read."""
+        cached = self._scanned.get(rel)
         if cached is not None:
             return cached
-        result: dict[str, list[ast.stmt]] | str
+        result: frozenset[str] | str
         try:
-            result = _names(ast.parse(self._read(rel), filename=rel).body)
+            data = self._read(rel)
+            result = (
+                python_names(data, rel)
+                if language is _PYTHON
+                else language.scan(data.decode("utf-8-sig"))
+            )
         except _OutsideError as exc:
             result = str(exc)
         except FileNotFoundError:
             result = f"`{rel}` does not exist; fix the path or add the test file"
         except IsADirectoryError:
-            result = f"`{rel}` is a directory; name a test file (`path/test_x.py::test_y`)"
+            result = f"`{rel}` is a directory; name a test file (`{language.example}`)"
+        except UnicodeDecodeError:
+            result = f"`{rel}` is not valid UTF-8; re-save it as UTF-8"
         except (OSError, SyntaxError, ValueError) as exc:
             result = f"`{rel}` cannot be parsed ({exc.__class__.__name__}); fix the file"
-        self._trees[rel] = result
+        self._scanned[rel] = result
         return result
 
     def resolve(self, node_id: str) -> str | None:
         """Why ``node_id`` does not resolve, or None when it does."""
         # Parameters do not change what a node id resolves to, so the answer is shared.
-        key = _PARAMETERS.sub("", node_id) if "[" in node_id else node_id
+        plain = "[" in node_id and '"' not in node_id
+        key = _PARAMETERS.sub("", node_id) if plain else node_id
         if key not in self._answers:
             self._answers[key] = self._resolve(node_id)
         return self._answers[key]
 
     def _resolve(self, node_id: str) -> str | None:
-        """Resolve one node id (uncached)."""
+        """Resolve one gate (uncached)."""
+        if node_id.startswith(_CI_PREFIX):
+            return self._resolve_job(node_id[len(_CI_PREFIX) :])
         path, *parts = node_id.split("::")
         pure = PurePosixPath(path)
         if not path or pure.is_absolute() or ".." in pure.parts:
             return f"`{node_id}` must start with a repository-relative file path"
-        if pure.suffix != ".py":
-            return f"`{node_id}` must name a Python test file (`tests/test_x.py::test_y`)"
-        scope = self._module(pure.as_posix())
-        if isinstance(scope, str):
-            return scope
-        walked = [path]
-        for part in parts:
-            name = part.split("[", 1)[0]
+        rel = pure.as_posix()
+        language = self._language(rel)
+        off = next((lang for lang in _BUILT_IN if _matches(rel, lang.globs)), None)
+        if language is None and off is not None:
+            return (
+                f"`{rel}` is a {off.name} test file, but {off.name} is not among the "
+                "[tool.wpgate.gates] languages; add it there"
+            )
+        if language is None:
+            return (
+                f"`{rel}` is not a test file wpgate can read (Python `*.py`, Go `*_test.go`, "
+                "Rust `*.rs`, JavaScript/TypeScript, bats `*.bats`); name one, or describe its "
+                "tests in [tool.wpgate.gates] patterns"
+            )
+        return self._resolve_in(rel, language, parts, node_id)
+
+    def _resolve_in(
+        self, rel: str, language: Language, parts: list[str], node_id: str
+    ) -> str | None:
+        """Why the names ``parts`` are not tests of file ``rel`` (None when they are)."""
+        names = self._tests(rel, language)
+        if isinstance(names, str):
+            return names
+        if not parts:
+            tests = [n for n in names if _is_python_test(n)] if language is _PYTHON else names
+            return None if tests else f"`{rel}` defines no test; name a file that has one"
+        walked: list[str] = []
+        for index, part in enumerate(parts):
+            name = language.normalize(_unquoted(part))
             if not name:
                 return f"`{node_id}` has an empty part after `::`; remove it"
-            if name not in scope:
-                where = "::".join(walked)
-                return f"`{name}` is not defined in `{where}`; fix the node id or add the test"
-            scope = _names(scope[name])
             walked.append(name)
+            joined = "::".join(walked)
+            # A part before the last may be a scope only (a Rust module), not a test itself.
+            last = index == len(parts) - 1
+            if joined not in names and (last or not any(_within(n, joined) for n in names)):
+                where = "::".join([rel, *walked[:-1]])
+                return f"`{name}` is not defined in `{where}`; fix the node id or add the test"
         return None
 
+    def _resolve_job(self, job: str) -> str | None:
+        """Why ``ci:<job>`` names no known CI job (None when it does)."""
+        if not job:
+            return "`ci:` names no job; write `ci:<job id>`"
+        if self._jobs is None:
+            self._jobs = self._workflow_jobs() | frozenset(self._options.ci_jobs)
+        if job in self._jobs:
+            return None
+        where = ", ".join(self._options.ci_workflows)
+        return (
+            f"`{job}` is not a job of the CI workflows ({where}) nor of [tool.wpgate.gates] "
+            "ci_jobs; fix the job id or add the job"
+        )
 
-def resolve_node_id(root: Path, node_id: str) -> str | None:
+    def _workflow_jobs(self) -> frozenset[str]:
+        """The job ids of every workflow file of the working tree (read through ``read``)."""
+        jobs: set[str] = set()
+        for glob in self._options.ci_workflows:
+            for path in sorted(self._root.glob(glob)):
+                rel = path.relative_to(self._root).as_posix()
+                try:
+                    jobs |= workflow_jobs(self._read(rel).decode("utf-8-sig"))
+                except (OSError, ValueError):
+                    continue  # an unreadable workflow names no job
+        return frozenset(jobs)
+
+
+def resolve_node_id(root: Path, node_id: str, options: GateOptions | None = None) -> str | None:
     """Why ``node_id`` does not resolve under ``root`` (None when it does); one-off helper."""
-    return GateResolver(root).resolve(node_id)
+    return GateResolver(root, options=options).resolve(node_id)

@@ -445,3 +445,78 @@ def test_check_parses_each_document_once(repo: Path, monkeypatch: pytest.MonkeyP
     (repo / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "{first}"\n')
     run(repo, "check")
     assert sorted(calls) == ["docs/PROVENANCE.md", "docs/work_packages/wp-004.md"]
+
+
+def test_pushed_without_history_start_skips_with_how_to_enable_it(repo: Path) -> None:
+    git(repo, "commit", "-q", "--allow-empty", "-F", "-", data=BAD)
+    status, out, _ = run(repo, "trailers", "--pushed")
+    assert status == 0
+    assert out.startswith(
+        "trailers (--pushed skipped: history_start is not set; set it to the first governed "
+        "commit to lint the trailers): 0 commits checked"
+    )
+
+
+def test_pushed_reads_git_pre_push_input(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("PRE_COMMIT_FROM_REF", "PRE_COMMIT_TO_REF", "PRE_COMMIT_REMOTE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    first = git(repo, "rev-parse", "HEAD")
+    git(repo, "commit", "-q", "--allow-empty", "-F", "-", data=GOOD)
+    governed = git(repo, "rev-parse", "HEAD")
+    (repo / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "{governed}"\n')
+    git(repo, "commit", "-q", "--allow-empty", "-F", "-", data=BAD)
+    bad = git(repo, "rev-parse", "HEAD")
+    # Pushing `bad` onto a remote that has `governed`: one commit, the bad one.
+    line = f"refs/heads/main {bad} refs/heads/main {governed}\n".encode()
+    status, out, _ = run(repo, "trailers", "--pushed", stdin=line)
+    assert status == 1
+    assert f"{bad[:12]}:1: WPG101" in out
+    assert "trailers: 1 commit checked" in out
+    # A new branch: every commit on no remote-tracking ref, from history_start on.
+    new = f"refs/heads/topic {governed} refs/heads/topic {'0' * 40}\n".encode()
+    assert run(repo, "trailers", "--pushed", stdin=new)[:2] == (
+        0,
+        "trailers: 1 commit checked; 0 findings\n",
+    )
+    # A deletion pushes nothing; a remote sha this clone lacks falls back to the remotes.
+    deletion = f"(delete) {'0' * 40} refs/heads/old {first}\n".encode()
+    assert run(repo, "trailers", "--pushed", stdin=deletion)[:2] == (
+        0,
+        "trailers: 0 commits checked; 0 findings\n",
+    )
+    lacking = f"refs/heads/main {bad} refs/heads/main {'c' * 40}\n".encode()
+    assert "trailers: 2 commits checked" in run(repo, "trailers", "--pushed", stdin=lacking)[1]
+    status, _, err = run(repo, "trailers", "--pushed", stdin=b"garbage\n")
+    assert status == 2
+    assert "pre-push input line 1 is not" in err
+    # Under pre-commit (its variables set) the input is pre-commit's, not wpgate's.
+    monkeypatch.setenv("PRE_COMMIT_TO_REF", governed)
+    monkeypatch.setenv("PRE_COMMIT_FROM_REF", first)
+    assert run(repo, "trailers", "--pushed", stdin=b"garbage\n")[:2] == (
+        0,
+        "trailers: 1 commit checked; 0 findings\n",
+    )
+
+
+def test_verbose_says_which_configuration_file_is_read(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text('[tool.wpgate.trailers]\nrequired = ["WP"]\n')
+    (repo / "wpgate.toml").write_text('[trailers]\nrequired = ["WP", "Gate"]\n')
+    _, out, err = run_verbose(repo, "wp")
+    assert "wpgate: configuration: wpgate.toml\n" in err
+    assert "pyproject.toml also configures wpgate and is not read (wpgate.toml comes first)" in err
+    assert "configuration" not in out  # the report alone on stdout
+    assert "configuration" not in run(repo, "wp")[2]  # said only with --verbose
+
+
+def run_verbose(root: Path, *args: str) -> tuple[int, str, str]:
+    """:func:`run` with the global ``-v`` before the command."""
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        status = main(["-v", *args, "--root", str(root)])
+    finally:
+        sys.stdout, sys.stderr = old
+    return status, out.getvalue(), err.getvalue()

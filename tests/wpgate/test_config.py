@@ -144,8 +144,57 @@ def test_every_table_and_kind_is_in_the_schema() -> None:
         "wp",
         "evidence",
         "changelog",
+        "gates",
         "rules",
     }
     kinds = {setting.kind for table in SCHEMA.values() for setting in table.values()}
-    assert kinds == {"str", "bool", "int", "str_list", "str_or_list"}
+    assert kinds == {"str", "bool", "int", "str_list", "str_or_list", "str_map"}
     assert set(SCHEMA["trailers"]) <= set(TrailerOptions.__dataclass_fields__)
+
+
+def test_a_wpgate_toml_holds_the_tables_at_the_top_level(tmp_path: Path) -> None:
+    (tmp_path / "wpgate.toml").write_text(
+        'history_start = "abc1234"\n[trailers]\nrequired = ["WP"]\n[gates]\nci_jobs = ["e2e"]\n',
+        encoding="utf-8",
+    )
+    config = load_config(tmp_path)
+    assert config.source == "wpgate.toml"
+    assert config.history_start == "abc1234"
+    assert TrailerOptions.from_config(config).required == ("WP",)
+    assert config.describe_source() == ["configuration: wpgate.toml"]
+
+
+def test_the_first_file_that_configures_wpgate_is_read(tmp_path: Path) -> None:
+    # A pyproject.toml without [tool.wpgate] does not count; a dedicated file does, even empty.
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n', encoding="utf-8")
+    assert load_config(tmp_path).source == ""
+    assert load_config(tmp_path).describe_source()[0].startswith("configuration: none found")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.wpgate.trailers]\nrequired = ["Gate"]\n', encoding="utf-8"
+    )
+    assert load_config(tmp_path).source == "pyproject.toml"
+    (tmp_path / "wpgate.toml").write_text("", encoding="utf-8")
+    (tmp_path / ".wpgate.toml").write_text('[trailers]\nrequired = ["WP"]\n', encoding="utf-8")
+    config = load_config(tmp_path)
+    assert (config.source, config.unread) == (".wpgate.toml", ("wpgate.toml", "pyproject.toml"))
+    assert TrailerOptions.from_config(config).required == ("WP",)
+    assert config.describe_source()[1] == (
+        "configuration: wpgate.toml also configures wpgate and is not read (.wpgate.toml comes "
+        "first); keep one of them"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[trailers\n", "wpgate.toml: is not valid TOML"),
+        ("[trailers]\nnope = 1\n", "wpgate.toml: trailers.nope: is not a known key of [trailers]"),
+        ("colour = 3\n", "wpgate.toml: colour: is not a known setting or table; the tables are"),
+        ('[tool.wpgate.trailers]\ntypes = ["x"]\n', "wpgate.toml: tool: in wpgate.toml the"),
+    ],
+)
+def test_errors_in_a_wpgate_toml_name_its_keys(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "wpgate.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path)
+    assert str(error.value).startswith(message), str(error.value)

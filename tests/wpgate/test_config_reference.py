@@ -41,7 +41,9 @@ def _literal(default: str) -> object:
     return tomllib.loads(f"value = {default}")["value"]
 
 
-def _as_toml_value(value: object) -> object:
+def _as_toml_value(value: object, kind: str) -> object:
+    if kind == "str_map":  # a table, held as a tuple of (key, value) pairs
+        return dict(value)  # type: ignore[call-overload]
     return list(value) if isinstance(value, tuple) else value
 
 
@@ -66,7 +68,7 @@ def test_documented_keys_kinds_and_defaults_are_the_records_fields(
             assert not setting.default.startswith(("[", '"', "None")), item.name
             continue
         # The published default is the field's own, written as TOML.
-        assert _literal(setting.default) == _as_toml_value(item.default), item.name
+        assert _literal(setting.default) == _as_toml_value(item.default, setting.kind), item.name
 
 
 def _written_settings(path: Path) -> list[tuple[str, object]]:
@@ -126,8 +128,12 @@ def test_every_documented_default_is_accepted_by_the_loader(tmp_path: Path) -> N
     for table, entries in lines.items():
         toml += f"\n[tool.wpgate.{table}]\n" + "\n".join(entries)
     assert main(["init", "--root", str(tmp_path)]) == 0
+    # init wrote a wpgate.toml (no pyproject.toml here), which would come first: the defaults
+    # go to pyproject.toml instead.
+    (tmp_path / "wpgate.toml").unlink()
     (tmp_path / "pyproject.toml").write_text(f"[tool.wpgate]\n{toml}\n", encoding="utf-8")
     config = load_config(tmp_path)
+    assert config.source == "pyproject.toml"
     assert TrailerOptions.from_config(config) == TrailerOptions()
     assert main(["check", "--root", str(tmp_path)]) == 0
 

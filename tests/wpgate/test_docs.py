@@ -194,7 +194,7 @@ def test_switched_off_rules_skip_their_expensive_inputs(
 ) -> None:
     """History reads, gate resolution and the project index serve one rule each."""
 
-    def refuse(*_args: object) -> None:
+    def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError(f"{name} ran")
 
     monkeypatch.setattr(importlib.import_module(module), name, refuse)

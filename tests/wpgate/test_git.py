@@ -152,6 +152,28 @@ def test_pushed_range_without_remotes_lints_local_commits(repo: Path) -> None:
     assert len(list(read_commits(repo, pushed_range({}, history_start=start)))) == 2
 
 
+def test_parse_pre_push_and_its_ranges() -> None:
+    a, b, zero = "a" * 40, "b" * 40, "0" * 40
+    text = (
+        f"refs/heads/main {a} refs/heads/main {b}\n"
+        f"refs/heads/new {b} refs/heads/new {zero}\n"
+        f"(delete) {zero} refs/heads/old {a}\n\n"
+    )
+    refs = _git.parse_pre_push(text)
+    assert [ref.local_ref for ref in refs] == ["refs/heads/main", "refs/heads/new", "(delete)"]
+    ranges = _git.pre_push_ranges(refs, history_start="abc")
+    assert [(r.include, r.exclude) for r in ranges] == [
+        (a, (b, "abc^@")),
+        (b, ("--remotes", "abc^@")),
+    ]
+    # A remote sha this clone lacks (a force push over others' commits): commits on no remote.
+    unknown = _git.pre_push_ranges(refs[:1], unknown=frozenset({b}))
+    assert unknown[0].exclude == ("--remotes",)
+    assert _git.parse_pre_push("") == ()
+    with pytest.raises(GitError, match="pre-push input line 1 is not `<local ref>"):
+        _git.parse_pre_push("refs/heads/main HEAD\n")
+
+
 def test_comment_char(repo: Path) -> None:
     assert _git.comment_char(repo) == "#"
     git(repo, "config", "core.commentChar", ";")

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from git_helpers import git, new_repository
 
-from wpgate._init import plan_scaffolds
+from wpgate._config import load_config
+from wpgate._init import config_text, detect_languages, plan_scaffolds
 from wpgate.cli import main
-from wpgate.options import DocsLayout
+from wpgate.options import GATE_LANGUAGES, DocsLayout, GateOptions, TrailerOptions
 
 _IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 _BIN = Path(sys.executable).parent
@@ -147,3 +148,170 @@ def test_fresh_repository_checks_builds_and_commits_through_the_hooks(tmp_path: 
     assert good.returncode == 0, good.stdout + good.stderr
     assert "wpgate docs" in good.stdout + good.stderr
     assert git(root, "log", "--format=%s") == "chore: bootstrap wpgate"
+
+
+def _files(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+def test_detect_languages_by_marker_and_test_files(tmp_path: Path) -> None:
+    assert detect_languages(tmp_path) == ()
+    _files(
+        tmp_path,
+        {
+            "go.mod": "module x\n",
+            "web/app.spec.ts": "",
+            "test/cli.bats": "",
+            "node_modules/dep/setup.py": "",  # dependencies are not the repository's languages
+            ".hidden/Cargo.toml": "",
+        },
+    )
+    assert detect_languages(tmp_path) == ("go", "javascript", "bats")
+
+
+def test_init_writes_a_wpgate_toml_with_the_languages_found(tmp_path: Path) -> None:
+    _files(tmp_path, {"Cargo.toml": "[package]\n", "src/lib.rs": ""})
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    assert not (tmp_path / "pyproject.toml").exists()
+    config = load_config(tmp_path)
+    assert config.source == "wpgate.toml"
+    assert GateOptions.from_config(config).languages == ("rust",)
+    assert TrailerOptions.from_config(config).required == ("WP", "Provenance", "Gate")
+    assert "#   Gate: src/lib.rs::tests::it_works" in (tmp_path / "wpgate.toml").read_text()
+
+
+def test_init_without_tests_does_not_require_a_gate(tmp_path: Path) -> None:
+    for pyproject in (False, True):
+        text = config_text((), pyproject=pyproject)
+        data = tomllib.loads(text)
+        table = data["tool"]["wpgate"] if pyproject else data
+        assert table["trailers"]["required"] == ["WP", "Provenance"]
+        assert table["gates"]["languages"] == list(GATE_LANGUAGES)
+
+
+def test_init_ignores_the_built_site_once(tmp_path: Path) -> None:
+    (tmp_path / ".gitignore").write_text("*.log", encoding="utf-8")
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    assert (tmp_path / ".gitignore").read_text(encoding="utf-8").splitlines() == [
+        "*.log",
+        "",
+        "# The site mkdocs builds (`mkdocs build`); the wpgate plugin writes nothing else.",
+        "/site/",
+    ]
+    before = (tmp_path / ".gitignore").read_text(encoding="utf-8")
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    assert (tmp_path / ".gitignore").read_text(encoding="utf-8") == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".gitignore").write_text("site/\n", encoding="utf-8")
+    assert main(["init", "--root", str(other)]) == 0
+    assert (other / ".gitignore").read_text(encoding="utf-8") == "site/\n"
+
+
+def test_init_keeps_an_existing_wpgate_toml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n', encoding="utf-8")
+    (tmp_path / ".wpgate.toml").write_text('[docs]\nprovenance = "notes/PROVENANCE.md"\n')
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    assert "kept  .wpgate.toml (exists)" in capsys.readouterr().out
+    assert (tmp_path / "pyproject.toml").read_text(encoding="utf-8") == '[project]\nname = "x"\n'
+    assert (tmp_path / "notes/PROVENANCE.md").is_file()
+
+
+# A Go, a Rust and a JavaScript repository: its files, a gate that names a test in them and one
+# that names a test they lack. No toolchain is needed: gates resolve statically.
+_ADOPTERS = {
+    "go": (
+        {
+            "go.mod": "module example.com/calc\n\ngo 1.22\n",
+            "calc/add.go": "package calc\n\nfunc Add(a, b int) int { return a + b }\n",
+            "calc/add_test.go": (
+                'package calc\n\nimport "testing"\n\n'
+                'func TestAdd(t *testing.T) {\n\tif Add(1, 2) != 3 {\n\t\tt.Fatal("sum")\n\t}\n}\n'
+            ),
+        },
+        "calc/add_test.go::TestAdd",
+        "calc/add_test.go::TestSubtract",
+    ),
+    "rust": (
+        {
+            "Cargo.toml": '[package]\nname = "calc"\nversion = "0.1.0"\nedition = "2021"\n',
+            "src/lib.rs": (
+                "pub fn add(a: i32, b: i32) -> i32 { a + b }\n\n#[cfg(test)]\nmod tests {\n"
+                "    use super::*;\n\n    #[test]\n    fn adds() { assert_eq!(add(1, 2), 3); }\n}\n"
+            ),
+        },
+        "src/lib.rs::tests::adds",
+        "src/lib.rs::tests::subtracts",
+    ),
+    "javascript": (
+        {
+            "package.json": '{"name": "calc", "scripts": {"test": "node --test"}}\n',
+            "sum.js": "module.exports = (a, b) => a + b;\n",
+            "test/sum.test.js": (
+                'const test = require("node:test");\nconst sum = require("../sum");\n\n'
+                'test("adds two numbers", () => {\n  if (sum(1, 2) !== 3) throw new Error();\n});\n'
+            ),
+        },
+        'test/sum.test.js::"adds two numbers"',
+        'test/sum.test.js::"subtracts"',
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("language", sorted(_ADOPTERS))
+def test_a_repository_in_another_language_adopts_wpgate_through_the_hooks(
+    tmp_path: Path, language: str
+) -> None:
+    if _tool_missing("pre_commit") and not _IN_CI:
+        pytest.skip("needs pre-commit (pip install -e '.[dev]')")
+    import wpgate
+
+    files, good_gate, missing_gate = _ADOPTERS[language]
+    root = _files(new_repository(tmp_path), files)
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(root, "remote", "add", "origin", str(remote))
+    env = {
+        **os.environ,
+        "PATH": f"{_BIN}{os.pathsep}{os.environ['PATH']}",
+        "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-cache"),
+        # The hooks run `wpgate` from PATH: make it this tree's wpgate, the code under test.
+        "PYTHONPATH": str(Path(wpgate.__file__).resolve().parents[1]),
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, check=False)
+
+    init = run(sys.executable, "-m", "wpgate", "init")
+    assert init.returncode == 0, init.stderr
+    assert load_config(root).source == "wpgate.toml"  # no pyproject.toml in this repository
+    assert "/site/" in (root / ".gitignore").read_text(encoding="utf-8").splitlines()
+    new_wp = run(sys.executable, "-m", "wpgate", "new-wp", "001", "--title", "T", "--phase", "1")
+    assert new_wp.returncode == 0, new_wp.stderr
+    install = run(sys.executable, "-m", "pre_commit", "install")
+    assert install.returncode == 0, install.stdout + install.stderr
+    git(root, "add", "-A")
+
+    def message(gate: str) -> str:
+        return f"chore: adopt wpgate\n\nWP: 001\nProvenance: none (wpgate init)\nGate: {gate}\n"
+
+    refused = run("git", "commit", "-q", "-m", message(missing_gate))
+    assert refused.returncode != 0
+    output = refused.stdout + refused.stderr
+    assert "WPG107" in output
+    assert "is not defined in" in output
+    assert run("git", "rev-parse", "--verify", "-q", "HEAD").returncode != 0  # nothing committed
+    good = run("git", "commit", "-q", "-m", message(good_gate))
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert git(root, "log", "--format=%s") == "chore: adopt wpgate"
+    # An ungoverned commit, then a push to a remote this clone has no tracking refs of: with no
+    # history_start the pre-push hook skips the trailer lint instead of linting all history.
+    assert run("git", "commit", "-q", "--no-verify", "--allow-empty", "-m", "wip").returncode == 0
+    pushed = run("git", "push", "-q", "origin", "main")
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr

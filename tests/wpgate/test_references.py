@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from wpgate.references import GateResolver, References, resolve_node_id, split_node_ids
+from wpgate.options import GateOptions
+from wpgate.references import (
+    GateResolver,
+    References,
+    resolve_node_id,
+    split_node_ids,
+    workflow_jobs,
+)
 
 TEST_FILE = """
 import sys
@@ -37,6 +44,7 @@ def root(tmp_path: Path) -> Path:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text(TEST_FILE, encoding="utf-8")
     (tmp_path / "tests" / "test_broken.py").write_text("def (:\n", encoding="utf-8")
+    (tmp_path / "tests" / "helpers.py").write_text("def make():\n    pass\n", encoding="utf-8")
     return tmp_path
 
 
@@ -64,7 +72,13 @@ def test_resolves(root: Path, node_id: str) -> None:
             "tests/none.py::test_a",
             "`tests/none.py` does not exist; fix the path or add the test file",
         ),
-        ("tests", "`tests` must name a Python test file (`tests/test_x.py::test_y`)"),
+        (
+            "tests",
+            "`tests` is not a test file wpgate can read (Python `*.py`, Go `*_test.go`, Rust "
+            "`*.rs`, JavaScript/TypeScript, bats `*.bats`); name one, or describe its tests in "
+            "[tool.wpgate.gates] patterns",
+        ),
+        ("tests/helpers.py", "`tests/helpers.py` defines no test; name a file that has one"),
         ("/etc/x.py", "`/etc/x.py` must start with a repository-relative file path"),
         ("../x.py", "`../x.py` must start with a repository-relative file path"),
         (
@@ -113,6 +127,10 @@ def test_split_node_ids() -> None:
         "e.py::f[1][2]",
     ]
     assert split_node_ids(" ; ") == []
+    assert split_node_ids('t/a.test.js::"adds two, fast"; ci:lint') == [
+        't/a.test.js::"adds two, fast"',
+        "ci:lint",
+    ]
 
 
 def test_references_are_cache_keys_by_identity() -> None:
@@ -122,3 +140,103 @@ def test_references_are_cache_keys_by_identity() -> None:
     assert {a: 1}.get(b) is None
     assert {a: 1}[a] == 1
     assert b.wp_ids == a.wp_ids
+
+
+@pytest.fixture
+def polyglot(tmp_path: Path) -> Path:
+    files = {
+        "calc/add_test.go": "package calc\nfunc TestAdd(t *testing.T) {}\n",
+        "calc/add.go": "package calc\nfunc TestNotInATestFile(t *testing.T) {}\n",
+        "src/lib.rs": "#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n",
+        "web/sum.test.ts": 'describe("sum", () => { it("adds two numbers", () => {}); });\n',
+        "test/cli.bats": '@test "prints the version" {\n  run x\n}\n',
+        "t/basic.t": "ok 1 - parses input\n",
+        "t/empty_test.go": "package t\n",
+        ".github/workflows/ci.yml": (
+            "name: ci\non: push\njobs:\n  lint:\n    runs-on: x\n    steps:\n"
+            "      - run: make\n  'unit-tests':\n    runs-on: x\n"
+        ),
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "gate",
+    [
+        "calc/add_test.go::TestAdd",
+        "calc/add_test.go::TestAdd/negative numbers",
+        "calc/add_test.go",
+        "src/lib.rs::tests::it_works",
+        "src/lib.rs::it_works",
+        'web/sum.test.ts::"sum adds two numbers"',
+        "web/sum.test.ts::sum::adds two numbers",
+        'test/cli.bats::"prints the version"',
+        "test/cli.bats",
+        "ci:lint",
+        "ci:unit-tests",
+    ],
+)
+def test_resolves_in_every_language(polyglot: Path, gate: str) -> None:
+    assert resolve_node_id(polyglot, gate) is None
+
+
+@pytest.mark.parametrize(
+    ("gate", "why"),
+    [
+        (
+            "calc/add_test.go::TestSub",
+            "`TestSub` is not defined in `calc/add_test.go`; fix the node id or add the test",
+        ),
+        ("calc/add.go::TestNotInATestFile", "`calc/add.go` is not a test file wpgate can read"),
+        ("t/empty_test.go", "`t/empty_test.go` defines no test; name a file that has one"),
+        (
+            "src/lib.rs::tests::missing",
+            "`missing` is not defined in `src/lib.rs::tests`; fix the node id or add the test",
+        ),
+        ("t/basic.t::parses input", "`t/basic.t` is not a test file wpgate can read"),
+        ("ci:deploy", "`deploy` is not a job of the CI workflows"),
+        ("ci:", "`ci:` names no job; write `ci:<job id>`"),
+    ],
+)
+def test_does_not_resolve_in_other_languages(polyglot: Path, gate: str, why: str) -> None:
+    answer = resolve_node_id(polyglot, gate)
+    assert answer is not None
+    assert answer.startswith(why), answer
+
+
+def test_configured_patterns_jobs_and_languages(polyglot: Path) -> None:
+    options = GateOptions(
+        patterns=(("t/*.t", r"^ok \d+ - (?P<name>.+)$"),),
+        ci_jobs=("buildkite-e2e",),
+        languages=("python", "go"),
+    )
+    resolver = GateResolver(polyglot, options=options)
+    assert resolver.resolve("t/basic.t::parses input") is None
+    assert resolver.resolve("ci:buildkite-e2e") is None
+    assert resolver.resolve("ci:lint") is None
+    assert resolver.resolve("calc/add_test.go::TestAdd") is None
+    # Rust is not among the languages: its files are no longer read.
+    assert resolver.resolve("src/lib.rs::it_works") == (
+        "`src/lib.rs` is a rust test file, but rust is not among the [tool.wpgate.gates] "
+        "languages; add it there"
+    )
+
+
+def test_a_pattern_comes_before_the_built_in_reader(polyglot: Path) -> None:
+    options = GateOptions(patterns=(("*_test.go", r"^// case: (?P<name>\w+)"),))
+    (polyglot / "calc" / "case_test.go").write_text("// case: alpha\n", encoding="utf-8")
+    resolver = GateResolver(polyglot, options=options)
+    assert resolver.resolve("calc/case_test.go::alpha") is None
+    assert resolver.resolve("calc/add_test.go::TestAdd") is not None
+
+
+def test_workflow_jobs_reads_the_keys_under_jobs() -> None:
+    text = (
+        "on:\n  push:\n    branches: [main]\njobs:\n  # a comment\n  build:\n    steps:\n"
+        '      - name: x\n        with:\n          lint: true\n  "test-3.11":\n    needs: build\n'
+        "env:\n  other: 1\n"
+    )
+    assert workflow_jobs(text) == {"build", "test-3.11"}

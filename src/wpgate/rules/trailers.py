@@ -300,20 +300,22 @@ def gate_problems(value: str, resolve: Callable[[str], str | None]) -> tuple[str
     """What is wrong with a ``Gate:`` value, one message per problem."""
     node_ids = split_node_ids(value)
     if not node_ids:
-        return ("`Gate:` is empty; name at least one pytest node id",)
+        return ("`Gate:` is empty; name at least one test (`path::name`), test file or `ci:<job>`",)
     return tuple(f"gate {why}" for why in map(resolve, node_ids) if why is not None)
 
 
 def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
-    """``Gate:`` names pytest node ids that resolve statically (file, class, function)."""
+    """``Gate:`` names tests that resolve statically (``path::name`` in any configured
+    language, a whole test file, or ``ci:<job>``)."""
     found = parsed.message.values("Gate")
     if not found and "Gate" in options.required:
         yield _finding(
             parsed,
             _last_line(parsed.message),
             "WPG107",
-            "the `Gate:` trailer is missing; add `Gate: tests/path/test_x.py::test_y` naming "
-            "the tests that prove the change",
+            "the `Gate:` trailer is missing; add `Gate: <test file>::<test name>` (e.g. "
+            "`tests/test_x.py::test_y`, `pkg/x_test.go::TestY`) naming the tests that prove the "
+            "change",
         )
     for trailer in found:
         problems = gate_problems(trailer.value, parsed.resolve_gate)
@@ -424,8 +426,9 @@ CHECKS: tuple[Rule[CommitMessage, TrailerOptions], ...] = register(
     Rule(
         "WPG107",
         "gate-trailer",
-        "`Gate:` names pytest node ids whose file and test exist (static, by AST); in a git "
-        "range, in the working tree or the commit's own tree.",
+        "`Gate:` names tests whose file and test exist (read statically: Python, Go, Rust, "
+        "JavaScript/TypeScript, bats, configured patterns), a test file or a `ci:` job; in a "
+        "git range, in the working tree or the commit's own tree.",
         check_gate,
     ),
     Rule(

@@ -25,7 +25,7 @@ class Registry(Protocol):
     def resolve_gate(self) -> GateResolver | None: ...
 
 
-#: A gate resolver: the reason a pytest node id does not resolve, or None when it does.
+#: A gate resolver: the reason a gate (a test, test file or `ci:` job) does not resolve, or None.
 GateResolver = Callable[[str], "str | None"]
 
 
@@ -147,8 +147,8 @@ def check_gates(registry: Registry, options: WorkPackageOptions) -> Iterator[Fin
                 package.path,
                 package.line_of("gate"),
                 "WPG306",
-                f"WP-{package.id} is done but names no gate; list the pytest node ids that "
-                'prove it (`gate: ["tests/x/test_y.py::test_z"]`)',
+                f"WP-{package.id} is done but names no gate; list the tests that prove it "
+                '(`gate: ["tests/x/test_y.py::test_z"]`, any language `wpgate` reads)',
             )
         for node_id in package.gate:
             problem = resolve(node_id)

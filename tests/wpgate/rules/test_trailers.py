@@ -268,14 +268,19 @@ def test_gate() -> None:
         (6, "WPG107", "gate `tests/x.py::test_y` does not resolve")
     ]
     assert _run(check_gate, base + "Gate:\n") == [
-        (6, "WPG107", "`Gate:` is empty; name at least one pytest node id")
+        (
+            6,
+            "WPG107",
+            "`Gate:` is empty; name at least one test (`path::name`), test file or `ci:<job>`",
+        )
     ]
     assert _run(check_gate, base) == [
         (
             5,
             "WPG107",
-            "the `Gate:` trailer is missing; add `Gate: tests/path/test_x.py::test_y` naming the "
-            "tests that prove the change",
+            "the `Gate:` trailer is missing; add `Gate: <test file>::<test name>` (e.g. "
+            "`tests/test_x.py::test_y`, `pkg/x_test.go::TestY`) naming the tests that prove the "
+            "change",
         )
     ]
 

@@ -140,8 +140,8 @@ def test_wpg306_done_gates_resolve() -> None:
     ] == [
         (
             f"{D}/wp-001.md",
-            "WP-001 is done but names no gate; list the pytest node ids that "
-            'prove it (`gate: ["tests/x/test_y.py::test_z"]`)',
+            "WP-001 is done but names no gate; list the tests that prove it "
+            '(`gate: ["tests/x/test_y.py::test_z"]`, any language `wpgate` reads)',
         ),
         (
             f"{D}/wp-002.md",
