@@ -413,7 +413,10 @@ class GateOptions(LinterOptions):
                 )
 
 
-#: The commit types a subject may start with, unless ``types`` says otherwise.
+#: The commit types a subject may start with, unless ``types`` says otherwise: wpgate's own
+#: (``refine``, ``exp``, ``release``) and every type the Conventional Commits 1.0.0 spec and
+#: commitlint's conventional config name (``build``, ``style``, ``revert`` among them), so an
+#: adopter's existing history passes without configuration.
 DEFAULT_TYPES = (
     "feat",
     "fix",
@@ -426,6 +429,9 @@ DEFAULT_TYPES = (
     "chore",
     "exp",
     "release",
+    "build",
+    "style",
+    "revert",
 )
 
 #: The trailers the commit rules govern (WPG104-WPG107), which ``required`` may name.
