@@ -23,6 +23,8 @@ from wpgate._output import FORMATS, LinterRun, Summary, format_report
 __all__ = ["CHECK_LINTERS", "cli", "main"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+#: Ctrl-C: the shell's status for a process ended by SIGINT (128 + signal 2).
+EXIT_INTERRUPTED = 130
 
 #: ``check`` runs each of these: ``(name, linter(config) -> LinterRun)``.
 Linter = Callable[[Config], LinterRun]
@@ -397,8 +399,22 @@ def check(fmt: str, root: str | None) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
+def _stopped(exc: BaseException) -> int:
+    """Ctrl-C: one line on stderr, no traceback, the shell's status for SIGINT.
+
+    click turns a KeyboardInterrupt inside a command into Abort (the interrupt is its context);
+    an Abort of another cause (a prompt's end of input) stays a usage error.
+    """
+    if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt):
+        click.echo("wpgate: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    click.echo("wpgate: aborted", err=True)
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 clean, 1 findings, 2 usage or git error)."""
+    """Run the CLI; returns the exit status (0 clean, 1 findings, 2 usage or git error, 130
+    interrupted by Ctrl-C)."""
     try:
         result = cli.main(
             args=list(sys.argv[1:] if argv is None else argv),
@@ -410,9 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return EXIT_USAGE
-    except click.exceptions.Abort:
-        click.echo("wpgate: aborted", err=True)
-        return EXIT_USAGE
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        return _stopped(exc)
     except (ConfigError, GitError, InvocationError) as exc:
         click.echo(f"wpgate: error: {exc}", err=True)
         return EXIT_USAGE
