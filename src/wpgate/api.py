@@ -13,9 +13,9 @@ from pathlib import Path
 
 from wpgate import _commits, _git
 from wpgate._config import load_config
-from wpgate._git import GitError
 from wpgate._model import Finding
 from wpgate._output import format_report
+from wpgate.errors import GitError
 
 __all__ = [
     "GitError",

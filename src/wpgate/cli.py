@@ -15,10 +15,10 @@ from pathlib import Path
 
 import click
 
-from wpgate._config import Config, ConfigError, load_config
-from wpgate._git import GitError
-from wpgate._model import RULES, InvocationError, with_severity
+from wpgate._config import Config, load_config
+from wpgate._model import RULES, with_severity
 from wpgate._output import FORMATS, LinterRun, Summary, format_report
+from wpgate.errors import ConfigError, GitError, InvocationError
 
 __all__ = ["CHECK_LINTERS", "cli", "main"]
 

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
+from wpgate.errors import ConfigError
+
 __all__ = [
     "DEFAULT_TYPES",
     "GATE_LANGUAGES",
@@ -60,17 +62,6 @@ KINDS = {
     "str_map": ("table of strings", 'a table of strings (`key = "value"`)'),
     "rule": ("boolean or severity", 'true, false, "error", "warning" or "off"'),
 }
-
-
-class ConfigError(Exception):
-    """A wrong ``[tool.wpgate]`` setting; ``key`` is its dotted name, ``source`` the file."""
-
-    def __init__(self, key: str, message: str, *, source: str = "pyproject.toml") -> None:
-        where = source if key == source else f"{source}: {key}"
-        super().__init__(f"{where}: {message}")
-        self.key = key
-        self.detail = message
-        self.source = source
 
 
 def accepts(kind: str, value: Any) -> bool:  # noqa: PLR0911 - one answer per value kind
