@@ -19,6 +19,7 @@ from wpgate._config import Config, load_config
 from wpgate._model import RULES, with_severity
 from wpgate._output import FORMATS, LinterRun, Summary, format_report
 from wpgate.errors import ConfigError, GitError, InvocationError
+from wpgate.options import OutputOptions
 
 __all__ = ["CHECK_LINTERS", "cli", "main"]
 
@@ -35,7 +36,9 @@ def _emit(runs: Sequence[LinterRun], fmt: str, config: Config | None = None) -> 
     findings = [f for run in runs for f in run.findings]
     if config is not None and config.warnings:
         findings = [with_severity(f, config.severity(f.rule_id)) for f in findings]
-    click.echo(format_report(findings, [run.summary for run in runs], fmt), nl=False)
+    help_uri = OutputOptions.from_config(config).help_uri
+    report = format_report(findings, [run.summary for run in runs], fmt, help_uri=help_uri)
+    click.echo(report, nl=False)
     return EXIT_FINDINGS if any(f.severity == "error" for f in findings) else EXIT_CLEAN
 
 
@@ -86,7 +89,7 @@ _format_option = click.option(
     type=click.Choice(FORMATS),
     default="text",
     show_default=True,
-    help="Report format: text, json, or GitHub workflow annotations.",
+    help="Report format: text, json, GitHub workflow annotations, or SARIF 2.1.0 (code scanning).",
 )
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "GateOptions",
     "LinterOptions",
     "OptionsSource",
+    "OutputOptions",
     "ProvenanceOptions",
     "Setting",
     "TrailerOptions",
@@ -402,6 +403,30 @@ class GateOptions(LinterOptions):
                     where,
                     f"{pattern!r} has no group `name`; mark the test's name with (?P<name>...)",
                 )
+
+
+@dataclass(frozen=True)
+class OutputOptions(LinterOptions):
+    """``[tool.wpgate.output]``: what the reports link to."""
+
+    TABLE: ClassVar[str] = "output"
+
+    help_uri: str = option(
+        "",
+        "str",
+        "The page of each rule in `--format sarif` (its `helpUri`): a URL with `{id}` (the "
+        "lower-case rule id) or `{name}`, e.g. `https://example.org/reference/rules/{id}/`.",
+    )
+
+    def check(self) -> None:
+        """The template names only ``{id}`` and ``{name}``."""
+        try:
+            self.help_uri.format(id="wpg101", name="subject-format")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(
+                "tool.wpgate.output.help_uri",
+                f"{self.help_uri!r} is not a URL template ({exc}); use {{id}} or {{name}} only",
+            ) from exc
 
 
 #: The commit types a subject may start with, unless ``types`` says otherwise: wpgate's own

@@ -522,6 +522,8 @@ def run_verbose(root: Path, *args: str) -> tuple[int, str, str]:
     finally:
         sys.stdout, sys.stderr = old
     return status, out.getvalue(), err.getvalue()
+
+
 def test_ctrl_c_inside_a_command_exits_130_without_a_traceback(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -578,3 +580,22 @@ def test_sigint_while_reading_stdin_exits_130(repo: Path) -> None:
             child.kill()
             child.communicate()
     assert (child.returncode, out, err.lstrip(b"\n")) == (130, b"", b"wpgate: interrupted\n")
+
+
+def test_sarif_from_the_command_line_links_the_configured_rule_pages(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text(
+        '[tool.wpgate.output]\nhelp_uri = "https://example.org/rules/{id}/"\n'
+    )
+    status, out, err = run(repo, "trailers", "-", "--format", "sarif", stdin=BAD)
+    assert (status, err) == (1, "")
+    log = json.loads(out)
+    rules = {r["id"]: r for r in log["runs"][0]["tool"]["driver"]["rules"]}
+    assert rules["WPG101"]["helpUri"] == "https://example.org/rules/wpg101/"
+    assert {r["ruleId"] for r in log["runs"][0]["results"]} >= {"WPG101", "WPG104"}
+
+
+def test_a_bad_help_uri_template_exits_2(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text('[tool.wpgate.output]\nhelp_uri = "https://x/{rule}"\n')
+    status, _, err = run(repo, "wp", "--format", "sarif")
+    assert status == 2
+    assert "tool.wpgate.output.help_uri: 'https://x/{rule}' is not a URL template" in err
