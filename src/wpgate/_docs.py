@@ -14,6 +14,7 @@ record (:mod:`wpgate.options`), built once per configuration. Document locations
     evidence = "docs/evidence"
     changelog = "CHANGELOG.md"
     claims = ["docs/**/*.md", "README.md"]     # pages scanned for [MEASURED] claims
+    pages = ["docs/**/*.md"]                   # pages the Markdown rules read (the site)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wpgate._config import Config
-from wpgate._documents import load_shared, read_text
+from wpgate._documents import glob_pages, load_shared, read_text
 from wpgate._git import first_citing_commits, is_work_tree, require_full_history
 from wpgate._model import Finding, Options, Rule, Subject, switched_on
 from wpgate._output import LinterRun, Summary
@@ -39,7 +40,7 @@ from wpgate.options import (
     WorkPackageOptions,
 )
 from wpgate.parsers.front_matter import parse_front_matter
-from wpgate.parsers.markdown import parse_markdown
+from wpgate.parsers.markdown import MarkdownPage, MarkdownPages, parse_markdown
 from wpgate.parsers.provenance import Provenance, parse_provenance
 from wpgate.parsers.work_packages import (
     WorkPackage,
@@ -49,6 +50,7 @@ from wpgate.parsers.work_packages import (
 )
 from wpgate.rules import (
     CHANGELOG_UNRELEASED,
+    MARKDOWN_LIST_BLANK_LINE,
     PROVENANCE_ID_FORMAT,
     PROVENANCE_TABLES,
     WP_FRONT_MATTER,
@@ -362,6 +364,33 @@ def lint_changelog(root: Path, config: Config | None = None) -> list[Finding]:
     return _changelog(root, config)[0]
 
 
+def load_markdown_pages(root: Path, config: Config | None = None) -> MarkdownPages:
+    """The pages of ``[tool.wpgate.docs] pages``; one that cannot be read is a finding."""
+    pages: list[MarkdownPage] = []
+    problems: list[Finding] = []
+    for rel in glob_pages(root, DocsLayout.from_config(config).pages):
+        text, problem = read_text(root, rel)
+        if text is not None:
+            pages.append(MarkdownPage(rel, text))
+        elif problem is not None:
+            problems.append(problem.finding(MARKDOWN_LIST_BLANK_LINE))
+    return MarkdownPages(tuple(pages), tuple(problems))
+
+
+def _markdown(root: Path, config: Config | None) -> tuple[list[Finding], int]:
+    """Markdown findings and the number of pages checked."""
+    from wpgate.rules import markdown as rules
+
+    pages = load_markdown_pages(root, config)
+    findings = run_checks(config, rules.CHECKS, pages, DocsLayout.from_config(config))
+    return _keep(config, findings), len(pages.pages)
+
+
+def lint_markdown(root: Path, config: Config | None = None) -> list[Finding]:
+    """Every Markdown finding (WPG6xx)."""
+    return _markdown(root, config)[0]
+
+
 # --------------------------------------------------------------------------- linter runs
 # The CLI's view: each linter's findings with a summary line (``wpgate._output``).
 
@@ -391,6 +420,12 @@ def run_changelog(config: Config) -> LinterRun:
     """``wpgate changelog``."""
     findings, count = _changelog(config.root, config)
     return LinterRun(tuple(findings), Summary("changelog", count, "name"))
+
+
+def run_markdown(config: Config) -> LinterRun:
+    """``wpgate markdown``."""
+    findings, count = _markdown(config.root, config)
+    return LinterRun(tuple(findings), Summary("markdown", count, "page"))
 
 
 def new_work_package(

@@ -267,12 +267,13 @@ def _docs_linter(function: str) -> Linter:
 
 
 def _docs_linters() -> list[tuple[str, Linter]]:
-    """The provenance, work-package, evidence and changelog linters (``wpgate._docs``)."""
+    """The provenance, work-package, evidence, changelog and Markdown linters (``wpgate._docs``)."""
     return [
         ("provenance", _docs_linter("run_provenance")),
         ("wp", _docs_linter("run_work_packages")),
         ("evidence", _docs_linter("run_evidence")),
         ("changelog", _docs_linter("run_changelog")),
+        ("markdown", _docs_linter("run_markdown")),
     ]
 
 
@@ -340,8 +341,21 @@ def changelog(fmt: str, root: str | None) -> int:
 @_ignore_option
 @_format_option
 @_root_option
+def markdown(fmt: str, root: str | None) -> int:
+    """Lint the site's Markdown pages for what Python-Markdown renders unlike CommonMark."""
+    from wpgate._docs import run_markdown
+
+    config = _config(root)
+    return _emit([run_markdown(config)], fmt, config)
+
+
+@cli.command()
+@_ignore_option
+@_format_option
+@_root_option
 def docs(fmt: str, root: str | None) -> int:
-    """Run the docs linters (provenance, wp, evidence, changelog): the wpgate-docs hook."""
+    """Run the docs linters (provenance, wp, evidence, changelog, markdown): the wpgate-docs
+    hook."""
     from wpgate._documents import parse_once
 
     config = _config(root)

@@ -273,6 +273,11 @@ class DocsLayout(LinterOptions):
         "str_or_list",
         "Globs of the pages scanned for `[MEASURED]` claims.",
     )
+    pages: tuple[str, ...] = option(
+        ("docs/**/*.md",),
+        "str_or_list",
+        "Globs of the Markdown pages the site renders, which the Markdown rules (WPG6xx) read.",
+    )
 
     def check(self) -> None:
         """Every path and glob stays inside the repository: relative, with no ``..`` part (a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -599,3 +600,14 @@ def test_a_bad_help_uri_template_exits_2(repo: Path) -> None:
     status, _, err = run(repo, "wp", "--format", "sarif")
     assert status == 2
     assert "tool.wpgate.output.help_uri: 'https://x/{rule}' is not a URL template" in err
+
+
+def test_markdown_reports_a_list_after_a_paragraph(repo: Path) -> None:
+    (repo / "docs" / "guide.md").write_text("# Guide\n\nSteps:\n- install\n- run\n")
+    status, out, err = run(repo, "markdown")
+    assert (status, err) == (1, "")
+    assert out.startswith("docs/guide.md:4: WPG601 this list follows a paragraph line")
+    (repo / "docs" / "guide.md").write_text("# Guide\n\nSteps:\n\n- install\n- run\n")
+    status, out, _ = run(repo, "markdown")
+    assert status == 0
+    assert re.fullmatch(r"markdown: \d+ pages checked; 0 findings\n", out)
