@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from wpgate._model import Finding, Rule, register
 from wpgate.options import DocsLayout
 from wpgate.parsers.markdown import MarkdownPages, list_interruptions
-from wpgate.rules import MARKDOWN_LIST_BLANK_LINE
+from wpgate.rules import MARKDOWN_LIST_BLANK_LINE, declared
 
 
 def check_list_blank_line(pages: MarkdownPages, options: DocsLayout) -> Iterator[Finding]:
@@ -32,10 +32,5 @@ def check_list_blank_line(pages: MarkdownPages, options: DocsLayout) -> Iterator
 
 #: The Markdown rules: each check reads the pages of ``[tool.wpgate.docs] pages``.
 CHECKS: tuple[Rule[MarkdownPages, DocsLayout], ...] = register(
-    Rule(
-        MARKDOWN_LIST_BLANK_LINE,
-        "markdown-list-blank-line",
-        "a list after a paragraph has a blank line before it",
-        check_list_blank_line,
-    ),
+    declared(MARKDOWN_LIST_BLANK_LINE, check_list_blank_line),
 )
