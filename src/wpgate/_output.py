@@ -116,20 +116,30 @@ def _sarif_rule(rule: Rule[Any, Any], help_uri: str) -> dict[str, Any]:
     return descriptor
 
 
+def _logical_kind(path: str) -> str | None:
+    """``commit`` or ``input`` (``<stdin>``, ``<pr>``) for a path that names no file, else None."""
+    if _is_commit(path):
+        return "commit"
+    return "input" if path.startswith("<") and path.endswith(">") else None
+
+
 def _sarif_result(finding: Finding, index: int | None) -> dict[str, Any]:
     """One finding as a SARIF ``result``.
 
     A file finding has a physical location: the path relative to the repository root
     (:data:`SARIF_ROOT`) and the line when one is known. A commit finding has no file: its
     location is logical (the commit's sha, kind ``commit``), its message names the commit as the
-    ``github`` format does, and the line of the message goes into the result's properties.
+    ``github`` format does, and the line of the message goes into the result's properties. A
+    message read from stdin (``<stdin>``, ``<pr>``) is logical too, of kind ``input``.
     """
     result: dict[str, Any] = {"ruleId": finding.rule_id, "level": finding.severity}
     if index is not None:
         result["ruleIndex"] = index
-    if _is_commit(finding.path):
-        result["message"] = {"text": f"commit {finding.path}: {finding.message}"}
-        result["locations"] = [{"logicalLocations": [{"name": finding.path, "kind": "commit"}]}]
+    logical = _logical_kind(finding.path)
+    if logical is not None:
+        prefix = f"commit {finding.path}: " if logical == "commit" else ""
+        result["message"] = {"text": f"{prefix}{finding.message}"}
+        result["locations"] = [{"logicalLocations": [{"name": finding.path, "kind": logical}]}]
         if finding.line > 0:
             result["properties"] = {"messageLine": finding.line}
         return result

@@ -148,3 +148,12 @@ def test_sarif_links_each_rule_to_its_page() -> None:
     rules = {r["id"]: r for r in log["runs"][0]["tool"]["driver"]["rules"]}
     assert rules["WPG104"]["helpUri"] == "https://example.org/rules/wpg104/?n=wp-trailer"
     assert log["runs"][0]["results"] == []
+
+
+def test_sarif_gives_stdin_a_logical_location() -> None:
+    (result,) = _sarif([Finding("<stdin>", 1, "WPG101", "the subject is wrong")])["runs"][0][
+        "results"
+    ]
+    assert result["message"] == {"text": "the subject is wrong"}
+    assert result["locations"] == [{"logicalLocations": [{"name": "<stdin>", "kind": "input"}]}]
+    assert result["properties"] == {"messageLine": 1}
