@@ -27,8 +27,8 @@ from wpgate._git import (
     read_commits,
     resolve_commits,
 )
-from wpgate._model import InvocationError
 from wpgate._output import LinterRun, Summary
+from wpgate.errors import InvocationError
 from wpgate.options import GateOptions
 from wpgate.references import GateResolver, References
 from wpgate.rules.trailers import (

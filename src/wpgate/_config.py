@@ -42,6 +42,7 @@ from wpgate.options import (
     EvidenceOptions,
     GateOptions,
     LinterOptions,
+    OutputOptions,
     ProvenanceOptions,
     Setting,
     TrailerOptions,
@@ -347,6 +348,7 @@ RECORDS: tuple[type[LinterOptions], ...] = (
     WorkPackageOptions,
     EvidenceOptions,
     ChangelogOptions,
+    OutputOptions,
 )
 _RECORD_OF: Mapping[str, type[LinterOptions]] = MappingProxyType({r.TABLE: r for r in RECORDS})
 

@@ -14,6 +14,7 @@ record (:mod:`wpgate.options`), built once per configuration. Document locations
     evidence = "docs/evidence"
     changelog = "CHANGELOG.md"
     claims = ["docs/**/*.md", "README.md"]     # pages scanned for [MEASURED] claims
+    pages = ["docs/**/*.md"]                   # pages the Markdown rules read (the site)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wpgate._config import Config
-from wpgate._documents import load_shared, read_text
+from wpgate._documents import glob_pages, load_shared, read_text
 from wpgate._git import first_citing_commits, is_work_tree, require_full_history
 from wpgate._model import Finding, Options, Rule, Subject, switched_on
 from wpgate._output import LinterRun, Summary
@@ -39,7 +40,7 @@ from wpgate.options import (
     WorkPackageOptions,
 )
 from wpgate.parsers.front_matter import parse_front_matter
-from wpgate.parsers.markdown import parse_markdown
+from wpgate.parsers.markdown import MarkdownPage, MarkdownPages, parse_markdown
 from wpgate.parsers.provenance import Provenance, parse_provenance
 from wpgate.parsers.work_packages import (
     WorkPackage,
@@ -48,11 +49,17 @@ from wpgate.parsers.work_packages import (
     sort_key,
 )
 from wpgate.rules import (
+    CHANGELOG_NAMES_RESOLVE,
     CHANGELOG_UNRELEASED,
+    EVIDENCE_COUNT_MARKER,
+    EVIDENCE_IDENTICAL_MARKER,
+    MARKDOWN_LIST_BLANK_LINE,
+    PROVENANCE_FIRST_USE_HISTORY,
     PROVENANCE_ID_FORMAT,
     PROVENANCE_TABLES,
+    WP_DONE_GATES_RESOLVE,
     WP_FRONT_MATTER,
-    WP_IDS,
+    WP_ID_MATCHES_FILE,
     WP_SCHEMA,
 )
 
@@ -120,7 +127,8 @@ class WorkPackageRegistry:
     findings: tuple[Finding, ...]
     phases: Mapping[int, Phase] = field(default_factory=dict)
     directory: str = "docs/work_packages"
-    #: Why a gate does not resolve (None when it does), when gates are checked (WPG306).
+    #: Why a gate does not resolve (None when it does), when the rule wp-done-gates-resolve
+    #: checks gates.
     resolve_gate: Callable[[str], str | None] | None = field(default=None, compare=False)
 
     def __iter__(self) -> Iterator[WorkPackage]:
@@ -199,7 +207,7 @@ def _read_registry(
             Finding(
                 layout.work_packages,
                 0,
-                WP_IDS,
+                WP_ID_MATCHES_FILE,
                 f"the work-package directory {layout.work_packages} does not exist; create it "
                 "with `wpgate new-wp`",
             )
@@ -273,8 +281,8 @@ def _provenance(root: Path, config: Config | None, history: bool) -> tuple[list[
     from wpgate.rules import provenance as rules
 
     parsed = load_provenance(root, config)
-    # The git history serves WPG207 alone: read only when that rule runs.
-    if history and rule_enabled(config, "WPG207") and is_work_tree(root):
+    # The git history serves provenance-first-use-history alone: read only when it runs.
+    if history and rule_enabled(config, PROVENANCE_FIRST_USE_HISTORY) and is_work_tree(root):
         require_full_history(root, "the first-use history check (wpgate provenance --history)")
         parsed = replace(parsed, citations=first_citing_commits(root))
     findings = run_checks(config, rules.CHECKS, parsed, ProvenanceOptions.from_config(config))
@@ -294,11 +302,11 @@ def _work_packages(root: Path, config: Config | None) -> tuple[list[Finding], in
     from wpgate.rules import work_packages as rules
 
     registry = load_work_packages(root, config)
-    if rule_enabled(config, "WPG306"):  # gate resolution serves WPG306 alone
+    if rule_enabled(config, WP_DONE_GATES_RESOLVE):  # gate resolution serves that rule alone
         gates = GateResolver(root, options=GateOptions.from_config(config))
         registry = replace(registry, resolve_gate=gates.resolve)
     findings = run_checks(config, rules.CHECKS, registry, WorkPackageOptions.from_config(config))
-    # Findings about the folder itself (WPG303: it does not exist) are not pages.
+    # Findings about the folder itself (wp-id-matches-file: it does not exist) are not pages.
     folder = registry.directory
     pages = len(
         {f.path for f in registry.findings if f.path != folder}
@@ -326,8 +334,8 @@ def _evidence(
         root,
         config,
         git=git,
-        collect=collect and options.collect and rule_enabled(config, "WPG409"),
-        identical=rule_enabled(config, "WPG408"),
+        collect=collect and options.collect and rule_enabled(config, EVIDENCE_COUNT_MARKER),
+        identical=rule_enabled(config, EVIDENCE_IDENTICAL_MARKER),
     )
     findings = run_checks(config, rules.CHECKS, tree, options)
     return _keep(config, findings), len(tree.claims)
@@ -351,7 +359,8 @@ def _changelog(root: Path, config: Config | None) -> tuple[list[Finding], int]:
     if text is None:
         return _keep(config, [problem.finding(CHANGELOG_UNRELEASED)] if problem else []), 0
     section = parse_unreleased(text, rel)
-    if section.names and rule_enabled(config, "WPG502"):  # the index serves WPG502 alone
+    # The project index serves changelog-names-resolve alone.
+    if section.names and rule_enabled(config, CHANGELOG_NAMES_RESOLVE):
         section = replace(section, index=load_project_index(root, config))
     findings = run_checks(config, rules.CHECKS, section, ChangelogOptions.from_config(config))
     return _keep(config, findings), len(section.names)
@@ -360,6 +369,33 @@ def _changelog(root: Path, config: Config | None) -> tuple[list[Finding], int]:
 def lint_changelog(root: Path, config: Config | None = None) -> list[Finding]:
     """Every changelog finding (WPG5xx)."""
     return _changelog(root, config)[0]
+
+
+def load_markdown_pages(root: Path, config: Config | None = None) -> MarkdownPages:
+    """The pages of ``[tool.wpgate.docs] pages``; one that cannot be read is a finding."""
+    pages: list[MarkdownPage] = []
+    problems: list[Finding] = []
+    for rel in glob_pages(root, DocsLayout.from_config(config).pages):
+        text, problem = read_text(root, rel)
+        if text is not None:
+            pages.append(MarkdownPage(rel, text))
+        elif problem is not None:
+            problems.append(problem.finding(MARKDOWN_LIST_BLANK_LINE))
+    return MarkdownPages(tuple(pages), tuple(problems))
+
+
+def _markdown(root: Path, config: Config | None) -> tuple[list[Finding], int]:
+    """Markdown findings and the number of pages checked."""
+    from wpgate.rules import markdown as rules
+
+    pages = load_markdown_pages(root, config)
+    findings = run_checks(config, rules.CHECKS, pages, DocsLayout.from_config(config))
+    return _keep(config, findings), len(pages.pages)
+
+
+def lint_markdown(root: Path, config: Config | None = None) -> list[Finding]:
+    """Every Markdown finding (WPG6xx)."""
+    return _markdown(root, config)[0]
 
 
 # --------------------------------------------------------------------------- linter runs
@@ -393,13 +429,19 @@ def run_changelog(config: Config) -> LinterRun:
     return LinterRun(tuple(findings), Summary("changelog", count, "name"))
 
 
+def run_markdown(config: Config) -> LinterRun:
+    """``wpgate markdown``."""
+    findings, count = _markdown(config.root, config)
+    return LinterRun(tuple(findings), Summary("markdown", count, "page"))
+
+
 def new_work_package(
     root: Path, config: Config | None, wp_id: str, title: str, phase: int
 ) -> tuple[str, ...]:
     """Write a scaffolded page for ``wp_id``; returns the paths written (the page first).
 
     In a registry with no phase page yet, the phase's page is written too, so the new package
-    passes WPG307 at once. Raises ValueError saying why not.
+    passes wp-phase-exists at once. Raises ValueError saying why not.
     """
     from wpgate.parsers.work_packages import format_work_package
 

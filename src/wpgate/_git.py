@@ -21,6 +21,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from wpgate.errors import GitError
+
 __all__ = [
     "Commit",
     "GitError",
@@ -50,10 +52,6 @@ _NULL_SHA = "0" * 40
 _REMOTES = "--remotes"
 # A full object name: SHA-1 or SHA-256.
 _SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-
-
-class GitError(Exception):
-    """git could not answer; the message says what is wrong and how to fix it."""
 
 
 @dataclass(frozen=True)

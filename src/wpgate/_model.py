@@ -1,4 +1,4 @@
-"""Records shared by every wpgate linter: findings, the rule registry, the usage error."""
+"""Records shared by every wpgate linter: findings and the rule registry."""
 
 from __future__ import annotations
 
@@ -12,10 +12,6 @@ WP_ID_PATTERN = r"\d{3,}[a-z]?"
 
 #: The longest finding message (characters); longer ones are cut where they are made.
 MAX_MESSAGE = 1000
-
-
-class InvocationError(Exception):
-    """A wrong invocation detected after the command line was parsed (exit 2)."""
 
 
 @dataclass(frozen=True, order=True)

@@ -3,7 +3,7 @@
 ``text``: ``<sha12|file>:<line>: <RULE-ID> <message>`` per finding, then a summary line.
 ``json``: ``{"findings": [...], "summary": {...}}``. ``github``: workflow commands
 (``::error file=...,line=...,title=...::message``) that annotate the pull request, then the
-summary as a notice.
+summary as a notice. ``sarif``: a SARIF 2.1.0 log for code scanning (:func:`format_sarif`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
 
-from wpgate._model import Finding
+from wpgate._model import Finding, Rule
 
-__all__ = ["FORMATS", "LinterRun", "Summary", "format_report"]
+__all__ = ["FORMATS", "LinterRun", "Summary", "format_report", "format_sarif"]
 
-FORMATS = ("text", "json", "github")
+FORMATS = ("text", "json", "github", "sarif")
+
+#: The official schema of the SARIF 2.1.0 log (OASIS Standard with Errata 01).
+SARIF_SCHEMA = (
+    "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+)
+#: The base a result's relative ``artifactLocation.uri`` is resolved against: the repository.
+SARIF_ROOT = "SRCROOT"
 
 
 @dataclass(frozen=True)
@@ -91,12 +100,111 @@ def _totals(findings: list[Finding], summaries: list[Summary]) -> str:
     return "; ".join([*parts, verdict])
 
 
-def format_report(
-    findings: Iterable[Finding], summaries: Iterable[Summary], fmt: str = "text"
+def _sarif_rule(rule: Rule[Any, Any], help_uri: str) -> dict[str, Any]:
+    """One rule as a SARIF ``reportingDescriptor``."""
+    descriptor: dict[str, Any] = {
+        "id": rule.rule_id,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary},
+        "defaultConfiguration": {"enabled": rule.enabled_by_default, "level": "error"},
+    }
+    doc = (rule.check.__doc__ or "").strip()
+    if doc:
+        descriptor["fullDescription"] = {"text": doc.splitlines()[0]}
+    if help_uri:
+        descriptor["helpUri"] = help_uri.format(id=rule.rule_id.lower(), name=rule.name)
+    return descriptor
+
+
+def _logical_kind(path: str) -> str | None:
+    """``commit`` or ``input`` (``<stdin>``, ``<pr>``) for a path that names no file, else None."""
+    if _is_commit(path):
+        return "commit"
+    return "input" if path.startswith("<") and path.endswith(">") else None
+
+
+def _sarif_result(finding: Finding, index: int | None) -> dict[str, Any]:
+    """One finding as a SARIF ``result``.
+
+    A file finding has a physical location: the path relative to the repository root
+    (:data:`SARIF_ROOT`) and the line when one is known. A commit finding has no file: its
+    location is logical (the commit's sha, kind ``commit``), its message names the commit as the
+    ``github`` format does, and the line of the message goes into the result's properties. A
+    message read from stdin (``<stdin>``, ``<pr>``) is logical too, of kind ``input``.
+    """
+    result: dict[str, Any] = {"ruleId": finding.rule_id, "level": finding.severity}
+    if index is not None:
+        result["ruleIndex"] = index
+    logical = _logical_kind(finding.path)
+    if logical is not None:
+        prefix = f"commit {finding.path}: " if logical == "commit" else ""
+        result["message"] = {"text": f"{prefix}{finding.message}"}
+        result["locations"] = [{"logicalLocations": [{"name": finding.path, "kind": logical}]}]
+        if finding.line > 0:
+            result["properties"] = {"messageLine": finding.line}
+        return result
+    result["message"] = {"text": finding.message}
+    physical: dict[str, Any] = {
+        "artifactLocation": {"uri": quote(finding.path, safe="/"), "uriBaseId": SARIF_ROOT}
+    }
+    if finding.line > 0:
+        physical["region"] = {"startLine": finding.line}
+    result["locations"] = [{"physicalLocation": physical}]
+    return result
+
+
+def format_sarif(
+    findings: Iterable[Finding], summaries: Iterable[Summary], *, help_uri: str = ""
 ) -> str:
-    """Findings and summaries in ``fmt`` (one of :data:`FORMATS`), ending with a newline."""
+    """Findings as a SARIF 2.1.0 log: one run of wpgate, every known rule, one result each.
+
+    ``help_uri`` is a template of each rule's documentation page (``{id}``: the lower-case
+    rule id, ``{name}``: its name), e.g. ``https://example.org/reference/rules/{id}/``; empty,
+    the rules carry no ``helpUri``. The summaries go into the run's properties.
+    """
+    import wpgate
+    from wpgate._model import RULES
+    from wpgate.rules import register_all
+
+    register_all()  # every rule is described, not only those of the linters that ran
+    found = list(findings)
+    rules = [_sarif_rule(rule, help_uri) for rule in RULES]
+    index = {descriptor["id"]: i for i, descriptor in enumerate(rules)}
+    run: dict[str, Any] = {
+        "tool": {
+            "driver": {
+                "name": "wpgate",
+                "version": wpgate.__version__,
+                "rules": rules,
+            }
+        },
+        "results": [_sarif_result(f, index.get(f.rule_id)) for f in found],
+        "properties": {
+            "summaries": [
+                {"linter": s.linter, "kind": s.kind, "checked": s.checked, "exempt": dict(s.exempt)}
+                for s in summaries
+            ]
+        },
+    }
+    log = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+
+
+def format_report(
+    findings: Iterable[Finding],
+    summaries: Iterable[Summary],
+    fmt: str = "text",
+    *,
+    help_uri: str = "",
+) -> str:
+    """Findings and summaries in ``fmt`` (one of :data:`FORMATS`), ending with a newline.
+
+    ``help_uri`` is used by ``sarif`` alone (:func:`format_sarif`).
+    """
     found = list(findings)
     done = list(summaries)
+    if fmt == "sarif":
+        return format_sarif(found, done, help_uri=help_uri)
     if fmt == "json":
         payload = {
             "findings": [

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from wpgate import _commits, _git
 from wpgate._config import load_config
-from wpgate._git import GitError
 from wpgate._model import Finding
 from wpgate._output import format_report
+from wpgate.errors import GitError
 
 __all__ = [
     "GitError",
@@ -40,8 +40,8 @@ def lint_trailer_range(
 ) -> TrailerReport:
     """Lint the commits of ``spec`` (``A..B`` or one revision) in the repository at ``root``.
 
-    ``output_format`` is ``text``, ``json`` or ``github``, as ``--format``; ``comment_char`` is
-    git's ``core.commentChar`` (the CLI reads it from the repository). Raises
+    ``output_format`` is ``text``, ``json``, ``github`` or ``sarif``, as ``--format``;
+    ``comment_char`` is git's ``core.commentChar`` (the CLI reads it from the repository). Raises
     ``wpgate.options.ConfigError`` for a bad ``[tool.wpgate]`` table and :class:`GitError`
     for a range git cannot read.
     """

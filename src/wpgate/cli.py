@@ -15,14 +15,17 @@ from pathlib import Path
 
 import click
 
-from wpgate._config import Config, ConfigError, load_config
-from wpgate._git import GitError
-from wpgate._model import RULES, InvocationError, with_severity
+from wpgate._config import Config, load_config
+from wpgate._model import RULES, with_severity
 from wpgate._output import FORMATS, LinterRun, Summary, format_report
+from wpgate.errors import ConfigError, GitError, InvocationError
+from wpgate.options import OutputOptions
 
 __all__ = ["CHECK_LINTERS", "cli", "main"]
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+#: Ctrl-C: the shell's status for a process ended by SIGINT (128 + signal 2).
+EXIT_INTERRUPTED = 130
 
 #: ``check`` runs each of these: ``(name, linter(config) -> LinterRun)``.
 Linter = Callable[[Config], LinterRun]
@@ -33,7 +36,9 @@ def _emit(runs: Sequence[LinterRun], fmt: str, config: Config | None = None) -> 
     findings = [f for run in runs for f in run.findings]
     if config is not None and config.warnings:
         findings = [with_severity(f, config.severity(f.rule_id)) for f in findings]
-    click.echo(format_report(findings, [run.summary for run in runs], fmt), nl=False)
+    help_uri = OutputOptions.from_config(config).help_uri
+    report = format_report(findings, [run.summary for run in runs], fmt, help_uri=help_uri)
+    click.echo(report, nl=False)
     return EXIT_FINDINGS if any(f.severity == "error" for f in findings) else EXIT_CLEAN
 
 
@@ -84,7 +89,7 @@ _format_option = click.option(
     type=click.Choice(FORMATS),
     default="text",
     show_default=True,
-    help="Report format: text, json, or GitHub workflow annotations.",
+    help="Report format: text, json, GitHub workflow annotations, or SARIF 2.1.0 (code scanning).",
 )
 
 
@@ -262,12 +267,13 @@ def _docs_linter(function: str) -> Linter:
 
 
 def _docs_linters() -> list[tuple[str, Linter]]:
-    """The provenance, work-package, evidence and changelog linters (``wpgate._docs``)."""
+    """The provenance, work-package, evidence, changelog and Markdown linters (``wpgate._docs``)."""
     return [
         ("provenance", _docs_linter("run_provenance")),
         ("wp", _docs_linter("run_work_packages")),
         ("evidence", _docs_linter("run_evidence")),
         ("changelog", _docs_linter("run_changelog")),
+        ("markdown", _docs_linter("run_markdown")),
     ]
 
 
@@ -335,8 +341,21 @@ def changelog(fmt: str, root: str | None) -> int:
 @_ignore_option
 @_format_option
 @_root_option
+def markdown(fmt: str, root: str | None) -> int:
+    """Lint the site's Markdown pages for what Python-Markdown renders unlike CommonMark."""
+    from wpgate._docs import run_markdown
+
+    config = _config(root)
+    return _emit([run_markdown(config)], fmt, config)
+
+
+@cli.command()
+@_ignore_option
+@_format_option
+@_root_option
 def docs(fmt: str, root: str | None) -> int:
-    """Run the docs linters (provenance, wp, evidence, changelog): the wpgate-docs hook."""
+    """Run the docs linters (provenance, wp, evidence, changelog, markdown): the wpgate-docs
+    hook."""
     from wpgate._documents import parse_once
 
     config = _config(root)
@@ -397,8 +416,22 @@ def check(fmt: str, root: str | None) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
+def _stopped(exc: BaseException) -> int:
+    """Ctrl-C: one line on stderr, no traceback, the shell's status for SIGINT.
+
+    click turns a KeyboardInterrupt inside a command into Abort (the interrupt is its context);
+    an Abort of another cause (a prompt's end of input) stays a usage error.
+    """
+    if isinstance(exc, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt):
+        click.echo("wpgate: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    click.echo("wpgate: aborted", err=True)
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 clean, 1 findings, 2 usage or git error)."""
+    """Run the CLI; returns the exit status (0 clean, 1 findings, 2 usage or git error, 130
+    interrupted by Ctrl-C)."""
     try:
         result = cli.main(
             args=list(sys.argv[1:] if argv is None else argv),
@@ -410,9 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return EXIT_USAGE
-    except click.exceptions.Abort:
-        click.echo("wpgate: aborted", err=True)
-        return EXIT_USAGE
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        return _stopped(exc)
     except (ConfigError, GitError, InvocationError) as exc:
         click.echo(f"wpgate: error: {exc}", err=True)
         return EXIT_USAGE

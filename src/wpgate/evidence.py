@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from wpgate._git import head_state
+from wpgate.errors import EvidenceError
 from wpgate.parsers.evidence import SCHEMA, parse_evidence
 from wpgate.rules import EVIDENCE_FILE_VALID
 
@@ -33,10 +34,6 @@ __all__ = [
     "source_hashes",
     "write_evidence",
 ]
-
-
-class EvidenceError(ValueError):
-    """A document that is not valid ``wpgate-evidence/1``; the message lists what to fix."""
 
 
 @dataclass(frozen=True)

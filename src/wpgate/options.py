@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
+from wpgate.errors import ConfigError
+
 __all__ = [
     "DEFAULT_TYPES",
     "GATE_LANGUAGES",
@@ -36,6 +38,7 @@ __all__ = [
     "GateOptions",
     "LinterOptions",
     "OptionsSource",
+    "OutputOptions",
     "ProvenanceOptions",
     "Setting",
     "TrailerOptions",
@@ -60,17 +63,6 @@ KINDS = {
     "str_map": ("table of strings", 'a table of strings (`key = "value"`)'),
     "rule": ("boolean or severity", 'true, false, "error", "warning" or "off"'),
 }
-
-
-class ConfigError(Exception):
-    """A wrong ``[tool.wpgate]`` setting; ``key`` is its dotted name, ``source`` the file."""
-
-    def __init__(self, key: str, message: str, *, source: str = "pyproject.toml") -> None:
-        where = source if key == source else f"{source}: {key}"
-        super().__init__(f"{where}: {message}")
-        self.key = key
-        self.detail = message
-        self.source = source
 
 
 def accepts(kind: str, value: Any) -> bool:  # noqa: PLR0911 - one answer per value kind
@@ -281,6 +273,11 @@ class DocsLayout(LinterOptions):
         "str_or_list",
         "Globs of the pages scanned for `[MEASURED]` claims.",
     )
+    pages: tuple[str, ...] = option(
+        ("docs/**/*.md",),
+        "str_or_list",
+        "Globs of the Markdown pages the site renders, which the Markdown rules (WPG6xx) read.",
+    )
 
     def check(self) -> None:
         """Every path and glob stays inside the repository: relative, with no ``..`` part (a
@@ -413,7 +410,34 @@ class GateOptions(LinterOptions):
                 )
 
 
-#: The commit types a subject may start with, unless ``types`` says otherwise.
+@dataclass(frozen=True)
+class OutputOptions(LinterOptions):
+    """``[tool.wpgate.output]``: what the reports link to."""
+
+    TABLE: ClassVar[str] = "output"
+
+    help_uri: str = option(
+        "",
+        "str",
+        "The page of each rule in `--format sarif` (its `helpUri`): a URL with `{id}` (the "
+        "lower-case rule id) or `{name}`, e.g. `https://example.org/reference/rules/{id}/`.",
+    )
+
+    def check(self) -> None:
+        """The template names only ``{id}`` and ``{name}``."""
+        try:
+            self.help_uri.format(id="wpg101", name="subject-format")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(
+                "tool.wpgate.output.help_uri",
+                f"{self.help_uri!r} is not a URL template ({exc}); use {{id}} or {{name}} only",
+            ) from exc
+
+
+#: The commit types a subject may start with, unless ``types`` says otherwise: wpgate's own
+#: (``refine``, ``exp``, ``release``) and every type the Conventional Commits 1.0.0 spec and
+#: commitlint's conventional config name (``build``, ``style``, ``revert`` among them), so an
+#: adopter's existing history passes without configuration.
 DEFAULT_TYPES = (
     "feat",
     "fix",
@@ -426,6 +450,9 @@ DEFAULT_TYPES = (
     "chore",
     "exp",
     "release",
+    "build",
+    "style",
+    "revert",
 )
 
 #: The trailers the commit rules govern (WPG104-WPG107), which ``required`` may name.

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -520,3 +523,91 @@ def run_verbose(root: Path, *args: str) -> tuple[int, str, str]:
     finally:
         sys.stdout, sys.stderr = old
     return status, out.getvalue(), err.getvalue()
+
+
+def test_ctrl_c_inside_a_command_exits_130_without_a_traceback(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wpgate import _commits
+
+    def interrupted(*_args: object, **_kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_commits, "run_trailers", interrupted)
+    status, out, err = run(repo, "trailers", "-", stdin=GOOD)
+    # click ends the terminal's `^C` line first; then one line, and no traceback.
+    assert (status, out, err.lstrip("\n")) == (130, "", "wpgate: interrupted\n")
+
+
+def test_ctrl_c_outside_click_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wpgate import cli
+
+    def interrupted(**_kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.cli, "main", interrupted)
+    assert cli.main(["--version"]) == 130
+
+
+def _blocked_on_a_read(pid: int) -> bool:
+    """Whether process ``pid`` sleeps in a pipe read (Linux ``/proc``)."""
+    try:
+        return "pipe" in Path(f"/proc/{pid}/wchan").read_text(encoding="ascii")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux /proc wchan")
+def test_sigint_while_reading_stdin_exits_130(repo: Path) -> None:
+    # The real thing: `wpgate trailers -` waits on a stdin pipe that never closes, and the
+    # user presses Ctrl-C (SIGINT once it is blocked in that read, as the terminal sends it).
+    child = subprocess.Popen(
+        [sys.executable, "-m", "wpgate", "trailers", "-", "--root", str(repo)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _blocked_on_a_read(child.pid):
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "wpgate never blocked on its stdin"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert (child.returncode, out, err.lstrip(b"\n")) == (130, b"", b"wpgate: interrupted\n")
+
+
+def test_sarif_from_the_command_line_links_the_configured_rule_pages(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text(
+        '[tool.wpgate.output]\nhelp_uri = "https://example.org/rules/{id}/"\n'
+    )
+    status, out, err = run(repo, "trailers", "-", "--format", "sarif", stdin=BAD)
+    assert (status, err) == (1, "")
+    log = json.loads(out)
+    rules = {r["id"]: r for r in log["runs"][0]["tool"]["driver"]["rules"]}
+    assert rules["WPG101"]["helpUri"] == "https://example.org/rules/wpg101/"
+    assert {r["ruleId"] for r in log["runs"][0]["results"]} >= {"WPG101", "WPG104"}
+
+
+def test_a_bad_help_uri_template_exits_2(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text('[tool.wpgate.output]\nhelp_uri = "https://x/{rule}"\n')
+    status, _, err = run(repo, "wp", "--format", "sarif")
+    assert status == 2
+    assert "tool.wpgate.output.help_uri: 'https://x/{rule}' is not a URL template" in err
+
+
+def test_markdown_reports_a_list_after_a_paragraph(repo: Path) -> None:
+    (repo / "docs" / "guide.md").write_text("# Guide\n\nSteps:\n- install\n- run\n")
+    status, out, err = run(repo, "markdown")
+    assert (status, err) == (1, "")
+    assert out.startswith("docs/guide.md:4: WPG601 this list follows a paragraph line")
+    (repo / "docs" / "guide.md").write_text("# Guide\n\nSteps:\n\n- install\n- run\n")
+    status, out, _ = run(repo, "markdown")
+    assert status == 0
+    assert re.fullmatch(r"markdown: \d+ pages checked; 0 findings\n", out)

@@ -235,3 +235,88 @@ def find_table(
             )
         ]
     return table, list(table_findings(path, table, rule_id))
+
+
+# --------------------------------------------------------------------------- lists
+
+
+@dataclass(frozen=True)
+class MarkdownPage:
+    """One Markdown page the Markdown rules read: its repository path and its text."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class MarkdownPages:
+    """The pages of ``[tool.wpgate.docs] pages``, and the problems of those not read."""
+
+    pages: tuple[MarkdownPage, ...]
+    findings: tuple[Finding, ...] = ()
+
+
+# Python-Markdown's list markers: `*`, `+`, `-` and `N.` (it has no `N)` lists).
+_LIST_ITEM_RE = re.compile(r"^ {0,3}(?:[*+-]|(\d{1,9})\.)(?=[ \t]|$)")
+_BREAK_RE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+_SETEXT_RE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+_NOT_PARAGRAPH_RE = re.compile(r"^ {0,3}(?:[>|<]|\[\^?[^\]]*\]:|!!!|\?\?\?|:::)")
+
+
+def _body_lines(text: str) -> list[tuple[int, str]]:
+    """The lines outside fenced code blocks, after the YAML front matter (if any)."""
+    lines = list(_lines_outside_fences(text))
+    if lines and lines[0] == (1, "---"):
+        for index, (_, line) in enumerate(lines[1:], start=1):
+            if line in ("---", "..."):
+                return lines[index + 1 :]
+    return lines
+
+
+def _is_list_start(line: str) -> bool:
+    """Whether ``line`` opens a list: a bullet or a ``1.`` marker, then text."""
+    match = _LIST_ITEM_RE.match(line)
+    if match is None or _BREAK_RE.match(line) or not line[match.end() :].strip():
+        return False  # a thematic break, or a bare marker (an empty item interrupts nothing)
+    number = match.group(1)
+    # Only an ordered list that starts at 1 interrupts a paragraph (CommonMark 0.31, §5.3); a
+    # wrapped sentence that starts with `2019.` is prose.
+    return number is None or int(number) == 1
+
+
+def list_interruptions(text: str) -> tuple[int, ...]:
+    """The lines where a list starts directly under a paragraph line, with no blank line.
+
+    CommonMark lets a list interrupt a paragraph; Python-Markdown (which mkdocs renders with)
+    does not, and joins the items into the paragraph. Lines in fenced code, front matter, lists,
+    tables, block quotes, HTML and indented blocks are not paragraphs; a heading or a thematic
+    break above a list is fine.
+    """
+    found: list[int] = []
+    state = "blank"  # what the previous line was: blank, paragraph, list or other
+    previous = 0
+    for number, line in _body_lines(text):
+        if number != previous + 1:
+            state = "other"  # a fence closed in between
+        previous = number
+        stripped = line.strip()
+        if not stripped:
+            state = "blank" if state != "list" else "list-blank"
+        elif _LIST_ITEM_RE.match(line) and not _BREAK_RE.match(line):
+            if state == "paragraph" and _is_list_start(line):
+                found.append(number)
+            state = "list"
+        elif state in ("list", "list-blank") and (state == "list" or line.startswith(" ")):
+            state = "list"  # an item's continuation, lazy or indented
+        elif state == "paragraph" and _SETEXT_RE.match(line):
+            state = "other"  # the paragraph was a setext heading
+        elif (
+            _HEADING_RE.match(line)
+            or _BREAK_RE.match(line)
+            or _NOT_PARAGRAPH_RE.match(line)
+            or line.startswith(("    ", "\t"))
+        ):
+            state = "other"
+        else:
+            state = "paragraph"
+    return tuple(found)

@@ -24,7 +24,7 @@ from wpgate._model import Finding, Rule, register
 from wpgate.options import ChangelogOptions
 from wpgate.parsers.changelog import CodeName, Unreleased
 from wpgate.records import ProjectIndex
-from wpgate.rules import CHANGELOG_UNRELEASED
+from wpgate.rules import CHANGELOG_NAMES_RESOLVE, CHANGELOG_UNRELEASED, declared
 
 _FLAG_RE = re.compile(r"^--[A-Za-z0-9][\w.-]*(?:=\S*)?(?:/--[A-Za-z0-9][\w.-]*)*$")
 _DOTTED_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(\(.*\))?$")
@@ -147,7 +147,7 @@ def _resolve_command(  # noqa: PLR0911 - one answer per command kind
 
 
 def check_unreleased_section(section: Unreleased, options: ChangelogOptions) -> Iterator[Finding]:
-    """WPG501: the changelog has an ``## [Unreleased]`` section (Keep a Changelog)."""
+    """The changelog has an ``## [Unreleased]`` section (Keep a Changelog)."""
     if section.line == 0:
         yield Finding(
             section.path,
@@ -158,7 +158,7 @@ def check_unreleased_section(section: Unreleased, options: ChangelogOptions) -> 
 
 
 def check_names(section: Unreleased, options: ChangelogOptions) -> Iterator[Finding]:
-    """WPG502: every backticked name in the unreleased section resolves in the tree.
+    """Every backticked name in the unreleased section resolves in the tree.
 
     The tree is ``section.index``; a section without one is not checked.
     """
@@ -181,20 +181,15 @@ def _finding(section: Unreleased, name: CodeName, problem: str) -> Finding:
     return Finding(
         section.path,
         name.line,
-        "WPG502",
+        CHANGELOG_NAMES_RESOLVE,
         f"the changelog promises `{name.text}` but {problem}; fix the entry or ship the name "
         "(list deliberate exceptions in `[tool.wpgate.changelog] ignore`)",
     )
 
 
-#: The changelog rules: each check reads the unreleased section (and, for WPG502, the
-#: project index the runner put on it).
+#: The changelog rules: each check reads the unreleased section (and, for
+#: changelog-names-resolve, the project index the runner put on it).
 CHECKS: tuple[Rule[Unreleased, ChangelogOptions], ...] = register(
-    Rule(
-        CHANGELOG_UNRELEASED,
-        "changelog-unreleased",
-        "the changelog has an Unreleased section",
-        check_unreleased_section,
-    ),
-    Rule("WPG502", "changelog-names-resolve", "backticked names in Unreleased exist", check_names),
+    declared(CHANGELOG_UNRELEASED, check_unreleased_section),
+    declared(CHANGELOG_NAMES_RESOLVE, check_names),
 )

@@ -13,7 +13,18 @@ from wpgate._model import Finding, Rule, register
 from wpgate.options import EvidenceOptions
 from wpgate.parsers.evidence import Evidence, Number, evidence_numbers
 from wpgate.records import ClaimContext, EvidenceTree
-from wpgate.rules import EVIDENCE_CLAIM_CITES, EVIDENCE_FILE_VALID
+from wpgate.rules import (
+    EVIDENCE_CITATION_EXISTS,
+    EVIDENCE_CITATION_INSIDE,
+    EVIDENCE_CLAIM_CITES,
+    EVIDENCE_COUNT_MARKER,
+    EVIDENCE_FILE_VALID,
+    EVIDENCE_IDENTICAL_MARKER,
+    EVIDENCE_NUMBERS,
+    EVIDENCE_SOURCE_HASHES,
+    EVIDENCE_STALE,
+    declared,
+)
 
 _HUNDRED = Decimal(100)
 
@@ -29,7 +40,7 @@ def _cited(tree: EvidenceTree, context: ClaimContext) -> list[Evidence]:
 
 
 def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """WPG401: a claim cites at least one evidence file, kept under the evidence directory."""
+    """A claim cites at least one evidence file, kept under the evidence directory."""
     yield from (f for f in tree.findings if f.rule_id == EVIDENCE_CLAIM_CITES)
     for context in tree.claims:
         claim = context.claim
@@ -55,40 +66,40 @@ def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[
 
 
 def check_citations_inside(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """WPG402: citations stay inside the repository (no absolute path, ``..`` or escaping link)."""
+    """Citations stay inside the repository (no absolute path, ``..`` or escaping link)."""
     for context in tree.claims:
         for citation in context.citations:
             if citation.problem is not None:
                 yield Finding(
                     context.claim.path,
                     citation.line,
-                    "WPG402",
+                    EVIDENCE_CITATION_INSIDE,
                     f"citation refused: {citation.problem}",
                 )
 
 
 def check_citations_exist(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """WPG403: every cited file exists."""
+    """Every cited file exists."""
     for context in tree.claims:
         for citation in context.citations:
             if citation.path is not None and not citation.exists:
                 yield Finding(
                     context.claim.path,
                     citation.line,
-                    "WPG403",
+                    EVIDENCE_CITATION_EXISTS,
                     f"the cited file `{citation.target}` ({citation.path}) does not exist; run "
                     "the benchmark that writes it or fix the link",
                 )
 
 
 def check_files_valid(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """WPG404: every evidence file is a ``wpgate-evidence/1`` JSON object."""
+    """Every evidence file is a ``wpgate-evidence/1`` JSON object."""
     for parse in tree.files.values():
         yield from parse.findings
 
 
 def check_source_hashes(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """WPG405: an evidence file's source hashes equal those files at its recorded commit.
+    """An evidence file's source hashes equal those files at its recorded commit.
 
     Skipped for files without a commit or marked ``git_dirty``: their hashes are the anchor.
     """
@@ -103,7 +114,7 @@ def check_source_hashes(tree: EvidenceTree, options: EvidenceOptions) -> Iterato
             yield Finding(
                 evidence.path,
                 1,
-                "WPG405",
+                EVIDENCE_SOURCE_HASHES,
                 f"the recorded commit {commit[:12]} is not in this repository; fetch it (a "
                 "shallow clone needs `git fetch --unshallow`) or re-run the benchmark",
             )
@@ -114,7 +125,7 @@ def check_source_hashes(tree: EvidenceTree, options: EvidenceOptions) -> Iterato
                 yield Finding(
                     evidence.path,
                     evidence.line_of(source),
-                    "WPG405",
+                    EVIDENCE_SOURCE_HASHES,
                     f"{source} does not exist at the recorded commit {commit[:12]}; the evidence "
                     "ran on uncommitted code - record `git_dirty: true` or re-run from a commit",
                 )
@@ -122,7 +133,7 @@ def check_source_hashes(tree: EvidenceTree, options: EvidenceOptions) -> Iterato
                 yield Finding(
                     evidence.path,
                     evidence.line_of(source),
-                    "WPG405",
+                    EVIDENCE_SOURCE_HASHES,
                     f"{source}'s recorded sha256 differs from the file at the recorded commit "
                     f"{commit[:12]}; the benchmark ran on modified code - record `git_dirty: "
                     "true` or re-run it from a clean tree",
@@ -180,7 +191,7 @@ class _Index:
 
 
 def check_numbers(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """WPG406: every number in a claim's prose is recorded in a file the claim cites.
+    """Every number in a claim's prose is recorded in a file the claim cites.
 
     A number matches a recorded value rounded to the claim's decimals; a percentage also
     matches a fraction; dotted versions (``2.9.1``) match text in the file. Inline code is exempt.
@@ -189,14 +200,14 @@ def check_numbers(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Find
     for context in tree.claims:
         cited = _cited(tree, context)
         if not cited:
-            continue  # WPG401/WPG403/WPG404 already say why
+            continue  # evidence-claim-cites, -citation-exists or -file-valid say why
         names = ", ".join(e.path for e in cited)
         for number in context.claim.numbers:
             if not index.holds(cited, number):
                 yield Finding(
                     context.claim.path,
                     number.line,
-                    "WPG406",
+                    EVIDENCE_NUMBERS,
                     f"{number.text}{'%' if number.percent else ''} is not recorded in {names} "
                     "(at that precision); quote the file's value, render it with a "
                     "`wpgate-evidence` block, or put a number that is not a measurement in "
@@ -207,14 +218,14 @@ def check_numbers(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Find
                 yield Finding(
                     context.claim.path,
                     version.line,
-                    "WPG406",
+                    EVIDENCE_NUMBERS,
                     f"{version.text} does not appear in {names}; quote the environment as the "
                     "file records it",
                 )
 
 
 def check_stale(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """WPG407: a claim whose evidence no longer matches the tree names the commit it covers."""
+    """A claim whose evidence no longer matches the tree names the commit it covers."""
     for context in tree.claims:
         claim = context.claim
         for evidence in _cited(tree, context):
@@ -230,7 +241,7 @@ def check_stale(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Findin
                 yield Finding(
                     claim.path,
                     claim.line,
-                    "WPG407",
+                    EVIDENCE_STALE,
                     f"stale claim: {evidence.path} measured {shown} as they no longer are; "
                     "re-run the benchmark, or write `covers <commit>` naming the commit the "
                     "measurement covers",
@@ -240,7 +251,7 @@ def check_stale(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Findin
                 yield Finding(
                     claim.path,
                     claim.line,
-                    "WPG407",
+                    EVIDENCE_STALE,
                     f"the claim says it covers {', '.join(claim.covers)}, but {evidence.path}'s "
                     "source hashes do not match the files at that commit; name the commit the "
                     "benchmark ran on",
@@ -258,12 +269,12 @@ def _covers(tree: EvidenceTree, evidence: Evidence, sha: str) -> bool:
 
 
 def check_identical(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """WPG408: ``identical A..B -- paths`` holds: git sees no difference in those paths."""
+    """``identical A..B -- paths`` holds: git sees no difference in those paths."""
     if not tree.git:
         return
     for context in tree.claims:
         for marker in context.claim.identical:
-            where = (context.claim.path, marker.line, "WPG408")
+            where = (context.claim.path, marker.line, EVIDENCE_IDENTICAL_MARKER)
             result = tree.identical.get(marker)
             unknown = [r for r in (marker.base, marker.head) if tree.commits.get(r) is None]
             if isinstance(result, str):
@@ -284,13 +295,13 @@ def check_identical(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Fi
 
 
 def check_counts(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """WPG409: ``collected N -- paths`` holds: pytest collects exactly N tests there."""
+    """``collected N -- paths`` holds: pytest collects exactly N tests there."""
     for context in tree.claims:
         for marker in context.claim.counts:
             result = tree.counts.get(marker)
             if result is None:
                 continue  # collection was switched off
-            where = (context.claim.path, marker.line, "WPG409")
+            where = (context.claim.path, marker.line, EVIDENCE_COUNT_MARKER)
             paths = " ".join(marker.paths)
             if isinstance(result, str):
                 yield Finding(*where, f"`collected {marker.count} -- {paths}`: {result}")
@@ -304,45 +315,13 @@ def check_counts(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Findi
 
 #: The evidence rules, in rule-id order: each check reads the loaded evidence tree.
 CHECKS: tuple[Rule[EvidenceTree, EvidenceOptions], ...] = register(
-    Rule(
-        EVIDENCE_CLAIM_CITES,
-        "evidence-claim-cites",
-        "[MEASURED] claims cite an evidence file",
-        check_claim_cites,
-    ),
-    Rule(
-        "WPG402",
-        "evidence-citation-inside",
-        "citations stay inside the repository",
-        check_citations_inside,
-    ),
-    Rule("WPG403", "evidence-citation-exists", "cited files exist", check_citations_exist),
-    Rule(
-        EVIDENCE_FILE_VALID,
-        "evidence-file-valid",
-        "evidence files follow wpgate-evidence/1",
-        check_files_valid,
-    ),
-    Rule(
-        "WPG405",
-        "evidence-source-hashes",
-        "recorded hashes match the recorded commit",
-        check_source_hashes,
-    ),
-    Rule(
-        "WPG406",
-        "evidence-numbers",
-        "numbers in claims are recorded in the evidence",
-        check_numbers,
-    ),
-    Rule(
-        "WPG407", "evidence-stale", "claims on changed code name the commit they cover", check_stale
-    ),
-    Rule(
-        "WPG408",
-        "evidence-identical-marker",
-        "`identical A..B -- paths` holds in git",
-        check_identical,
-    ),
-    Rule("WPG409", "evidence-count-marker", "`collected N -- paths` matches pytest", check_counts),
+    declared(EVIDENCE_CLAIM_CITES, check_claim_cites),
+    declared(EVIDENCE_CITATION_INSIDE, check_citations_inside),
+    declared(EVIDENCE_CITATION_EXISTS, check_citations_exist),
+    declared(EVIDENCE_FILE_VALID, check_files_valid),
+    declared(EVIDENCE_SOURCE_HASHES, check_source_hashes),
+    declared(EVIDENCE_NUMBERS, check_numbers),
+    declared(EVIDENCE_STALE, check_stale),
+    declared(EVIDENCE_IDENTICAL_MARKER, check_identical),
+    declared(EVIDENCE_COUNT_MARKER, check_counts),
 )

@@ -13,7 +13,16 @@ from collections.abc import Iterator
 from wpgate._model import Finding, Rule, register
 from wpgate.options import ProvenanceOptions
 from wpgate.parsers.provenance import Provenance, id_number
-from wpgate.rules import PROVENANCE_ID_FORMAT, PROVENANCE_TABLES
+from wpgate.rules import (
+    PROVENANCE_CODE_LICENCE,
+    PROVENANCE_FIRST_USE_DATES,
+    PROVENANCE_FIRST_USE_HISTORY,
+    PROVENANCE_FIRST_USE_ONCE,
+    PROVENANCE_ID_FORMAT,
+    PROVENANCE_TABLES,
+    PROVENANCE_UNIQUE_IDS,
+    declared,
+)
 
 DEFAULT_LICENCES = ProvenanceOptions.licences
 DEFAULT_CODE_ROLES = ProvenanceOptions.code_roles
@@ -21,17 +30,17 @@ _ISO_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def check_tables(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
-    """WPG201: the three tables exist under their headings, with their columns and whole rows."""
+    """The three tables exist under their headings, with their columns and whole rows."""
     yield from (f for f in provenance.findings if f.rule_id == PROVENANCE_TABLES)
 
 
 def check_id_format(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
-    """WPG202: every id cell is ``R<n>``, a range ``R1-R20`` or a list of them."""
+    """Every id cell is ``R<n>``, a range ``R1-R20`` or a list of them."""
     yield from (f for f in provenance.findings if f.rule_id == PROVENANCE_ID_FORMAT)
 
 
 def check_unique_ids(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
-    """WPG203: an id appears once across the Sources and Placeholders tables (ranges expanded)."""
+    """An id appears once across the Sources and Placeholders tables (ranges expanded)."""
     seen: dict[str, tuple[str, int]] = {}
     rows = [(s.id, "Sources", s.line) for s in provenance.sources]
     rows += [(p.id, "Placeholders", p.line) for p in provenance.placeholders]
@@ -41,7 +50,7 @@ def check_unique_ids(provenance: Provenance, options: ProvenanceOptions) -> Iter
             yield Finding(
                 provenance.path,
                 line,
-                "WPG203",
+                PROVENANCE_UNIQUE_IDS,
                 f"{source_id} is already listed in the {first_table} table (line {first_line}); "
                 "give each source its own id and list it once",
             )
@@ -67,7 +76,7 @@ def _lowered(values: tuple[str, ...]) -> frozenset[str]:
 
 
 def check_licences(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
-    """WPG204: a code source carries a permissive licence; copyleft or unknown is refused."""
+    """A code source carries a permissive licence; copyleft or unknown is refused."""
     allowed = _lowered(options.licences)
     roles = _lowered(options.code_roles)
     reported: set[int] = set()
@@ -79,7 +88,7 @@ def check_licences(provenance: Provenance, options: ProvenanceOptions) -> Iterat
             yield Finding(
                 provenance.path,
                 source.line,
-                "WPG204",
+                PROVENANCE_CODE_LICENCE,
                 f"{source.id} is a code source under `{source.licence or 'no licence'}`, which is "
                 f"not on the permissive allowlist ({', '.join(sorted(allowed))}); drop the "
                 "source, or record its SPDX licence if it is in fact permissive",
@@ -87,7 +96,7 @@ def check_licences(provenance: Provenance, options: ProvenanceOptions) -> Iterat
 
 
 def check_first_use_once(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
-    """WPG205: every source has exactly one first-use row, and each row names known sources."""
+    """Every source has exactly one first-use row, and each row names known sources."""
     sources = {s.id: s for s in provenance.sources}
     placeholders = provenance.placeholder_ids
     first: dict[str, int] = {}
@@ -97,21 +106,21 @@ def check_first_use_once(provenance: Provenance, options: ProvenanceOptions) -> 
                 yield Finding(
                     provenance.path,
                     row.line,
-                    "WPG205",
+                    PROVENANCE_FIRST_USE_ONCE,
                     f"{source_id} is a withdrawn placeholder; a first-use row cannot name it",
                 )
             elif source_id not in sources:
                 yield Finding(
                     provenance.path,
                     row.line,
-                    "WPG205",
+                    PROVENANCE_FIRST_USE_ONCE,
                     f"{source_id} is not in the Sources table; add it there or fix the id",
                 )
             elif source_id in first:
                 yield Finding(
                     provenance.path,
                     row.line,
-                    "WPG205",
+                    PROVENANCE_FIRST_USE_ONCE,
                     f"a second first-use row for {source_id} (the first is at line "
                     f"{first[source_id]}); the log records each source once, on the day it was "
                     "first used - later uses are traced through `Provenance:` trailers; delete "
@@ -124,7 +133,7 @@ def check_first_use_once(provenance: Provenance, options: ProvenanceOptions) -> 
             yield Finding(
                 provenance.path,
                 source.line,
-                "WPG205",
+                PROVENANCE_FIRST_USE_ONCE,
                 f"{source_id} has no first-use row; add `| YYYY-MM-DD | {source_id} | what it "
                 "was used for |` to the First-use log",
             )
@@ -142,7 +151,7 @@ def parse_iso_date(cell: str) -> dt.date | None:
 
 
 def check_first_use_dates(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
-    """WPG206: first-use dates are ISO (``YYYY-MM-DD``) and never decrease down the log."""
+    """First-use dates are ISO (``YYYY-MM-DD``) and never decrease down the log."""
     previous: tuple[dt.date, int] | None = None
     for row in provenance.first_uses:
         date = parse_iso_date(row.date)
@@ -150,7 +159,7 @@ def check_first_use_dates(provenance: Provenance, options: ProvenanceOptions) ->
             yield Finding(
                 provenance.path,
                 row.line,
-                "WPG206",
+                PROVENANCE_FIRST_USE_DATES,
                 f"the date `{row.date}` is not an ISO date; write it as YYYY-MM-DD",
             )
             continue
@@ -158,7 +167,7 @@ def check_first_use_dates(provenance: Provenance, options: ProvenanceOptions) ->
             yield Finding(
                 provenance.path,
                 row.line,
-                "WPG206",
+                PROVENANCE_FIRST_USE_DATES,
                 f"{date.isoformat()} is earlier than the row above it ({previous[0].isoformat()}, "
                 f"line {previous[1]}); keep the log in date order",
             )
@@ -168,7 +177,7 @@ def check_first_use_dates(provenance: Provenance, options: ProvenanceOptions) ->
 def check_first_use_history(
     provenance: Provenance, options: ProvenanceOptions
 ) -> Iterator[Finding]:
-    """WPG207: each source cited in a ``Provenance:`` trailer was logged on or before that commit.
+    """Each source cited in a ``Provenance:`` trailer was logged on or before that commit.
 
     ``provenance.citations`` maps a source id to the first commit citing it and that commit's
     date; without it (no history asked for, or not a git work tree) there is nothing to check.
@@ -190,7 +199,7 @@ def check_first_use_history(
             yield Finding(
                 provenance.path,
                 0,
-                "WPG207",
+                PROVENANCE_FIRST_USE_HISTORY,
                 f"{source_id} is first cited by commit {sha[:12]} ({date_text}) but has no "
                 f"first-use row; add `| {date_text} | {source_id} | ... |` to the First-use log",
             )
@@ -200,55 +209,20 @@ def check_first_use_history(
             yield Finding(
                 provenance.path,
                 line,
-                "WPG207",
+                PROVENANCE_FIRST_USE_HISTORY,
                 f"{source_id}'s first use is logged on {date.isoformat()}, after commit "
                 f"{sha[:12]} cited it on {date_text}; date the row {date_text} (and move it up)",
             )
 
 
-#: The provenance rules: each check reads the parsed document (and, for WPG207, the
-#: first citing commits the runner put on it).
+#: The provenance rules: each check reads the parsed document (and, for
+#: provenance-first-use-history, the first citing commits the runner put on it).
 CHECKS: tuple[Rule[Provenance, ProvenanceOptions], ...] = register(
-    Rule(
-        PROVENANCE_TABLES,
-        "provenance-tables",
-        "the provenance tables exist and are well formed",
-        check_tables,
-    ),
-    Rule(
-        PROVENANCE_ID_FORMAT,
-        "provenance-id-format",
-        "source ids are R<n>, ranges or lists",
-        check_id_format,
-    ),
-    Rule(
-        "WPG203",
-        "provenance-unique-ids",
-        "each source id is listed once across tables",
-        check_unique_ids,
-    ),
-    Rule(
-        "WPG204",
-        "provenance-code-licence",
-        "code sources carry a permissive licence",
-        check_licences,
-    ),
-    Rule(
-        "WPG205",
-        "provenance-first-use-once",
-        "each source has exactly one first-use row",
-        check_first_use_once,
-    ),
-    Rule(
-        "WPG206",
-        "provenance-first-use-dates",
-        "first-use dates are ISO and in order",
-        check_first_use_dates,
-    ),
-    Rule(
-        "WPG207",
-        "provenance-first-use-history",
-        "first-use rows predate the first commit citing the source",
-        check_first_use_history,
-    ),
+    declared(PROVENANCE_TABLES, check_tables),
+    declared(PROVENANCE_ID_FORMAT, check_id_format),
+    declared(PROVENANCE_UNIQUE_IDS, check_unique_ids),
+    declared(PROVENANCE_CODE_LICENCE, check_licences),
+    declared(PROVENANCE_FIRST_USE_ONCE, check_first_use_once),
+    declared(PROVENANCE_FIRST_USE_DATES, check_first_use_dates),
+    declared(PROVENANCE_FIRST_USE_HISTORY, check_first_use_history),
 )

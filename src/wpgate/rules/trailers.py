@@ -18,6 +18,19 @@ from dataclasses import dataclass, field
 from wpgate._model import WP_ID_PATTERN, Finding, Rule, register, switched_on
 from wpgate.options import DEFAULT_TYPES, GOVERNED_TRAILERS, TrailerOptions
 from wpgate.references import References, split_node_ids
+from wpgate.rules import (
+    ASSUMPTIONS_TRAILER,
+    CLEAN_ROOM_STATEMENT,
+    GATE_TRAILER,
+    MESSAGE_ENCODING,
+    PROVENANCE_TRAILER,
+    SIGNED_OFF_BY,
+    SUBJECT_FORMAT,
+    SUBJECT_LENGTH,
+    SUBJECT_PERIOD,
+    WP_TRAILER,
+    declared,
+)
 from wpgate.trailers import Message, Trailer
 
 __all__ = [
@@ -86,7 +99,7 @@ def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> Iterator[F
         yield _finding(
             parsed,
             parsed.message.nul_line,
-            "WPG100",
+            MESSAGE_ENCODING,
             "the message holds a NUL byte on this line; git refuses such a message (and its "
             "readers stop at the NUL), so remove it",
         )
@@ -95,7 +108,7 @@ def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> Iterator[F
         yield _finding(
             parsed,
             line,
-            "WPG100",
+            MESSAGE_ENCODING,
             "the message is not valid UTF-8 (the first bad byte is on this line); re-encode it as "
             "UTF-8 (`git commit --amend`, with i18n.commitEncoding unset)",
         )
@@ -106,7 +119,10 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> Iter
     subject, line = parsed.message.subject, parsed.message.subject_line
     if not subject:
         yield _finding(
-            parsed, line, "WPG101", "the message is empty; write a subject `type(scope): summary`"
+            parsed,
+            line,
+            SUBJECT_FORMAT,
+            "the message is empty; write a subject `type(scope): summary`",
         )
         return
     match = _SUBJECT.match(subject)
@@ -114,7 +130,7 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> Iter
         yield _finding(
             parsed,
             line,
-            "WPG101",
+            SUBJECT_FORMAT,
             f"subject {subject[:60]!r} is not `type(scope): summary`; start it with one of "
             f"{', '.join(options.types)}, e.g. `fix(cli): handle an empty range`",
         )
@@ -122,12 +138,12 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> Iter
         yield _finding(
             parsed,
             line,
-            "WPG101",
+            SUBJECT_FORMAT,
             f"`{match['type']}` is not a commit type; use one of {', '.join(options.types)} "
             "(configurable in [tool.wpgate.trailers] types)",
         )
     elif match["scope"] is not None and not match["scope"].strip():
-        yield _finding(parsed, line, "WPG101", "the scope `()` is empty; name it or drop it")
+        yield _finding(parsed, line, SUBJECT_FORMAT, "the scope `()` is empty; name it or drop it")
 
 
 def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
@@ -137,7 +153,7 @@ def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> Iter
         yield _finding(
             parsed,
             parsed.message.subject_line,
-            "WPG102",
+            SUBJECT_LENGTH,
             f"the subject is {len(subject)} characters; shorten it to at most "
             f"{options.max_subject_length} and move detail into the body",
         )
@@ -149,7 +165,7 @@ def check_subject_period(parsed: CommitMessage, options: TrailerOptions) -> Iter
         yield _finding(
             parsed,
             parsed.message.subject_line,
-            "WPG103",
+            SUBJECT_PERIOD,
             "the subject ends with a period; remove it",
         )
 
@@ -186,7 +202,7 @@ def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding
     """``WP:`` appears once and names a registered work package (or ``none``)."""
     found = parsed.message.values("WP")
     if len(found) != 1:
-        yield from _presence(parsed, options, "WP", "WPG104", "WP: NNN", found=found)
+        yield from _presence(parsed, options, "WP", WP_TRAILER, "WP: NNN", found=found)
     trailer = found[0] if len(found) == 1 else None
     if trailer is None:
         return
@@ -195,7 +211,7 @@ def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding
         yield _finding(
             parsed,
             trailer.line,
-            "WPG104",
+            WP_TRAILER,
             f"`WP: {value[:60]}` is not a work-package id; write three or more digits with an "
             "optional letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
         )
@@ -203,7 +219,7 @@ def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding
         yield _finding(
             parsed,
             trailer.line,
-            "WPG104",
+            WP_TRAILER,
             f"work package {value} is not in the registry (docs/work_packages/wp-{value}.md); "
             "fix the id or create the package with `wpgate new-wp`",
         )
@@ -249,7 +265,7 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
 def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
     """``Provenance:`` cites allowlisted source ids (with locators) or says ``none (reason)``."""
     yield from _check_once(
-        parsed, options, ("Provenance", "WPG105", "Provenance: R12"), provenance_problems
+        parsed, options, ("Provenance", PROVENANCE_TRAILER, "Provenance: R12"), provenance_problems
     )
 
 
@@ -291,7 +307,10 @@ def assumption_problems(value: str, references: References) -> tuple[str, ...]:
 def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
     """``Assumptions:`` is ``none`` or ids from docs/ASSUMPTIONS.md."""
     yield from _check_once(
-        parsed, options, ("Assumptions", "WPG106", "Assumptions: none"), assumption_problems
+        parsed,
+        options,
+        ("Assumptions", ASSUMPTIONS_TRAILER, "Assumptions: none"),
+        assumption_problems,
     )
 
 
@@ -312,7 +331,7 @@ def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Findi
         yield _finding(
             parsed,
             _last_line(parsed.message),
-            "WPG107",
+            GATE_TRAILER,
             "the `Gate:` trailer is missing; add `Gate: <test file>::<test name>` (e.g. "
             "`tests/test_x.py::test_y`, `pkg/x_test.go::TestY`) naming the tests that prove the "
             "change",
@@ -330,7 +349,7 @@ def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Findi
                 and own(parsed.commit, node) is not None
             )
         for problem in problems:
-            yield _finding(parsed, trailer.line, "WPG107", problem)
+            yield _finding(parsed, trailer.line, GATE_TRAILER, problem)
 
 
 def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
@@ -340,7 +359,7 @@ def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Iterator[F
         yield _finding(
             parsed,
             _last_line(parsed.message),
-            "WPG108",
+            SIGNED_OFF_BY,
             "the `Signed-off-by:` trailer is missing; commit with `git commit -s`",
         )
         return
@@ -349,7 +368,7 @@ def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Iterator[F
             yield _finding(
                 parsed,
                 trailer.line,
-                "WPG108",
+                SIGNED_OFF_BY,
                 f"`Signed-off-by: {trailer.value}` is not `Name <email>`; fix it or use "
                 "`git commit -s`",
             )
@@ -358,7 +377,7 @@ def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Iterator[F
         yield _finding(
             parsed,
             found[-1].line,
-            "WPG108",
+            SIGNED_OFF_BY,
             f"no sign-off matches the author `{parsed.author}`; add `Signed-off-by: "
             f"{parsed.author}` (`git commit -s`)",
         )
@@ -375,76 +394,37 @@ def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> Iterator
     yield _finding(
         parsed,
         _last_line(parsed.message),
-        "WPG109",
+        CLEAN_ROOM_STATEMENT,
         f"the PR description must keep the `{marker}` statement; restore it from the template "
         "and say which sources went into the change",
     )
 
 
-_TRAILER_RULES = dict(zip(GOVERNED_TRAILERS, ("WPG104", "WPG105", "WPG106", "WPG107"), strict=True))
+_TRAILER_RULES = dict(
+    zip(
+        GOVERNED_TRAILERS,
+        (WP_TRAILER, PROVENANCE_TRAILER, ASSUMPTIONS_TRAILER, GATE_TRAILER),
+        strict=True,
+    )
+)
 
 #: The commit-message rules: each check reads one parsed message.
 CHECKS: tuple[Rule[CommitMessage, TrailerOptions], ...] = register(
-    Rule(
-        "WPG100",
-        "message-encoding",
-        "The message is valid UTF-8 and holds no NUL byte.",
-        check_encoding,
-    ),
-    Rule(
-        "WPG101",
-        "subject-format",
-        "The subject reads `type(scope): summary` with a configured type.",
-        check_subject_format,
-    ),
-    Rule(
-        "WPG102",
-        "subject-length",
-        "The subject is at most `max_subject_length` (72) characters.",
-        check_subject_length,
-        options={"max_subject_length": 72},
-    ),
-    Rule("WPG103", "subject-period", "The subject has no trailing period.", check_subject_period),
-    Rule(
-        "WPG104",
-        "wp-trailer",
-        "`WP:` appears exactly once: `NNN`, `NNNx` or `none`, and the package exists.",
-        check_wp,
-    ),
-    Rule(
-        "WPG105",
-        "provenance-trailer",
-        "`Provenance:` cites allowlisted source ids (placeholders refused) or `none (reason)`.",
-        check_provenance,
-    ),
-    Rule(
-        "WPG106",
-        "assumptions-trailer",
-        "`Assumptions:` is `none` or ids that exist in docs/ASSUMPTIONS.md.",
-        check_assumptions,
-    ),
-    Rule(
-        "WPG107",
-        "gate-trailer",
-        "`Gate:` names tests whose file and test exist (read statically: Python, Go, Rust, "
-        "JavaScript/TypeScript, bats, configured patterns), a test file or a `ci:` job; in a "
-        "git range, in the working tree or the commit's own tree.",
-        check_gate,
-    ),
-    Rule(
-        "WPG108",
-        "signed-off-by",
-        "`Signed-off-by: Name <email>` is present; optionally it matches the author.",
+    declared(MESSAGE_ENCODING, check_encoding),
+    declared(SUBJECT_FORMAT, check_subject_format),
+    declared(SUBJECT_LENGTH, check_subject_length, options={"max_subject_length": 72}),
+    declared(SUBJECT_PERIOD, check_subject_period),
+    declared(WP_TRAILER, check_wp),
+    declared(PROVENANCE_TRAILER, check_provenance),
+    declared(ASSUMPTIONS_TRAILER, check_assumptions),
+    declared(GATE_TRAILER, check_gate),
+    declared(
+        SIGNED_OFF_BY,
         check_sign_off,
         enabled_by_default=False,
         options={"signoff_matches_author": False},
     ),
-    Rule(
-        "WPG109",
-        "clean-room-statement",
-        "PR mode: the description keeps the `Clean-room acknowledged:` statement.",
-        check_clean_room,
-    ),
+    declared(CLEAN_ROOM_STATEMENT, check_clean_room),
 )
 
 

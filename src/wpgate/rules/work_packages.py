@@ -9,7 +9,18 @@ from typing import Any, Protocol
 from wpgate._model import Finding, Rule, register
 from wpgate.options import WorkPackageOptions
 from wpgate.parsers.work_packages import WorkPackage, id_from_filename, sort_key
-from wpgate.rules import WP_FRONT_MATTER, WP_IDS, WP_SCHEMA
+from wpgate.rules import (
+    WP_DEPENDENCIES_ACYCLIC,
+    WP_DEPENDENCIES_EXIST,
+    WP_DONE_GATES_RESOLVE,
+    WP_FRONT_MATTER,
+    WP_ID_MATCHES_FILE,
+    WP_PHASE_EXISTS,
+    WP_SCHEMA,
+    WP_STATUS_REASON,
+    WP_SUPERSEDED_BY,
+    declared,
+)
 
 
 class Registry(Protocol):
@@ -30,18 +41,18 @@ GateResolver = Callable[[str], "str | None"]
 
 
 def check_front_matter(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
-    """WPG301: every page opens with valid YAML front matter holding a mapping."""
+    """Every page opens with valid YAML front matter holding a mapping."""
     yield from (f for f in registry.findings if f.rule_id == WP_FRONT_MATTER)
 
 
 def check_schema(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
-    """WPG302: the front matter has the required keys with the right types and vocabulary."""
+    """The front matter has the required keys with the right types and vocabulary."""
     yield from (f for f in registry.findings if f.rule_id == WP_SCHEMA)
 
 
 def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
-    """WPG303: the page is ``wp-<id>.md`` for its own id, and no id is used twice."""
-    yield from (f for f in registry.findings if f.rule_id == WP_IDS)
+    """The page is ``wp-<id>.md`` for its own id, and no id is used twice."""
+    yield from (f for f in registry.findings if f.rule_id == WP_ID_MATCHES_FILE)
     seen: dict[str, str] = {}
     for package in registry.packages:
         name = PurePosixPath(package.path).name
@@ -50,7 +61,7 @@ def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Findi
             yield Finding(
                 package.path,
                 package.line_of("id"),
-                WP_IDS,
+                WP_ID_MATCHES_FILE,
                 f"the id {package.id!r} does not match the file name {name}; rename the file "
                 f"to wp-{package.id}.md or fix the id",
             )
@@ -58,7 +69,7 @@ def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Findi
             yield Finding(
                 package.path,
                 package.line_of("id"),
-                WP_IDS,
+                WP_ID_MATCHES_FILE,
                 f"the id {package.id!r} is already used by {seen[package.id]}; give each "
                 "package its own id",
             )
@@ -67,7 +78,7 @@ def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Findi
 
 
 def check_dependencies_exist(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
-    """WPG304: every ``depends_on`` id names another package of the registry."""
+    """Every ``depends_on`` id names another package of the registry."""
     ids = {p.id for p in registry.packages}
     for package in registry.packages:
         for dependency in package.depends_on:
@@ -75,21 +86,21 @@ def check_dependencies_exist(registry: Registry, options: WorkPackageOptions) ->
                 yield Finding(
                     package.path,
                     package.line_of("depends_on"),
-                    "WPG304",
+                    WP_DEPENDENCIES_EXIST,
                     f"WP-{package.id} depends on itself; remove {dependency!r} from depends_on",
                 )
             elif dependency not in ids:
                 yield Finding(
                     package.path,
                     package.line_of("depends_on"),
-                    "WPG304",
+                    WP_DEPENDENCIES_EXIST,
                     f"depends_on names WP-{dependency}, which has no page; create "
                     f"wp-{dependency}.md (`wpgate new-wp`) or fix the id",
                 )
 
 
 def check_acyclic(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
-    """WPG305: the dependencies form no cycle (each cycle reported once, at its lowest id)."""
+    """The dependencies form no cycle (each cycle reported once, at its lowest id)."""
     packages = {p.id: p for p in registry.packages}
     edges = {
         wp_id: sorted({d for d in p.depends_on if d in packages and d != wp_id}, key=sort_key)
@@ -125,14 +136,14 @@ def check_acyclic(registry: Registry, options: WorkPackageOptions) -> Iterator[F
         yield Finding(
             package.path,
             package.line_of("depends_on"),
-            "WPG305",
+            WP_DEPENDENCIES_ACYCLIC,
             f"dependency cycle {chain}; a package cannot (indirectly) depend on itself - remove "
             "one of these dependencies",
         )
 
 
 def check_gates(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
-    """WPG306: a ``done`` package has at least one gate, and every gate resolves statically.
+    """A ``done`` package has at least one gate, and every gate resolves statically.
 
     Gates are resolved by ``registry.resolve_gate``; a registry without one is not checked.
     """
@@ -146,7 +157,7 @@ def check_gates(registry: Registry, options: WorkPackageOptions) -> Iterator[Fin
             yield Finding(
                 package.path,
                 package.line_of("gate"),
-                "WPG306",
+                WP_DONE_GATES_RESOLVE,
                 f"WP-{package.id} is done but names no gate; list the tests that prove it "
                 '(`gate: ["tests/x/test_y.py::test_z"]`, any language `wpgate` reads)',
             )
@@ -156,39 +167,39 @@ def check_gates(registry: Registry, options: WorkPackageOptions) -> Iterator[Fin
                 yield Finding(
                     package.path,
                     package.line_of("gate"),
-                    "WPG306",
+                    WP_DONE_GATES_RESOLVE,
                     f"the gate {node_id!r} does not resolve: {problem}",
                 )
 
 
 def check_phases(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
-    """WPG307: each package's phase has a page ``docs/engineering/phase-NN*.md``."""
+    """Each package's phase has a page ``docs/engineering/phase-NN*.md``."""
     for package in registry.packages:
         if package.phase not in registry.phases:
             yield Finding(
                 package.path,
                 package.line_of("phase"),
-                "WPG307",
+                WP_PHASE_EXISTS,
                 f"phase {package.phase} has no page; add docs/engineering/"
                 f"phase-{package.phase:02d}-<slug>.md or fix the phase",
             )
 
 
 def check_reasons(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
-    """WPG308: a blocked or deferred package says why in ``reason``."""
+    """A blocked or deferred package says why in ``reason``."""
     for package in registry.packages:
         if package.status in ("blocked", "deferred") and not package.reason:
             yield Finding(
                 package.path,
                 package.line_of("status"),
-                "WPG308",
+                WP_STATUS_REASON,
                 f'WP-{package.id} is {package.status} without a `reason`; add `reason: "..."` '
                 "saying what it waits for",
             )
 
 
 def check_superseded(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
-    """WPG309: ``superseded`` goes with ``superseded_by`` naming another existing package."""
+    """``superseded`` goes with ``superseded_by`` naming another existing package."""
     ids = {p.id for p in registry.packages}
     for package in registry.packages:
         target = package.superseded_by
@@ -197,7 +208,7 @@ def check_superseded(registry: Registry, options: WorkPackageOptions) -> Iterato
                 yield Finding(
                     package.path,
                     package.line_of("status"),
-                    "WPG309",
+                    WP_SUPERSEDED_BY,
                     f"WP-{package.id} is superseded without `superseded_by`; name the package "
                     "that replaces it",
                 )
@@ -205,7 +216,7 @@ def check_superseded(registry: Registry, options: WorkPackageOptions) -> Iterato
                 yield Finding(
                     package.path,
                     package.line_of("superseded_by"),
-                    "WPG309",
+                    WP_SUPERSEDED_BY,
                     f"superseded_by names WP-{target}, which is not another package of the "
                     "registry; fix the id",
                 )
@@ -213,36 +224,22 @@ def check_superseded(registry: Registry, options: WorkPackageOptions) -> Iterato
             yield Finding(
                 package.path,
                 package.line_of("superseded_by"),
-                "WPG309",
+                WP_SUPERSEDED_BY,
                 f"`superseded_by` is set but the status is {package.status}; set `status: "
                 "superseded` or remove `superseded_by`",
             )
 
 
-#: The work-package rules: each check reads the loaded registry (and, for WPG306, the
+#: The work-package rules: each check reads the loaded registry (and, for wp-done-gates-resolve, the
 #: gate resolver the runner put on it).
 CHECKS: tuple[Rule[Registry, WorkPackageOptions], ...] = register(
-    Rule(
-        WP_FRONT_MATTER,
-        "wp-front-matter",
-        "pages open with valid YAML front matter",
-        check_front_matter,
-    ),
-    Rule(WP_SCHEMA, "wp-schema", "front matter keys, types and status vocabulary", check_schema),
-    Rule(WP_IDS, "wp-id-matches-file", "ids match file names and are unique", check_ids),
-    Rule(
-        "WPG304",
-        "wp-dependencies-exist",
-        "depends_on names existing packages",
-        check_dependencies_exist,
-    ),
-    Rule("WPG305", "wp-dependencies-acyclic", "dependencies form no cycle", check_acyclic),
-    Rule("WPG306", "wp-done-gates-resolve", "done packages name gates that resolve", check_gates),
-    Rule("WPG307", "wp-phase-exists", "each phase has an engineering page", check_phases),
-    Rule(
-        "WPG308", "wp-status-reason", "blocked and deferred packages give a reason", check_reasons
-    ),
-    Rule(
-        "WPG309", "wp-superseded-by", "superseded packages name their replacement", check_superseded
-    ),
+    declared(WP_FRONT_MATTER, check_front_matter),
+    declared(WP_SCHEMA, check_schema),
+    declared(WP_ID_MATCHES_FILE, check_ids),
+    declared(WP_DEPENDENCIES_EXIST, check_dependencies_exist),
+    declared(WP_DEPENDENCIES_ACYCLIC, check_acyclic),
+    declared(WP_DONE_GATES_RESOLVE, check_gates),
+    declared(WP_PHASE_EXISTS, check_phases),
+    declared(WP_STATUS_REASON, check_reasons),
+    declared(WP_SUPERSEDED_BY, check_superseded),
 )

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from wpgate.errors import EvidenceBlockError
 from wpgate.site._escape import escape_markdown
 
 FENCE_RE = re.compile(
@@ -51,10 +52,6 @@ _KNOWN_KEYS = frozenset(
 LABEL_KEYS = ("name", "label", "variant", "arm")
 _UNIT_NAMES = {"ms": "ms", "s": "s", "us": "µs", "ns": "ns", "mib": "MiB", "gib": "GiB"}
 _MAX_DIGITS = 9
-
-
-class EvidenceBlockError(ValueError):
-    """A ``wpgate-evidence`` block or the file it cites cannot be rendered; says how to fix it."""
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from wpgate.errors import ReferenceBuildError
 from wpgate.site._escape import escape_markdown, escape_markdown_keep_code
 
 _QUOTED_ANNOTATION_RE = re.compile(r"(: |-> )'([^']*)'")
-
-
-class ReferenceBuildError(RuntimeError):
-    """A reference target (``module:attribute``) cannot be imported; the message says why."""
 
 
 def _fence(text: str, lang: str = "text") -> str:

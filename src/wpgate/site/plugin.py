@@ -32,6 +32,7 @@ from mkdocs.structure.pages import Page
 from wpgate._config import Config, ConfigError, load_config
 from wpgate._docs import load_work_packages
 from wpgate._documents import read_text, resolve_inside
+from wpgate.errors import EvidenceBlockError, ReferenceBuildError
 from wpgate.options import DocsLayout
 from wpgate.parsers.evidence import parse_evidence
 from wpgate.rules import EVIDENCE_FILE_VALID
@@ -212,7 +213,7 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
                 for rule in rules:
                     name = _reference.rule_page_name(rule)
                     _add(files, config, f"{ref}/rules/{name}", _reference.render_rule_page(rule))
-        except _reference.ReferenceBuildError as exc:
+        except ReferenceBuildError as exc:
             raise PluginError(f"wpgate: {exc}; fix the wpgate options in mkdocs.yml") from None
 
     def _render_evidence(self, body: str, page_src: str) -> str:
@@ -221,7 +222,7 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
             block = _evidence.parse_block(body)
             document, docs_rel = self._read_evidence(block.path)
             table = _evidence.build_table(document, block)
-        except _evidence.EvidenceBlockError as exc:
+        except EvidenceBlockError as exc:
             log.warning("%s: %s", page_src, exc)
             return f'!!! failure "Evidence not rendered"\n    {escape_markdown(str(exc))}\n'
         parts = []
@@ -249,17 +250,17 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
         """The evidence document at repository-relative ``path`` and its docs-relative path."""
         rel, problem = resolve_inside(self._root, "", path)
         if rel is None:
-            raise _evidence.EvidenceBlockError(f"evidence path: {problem}")
+            raise EvidenceBlockError(f"evidence path: {problem}")
         text, unreadable = read_text(self._root, rel)
         if text is None:
             why = unreadable.message if unreadable else f"{rel} cannot be read"
-            raise _evidence.EvidenceBlockError(
+            raise EvidenceBlockError(
                 f"evidence file {why} (run the benchmark that writes it, or fix `path`)"
             )
         parsed = parse_evidence(text, rel, rule_id=EVIDENCE_FILE_VALID)
         if parsed.evidence is None:
             why = "; ".join(f.message for f in parsed.findings) or "not a valid evidence file"
-            raise _evidence.EvidenceBlockError(f"{rel}: {why}")
+            raise EvidenceBlockError(f"{rel}: {why}")
         full = (self._root / rel).resolve()
         # Only a file under docs_dir is published with the site, so only such a file is linked.
         docs_rel = (

@@ -1,12 +1,13 @@
-"""Tests for the GFM table parser."""
+"""Tests for the GFM table parser and the finder of lists that interrupt a paragraph."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from wpgate._model import Finding
-from wpgate.parsers.markdown import find_table, parse_markdown, split_row
+from wpgate.parsers.markdown import find_table, list_interruptions, parse_markdown, split_row
 
 DOC = """# Title
 
@@ -82,3 +83,58 @@ def test_parser_never_raises(text: str) -> None:
     doc = parse_markdown(text)
     for table in doc.tables:
         assert all(row.line > table.line for row in table.rows)
+
+
+@pytest.mark.parametrize(
+    ("text", "lines"),
+    [
+        # A list under a paragraph line, each marker Python-Markdown knows.
+        ("Some prose that introduces:\n- one\n- two\n", (2,)),
+        ("Some prose:\n* one\n", (2,)),
+        ("Some prose:\n+ one\n", (2,)),
+        ("Some prose:\n1. one\n2. two\n", (2,)),
+        ("Some prose:\n   - indented up to three spaces\n", (2,)),
+        # Once per list, at its first item; a nested list inside it is the list's own.
+        ("Intro:\n- one\n  - nested\n- two\n", (2,)),
+        ("- one\n  text of one\n  - nested\n- two\n", ()),
+        # Fine: a blank line, a heading, a setext heading, a thematic break, a table above.
+        ("Some prose:\n\n- one\n", ()),
+        ("## A heading\n- one\n", ()),
+        ("A heading\n---------\n- one\n", ()),
+        ("Some prose\n***\n- one\n", ()),
+        ("| a |\n| - |\n| b |\n- one\n", ()),
+        ("> quoted\n- one\n", ()),
+        # Not a list: a dash or a number inside a sentence, a wrapped year, a bare marker.
+        ("a - b and\nc - d, and the range 1 - 2\n", ()),
+        ("In the year\n2019. the release\n", ()),
+        ("Prose\n-not a list\n", ()),
+        ("Prose\n-\n", ()),
+        ("Prose\n1) is CommonMark's, not Python-Markdown's\n", ()),
+        # Fenced code is not Markdown; a fence between prose and a list separates them.
+        ("```\nprose\n- one\n```\n", ()),
+        ("Prose:\n```\ncode\n```\n- one\n", ()),
+        ("~~~~\nx\n~~~~\n- one\n", ()),
+        # Front matter is YAML, whatever its lines look like.
+        ("---\ntitle: x\ngate:\n  - tests/a.py::t\n---\n\n# X\n", ()),
+        # A paragraph after a list, then a list: the second list is reported.
+        ("- one\n\nProse again\n- two\n", (4,)),
+        # An indented block (code, or an admonition's body) is not checked.
+        ("    code line\n- one\n", ()),
+        ("Prose\n\n  - item after a blank line\n  continued\n- next\n", ()),
+    ],
+)
+def test_list_interruptions(text: str, lines: tuple[int, ...]) -> None:
+    assert list_interruptions(text) == lines
+
+
+def test_list_interruptions_report_every_list_of_a_page() -> None:
+    page = "# T\n\nFirst:\n- a\n\nSecond:\n1. b\n\nThird\n\n- c\n"
+    assert list_interruptions(page) == (4, 7)
+
+
+@given(st.lists(st.sampled_from(["", "Prose.", "- item", "## H", "```", "1. x", "  more"])))
+def test_list_interruptions_name_list_lines_after_prose(lines: list[str]) -> None:
+    text = "\n".join(lines)
+    for number in list_interruptions(text):
+        assert lines[number - 1] in ("- item", "1. x")
+        assert lines[number - 2] in ("Prose.", "  more")

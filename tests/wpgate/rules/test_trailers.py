@@ -119,16 +119,20 @@ def test_invalid_utf8() -> None:
         ("feat(cli): add the trailers command", []),
         ("fix: handle an empty range", []),
         ("refactor(core)!: drop the legacy flag", []),
+        ("build(deps): pin click below 9", []),
+        ("style: wrap the long lines", []),
+        ("revert: the trailer cache, it leaked", []),
         (
             "Add the trailers command",
             "subject 'Add the trailers command' is not `type(scope): summary`; start it with one "
-            "of feat, fix, perf, refactor, refine, test, docs, ci, chore, exp, release, e.g. "
-            "`fix(cli): handle an empty range`",
+            "of feat, fix, perf, refactor, refine, test, docs, ci, chore, exp, release, build, "
+            "style, revert, e.g. `fix(cli): handle an empty range`",
         ),
         (
             "feature(cli): add it",
             "`feature` is not a commit type; use one of feat, fix, perf, refactor, refine, test, "
-            "docs, ci, chore, exp, release (configurable in [tool.wpgate.trailers] types)",
+            "docs, ci, chore, exp, release, build, style, revert (configurable in "
+            "[tool.wpgate.trailers] types)",
         ),
         ("fix(): x", "the scope `()` is empty; name it or drop it"),
         ("fix:no space", "subject 'fix:no space' is not `type(scope): summary`; start it"),

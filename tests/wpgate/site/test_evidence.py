@@ -6,8 +6,9 @@ import html
 
 import pytest
 
+from wpgate.errors import EvidenceBlockError
 from wpgate.site import _evidence
-from wpgate.site._evidence import EvidenceBlock, EvidenceBlockError, build_table, parse_block
+from wpgate.site._evidence import EvidenceBlock, build_table, parse_block
 
 DOC = {
     "schema": "wpgate-evidence/1",
