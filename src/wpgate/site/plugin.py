@@ -6,7 +6,8 @@ On every build it reads the work-package registry once and then:
   previous/next and a roadmap link) and sets the page title from the escaped front matter;
 - generates the roadmap (served at ``roadmap/``) and a page for each phase that has none,
   and appends each existing phase page's list of work packages;
-- replaces each ``wpgate-evidence`` block with a table and, on request, an SVG chart;
+- replaces each ``wpgate-evidence`` block with a table and, on request, an SVG chart
+  (bars of the table, or line series);
 - generates reference pages: the click CLI, a module's API, one page per lint rule and the
   configuration reference (these options and the ``[tool.wpgate]`` keys).
 
@@ -220,21 +221,28 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
         try:
             block = _evidence.parse_block(body)
             document, docs_rel = self._read_evidence(block.path)
-            table = _evidence.build_table(document, block)
+            if block.chart == "line":
+                line, table = _evidence.build_line_chart(document, block), None
+            else:
+                line, table = None, _evidence.build_table(document, block)
         except _evidence.EvidenceBlockError as exc:
             log.warning("%s: %s", page_src, exc)
             return f'!!! failure "Evidence not rendered"\n    {escape_markdown(str(exc))}\n'
         parts = []
         if block.caption:
             parts.append(f"**{escape_markdown(block.caption)}**\n")
-        if block.table:
+        if table is not None and block.table:
             parts.append(_evidence.format_table(table, block.digits) + "\n")
         if block.chart:
             from wpgate.site import _charts
 
             salt = hashlib.sha256(f"{page_src}\n{body}".encode()).hexdigest()[:16]
             try:
-                svg = _charts.render_chart_svg(table, salt=salt)
+                if line is not None:
+                    svg = _charts.render_line_svg(line, salt=salt)
+                else:
+                    assert table is not None  # build_table ran: the block is not a line chart
+                    svg = _charts.render_chart_svg(table, salt=salt)
             except ImportError as exc:
                 log.warning("%s: %s", page_src, exc)
             else:

@@ -35,6 +35,10 @@ EVIDENCE = {
                 "replay": {"median_s": 79.515, "min_s": 79.141, "max_s": 80.062},
             }
         },
+        "runs": [
+            {"arm": "stock", "losses": [9.0, 7.5, 6.0, None, 4.0]},
+            {"arm": "ours", "losses": [9.0, 7.0, 5.5, 4.5, 4.0], "notes": ["a", "b"]},
+        ],
     },
 }
 
@@ -104,6 +108,15 @@ def _write_tree(root: Path, extra_wp2_body: str = "") -> Path:
         path: docs/evidence/run.json
         select: results.fit
         columns: [eager, replay]
+        ```
+
+        ```wpgate-evidence
+        path: docs/evidence/run.json
+        select: results.runs
+        chart: line
+        series: {stock: stock.losses, ours: ours.losses}
+        x_label: iteration
+        caption: Loss <per> iteration
         ```
         """
     )
@@ -276,8 +289,12 @@ def test_evidence_renders_tables_chart_and_source(site: Path) -> None:
         "25.00%",
     ]
     assert cells[6:] == ["batch 4", "99.092 (98.506–99.243)", "79.515 (79.141–80.062)", "19.76%"]
-    assert article.count('<figure class="wpgate-chart">') == 1
+    assert article.count('<figure class="wpgate-chart">') == 2
     assert "<svg" in article
+    # The line chart comes without a table, its caption escaped above it and under it.
+    assert len(re.findall(r"<table>", article)) == 2
+    assert article.count("Loss &#60;per&#62; iteration") == 1
+    assert "<figcaption>Loss &lt;per&gt; iteration</figcaption>" in article
     assert ("run.json", "../../evidence/run.json") in _hrefs(article)
     assert "commit abcdef012345" in article
 
@@ -302,6 +319,22 @@ def test_bad_evidence_block_fails_the_strict_build(
         _build(config, monkeypatch)
     assert "evidence file docs/evidence/missing.json does not exist" in caplog.text
     assert "run the benchmark that writes it" in caplog.text
+
+
+def test_a_bad_line_series_fails_the_strict_build_naming_file_and_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = (
+        "\n```wpgate-evidence\npath: docs/evidence/run.json\nselect: results.runs\n"
+        "chart: line\nseries: {notes: ours.notes}\n```\n"
+    )
+    config = _write_tree(tmp_path, extra_wp2_body=bad)
+    with pytest.raises(Abort):
+        _build(config, monkeypatch)
+    assert (
+        "docs/evidence/run.json: results.runs.ours.notes holds 'a' at index 0, not a number"
+        in caplog.text
+    )
 
 
 def test_evidence_outside_the_repository_is_refused(
