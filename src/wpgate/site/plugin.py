@@ -228,28 +228,29 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
         try:
             block = _evidence.parse_block(body)
             document, docs_rel = self._read_evidence(block.path)
-            if block.chart == "line":
-                line, table = _evidence.build_line_chart(document, block), None
-            else:
-                line, table = None, _evidence.build_table(document, block)
+            drawn: _evidence.EvidenceTable | _evidence.LineChart = (
+                _evidence.build_line_chart(document, block)
+                if block.chart == "line"
+                else _evidence.build_table(document, block)
+            )
         except _evidence.EvidenceBlockError as exc:
             log.warning("%s: %s", page_src, exc)
             return f'!!! failure "Evidence not rendered"\n    {escape_markdown(str(exc))}\n'
         parts = []
         if block.caption:
             parts.append(f"**{escape_markdown(block.caption)}**\n")
-        if table is not None and block.table:
-            parts.append(_evidence.format_table(table, block.digits) + "\n")
+        if isinstance(drawn, _evidence.EvidenceTable) and block.table:
+            parts.append(_evidence.format_table(drawn, block.digits) + "\n")
         if block.chart:
             from wpgate.site import _charts
 
             salt = hashlib.sha256(f"{page_src}\n{body}".encode()).hexdigest()[:16]
             try:
-                if line is not None:
-                    svg = _charts.render_line_svg(line, salt=salt)
-                else:
-                    assert table is not None  # build_table ran: the block is not a line chart
-                    svg = _charts.render_chart_svg(table, salt=salt)
+                svg = (
+                    _charts.render_line_svg(drawn, salt=salt)
+                    if isinstance(drawn, _evidence.LineChart)
+                    else _charts.render_chart_svg(drawn, salt=salt)
+                )
             except ImportError as exc:
                 log.warning("%s: %s", page_src, exc)
             else:
