@@ -347,7 +347,8 @@ def test_code_blocks_wrap_and_pages_fit_the_window(
     browser.set_window_size(width, 900)  # type: ignore[attr-defined]
     try:
         problems = []
-        for page in ("", "ultralytics/", "reference/musgd/", "reference/cli/", "site/"):
+        pages = ("", "ultralytics/", "reference/musgd/", "reference/musgd_ultralytics/")
+        for page in (*pages, "reference/cli/", "site/"):
             _visit(browser, urljoin(base, page))
             problems += [f"/{page}: {p}" for p in _overflowing_code(browser)]
             scroll, client = _sideways(browser)
