@@ -277,9 +277,12 @@ def parse_block(body: str) -> EvidenceBlock:
 def _child(node: Any, parts: Sequence[str], keys: Sequence[str]) -> tuple[Any, int] | None:
     """The child of ``node`` the leading ``parts`` name, and how many parts that took.
 
-    A key or a list item's label may itself hold dots (``musgd.ultralytics both``): the longest
-    run of parts that names a child wins. A list item is also reached by its index.
+    A list item is reached by its index first (``runs.0``), else by its label. A key or a label
+    may itself hold dots (``musgd.ultralytics both``): the longest run of parts that names a
+    child wins.
     """
+    if isinstance(node, list) and parts[0].isdigit() and int(parts[0]) < len(node):
+        return node[int(parts[0])], 1
     for size in range(len(parts), 0, -1):
         name = ".".join(parts[:size])
         if isinstance(node, Mapping) and name in node:
@@ -288,8 +291,6 @@ def _child(node: Any, parts: Sequence[str], keys: Sequence[str]) -> tuple[Any, i
             for item in node:
                 if _item_label(item, keys) == name:
                     return item, size
-    if isinstance(node, list) and parts[0].isdigit() and int(parts[0]) < len(node):
-        return node[int(parts[0])], 1
     return None
 
 

@@ -388,3 +388,12 @@ def test_line_and_pick_options_are_checked(body: str, message: str) -> None:
     with pytest.raises(EvidenceBlockError) as info:
         parse_block("path: a.json\n" + body)
     assert message in str(info.value)
+
+
+def test_a_list_index_wins_over_a_numeric_label() -> None:
+    doc = {"runs": [{"name": "1", "v": "first"}, {"name": "0", "v": "second"}, {"name": "16"}]}
+    # Item 1 is labelled "0" and item 0 "1": the index decides.
+    assert _evidence.select(doc, "runs.1.v") == "second"
+    assert _evidence.select(doc, "runs.0.v") == "first"
+    # Past the end of the list, a number is a label.
+    assert _evidence.select(doc, "runs.16") == {"name": "16"}
