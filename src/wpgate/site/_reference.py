@@ -1,7 +1,8 @@
 """Reference pages generated from code: a click CLI, a module's public API, the lint rules.
 
-Each function returns Markdown. Text from docstrings and help goes into fenced blocks, so
-reST markup and ``*`` in equations render literally rather than as Markdown.
+Each function returns Markdown. Click help and rule docstrings go into fenced blocks, so
+reST markup and ``*`` in equations render literally rather than as Markdown. The API page is
+left to mkdocstrings: it holds one ``::: module.member`` directive per member.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from wpgate.errors import ReferenceBuildError
 from wpgate.site._escape import escape_markdown, escape_markdown_keep_code
 
-_QUOTED_ANNOTATION_RE = re.compile(r"(: |-> )'([^']*)'")
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 
 
 def _fence(text: str, lang: str = "text") -> str:
@@ -81,57 +82,26 @@ def render_cli_page(group: Any, prog: str) -> str:
     return "\n".join([intro, *_click_sections(group, [prog], 2)])
 
 
-def _signature(name: str, obj: Any) -> str:
-    """``name(signature)``, or the name alone when the object has none."""
-    try:
-        # Evaluate `from __future__ import annotations` strings, so types read as written.
-        return f"{name}{inspect.signature(obj, eval_str=True)}"
-    except (NameError, SyntaxError):
-        pass
-    except (TypeError, ValueError):
-        return name
-    try:
-        text = str(inspect.signature(obj))
-    except (TypeError, ValueError):
-        return name
-    # Annotations naming TYPE_CHECKING-only types stay strings; show them unquoted all the same.
-    return name + _QUOTED_ANNOTATION_RE.sub(r"\1\2", text)
-
-
 def render_api_page(module_name: str, members: Sequence[str]) -> str:
-    """The API reference of ``members`` of ``module_name`` (its ``__all__`` when empty).
+    """The API reference of ``members`` of ``module_name`` as mkdocstrings directives.
 
-    When the module cannot be imported (an optional dependency, such as torch, is missing) the
-    page says so instead of failing the build.
+    mkdocstrings' Python handler reads the source without importing it, so the page builds
+    where the module's own dependencies (PyTorch for ``musgd``) are not installed. With no
+    ``members`` the module is documented whole (its public names).
     """
+    if not re.fullmatch(_DOTTED, module_name):
+        raise ReferenceBuildError(f"api_module {module_name!r} is not a dotted module name")
+    bad = [m for m in members if not re.fullmatch(_DOTTED, m)]
+    if bad:
+        raise ReferenceBuildError(f"api_members {', '.join(map(repr, bad))} are not names")
     title = f"# API reference: `{module_name}`\n"
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        return (
-            f'{title}\n!!! warning "Not generated"\n    `{module_name}` could not be imported '
-            f"while the site was built ({escape_markdown(str(exc))}). Install its optional "
-            "dependencies and build again to see this page.\n"
-        )
-    names = list(members) or list(getattr(module, "__all__", ()))
-    parts = [title, _fence(inspect.getdoc(module) or "(no module docstring)") + "\n"]
-    for name in names:
-        obj = getattr(module, name, None)
-        if obj is None:
-            raise ReferenceBuildError(
-                f"{module_name} has no public member {name!r}; fix api_members"
-            )
-        parts.append(f"## `{name}`\n")
-        parts.append(_fence(_signature(name, obj), "python") + "\n")
-        parts.append(_fence(inspect.getdoc(obj) or "(no docstring)") + "\n")
-        if inspect.isclass(obj):
-            for attr, member in sorted(vars(obj).items()):
-                if attr.startswith("_") or not callable(member) or not inspect.getdoc(member):
-                    continue
-                parts.append(f"### `{name}.{attr}`\n")
-                parts.append(_fence(_signature(attr, member), "python") + "\n")
-                parts.append(_fence(inspect.getdoc(member) or "") + "\n")
-    return "\n".join(parts)
+    if not members:
+        return f"{title}\n::: {module_name}\n"
+    # The module's docstring as the introduction, then one section per member.
+    intro = (
+        f"::: {module_name}\n    options:\n      members: false\n      show_root_heading: false\n"
+    )
+    return "\n".join([title, intro, *(f"::: {module_name}.{name}\n" for name in members)])
 
 
 def rule_page_name(rule: Any) -> str:

@@ -162,9 +162,7 @@ def test_generated_links_resolve_without_console_errors(
         heading = browser.find_elements("css selector", "article h1")  # type: ignore[attr-defined]
         assert heading, f"{href}: the page has no title heading"
 
-    broken = sorted({f"{path} -> HTTP {code}" for path, code in statuses if code >= 400})
-    assert not broken, "broken links or assets:\n" + "\n".join(broken)
-    assert not errors, "browser console errors:\n" + "\n".join(errors)
+    _assert_clean(statuses, errors)
     # Every page the links led to was actually requested.
     requested = {path.split("?")[0] for path, _ in statuses}
     assert "/roadmap/" in requested
@@ -189,6 +187,12 @@ def test_harness_reports_broken_links_and_console_errors(browser: object, tmp_pa
 def _broken(statuses: list[tuple[str, int]]) -> list[str]:
     """Requests the server answered with an error."""
     return sorted({f"{path} -> HTTP {code}" for path, code in statuses if code >= 400})
+
+
+def _assert_clean(statuses: list[tuple[str, int]], errors: list[str]) -> None:
+    """No request failed and the browser logged no error."""
+    assert not _broken(statuses), "broken links or assets:\n" + "\n".join(_broken(statuses))
+    assert not errors, "browser console errors:\n" + "\n".join(errors)
 
 
 def _size(element: object) -> tuple[int, int]:
@@ -240,8 +244,7 @@ def test_evidence_page_renders_its_chart_table_and_icons(
                 assert response.status == 200
         else:
             errors += _visit(browser, href)
-    assert not _broken(statuses), "broken links or assets:\n" + "\n".join(_broken(statuses))
-    assert not errors, "browser console errors:\n" + "\n".join(errors)
+    _assert_clean(statuses, errors)
 
 
 def test_adopters_guide_links_the_generated_configuration_reference(
@@ -257,5 +260,100 @@ def test_adopters_guide_links_the_generated_configuration_reference(
     keys = browser.find_elements(By.CSS_SELECTOR, "article table td:first-child code")  # type: ignore[attr-defined]
     names = {k.text for k in keys}
     assert {"roadmap", "config_reference", "history_start", "claims"} <= names
-    assert not _broken(statuses), "broken links or assets:\n" + "\n".join(_broken(statuses))
-    assert not errors, "browser console errors:\n" + "\n".join(errors)
+    _assert_clean(statuses, errors)
+
+
+_PHONE_WIDTH = 390
+_DESKTOP_WIDTH = 1280
+
+
+def _overflowing_code(driver: object) -> list[str]:
+    """Code blocks of the article whose text runs past their box (clipped or hidden)."""
+    return driver.execute_script(  # type: ignore[attr-defined,no-any-return]
+        "return [...document.querySelectorAll('article pre > code')]"
+        ".filter(e => e.scrollWidth > e.clientWidth + 1)"
+        ".map(e => e.scrollWidth + '>' + e.clientWidth + ': ' + e.textContent.slice(0, 60))"
+    )
+
+
+def _sideways(driver: object) -> tuple[int, int]:
+    """The page's scroll width and the window's width: equal when nothing pushes it wider."""
+    widths = driver.execute_script(  # type: ignore[attr-defined]
+        "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    return int(widths[0]), int(widths[1])
+
+
+def test_home_page_shows_the_measured_results(
+    server: tuple[str, list[tuple[str, int]]], browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, statuses = server
+    errors = _visit(browser, base)
+    find = browser.find_elements  # type: ignore[attr-defined]
+    tables = find(By.CSS_SELECTOR, "article table")
+    heads = [" ".join(t.find_element(By.CSS_SELECTOR, "thead").text.split()) for t in tables]
+    rows = {
+        cell.text.strip()
+        for table in tables
+        for cell in table.find_elements(By.CSS_SELECTOR, "tbody td:first-child")
+    }
+    # The trainer iteration (batch 4 and 16) and the optimizer step (yolo26n/s/m), each with
+    # its speed-up over the Ultralytics peer.
+    assert {"batch 4", "batch 16", "yolo26n", "yolo26s", "yolo26m"} <= rows, rows
+    assert sum("Speed-up" in head for head in heads) >= 2, heads
+    charts = find(By.CSS_SELECTOR, "article figure.wpgate-chart svg")
+    assert len(charts) >= 2, "the home page draws no chart of its results"
+    for chart in charts:
+        width, height = _size(chart)
+        assert width > 200
+        assert height > 100
+    sources = [h for h in _hrefs(browser, "article a[href]") if h.endswith(".json")]
+    assert any("musgd-ultralytics-train-" in h for h in sources)
+    assert any("musgd-optimizer-step-yolo26-" in h for h in sources)
+    _assert_clean(statuses, errors)
+
+
+def test_line_chart_and_api_reference_render(
+    server: tuple[str, list[tuple[str, int]]], browser: object
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, statuses = server
+    errors = _visit(browser, urljoin(base, "ultralytics/"))
+    find = browser.find_elements  # type: ignore[attr-defined]
+    lines = find(By.CSS_SELECTOR, "article figure.wpgate-chart svg")
+    assert lines, "the Ultralytics page has no loss chart"
+    # A line chart: each curve is one long path (80 iterations), not a frame of bars.
+    longest = max(
+        len(p.get_attribute("d") or "") for p in lines[0].find_elements(By.CSS_SELECTOR, "path")
+    )
+    assert longest > 500
+    errors += _visit(browser, urljoin(base, "reference/musgd/"))
+    objects = find(By.CSS_SELECTOR, "article .doc.doc-object")
+    assert len(objects) >= 5, "the API page is not rendered by mkdocstrings"
+    article = find(By.CSS_SELECTOR, "article")[0].text
+    assert "musgd.MuSGD" in article
+    assert ":func:" not in article
+    _assert_clean(statuses, errors)
+
+
+@pytest.mark.parametrize("width", [_PHONE_WIDTH, _DESKTOP_WIDTH])
+def test_code_blocks_wrap_and_pages_fit_the_window(
+    server: tuple[str, list[tuple[str, int]]], browser: object, width: int
+) -> None:
+    base, _ = server
+    browser.set_window_size(width, 900)  # type: ignore[attr-defined]
+    try:
+        problems = []
+        pages = ("", "ultralytics/", "reference/musgd/", "reference/musgd_ultralytics/")
+        for page in (*pages, "reference/cli/", "site/"):
+            _visit(browser, urljoin(base, page))
+            problems += [f"/{page}: {p}" for p in _overflowing_code(browser)]
+            scroll, client = _sideways(browser)
+            if scroll > client:
+                problems.append(f"/{page}: the page is {scroll} px wide in a {client} px window")
+    finally:
+        browser.set_window_size(_DESKTOP_WIDTH, 900)  # type: ignore[attr-defined]
+    assert not problems, f"at {width} px:\n" + "\n".join(problems)

@@ -35,6 +35,10 @@ EVIDENCE = {
                 "replay": {"median_s": 79.515, "min_s": 79.141, "max_s": 80.062},
             }
         },
+        "runs": [
+            {"arm": "stock", "losses": [9.0, 7.5, 6.0, None, 4.0]},
+            {"arm": "ours", "losses": [9.0, 7.0, 5.5, 4.5, 4.0], "notes": ["a", "b"]},
+        ],
     },
 }
 
@@ -53,10 +57,17 @@ def run(fast):
 
 API_MODULE = '''
 """Fixture API."""
+import absent_dependency_of_the_fixture  # read, never imported: the page builds without it
+
 __all__ = ["scale"]
 
 def scale(x: float, *, by: float = 2.0) -> float:
-    """Multiply ``x`` by ``by`` (here * is literal)."""
+    """Multiply ``x`` by ``by``, as :func:`fixture_api.scale` says (here * is literal).
+
+    Args:
+        x: the value.
+        by: the factor.
+    """
     return x * by
 '''
 
@@ -105,6 +116,15 @@ def _write_tree(root: Path, extra_wp2_body: str = "") -> Path:
         select: results.fit
         columns: [eager, replay]
         ```
+
+        ```wpgate-evidence
+        path: docs/evidence/run.json
+        select: results.runs
+        chart: line
+        series: {stock: stock.losses, ours: ours.losses}
+        x_label: iteration
+        caption: Loss <per> iteration
+        ```
         """
     )
     (docs / "work_packages" / "wp-002.md").write_text(
@@ -147,6 +167,13 @@ def _write_tree(root: Path, extra_wp2_body: str = "") -> Path:
               name: material
               font: false
             plugins:
+              - mkdocstrings:
+                  handlers:
+                    python:
+                      paths: ["."]
+                      options:
+                        show_source: false
+                        extensions: [wpgate.site.griffe_rst]
               - wpgate:
                   cli_group: fixture_cli:cli
                   cli_name: fixture
@@ -276,8 +303,12 @@ def test_evidence_renders_tables_chart_and_source(site: Path) -> None:
         "25.00%",
     ]
     assert cells[6:] == ["batch 4", "99.092 (98.506–99.243)", "79.515 (79.141–80.062)", "19.76%"]
-    assert article.count('<figure class="wpgate-chart">') == 1
+    assert article.count('<figure class="wpgate-chart">') == 2
     assert "<svg" in article
+    # The line chart comes without a table, its caption escaped above it and under it.
+    assert len(re.findall(r"<table>", article)) == 2
+    assert article.count("Loss &#60;per&#62; iteration") == 1
+    assert "<figcaption>Loss &lt;per&gt; iteration</figcaption>" in article
     assert ("run.json", "../../evidence/run.json") in _hrefs(article)
     assert "commit abcdef012345" in article
 
@@ -287,7 +318,15 @@ def test_reference_pages_are_generated(site: Path) -> None:
     assert "fixture run" in cli
     assert "--fast" in cli
     api = _article(site, "reference/fixture_api")
-    assert "scale(x: float, *, by: float = 2.0) -&gt; float" in api
+    # mkdocstrings renders the page: the module's docstring, a section per member with its
+    # signature and its arguments, the reST role as code.
+    assert "Fixture API." in api
+    assert 'id="fixture_api.scale"' in api
+    assert "<code>fixture_api.scale</code> says" in api
+    assert ":func:" not in api
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", api)).split())
+    assert "scale ( x , * , by = 2.0 )" in text
+    assert "by float the factor. 2.0" in text
     rule_pages = sorted(p.parent.name for p in (site / "reference" / "rules").glob("*/index.html"))
     assert rule_pages == sorted(r.rule_id.lower() for r in RULES)
     assert (site / "reference" / "rules" / "index.html").exists()
@@ -302,6 +341,22 @@ def test_bad_evidence_block_fails_the_strict_build(
         _build(config, monkeypatch)
     assert "evidence file docs/evidence/missing.json does not exist" in caplog.text
     assert "run the benchmark that writes it" in caplog.text
+
+
+def test_a_bad_line_series_fails_the_strict_build_naming_file_and_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = (
+        "\n```wpgate-evidence\npath: docs/evidence/run.json\nselect: results.runs\n"
+        "chart: line\nseries: {notes: ours.notes}\n```\n"
+    )
+    config = _write_tree(tmp_path, extra_wp2_body=bad)
+    with pytest.raises(Abort):
+        _build(config, monkeypatch)
+    assert (
+        "docs/evidence/run.json: results.runs.ours.notes holds 'a' at index 0, not a number"
+        in caplog.text
+    )
 
 
 def test_evidence_outside_the_repository_is_refused(
@@ -327,19 +382,38 @@ def test_missing_cli_module_is_a_clear_error(
     assert "wpgate: cannot import 'no_such_module' for the reference pages" in caplog.text
 
 
-def test_api_page_says_so_when_the_module_is_missing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_api_page_is_read_from_source_never_imported(site: Path) -> None:
+    # The fixture module imports a package that does not exist (as musgd imports torch): the
+    # page was built all the same, and the module was never imported.
+    assert "Fixture API." in _article(site, "reference/fixture_api")
+    assert "fixture_api" not in sys.modules
+
+
+def test_api_module_without_mkdocstrings_says_how_to_enable_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = _write_tree(tmp_path)
-    config.write_text(
-        config.read_text(encoding="utf-8").replace(
-            "api_module: fixture_api", "api_module: absent_mod"
-        ),
-        encoding="utf-8",
+    text = config.read_text(encoding="utf-8")
+    start, end = text.index("  - mkdocstrings:"), text.index("  - wpgate:")
+    config.write_text(text[:start] + text[end:], encoding="utf-8")
+    with pytest.raises(Abort):
+        _build(config, monkeypatch)
+    assert "api_module renders through mkdocstrings, which this site does not enable" in (
+        caplog.text
     )
+
+
+def test_a_site_without_api_module_needs_no_mkdocstrings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An adopter who does not install mkdocstrings: no api_module, no mkdocstrings plugin.
+    config = _write_tree(tmp_path)
+    text = config.read_text(encoding="utf-8").replace("      api_module: fixture_api\n", "")
+    start, end = text.index("  - mkdocstrings:"), text.index("  - wpgate:")
+    config.write_text(text[:start] + text[end:], encoding="utf-8")
     site = _build(config, monkeypatch)
-    assert "could not be imported" in _article(site, "reference/absent_mod")
-    assert "absent_mod" not in sys.modules
+    assert (site / "reference" / "cli" / "index.html").exists()
+    assert not (site / "reference" / "fixture_api").exists()
 
 
 def test_registry_problems_fail_the_strict_build(

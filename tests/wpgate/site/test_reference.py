@@ -48,25 +48,29 @@ def test_cli_page_has_every_visible_command() -> None:
     assert "secret" not in text.split("### `tool explain`")[0].split("Commands:")[1]
 
 
-def test_api_page_from_docstrings() -> None:
-    text = _reference.render_api_page("wpgate._model", ["Finding", "RuleRegistry"])
-    assert "## `Finding`" in text
-    assert (
-        "Finding(path: str, line: int, rule_id: str, message: str, severity: str = 'error')" in text
+def test_api_page_is_mkdocstrings_directives() -> None:
+    text = _reference.render_api_page("musgd", ["MuSGD", "param_groups"])
+    assert text == (
+        "# API reference: `musgd`\n\n"
+        "::: musgd\n    options:\n      members: false\n      show_root_heading: false\n\n"
+        "::: musgd.MuSGD\n\n::: musgd.param_groups\n"
     )
-    assert "### `RuleRegistry.register`" in text
-    assert "Add ``rule``; a duplicate id or name is a programming error." in text
+    # No members: the module whole. Nothing is imported either way.
+    assert (
+        _reference.render_api_page("pkg.mod", []) == "# API reference: `pkg.mod`\n\n::: pkg.mod\n"
+    )
 
 
-def test_api_page_of_a_missing_module_says_so() -> None:
-    text = _reference.render_api_page("wpgate_no_such_module", [])
-    assert '!!! warning "Not generated"' in text
-    assert "could not be imported" in text
-
-
-def test_api_page_rejects_an_unknown_member() -> None:
-    with pytest.raises(_reference.ReferenceBuildError, match="no public member 'Nope'"):
-        _reference.render_api_page("wpgate._model", ["Nope"])
+@pytest.mark.parametrize(
+    ("module", "members", "message"),
+    [
+        ("musgd x", [], "'musgd x' is not a dotted module name"),
+        ("musgd", ["MuSGD", "a-b"], "api_members 'a-b' are not names"),
+    ],
+)
+def test_api_page_refuses_what_is_not_a_name(module: str, members: list[str], message: str) -> None:
+    with pytest.raises(_reference.ReferenceBuildError, match=message):
+        _reference.render_api_page(module, members)
 
 
 def test_rule_page_and_index_escape_the_summary() -> None:
@@ -87,14 +91,3 @@ def test_import_target_errors() -> None:
     with pytest.raises(_reference.ReferenceBuildError, match="has no attribute 'nope'"):
         _reference.import_target("wpgate._model:nope")
     assert _reference.import_target("wpgate._model:RULES") is not None
-
-
-def test_signature_with_unresolvable_annotations_reads_unquoted() -> None:
-    namespace: dict[str, object] = {}
-    exec(
-        "from __future__ import annotations\n"
-        "def f(x: Missing, y: int = 1, z: str = 'a') -> Missing: ...\n",
-        namespace,
-    )
-    text = _reference._signature("f", namespace["f"])
-    assert text == "f(x: Missing, y: int = 1, z: str = 'a') -> Missing"
