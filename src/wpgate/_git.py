@@ -303,16 +303,27 @@ def _records(stream: io.BufferedIOBase, chunk: int = 1 << 16) -> Iterator[bytes]
 
     reader = threading.Thread(target=drain, name="wpgate-git-log", daemon=True)
     reader.start()
-    pending = b""
+    # The bytes after the last NUL seen, as the chunks that hold them: joined once, when the
+    # record's NUL arrives, so a record of any size is copied a bounded number of times (joining
+    # the pending bytes to every chunk made one huge message quadratic).
+    pending: list[bytes] = []
     while data := chunks.get():
-        parts = (pending + data).split(b"\0")
-        pending = parts.pop()
+        if b"\0" not in data:
+            pending.append(data)
+            continue
+        parts = data.split(b"\0")
+        if pending:
+            pending.append(parts[0])
+            parts[0] = b"".join(pending)
+        tail = parts.pop()
+        pending = [tail] if tail else []
         # A record of whitespace only (or nothing) is no commit; isspace() stops at the first
         # other byte instead of copying the record as strip() would.
         yield from (part for part in parts if part and not part.isspace())
     reader.join()
-    if pending and not pending.isspace():
-        yield pending
+    last = b"".join(pending)
+    if last and not last.isspace():
+        yield last
 
 
 def _shallow_boundary(path: Path) -> frozenset[str]:
