@@ -31,6 +31,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from wpgate._documents import ReadRefusedError, read_bounded
 from wpgate._model import RULES
 from wpgate.options import (
     SEVERITIES,
@@ -200,12 +201,17 @@ def _import_rules() -> None:
 
 
 def load_config(root: Path) -> Config:
-    """Read ``[tool.wpgate]`` from ``root/pyproject.toml``; a missing file or table is defaults."""
-    path = root / "pyproject.toml"
+    """Read ``[tool.wpgate]`` from ``root/pyproject.toml``; a missing file or table is defaults.
+
+    The file is read by :func:`~wpgate._documents.read_bounded`: a link out of the repository
+    (e.g. to ``/dev/zero``), a FIFO or a file over the size limit is a :class:`ConfigError`.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(root, "pyproject.toml").decode("utf-8")
     except FileNotFoundError:
         return Config(root)
+    except ReadRefusedError as exc:
+        raise ConfigError("pyproject.toml", str(exc).removeprefix("pyproject.toml ")) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("pyproject.toml", f"cannot be read ({exc}); fix the file") from exc
     try:

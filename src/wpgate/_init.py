@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wpgate._documents import read_bounded
 from wpgate.options import DocsLayout
 
 __all__ = ["InitResult", "Scaffold", "init_repository", "plan_scaffolds"]
@@ -156,7 +157,9 @@ class InitResult:
 def _has_wpgate_table(pyproject: Path) -> bool:
     """Whether ``pyproject`` already has ``[tool.wpgate]``; a malformed file is a ValueError."""
     try:
-        data: dict[str, Any] = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        data: dict[str, Any] = tomllib.loads(
+            read_bounded(pyproject.parent, pyproject.name).decode("utf-8")
+        )
     except FileNotFoundError:
         return False
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from wpgate._documents import ReadRefusedError, read_bounded
+
 __all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids"]
 
 # A node id: anything but separators, where a [parameter part] may hold separators too.
@@ -36,10 +38,6 @@ class References:
     provenance_ids: frozenset[str] = field(default_factory=frozenset)
     placeholder_ids: frozenset[str] = field(default_factory=frozenset)
     assumption_ids: frozenset[str] = field(default_factory=frozenset)
-
-
-class _OutsideError(ValueError):
-    """A gate path that leads out of the repository (through a symbolic link)."""
 
 
 def split_node_ids(value: str) -> list[str]:
@@ -77,11 +75,9 @@ class GateResolver:
         self._answers: dict[str, str | None] = {}
 
     def _read_file(self, rel: str) -> bytes:
-        """A file of the working tree (refused when it leads out of the repository)."""
-        path = self._root / rel
-        if not path.resolve().is_relative_to(self._root):
-            raise _OutsideError(f"`{rel}` leads out of the repository; name a test file inside it")
-        return path.read_bytes()
+        """A file of the working tree, read by :func:`~wpgate._documents.read_bounded` (refused
+        when it leads out of the repository, is no regular file, or is too large)."""
+        return read_bounded(self._root, rel)
 
     def _module(self, rel: str) -> dict[str, list[ast.stmt]] | str:
         """The top-level names of a test file, or why it cannot be read."""
@@ -91,12 +87,10 @@ class GateResolver:
         result: dict[str, list[ast.stmt]] | str
         try:
             result = _names(ast.parse(self._read(rel), filename=rel).body)
-        except _OutsideError as exc:
-            result = str(exc)
         except FileNotFoundError:
             result = f"`{rel}` does not exist; fix the path or add the test file"
-        except IsADirectoryError:
-            result = f"`{rel}` is a directory; name a test file (`path/test_x.py::test_y`)"
+        except ReadRefusedError as exc:
+            result = str(exc)
         except (OSError, SyntaxError, ValueError) as exc:
             result = f"`{rel}` cannot be parsed ({exc.__class__.__name__}); fix the file"
         self._trees[rel] = result
