@@ -23,18 +23,23 @@ needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 needs_dev_zero = pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 
 
-def _wpgate(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``python -m wpgate ARGS`` from this tree, killed (failing the test) after ``timeout``."""
+def _python(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Python with this tree's wpgate, killed (failing the test) after a generous 60 s."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     return subprocess.run(
-        [sys.executable, "-m", "wpgate", *args, "--root", str(cwd)],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=60,
         env=env,
         cwd=cwd,
         check=False,
     )
+
+
+def _wpgate(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m wpgate ARGS --root CWD``."""
+    return _python("-m", "wpgate", *args, "--root", str(cwd), cwd=cwd)
 
 
 def test_a_regular_file_inside_the_repository_is_read(tmp_path: Path) -> None:
@@ -93,15 +98,7 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
         "except ReadRefusedError as exc:\n"
         "    print(exc)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+    done = _python("-c", code)
     assert done.stdout.strip() == "a.md is a FIFO (named pipe), not a regular file; replace it"
 
 
