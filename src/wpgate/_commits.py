@@ -16,7 +16,6 @@ from wpgate._git import (
     PushedRef,
     RevisionRange,
     blobs_at,
-    comment_char,
     commit_msg_context,
     git_trailers,
     history_range,
@@ -25,7 +24,9 @@ from wpgate._git import (
     pre_push_ranges,
     pushed_range,
     read_commits,
+    reading_settings,
     resolve_commits,
+    trailer_syntax,
 )
 from wpgate._output import LinterRun, Summary
 from wpgate.errors import InvocationError
@@ -37,7 +38,7 @@ from wpgate.rules.trailers import (
     lint_messages,
     metadata_exemption,
 )
-from wpgate.trailers import Message, decode_message, parse_message
+from wpgate.trailers import Message, TrailerSyntax, decode_message, parse_message
 
 __all__ = [
     "differences_from_git",
@@ -73,8 +74,12 @@ def lint_message(
     pr_mode: bool = False,
     author: str | None = None,
     merging: bool = False,
+    syntax: TrailerSyntax | None = None,
 ) -> LinterRun:
-    """Lint one message: a commit-msg file (cleanup on) or, with ``pr_mode``, a PR text."""
+    """Lint one message: a commit-msg file (cleanup on) or, with ``pr_mode``, a PR text.
+
+    ``syntax`` is git's ``trailer.*`` configuration (read from git when None).
+    """
     root = config.root
     decoded = decode_message(data)
     message = parse_message(
@@ -83,6 +88,7 @@ def lint_message(
         cleanup=not pr_mode,
         encoding_error_line=decoded.error_line,
         nul_line=decoded.nul_line,
+        syntax=trailer_syntax(root) if syntax is None else syntax,
     )
     parsed = CommitMessage(
         message=message,
@@ -134,6 +140,7 @@ def _commit_messages(
     own: OwnTreeGates,
     comment_char: str,
     options: TrailerOptions,
+    syntax: TrailerSyntax,
 ) -> Iterator[CommitMessage]:
     """Each commit parsed as git stores it (no commit-msg cleanup).
 
@@ -152,7 +159,9 @@ def _commit_messages(
             decoded = decode_message(commit.message)
             text, error_line = decoded.text, decoded.error_line
         yield CommitMessage(
-            message=parse_message(text, comment_char=comment_char, encoding_error_line=error_line),
+            message=parse_message(
+                text, comment_char=comment_char, encoding_error_line=error_line, syntax=syntax
+            ),
             path=commit.sha[:12],
             references=references,
             resolve_gate=resolve,
@@ -180,35 +189,50 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def lint_range(config: Config, revisions: RevisionRange, *, comment_char: str = "#") -> LinterRun:
-    """Lint every commit of ``revisions`` (one git process reads them all)."""
+def lint_range(
+    config: Config,
+    revisions: RevisionRange,
+    *,
+    comment_char: str = "#",
+    syntax: TrailerSyntax | None = None,
+) -> LinterRun:
+    """Lint every commit of ``revisions`` (one git process reads them all).
+
+    ``syntax`` is git's ``trailer.*`` configuration (read from git when None).
+    """
+    syntax = trailer_syntax(config.root) if syntax is None else syntax
     options = TrailerOptions.from_config(config)
     commits = read_commits(config.root, revisions)
     references = load_references(config.root, config)
     gates = GateOptions.from_config(config)
     resolve = GateResolver(config.root, options=gates).resolve
     own = OwnTreeGates(config.root, gates)
-    messages = _commit_messages(commits, references, resolve, own, comment_char, options)
+    messages = _commit_messages(commits, references, resolve, own, comment_char, options, syntax)
     with _no_cycle_collection():
         return _run(messages, options, config, "commit")
 
 
 def differences_from_git(
-    root: Path, revisions: RevisionRange, *, comment_char: str = "#"
+    root: Path,
+    revisions: RevisionRange,
+    *,
+    comment_char: str = "#",
+    syntax: TrailerSyntax | None = None,
 ) -> tuple[int, list[str]]:
     """Commits of ``revisions`` read, and the shas whose trailers wpgate reads differently.
 
     git's own reading (``%(trailers:only,unfold)``, :func:`wpgate._git.git_trailers`) is the
     judge; the one difference the spec requires (a ``Key://x`` URL line is not a trailer) is
-    taken out of git's answer first.
+    taken out of git's answer first. Both read ``root``'s ``trailer.*`` configuration.
     """
+    syntax = trailer_syntax(root) if syntax is None else syntax
     oracle = git_trailers(root, revisions)
     differ: list[str] = []
     count = 0
     for commit in read_commits(root, revisions):
         count += 1
         text = decode_message(commit.message).text
-        message = parse_message(text, comment_char=comment_char)
+        message = parse_message(text, comment_char=comment_char, syntax=syntax)
         ours = [(t.key, t.value) for t in message.trailers]
         theirs = [(k, v) for k, v in oracle.get(commit.sha, []) if not v.startswith("//")]
         if ours != theirs:
@@ -226,14 +250,16 @@ def _read_input(source: str) -> bytes:
         raise InvocationError(f"cannot read {source} ({exc.strerror}); check the path") from exc
 
 
-def _lint_pushed_refs(config: Config, refs: tuple[PushedRef, ...], char: str) -> LinterRun:
+def _lint_pushed_refs(
+    config: Config, refs: tuple[PushedRef, ...], char: str, syntax: TrailerSyntax
+) -> LinterRun:
     """Lint what each ref of git's pre-push input adds to its remote, as one run."""
     remote = [ref.remote_sha for ref in refs if ref.remote_sha.strip("0")]
     unknown = frozenset(
         sha for sha, full in resolve_commits(config.root, remote).items() if not full
     )
     runs = [
-        lint_range(config, revisions, comment_char=char)
+        lint_range(config, revisions, comment_char=char, syntax=syntax)
         for revisions in pre_push_ranges(refs, config.history_start, unknown)
     ]
     exempt: dict[str, int] = {}
@@ -292,7 +318,7 @@ def run_trailers(
     elif pushed:
         refs = parse_pre_push(pre_push or "")
         if refs:
-            return _lint_pushed_refs(config, refs, comment_char(root))
+            return _lint_pushed_refs(config, refs, *reading_settings(root))
         revisions = pushed_range(history_start=config.history_start)
     else:
         if not config.history_start:
@@ -301,4 +327,5 @@ def run_trailers(
                 "configuration: wpgate.toml, or [tool.wpgate] of pyproject.toml"
             )
         revisions = history_range(config.history_start)
-    return lint_range(config, revisions, comment_char=comment_char(root))
+    char, syntax = reading_settings(root)
+    return lint_range(config, revisions, comment_char=char, syntax=syntax)

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from wpgate._documents import ReadRefusedError, read_bounded
 from wpgate._model import RULES
 from wpgate.options import (
     SEVERITIES,
@@ -233,11 +234,18 @@ _PYPROJECT = "pyproject.toml"
 
 
 def _read_toml(root: Path, name: str) -> dict[str, Any] | None:
-    """The TOML document ``root/name`` (None when the file does not exist)."""
+    """The TOML document ``root/name`` (None when the file does not exist).
+
+    The file is read by :func:`~wpgate._documents.read_bounded`: a link out of the repository
+    (e.g. to ``/dev/zero``), a FIFO or a file over the size limit is a :class:`ConfigError`.
+    """
     try:
-        text = (root / name).read_text(encoding="utf-8")
+        text = read_bounded(root, name).decode("utf-8")
     except FileNotFoundError:
         return None
+    except ReadRefusedError as exc:
+        detail = str(exc).removeprefix(f"{name} ")
+        raise ConfigError(name, detail, source=name) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(name, f"cannot be read ({exc}); fix the file", source=name) from exc
     try:

@@ -154,7 +154,7 @@ def _current_hashes(root: Path, files: dict[str, EvidenceParse]) -> dict[str, st
     current: dict[str, str | None] = {}
     for source in sorted(sources):
         rel, why = resolve_inside(root, "", source)
-        current[source] = sha256_file(root / rel) if rel is not None and why is None else None
+        current[source] = sha256_file(root, rel) if rel is not None and why is None else None
     return current
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wpgate.errors import GitError
+from wpgate.trailers import DEFAULT_SYNTAX, TrailerSyntax
 
 __all__ = [
     "Commit",
@@ -39,8 +40,10 @@ __all__ = [
     "pre_push_ranges",
     "pushed_range",
     "read_commits",
+    "reading_settings",
     "require_full_history",
     "resolve_commits",
+    "trailer_syntax",
     "validate_revision",
 ]
 
@@ -219,9 +222,46 @@ def history_range(history_start: str) -> RevisionRange:
 
 def comment_char(root: Path) -> str:
     """``core.commentChar`` (``#`` when unset or ``auto``)."""
-    done = _run(root, ["config", "--get", "core.commentChar"])
-    value = done.stdout.decode("utf-8", "replace").strip()
-    return value[:1] if done.returncode == 0 and value and value != "auto" else "#"
+    return reading_settings(root)[0]
+
+
+def trailer_syntax(root: Path) -> TrailerSyntax:
+    """git's ``trailer.separators`` and ``trailer.<name>.key`` settings for ``root``."""
+    return reading_settings(root)[1]
+
+
+def reading_settings(root: Path) -> tuple[str, TrailerSyntax]:
+    """``core.commentChar`` and the ``trailer.*`` settings, read by one ``git config`` process.
+
+    Defaults (``#``, git's reading without configuration) where git cannot run or ``root`` has
+    no repository; only the user's and system configuration apply then, as for git itself.
+    """
+    done = _ask(root, ["config", "-z", "--get-regexp", r"^(core\.commentchar|trailer\..*)$"])
+    if done is None or done.returncode not in (0, 1):
+        return "#", DEFAULT_SYNTAX
+    return parse_reading_settings(done.stdout)
+
+
+def parse_reading_settings(output: bytes) -> tuple[str, TrailerSyntax]:
+    """:func:`reading_settings` from ``git config -z --get-regexp`` output (``name\\nvalue\\0``).
+
+    git lower-cases section and variable names, never the ``<name>`` of ``trailer.<name>.key``;
+    a later value of a setting overrides an earlier one, and the trailers keep the order in
+    which their names first appear.
+    """
+    char, separators = "#", ":"
+    items: dict[str, str | None] = {}
+    for entry in output.decode("utf-8", "replace").split("\0"):
+        name, _, value = entry.partition("\n")
+        if name == "core.commentchar":
+            char = value[:1] if value and value != "auto" else "#"
+        elif name == "trailer.separators":
+            separators = value
+        elif name.startswith("trailer.") and name.count(".") >= 2:
+            alias, _, variable = name[len("trailer.") :].rpartition(".")
+            key = items.get(alias)
+            items[alias] = value if variable == "key" else key
+    return char, TrailerSyntax(separators, tuple(items.items()))
 
 
 def _repository_state(root: Path) -> tuple[bool, Path]:
@@ -358,16 +398,27 @@ def _records(stream: io.BufferedIOBase, chunk: int = 1 << 16) -> Iterator[bytes]
 
     reader = threading.Thread(target=drain, name="wpgate-git-log", daemon=True)
     reader.start()
-    pending = b""
+    # The bytes after the last NUL seen, as the chunks that hold them: joined once, when the
+    # record's NUL arrives, so a record of any size is copied a bounded number of times (joining
+    # the pending bytes to every chunk made one huge message quadratic).
+    pending: list[bytes] = []
     while data := chunks.get():
-        parts = (pending + data).split(b"\0")
-        pending = parts.pop()
+        if b"\0" not in data:
+            pending.append(data)
+            continue
+        parts = data.split(b"\0")
+        if pending:
+            pending.append(parts[0])
+            parts[0] = b"".join(pending)
+        tail = parts.pop()
+        pending = [tail] if tail else []
         # A record of whitespace only (or nothing) is no commit; isspace() stops at the first
         # other byte instead of copying the record as strip() would.
         yield from (part for part in parts if part and not part.isspace())
     reader.join()
-    if pending and not pending.isspace():
-        yield pending
+    last = b"".join(pending)
+    if last and not last.isspace():
+        yield last
 
 
 def _shallow_boundary(path: Path) -> frozenset[str]:

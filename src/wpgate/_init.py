@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from wpgate._documents import read_bounded
 from wpgate.options import GATE_LANGUAGES, ConfigError, DocsLayout
 
 __all__ = [
@@ -240,7 +241,7 @@ def _toml_list(items: list[str]) -> str:
 def _site_ignored(gitignore: Path) -> bool:
     """Whether ``.gitignore`` already ignores the built site (``site/``, ``/site/``...)."""
     try:
-        lines = gitignore.read_text(encoding="utf-8").splitlines()
+        lines = read_bounded(gitignore.parent, gitignore.name).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return False
     return any(line.strip() in {"site", "site/", "/site", "/site/"} for line in lines)

@@ -17,6 +17,7 @@ __all__ = [
     "EvidenceError",
     "GitError",
     "InvocationError",
+    "ReadRefusedError",
     "ReferenceBuildError",
     "WpgateError",
 ]
@@ -55,3 +56,11 @@ class EvidenceBlockError(WpgateError, ValueError):
 
 class ReferenceBuildError(WpgateError, RuntimeError):
     """A reference target (``module:attribute``) cannot be imported; the message says why."""
+
+
+class ReadRefusedError(WpgateError, OSError):
+    """A repository file wpgate will not read (a link out of the repository, a FIFO, a device,
+    a directory, a file over the size limit); the message says why and how to fix it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "the file cannot be read"

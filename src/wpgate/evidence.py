@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wpgate._documents import read_bounded
 from wpgate._git import head_state
 from wpgate.errors import EvidenceError
 from wpgate.parsers.evidence import SCHEMA, parse_evidence
@@ -64,11 +65,16 @@ def git_state(root: Path | None, paths: Sequence[str] = ()) -> GitState:
 
 
 def source_hashes(base: Path, paths: Iterable[Path]) -> dict[str, str]:
-    """sha256 of each file in ``paths``, keyed by its POSIX path relative to ``base``."""
-    return {
-        path.relative_to(base).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(paths)
-    }
+    """sha256 of each file in ``paths``, keyed by its POSIX path relative to ``base``.
+
+    Each is read by :func:`~wpgate._documents.read_bounded` (a regular file inside ``base``);
+    one that is not raises :class:`~wpgate._documents.ReadRefusedError`, saying why.
+    """
+    hashes: dict[str, str] = {}
+    for path in sorted(paths):
+        rel = path.relative_to(base).as_posix()
+        hashes[rel] = hashlib.sha256(read_bounded(base, rel)).hexdigest()
+    return hashes
 
 
 def host_environment(**extra: Any) -> dict[str, Any]:

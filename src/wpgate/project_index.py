@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 
 from wpgate._config import Config
-from wpgate._documents import read_text
+from wpgate._documents import read_bounded, read_text
 from wpgate.records import ProjectIndex
 
 __all__ = ["load_project_index"]
@@ -138,9 +138,9 @@ def load_project_index(root: Path, config: Config | None = None) -> ProjectIndex
             modules[parent] = modules[parent] | {child}
     scripts: set[str] = set()
     try:
-        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+        project = tomllib.loads(read_bounded(root, "pyproject.toml").decode("utf-8"))
         scripts.update(project.get("project", {}).get("scripts", {}))
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         pass
     make_text, _ = read_text(root, "Makefile")
     targets = set(_MAKE_TARGET_RE.findall(make_text or ""))

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from wpgate._documents import ReadRefusedError, read_bounded
 from wpgate._gate_languages import LANGUAGES, Language, languages_named, pattern_tests
 from wpgate.options import GateOptions
 
@@ -51,10 +52,6 @@ class References:
     provenance_ids: frozenset[str] = field(default_factory=frozenset)
     placeholder_ids: frozenset[str] = field(default_factory=frozenset)
     assumption_ids: frozenset[str] = field(default_factory=frozenset)
-
-
-class _OutsideError(ValueError):
-    """A gate path that leads out of the repository (through a symbolic link)."""
 
 
 def split_node_ids(value: str) -> list[str]:
@@ -187,11 +184,9 @@ class GateResolver:
         self._jobs: frozenset[str] | None = None
 
     def _read_file(self, rel: str) -> bytes:
-        """A file of the working tree (refused when it leads out of the repository)."""
-        path = self._root / rel
-        if not path.resolve().is_relative_to(self._root):
-            raise _OutsideError(f"`{rel}` leads out of the repository; name a test file inside it")
-        return path.read_bytes()
+        """A file of the working tree, read by :func:`~wpgate._documents.read_bounded` (refused
+        when it leads out of the repository, is no regular file, or is too large)."""
+        return read_bounded(self._root, rel)
 
     def _language(self, rel: str) -> Language | None:
         """The first configured pattern, then built-in language, whose globs match ``rel``."""
@@ -210,12 +205,15 @@ class GateResolver:
                 if language is _PYTHON
                 else language.scan(data.decode("utf-8-sig"))
             )
-        except _OutsideError as exc:
-            result = str(exc)
         except FileNotFoundError:
             result = f"`{rel}` does not exist; fix the path or add the test file"
-        except IsADirectoryError:
-            result = f"`{rel}` is a directory; name a test file (`{language.example}`)"
+        except (IsADirectoryError, ReadRefusedError) as exc:
+            directory = (self._root / rel).is_dir()
+            result = (
+                f"`{rel}` is a directory; name a test file (`{language.example}`)"
+                if directory
+                else str(exc)
+            )
         except UnicodeDecodeError:
             result = f"`{rel}` is not valid UTF-8; re-save it as UTF-8"
         except (OSError, SyntaxError, ValueError) as exc:

@@ -16,6 +16,12 @@ separator is followed by ``//`` (``Key://x``, a URL) is not reported as a traile
 governance spec requires; it still counts as one where git decides whether the last paragraph
 is a trailer block, so the block git finds is the block wpgate finds.
 
+git's commit readers skip the blank lines before the title (``git interpret-trailers`` on a
+file does not: ``whole_file``); an old ``Conflicts:`` block is ignored only when its
+``Conflicts:`` line ends with a newline. :class:`TrailerSyntax` carries git's
+``trailer.separators`` and ``trailer.<name>.key`` configuration, read once per run by
+:func:`wpgate._git.reading_settings`.
+
 Every step is a single pass over the lines, so parsing is linear in the size of the message.
 """
 
@@ -27,9 +33,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 __all__ = [
+    "DEFAULT_SYNTAX",
     "DecodedText",
     "Message",
     "Trailer",
+    "TrailerSyntax",
     "decode_message",
     "parse_message",
     "parse_trailers",
@@ -42,14 +50,60 @@ _GIT_GENERATED_PREFIXES = ("Signed-off-by: ", "(cherry picked from commit ")
 _SCISSORS = "------------------------ >8 ------------------------"
 # A key is [A-Za-z0-9-]+ then optional spaces/tabs, then the separator; git's find_separator().
 # Lines are matched as git matches them; a value starting with `//` (a URL) is dropped after.
-_SEPARATOR = re.compile(r"[A-Za-z0-9-]+[ \t]*:")
-_TRAILER_LINE = re.compile(r"^([A-Za-z0-9-]+)[ \t]*:([^\n]*(?:\n[ \t\r][^\n]*)*)", re.MULTILINE)
 _TRAILER_FAST = re.compile(r"([A-Za-z0-9-]+)[ \t]*:(.*)")
 # The same, for every line of a paragraph at once (no CR in it: the fast path refuses CRs).
 _TRAILER_LINES = re.compile(r"^([A-Za-z0-9-]+)[ \t]*:(.*)$", re.MULTILINE)
 _URL = "//"
 _CONTINUATION_FOLD = re.compile(r"\n[ \t\n\r]*")
 _BLANK_LINE = re.compile(r"^[ \t\r]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class TrailerSyntax:
+    """git's configuration that changes which lines are trailers (git-interpret-trailers(1)).
+
+    ``separators`` is ``trailer.separators`` (the characters that may end a key; ``:`` by
+    default). ``items`` are the configured trailers in configuration order: for each
+    ``trailer.<name>.*`` the name and its ``trailer.<name>.key`` (None without one). A line
+    whose key, as written before its separator, is a case-insensitive prefix of an item's name
+    or key is a user-configured trailer: it makes its paragraph a trailer block at 25%
+    trailers, as ``Signed-off-by: `` does. A trailer whose key (trimmed) is such a prefix is
+    reported under the item's key.
+    """
+
+    separators: str = ":"
+    items: tuple[tuple[str, str | None], ...] = ()
+
+    def is_default(self) -> bool:
+        """Whether this is git's reading without configuration."""
+        return self.separators == ":" and not self.items
+
+    def item_for(self, token: str) -> tuple[str, str | None] | None:
+        """The first configured item ``token`` is a prefix of (ignoring case), or None."""
+        folded = token.lower()
+        for name, key in self.items:
+            if name.lower().startswith(folded) or (
+                key is not None and key.lower().startswith(folded)
+            ):
+                return name, key
+        return None
+
+
+#: git's reading without any ``trailer.*`` configuration.
+DEFAULT_SYNTAX = TrailerSyntax()
+
+
+@functools.lru_cache(maxsize=8)
+def _patterns(separators: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The separator test and the trailer-line pattern for ``separators``."""
+    if not separators:
+        never = re.compile(r"(?!)")
+        return never, never
+    seps = "[" + "".join(re.escape(ch) for ch in separators) + "]"
+    return (
+        re.compile(rf"([A-Za-z0-9-]+[ \t]*){seps}"),
+        re.compile(rf"^([A-Za-z0-9-]+)[ \t]*{seps}([^\n]*(?:\n[ \t\r][^\n]*)*)", re.MULTILINE),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +210,15 @@ def _divider_index(text: str, count: int) -> int:
     return count
 
 
-def _ignored_tail(lines: list[str], end: int, comment_char: str | None) -> int:
-    """Index where the trailing run of comment lines, empty lines and old Conflicts: starts."""
+def _ignored_tail(
+    lines: list[str], end: int, comment_char: str | None, terminated: bool = True
+) -> int:
+    """Index where the trailing run of comment lines, empty lines and old Conflicts: starts.
+
+    ``terminated``: whether the text ends with a newline. git recognises ``Conflicts:`` only as
+    a whole line with its newline, so a final one without a newline is a trailer line.
+    """
+    last = len(lines) - 1 if not terminated else -1
     # git's ignore_non_trailer(): the last run of lines that are empty, comments, or an old
     # "Conflicts:" block with its tab-indented paths is not part of the message. Walk back over
     # every line that could belong to the run, then forward over that suffix, because a tab line
@@ -167,7 +228,7 @@ def _ignored_tail(lines: list[str], end: int, comment_char: str | None) -> int:
         line = lines[first - 1]
         if (
             line
-            and line != "Conflicts:"
+            and (line != "Conflicts:" or first - 1 == last)
             and line[0] != "\t"
             and (comment_char is None or not line.startswith(comment_char))
         ):
@@ -177,16 +238,24 @@ def _ignored_tail(lines: list[str], end: int, comment_char: str | None) -> int:
     in_conflicts = False
     for index in range(first, end):
         line = lines[index]
-        if line == "Conflicts:":
+        if line == "Conflicts:" and index != last:
             in_conflicts = True
         elif line.startswith("\t") and not in_conflicts:
             start = index + 1
     return start
 
 
-def _title_end(text: str, lines: list[str], end: int, comment_char: str | None) -> int:
-    """Index of the first blank line (the end of the title paragraph), or ``end``."""
-    match = _BLANK_LINE.search(text)
+def _title_end(
+    text: str,
+    lines: list[str],
+    end: int,
+    comment_char: str | None,
+    first: int = 0,
+    offset: int = 0,
+) -> int:
+    """Index of the first blank line at or after line ``first`` (the end of the title
+    paragraph, which starts at line ``first``, character ``offset`` of ``text``), or ``end``."""
+    match = _BLANK_LINE.search(text, offset)
     if match is None:
         return end
     index = _line_index(text, match.start())
@@ -195,7 +264,7 @@ def _title_end(text: str, lines: list[str], end: int, comment_char: str | None) 
         index = next(
             (
                 i
-                for i in range(end)
+                for i in range(first, end)
                 if not lines[i].startswith(comment_char) and _is_blank(lines[i])
             ),
             end,
@@ -203,9 +272,22 @@ def _title_end(text: str, lines: list[str], end: int, comment_char: str | None) 
     return min(index, end)
 
 
-def _trailer_block_start(text: str, lines: list[str], end: int, comment_char: str | None) -> int:
-    """Index of the first line of the trailer block in ``lines[:end]``, or ``end`` if none."""
-    end_of_title = _title_end(text, lines, end, comment_char)
+def _trailer_block_start(
+    text: str,
+    lines: list[str],
+    end: int,
+    comment_char: str | None,
+    syntax: TrailerSyntax = DEFAULT_SYNTAX,
+    title_start: int = 0,
+    title_offset: int = 0,
+) -> int:
+    """Index of the first line of the trailer block in ``lines[:end]``, or ``end`` if none.
+
+    The title is the paragraph that starts at line ``title_start`` (git's commit readers skip
+    the blank lines before it).
+    """
+    end_of_title = _title_end(text, lines, end, comment_char, title_start, title_offset)
+    separator = _patterns(syntax.separators)[0]
     only_spaces = True
     recognized_prefix = False
     trailer_lines = non_trailer_lines = possible_continuation_lines = 0
@@ -235,9 +317,13 @@ def _trailer_block_start(text: str, lines: list[str], end: int, comment_char: st
             trailer_lines += 1
             possible_continuation_lines = 0
             recognized_prefix = True
-        elif _SEPARATOR.match(line):
+        elif (found := separator.match(line)) is not None:
             trailer_lines += 1
             possible_continuation_lines = 0
+            # The key as written, spaces before the separator included, names a configured
+            # trailer: it counts as git-generated ones do.
+            if syntax.items and syntax.item_for(found.group(1)) is not None:
+                recognized_prefix = True
         else:
             non_trailer_lines += 1 + possible_continuation_lines
             possible_continuation_lines = 0
@@ -245,15 +331,22 @@ def _trailer_block_start(text: str, lines: list[str], end: int, comment_char: st
 
 
 def _collect(
-    lines: list[str], start: int, end: int, comment_char: str | None
+    lines: list[str],
+    start: int,
+    end: int,
+    comment_char: str | None,
+    syntax: TrailerSyntax = DEFAULT_SYNTAX,
 ) -> tuple[Trailer, ...]:
-    """Trailers of ``lines[start:end]`` with continuation lines folded into their trailer."""
+    """Trailers of ``lines[start:end]`` with continuation lines folded into their trailer.
+
+    A key that names a configured trailer with a ``key`` is reported as that key, as git does.
+    """
     # One regex pass over the block: a trailer line and the whitespace-led lines under it. A
     # whitespace-led line under a non-trailer line can never start a match, as in git.
     block = "\n".join(lines[start:end])
     trailers: list[Trailer] = []
     number, counted = start + 1, 0
-    for match in _TRAILER_LINE.finditer(block):
+    for match in _patterns(syntax.separators)[1].finditer(block):
         number += block.count("\n", counted, match.start())
         counted = match.start()
         key = match.group(1)
@@ -262,6 +355,9 @@ def _collect(
             continue
         if "\n" in value:
             value = _CONTINUATION_FOLD.sub(" ", value)
+        if syntax.items:
+            item = syntax.item_for(key)
+            key = key if item is None or item[1] is None else item[1]
         trailers.append(Trailer(key, value.strip(_GIT_SPACE), number))
     return tuple(trailers)
 
@@ -383,6 +479,8 @@ def parse_message(
     encoding_error_line: int | None = None,
     divider: bool = False,
     nul_line: int | None = None,
+    syntax: TrailerSyntax = DEFAULT_SYNTAX,
+    whole_file: bool = False,
 ) -> Message:
     """Parse a commit message as git's commit readers do.
 
@@ -390,7 +488,10 @@ def parse_message(
     comment lines, as ``git commit`` does. ``comment_char`` is ``core.commentChar``; ``None``
     means no line is a comment. ``divider`` ends the message at a ``---`` line, as ``git
     interpret-trailers`` does for a patch e-mail (never for a commit). A NUL character ends the
-    message (``nul_line`` records where :func:`decode_message` already cut one).
+    message (``nul_line`` records where :func:`decode_message` already cut one). ``syntax`` is
+    git's ``trailer.*`` configuration. git's commit readers skip the blank lines before the
+    title; ``whole_file`` reads the text as ``git interpret-trailers`` reads a file, where a
+    leading blank line ends an empty title.
     """
     if "\0" in text:
         nul = text.index("\0")
@@ -400,9 +501,22 @@ def parse_message(
     # drops them; line numbers are unchanged because only the end is cut.
     core = text.rstrip("\n")
     skip = comment_char if cleanup else None
-    fast = _parse_plain(core, comment_char, skip, encoding_error_line, divider)
+    fast = (
+        _parse_plain(core, comment_char, skip, encoding_error_line, divider)
+        if syntax.is_default()
+        else None
+    )
     if fast is None:
-        fast = _parse_general(text, core, comment_char, cleanup, encoding_error_line, divider)
+        fast = _parse_general(
+            text,
+            core,
+            comment_char,
+            cleanup,
+            encoding_error_line,
+            divider,
+            syntax,
+            not whole_file,
+        )
     if nul_line is not None:
         fast = replace(fast, nul_line=nul_line)
     return fast
@@ -415,6 +529,8 @@ def _parse_general(
     cleanup: bool,
     encoding_error_line: int | None,
     divider: bool = False,
+    syntax: TrailerSyntax = DEFAULT_SYNTAX,
+    skip_leading_blank: bool = True,
 ) -> Message:
     """Every step of git's algorithm, for any text (``core`` is ``text`` without trailing LFs)."""
     lines = core.split("\n") if core else []
@@ -424,10 +540,13 @@ def _parse_general(
         end = end if scissors is None else min(end, scissors)
         if cleanup and scissors is not None:
             del lines[scissors:]
-    end = _ignored_tail(lines, end, comment_char)
-    start = _trailer_block_start(core, lines, end, comment_char)
-    trailers = _collect(lines, start, end, comment_char)
+    end = _ignored_tail(lines, end, comment_char, text.endswith("\n"))
     skip = comment_char if cleanup else None
+    title = _text_line_pattern(skip).search(core) if skip_leading_blank else None
+    title_offset = 0 if title is None else title.start()
+    first = min(end, _line_index(core, title_offset))
+    start = _trailer_block_start(core, lines, end, comment_char, syntax, first, title_offset)
+    trailers = _collect(lines, start, end, comment_char, syntax)
     subject_line = _first_text_line(core, len(lines), skip)
     subject = lines[subject_line - 1].rstrip(_LINE_SPACE) if subject_line <= len(lines) else ""
     return Message(
@@ -442,10 +561,16 @@ def _parse_general(
 
 
 def parse_trailers(
-    text: str, *, comment_char: str | None = "#", divider: bool = True
+    text: str,
+    *,
+    comment_char: str | None = "#",
+    divider: bool = True,
+    syntax: TrailerSyntax = DEFAULT_SYNTAX,
 ) -> tuple[Trailer, ...]:
     """The trailers of ``text``, as ``git interpret-trailers --parse`` reports them.
 
-    ``divider=False`` reads it as git's commit readers do (``git log --format=%(trailers)``).
+    ``divider=False`` reads it as ``git interpret-trailers --no-divider`` does.
     """
-    return parse_message(text, comment_char=comment_char, divider=divider).trailers
+    return parse_message(
+        text, comment_char=comment_char, divider=divider, syntax=syntax, whole_file=True
+    ).trailers

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -250,3 +253,55 @@ def test_blobs_at_reads_files_of_any_commit_and_nothing_else(tmp_path: Path) -> 
     hashes = _git.blob_hashes_at(root, asked)
     assert hashes[(first, "no.py")] is None
     assert hashes[("HEAD", "d/a.py")] is not None
+
+
+_SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _run_python(code: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter importing this tree's wpgate, killed after ``timeout``."""
+    env = {**os.environ, "PYTHONPATH": str(_SRC)}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def test_one_huge_record_is_read_in_linear_time() -> None:
+    # 64 MiB without a NUL, in 1 KiB chunks: re-joining the pending bytes for every chunk
+    # copied ~2 TB (many minutes); a linear reader copies the record a few times (about 1 s).
+    code = (
+        "import io\n"
+        "from wpgate._git import _records\n"
+        "data = b'x' * (64 << 20) + b'\\0' + b'second'\n"
+        "out = list(_records(io.BytesIO(data), chunk=1024))\n"
+        "assert [len(r) for r in out] == [64 << 20, 6], [len(r) for r in out]\n"
+        "print('ok')\n"
+    )
+    done = _run_python(code, timeout=60)  # a generous bound, not a timing assertion
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_records_split_exactly_at_nul_bytes_whatever_the_chunking() -> None:
+    data = b"a\0\0bb\0 \n\0" + b"c" * 10 + b"\0d"
+    for chunk in (1, 2, 3, 7, 64):
+        assert list(_git._records(io.BytesIO(data), chunk=chunk)) == [b"a", b"bb", b"c" * 10, b"d"]
+
+
+def test_a_huge_message_lints_through_a_range(repo: Path) -> None:
+    body = b"fix: one huge message\n\n" + b"line of text\n" * (8 << 20 >> 4) + b"\nWP: 004\n"
+    sha = commit(repo, body)
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from wpgate._git import parse_range, read_commits\n"
+        f"(c,) = list(read_commits(Path({str(repo)!r}), parse_range('HEAD~1..HEAD')))\n"
+        "print(c.sha, len(c.message))\n"
+    )
+    done = _run_python(code, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [sha, str(len(body))]

@@ -108,7 +108,8 @@ def test_link_out_of_the_repository_is_refused(
     outside.write_text("def test_o():\n    pass\n", encoding="utf-8")
     (root / "tests" / "test_link.py").symlink_to(outside)
     assert resolve_node_id(root, "tests/test_link.py::test_o") == (
-        "`tests/test_link.py` leads out of the repository; name a test file inside it"
+        "tests/test_link.py is a symbolic link that leads out of the repository (to "
+        f"{outside.resolve()}); replace it with the file itself"
     )
 
 

@@ -15,9 +15,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from wpgate._commits import differences_from_git
-from wpgate._git import parse_range
+from wpgate._git import parse_range, parse_reading_settings, reading_settings
 from wpgate.trailers import (
+    DEFAULT_SYNTAX,
     Trailer,
+    TrailerSyntax,
     _parse_general,
     _parse_plain,
     decode_message,
@@ -352,3 +354,148 @@ def test_nul_ends_the_message() -> None:
     message = parse_message("fix: x\n\nWP: 001\0\nGate: t.py\n")
     assert [t.key for t in message.trailers] == ["WP"]
     assert message.nul_line == 3
+
+
+# git's reading with configuration, case by case as git-interpret-trailers(1) documents it
+# (`trailer.separators`, `trailer.<key-alias>.key`, "user-configured trailers" counting as
+# git-generated ones) and the commit readers' own rules (blank lines before the title skipped;
+# `Conflicts:` ignored only as a whole line with its newline). Each is checked against the git
+# binary, both as `git interpret-trailers --parse` reads a file and as `git log` reads a commit.
+_ACK = ("-c", "trailer.ack.key=Acked-by")
+_PERCENT = ("-c", "trailer.separators=%=")
+FIDELITY_CASES: list[tuple[str, tuple[str, ...], TrailerSyntax, str]] = [
+    ("blank-lines-before-title", (), DEFAULT_SYNTAX, "\n\nKey: v\n"),
+    ("spaces-before-title", (), DEFAULT_SYNTAX, "  \n\ntitle\n\nKey: v\n"),
+    ("blank-lines-then-title-block", (), DEFAULT_SYNTAX, "\n\ntitle\n\nKey: v\n\nA: b\n"),
+    ("final-conflicts-unterminated", (), DEFAULT_SYNTAX, "title\n\nKey: v\nConflicts:"),
+    ("final-conflicts-terminated", (), DEFAULT_SYNTAX, "title\n\nKey: v\nConflicts:\n"),
+    ("conflicts-block-unterminated", (), DEFAULT_SYNTAX, "t\n\nKey: v\nConflicts:\n\ta.c"),
+    ("separators-percent", _PERCENT, TrailerSyntax("%="), "title\n\nKey% v\nA = b\n"),
+    ("separators-drop-colon", _PERCENT, TrailerSyntax("%="), "title\n\nKey: v\n"),
+    ("separators-mixed", _PERCENT, TrailerSyntax("%="), "title\n\nKey% v\nA: b\n"),
+    ("separators-empty", ("-c", "trailer.separators="), TrailerSyntax(""), "t\n\nKey: v\n"),
+    (
+        "alias-replaced-by-key",
+        _ACK,
+        TrailerSyntax(":", (("ack", "Acked-by"),)),
+        "title\n\nack: x\nACK : y\nacked: z\nAcked-by-me: w\n",
+    ),
+    (
+        "configured-key-is-recognized",
+        _ACK,
+        TrailerSyntax(":", (("ack", "Acked-by"),)),
+        "title\n\nAcked-by: x\nprose\nprose\nprose\n",
+    ),
+    (
+        "alias-with-spaces-is-not-recognized",
+        _ACK,
+        TrailerSyntax(":", (("ack", "Acked-by"),)),
+        "title\n\nack : x\nprose\nprose\nprose\n",
+    ),
+    (
+        "alias-without-key-is-recognized",
+        ("-c", "trailer.sob.command=true"),
+        TrailerSyntax(":", (("sob", None),)),
+        "title\n\nsob: x\nprose\nprose\nprose\n",
+    ),
+    (
+        "first-configured-alias-wins",
+        (*_ACK, "-c", "trailer.acc.key=Accepted"),
+        TrailerSyntax(":", (("ack", "Acked-by"), ("acc", "Accepted"))),
+        "title\n\nAc: x\nacc: y\n",
+    ),
+    (
+        "key-ending-in-a-separator",
+        (*_PERCENT, "-c", "trailer.ack.key=Acked-by%"),
+        TrailerSyntax("%=", (("ack", "Acked-by%"),)),
+        "title\n\nack= x\nprose\nprose\nprose\n",
+    ),
+]
+
+
+def _config_args(case: tuple[str, tuple[str, ...], TrailerSyntax, str]) -> list[str]:
+    return ["git", "-c", "core.commentChar=#", *case[1]]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize("case", FIDELITY_CASES, ids=[case[0] for case in FIDELITY_CASES])
+def test_configured_reading_matches_git_interpret_trailers(
+    case: tuple[str, tuple[str, ...], TrailerSyntax, str],
+) -> None:
+    _name, _args, syntax, text = case
+    done = subprocess.run(
+        [*_config_args(case), "interpret-trailers", "--parse", "--no-divider"],
+        input=text.encode(),
+        capture_output=True,
+        check=True,
+    )
+    # --parse writes `key<first separator> value`, or `keyvalue` when the key ends in one.
+    sep = syntax.separators[:1] or ":"
+    ours = [
+        f"{t.key}{t.value}" if t.key[-1:] in syntax.separators else f"{t.key}{sep} {t.value}"
+        for t in parse_trailers(text, divider=False, syntax=syntax)
+    ]
+    assert ours == done.stdout.decode().split("\n")[:-1]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_configured_reading_matches_git_log(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    _history(root, [case[3].encode() for case in FIDELITY_CASES])
+    fmt = "--format=%(trailers:only,unfold,separator=%x1d,key_value_separator=%x1c)%x1e"
+    differ = []
+    for index, case in enumerate(FIDELITY_CASES):
+        revision = f"main~{len(FIDELITY_CASES) - 1 - index}"
+        done = subprocess.run(
+            [*_config_args(case), "-C", str(root), "log", "-1", fmt, revision],
+            capture_output=True,
+            check=True,
+        )
+        block = done.stdout.decode().strip("\n\x1e")
+        theirs = [tuple(item.split("\x1c", 1)) for item in block.split("\x1d") if item]
+        ours = [(t.key, t.value) for t in parse_message(case[3], syntax=case[2]).trailers]
+        if ours != theirs:
+            differ.append((case[0], ours, theirs))
+    assert differ == []
+
+
+def test_leading_blank_lines_are_skipped_only_for_commits() -> None:
+    text = "\n\nKey: v\n"
+    assert parse_message(text).trailers == ()  # git log: "Key: v" is the title
+    assert [t.key for t in parse_trailers(text, divider=False)] == ["Key"]  # a file: a block
+    message = parse_message("\n \ntitle\n\nKey: v\n")
+    assert (message.subject, message.subject_line) == ("title", 3)
+    assert [(t.key, t.line) for t in message.trailers] == [("Key", 5)]
+
+
+def test_reading_settings_parse_git_config_output() -> None:
+    output = (
+        b"core.commentchar\n;\0trailer.separators\n%=\0trailer.ack.where\nend\0"
+        b"trailer.Sob.key\nSigned-off-by\0trailer.ack.key\nAcked\0trailer.ack.key\nAcked-by\0"
+        b"trailer.a.b.cmd\ntrue\0"
+    )
+    assert parse_reading_settings(output) == (
+        ";",
+        TrailerSyntax("%=", (("ack", "Acked-by"), ("Sob", "Signed-off-by"), ("a.b", None))),
+    )
+    assert parse_reading_settings(b"") == ("#", DEFAULT_SYNTAX)
+    assert parse_reading_settings(b"core.commentchar\nauto\0") == ("#", DEFAULT_SYNTAX)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_repository_configuration_is_read_and_matches_git_log(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    _history(root, [case[3].encode() for case in FIDELITY_CASES[6:]])
+    for key, value in (
+        ("trailer.separators", "%=:"),
+        ("trailer.ack.key", "Acked-by"),
+        ("trailer.sob.command", "true"),
+    ):
+        subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
+    assert reading_settings(root) == (
+        "#",
+        TrailerSyntax("%=:", (("ack", "Acked-by"), ("sob", None))),
+    )
+    count, differ = differences_from_git(root, parse_range("main"))
+    assert (count, differ) == (len(FIDELITY_CASES) - 6, [])
+    assert reading_settings(tmp_path) == ("#", DEFAULT_SYNTAX)  # no repository: defaults

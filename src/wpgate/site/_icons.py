@@ -11,7 +11,7 @@ import functools
 import re
 from pathlib import Path
 
-__all__ = ["STATUS_ICONS", "icon_svg", "inline_icon", "status_icon"]
+__all__ = ["STATUS_ICONS", "icon_svg", "inline_icon", "status_icon", "status_icon_name"]
 
 #: The theme icon (``material/<name>.svg``) drawn for each work-package status.
 STATUS_ICONS = {
@@ -61,6 +61,11 @@ def inline_icon(name: str, fallback: str = "", css_class: str = "wpgate-icon") -
     return fallback if svg is None else f'<span class="twemoji {css_class}">{svg}</span>'
 
 
+def status_icon_name(status: str) -> str:
+    """The theme icon drawn for ``status`` (an unknown status gets a question mark)."""
+    return STATUS_ICONS.get(status, _UNKNOWN_ICON)
+
+
 def status_icon(status: str) -> str:
     """The inline icon of ``status`` (an unknown status gets a question mark), or ``""``."""
-    return inline_icon(STATUS_ICONS.get(status, _UNKNOWN_ICON), css_class="wpgate-status")
+    return inline_icon(status_icon_name(status), css_class="wpgate-status")

@@ -7,20 +7,41 @@ relative to the page that holds them), so mkdocs resolves them and ``--strict`` 
 
 from __future__ import annotations
 
+import functools
 import posixpath
+import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from wpgate.parsers.work_packages import sort_key
 from wpgate.site._escape import escape_markdown
-from wpgate.site._icons import inline_icon, status_icon
+from wpgate.site._icons import icon_svg, inline_icon, status_icon_name
 
 #: Theme icons of the previous/next links in a work-package header.
 PREVIOUS_ICON, NEXT_ICON = "arrow-left", "arrow-right"
 #: Theme icon before the dependency line of a work-package header.
 LINK_ICON = "link-variant"
 STATUSES = ("todo", "in-progress", "done", "blocked", "deferred", "superseded")
+
+# Icons travel through Markdown as short tokens of private-use characters and become inline SVG
+# in the page's HTML (:func:`expand_icons`): Python-Markdown's inline-HTML handling of an SVG
+# cost ten times the rest of a header, and a roadmap row carries one.
+_ICON_TOKEN_RE = re.compile("\ue000([a-z0-9-]+)\ue001([a-z0-9-]+)\ue002")
+
+
+def icon_token(name: str, fallback: str = "", css_class: str = "wpgate-icon") -> str:
+    """A placeholder for the theme icon ``name`` that :func:`expand_icons` turns into inline
+    SVG, or ``fallback`` text when the theme has no such icon."""
+    return fallback if icon_svg(name) is None else f"\ue000{css_class}\ue001{name}\ue002"
+
+
+def expand_icons(html: str) -> str:
+    """``html`` with each :func:`icon_token` replaced by the icon's inline SVG."""
+    if "\ue000" not in html:
+        return html
+    return _ICON_TOKEN_RE.sub(lambda m: inline_icon(m[2], css_class=m[1]), html)
 
 
 class WorkPackageLike(Protocol):
@@ -57,17 +78,38 @@ class SiteModel:
     needed_by: Mapping[str, tuple[str, ...]]
     roadmap_src: str
 
+    @functools.cached_property
+    def _positions(self) -> dict[str, int]:
+        """Each id's index in :attr:`packages` (the first, should an id repeat)."""
+        positions: dict[str, int] = {}
+        for index, wp in enumerate(self.packages):
+            positions.setdefault(wp.id, index)
+        return positions
+
+    @functools.cached_property
+    def _by_phase(self) -> dict[int, tuple[WorkPackageLike, ...]]:
+        """The records of each phase, in registry order."""
+        members: dict[int, list[WorkPackageLike]] = {}
+        for wp in self.packages:
+            members.setdefault(wp.phase, []).append(wp)
+        return {number: tuple(found) for number, found in members.items()}
+
     def package(self, wp_id: str) -> WorkPackageLike | None:
-        """The record with id ``wp_id``, or None."""
-        return next((wp for wp in self.packages if wp.id == wp_id), None)
+        """The record with id ``wp_id``, or None (a dictionary look-up: one per page)."""
+        index = self._positions.get(wp_id)
+        return None if index is None else self.packages[index]
+
+    def members(self, number: int) -> tuple[WorkPackageLike, ...]:
+        """The records of phase ``number``, in registry order."""
+        return self._by_phase.get(number, ())
 
     def neighbours(self, wp_id: str) -> tuple[str | None, str | None]:
         """The previous and next work-package ids in registry order."""
-        ids = [wp.id for wp in self.packages]
-        index = ids.index(wp_id)
+        index = self._positions[wp_id]
+        ids = self.packages
         return (
-            ids[index - 1] if index > 0 else None,
-            ids[index + 1] if index + 1 < len(ids) else None,
+            ids[index - 1].id if index > 0 else None,
+            ids[index + 1].id if index + 1 < len(ids) else None,
         )
 
 
@@ -132,8 +174,9 @@ def _phase_link(model: SiteModel, number: int, from_src: str) -> str:
 
 
 def status_badge(status: str) -> str:
-    """The status after its theme icon (inline SVG, no emoji font needed), e.g. ``<svg…> done``."""
-    icon = status_icon(status)
+    """The status after its theme icon (inline SVG once :func:`expand_icons` has run, no emoji
+    font needed), e.g. ``<svg…> done``."""
+    icon = icon_token(status_icon_name(status), css_class="wpgate-status")
     return f"{icon} {escape_markdown(status)}" if icon else escape_markdown(status)
 
 
@@ -153,16 +196,16 @@ def render_header(model: SiteModel, wp_id: str, page_src: str) -> str:
         status_line += f" · Reason: {escape_markdown(str(reason))}"
     previous, following = model.neighbours(wp_id)
     nav = (
-        [f"{inline_icon(PREVIOUS_ICON, '←')} {_wp_link(model, previous, page_src)}"]
+        [f"{icon_token(PREVIOUS_ICON, '←')} {_wp_link(model, previous, page_src)}"]
         if previous
         else []
     )
     nav.append(f"[Roadmap]({relative_link(page_src, model.roadmap_src)})")
     if following:
-        nav.append(f"{_wp_link(model, following, page_src)} {inline_icon(NEXT_ICON, '→')}")
+        nav.append(f"{_wp_link(model, following, page_src)} {icon_token(NEXT_ICON, '→')}")
     lines = [
         f"> Engineering log · {_phase_link(model, wp.phase, page_src)} · {status_line}",
-        f"> {inline_icon(LINK_ICON)} Depends on {deps} · Needed by {needed or 'nothing yet'}",
+        f"> {icon_token(LINK_ICON)} Depends on {deps} · Needed by {needed or 'nothing yet'}",
         f"> {' · '.join(nav)}",
     ]
     return "\n>\n".join(lines) + "\n"
@@ -186,12 +229,11 @@ def _packages_table(model: SiteModel, packages: Sequence[WorkPackageLike], page_
 
 def render_roadmap(model: SiteModel, page_src: str, intro: str = "") -> str:
     """The roadmap: counts by status, then each phase with its work packages."""
-    counts = {s: sum(wp.status == s for wp in model.packages) for s in STATUSES}
-    extra = sorted({wp.status for wp in model.packages} - set(STATUSES))
+    tally = Counter(wp.status for wp in model.packages)
+    counts = {s: tally[s] for s in STATUSES}
+    extra = sorted(set(tally) - set(STATUSES))
     summary = " · ".join(f"{status_badge(s)}: {n}" for s, n in counts.items() if n)
-    summary += "".join(
-        f" · {status_badge(s)}: {sum(wp.status == s for wp in model.packages)}" for s in extra
-    )
+    summary += "".join(f" · {status_badge(s)}: {tally[s]}" for s in extra)
     parts = [intro.rstrip() or "# Roadmap", ""]
     parts.append(
         "Generated from the work-package registry at build time; edit the work packages' "
@@ -200,7 +242,7 @@ def render_roadmap(model: SiteModel, page_src: str, intro: str = "") -> str:
     parts.append(f"{len(model.packages)} work packages: {summary or 'none yet'}.\n")
     numbers = sorted({wp.phase for wp in model.packages} | set(model.phases))
     for number in numbers:
-        members = [wp for wp in model.packages if wp.phase == number]
+        members = model.members(number)
         parts.append(f"## {_phase_link(model, number, page_src)}\n")
         parts.append(
             _packages_table(model, members, page_src) if members else "No work package yet."
@@ -211,7 +253,7 @@ def render_roadmap(model: SiteModel, page_src: str, intro: str = "") -> str:
 
 def render_phase_section(model: SiteModel, number: int, page_src: str) -> str:
     """The work packages of one phase, appended to the phase's page."""
-    members = [wp for wp in model.packages if wp.phase == number]
+    members = model.members(number)
     table = _packages_table(model, members, page_src) if members else "No work package yet."
     roadmap = relative_link(page_src, model.roadmap_src)
     return f"## Work packages in this phase\n\n{table}\n\nSee also the [roadmap]({roadmap}).\n"

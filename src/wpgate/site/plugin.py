@@ -6,6 +6,9 @@ On every build it reads the work-package registry once and then:
   previous/next and a roadmap link) and sets the page title from the escaped front matter;
 - generates the roadmap (served at ``roadmap/``) and a page for each phase that has none,
   and appends each existing phase page's list of work packages;
+- above ``nav_limit`` work packages, leaves their pages out of the navigation (the theme
+  renders the whole navigation into every page, so a registry of thousands would make the
+  build quadratic); the roadmap and the phase pages still link every one;
 - replaces each ``wpgate-evidence`` block with a table and, on request, an SVG chart
   (bars of the table, or line series);
 - generates reference pages: the click CLI, a module's API (as mkdocstrings directives), one
@@ -29,6 +32,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import BasePlugin, get_plugin_logger
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.nav import Navigation, Section
 from mkdocs.structure.pages import Page
 
 from wpgate._config import Config, ConfigError, load_config
@@ -62,6 +66,7 @@ class WpgateConfig(base.Config):  # type: ignore[no-untyped-call]  # mkdocs leav
     api_members = c.ListOfItems(c.Type(str), default=[])
     rules_module = c.Type(str, default="")
     config_reference = c.Type(bool, default=True)
+    nav_limit = c.Type(int, default=100)
 
 
 #: What each option does; the generated configuration reference publishes it with the schema.
@@ -75,6 +80,8 @@ OPTION_HELP = {
     "api_members": "The members of `api_module` to document, in order.",
     "rules_module": "A module whose import registers lint rules: one page per rule and an index.",
     "config_reference": "Generate `configuration.md` (these tables) in `reference_dir`.",
+    "nav_limit": "The most work packages the navigation lists; above it, none is listed and "
+    "each is reached from the roadmap and its phase page.",
 }
 
 
@@ -134,6 +141,24 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
         self._add_reference(files, config)
         return files
 
+    def on_nav(
+        self, nav: Navigation, /, *, config: MkDocsConfig, files: Files
+    ) -> Navigation | None:
+        """Above ``nav_limit`` work packages, take their pages out of the navigation."""
+        model = self._require_model()
+        if len(model.packages) <= self.config.nav_limit:
+            return nav
+        hidden = set(self._wp_by_src)
+        nav.items[:] = _without_pages(nav.items, hidden)
+        for page in nav.pages:
+            if page.file.src_uri in hidden:
+                page.parent = None
+                page.previous_page = page.next_page = None
+        nav.pages[:] = [page for page in nav.pages if page.file.src_uri not in hidden]
+        for before, after in zip(nav.pages, nav.pages[1:], strict=False):
+            before.next_page, after.previous_page = after, before
+        return nav
+
     def on_page_markdown(
         self, markdown: str, /, *, page: Page, config: MkDocsConfig, files: Files
     ) -> str | None:
@@ -162,6 +187,12 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
         else:
             page.meta["title"] = escape_html(str(title))
         return _evidence.replace_blocks(markdown, lambda body: self._render_evidence(body, src))
+
+    def on_page_content(
+        self, html: str, /, *, page: Page, config: MkDocsConfig, files: Files
+    ) -> str | None:
+        """The icons the generated Markdown names, as the theme's inline SVG."""
+        return _roadmap.expand_icons(html)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -301,6 +332,20 @@ def insert_header(markdown: str, header: str) -> str:
     if match is None:
         return f"{header}\n{markdown}"
     return f"{markdown[: match.end()]}\n{header}\n{markdown[match.end() :]}"
+
+
+def _without_pages(items: list[Any], hidden: set[str]) -> list[Any]:
+    """The navigation ``items`` without the pages in ``hidden`` and sections left empty."""
+    kept: list[Any] = []
+    for item in items:
+        if isinstance(item, Section):
+            item.children[:] = _without_pages(item.children, hidden)
+            if not item.children:
+                continue
+        elif isinstance(item, Page) and item.file.src_uri in hidden:
+            continue
+        kept.append(item)
+    return kept
 
 
 def _add(files: Files, config: MkDocsConfig, src_uri: str, content: str) -> File:

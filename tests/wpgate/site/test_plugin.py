@@ -15,7 +15,7 @@ from mkdocs.config import load_config
 from mkdocs.exceptions import Abort
 
 from wpgate._model import RULES
-from wpgate.site._roadmap import status_badge
+from wpgate.site._roadmap import expand_icons, status_badge
 
 EVIL = '<script>alert("wp")</script> *star* [x](y) | pipe & amp'
 
@@ -228,7 +228,7 @@ def _header(site: Path, page: str) -> str:
 def test_header_of_a_dependency_shows_computed_needed_by(site: Path) -> None:
     header = _header(site, "work_packages/wp-001")
     status = header.split("Status: <strong>", 1)[1].split("</strong>", 1)[0]
-    assert status == status_badge("done")
+    assert status == expand_icons(status_badge("done"))
     needed = header.split("Needed by", 1)[1].split("</p>", 1)[0]
     assert _hrefs(needed) == [("WP-002", "../wp-002/"), ("WP-003", "../wp-003/")]
     links = _hrefs(header)
@@ -277,9 +277,9 @@ def test_roadmap_has_a_row_per_package_by_phase(site: Path) -> None:
     ]
     rows = re.findall(r"<tr>\s*<td>(.*?)</td>\s*<td>.*?</td>\s*<td>(.*?)</td>", article, re.DOTALL)
     assert [(_hrefs(link)[0][1], status) for link, status in rows] == [
-        ("../work_packages/wp-001/", status_badge("done")),
-        ("../work_packages/wp-002/", status_badge("in-progress")),
-        ("../work_packages/wp-003/", status_badge("blocked")),
+        ("../work_packages/wp-001/", expand_icons(status_badge("done"))),
+        ("../work_packages/wp-002/", expand_icons(status_badge("in-progress"))),
+        ("../work_packages/wp-003/", expand_icons(status_badge("blocked"))),
     ]
 
 
@@ -475,3 +475,37 @@ def test_malformed_pyproject_fails_with_the_reason(
     with pytest.raises(Abort):
         _build(config, monkeypatch)
     assert "wpgate: pyproject.toml: is not valid TOML" in caplog.text
+
+
+def _primary_nav(page_html: str) -> str:
+    """The site navigation (the primary sidebar) of a page, nested sections included."""
+    start = page_html.index('<div class="md-sidebar md-sidebar--primary"')
+    return page_html[start : page_html.index('<div class="md-content"', start)]
+
+
+def test_above_nav_limit_work_packages_leave_the_navigation(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    default = (site / "index.html").read_text(encoding="utf-8")
+    assert "work_packages/wp-001/" in _primary_nav(default)  # 3 packages: under the limit
+    config = _write_tree(tmp_path)
+    text = config.read_text(encoding="utf-8")
+    config.write_text(text.replace("  - wpgate:\n", "  - wpgate:\n      nav_limit: 2\n"))
+    trimmed = _build(config, monkeypatch)  # strict: no page is left unreachable or broken
+    for page in ("index.html", "roadmap/index.html", "work_packages/wp-002/index.html"):
+        page_html = (trimmed / page).read_text(encoding="utf-8")
+        assert "work_packages/" not in _primary_nav(page_html), page
+    # Every package is still built and reached from the roadmap and its phase page.
+    assert _first_column(_article(trimmed, "roadmap")) == [
+        "../work_packages/wp-001/",
+        "../work_packages/wp-002/",
+        "../work_packages/wp-003/",
+    ]
+    assert "../../work_packages/wp-001/" in _article(trimmed, "engineering/phase-01-start")
+    # The previous/next links of the head run over the pages still in the navigation.
+    for page in ("index.html", "roadmap/index.html", "work_packages/wp-002/index.html"):
+        page_html = (trimmed / page).read_text(encoding="utf-8")
+        head = page_html[: page_html.index("</head>")]
+        assert re.findall(r'<link rel="(?:prev|next)" href="[^"]*work_packages/', head) == []
+    default_head = default[: default.index("</head>")]
+    assert re.findall(r'<link rel="(?:prev|next)" href="[^"]*"', default_head)

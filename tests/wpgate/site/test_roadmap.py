@@ -13,24 +13,25 @@ from wpgate.site._roadmap import (
     Phase,
     build_model,
     compute_needed_by,
+    expand_icons,
     render_header,
     status_badge,
 )
 
-_PREVIOUS = inline_icon(_roadmap.PREVIOUS_ICON)
-_NEXT = inline_icon(_roadmap.NEXT_ICON)
+_PREVIOUS = _roadmap.icon_token(_roadmap.PREVIOUS_ICON)
+_NEXT = _roadmap.icon_token(_roadmap.NEXT_ICON)
 _ICON_RE = re.compile(r'<span class="twemoji wpgate-status">(<svg.*?</svg>)</span>')
 
 
 def _icon_names(cell: str) -> list[str]:
     """The theme icons drawn in ``cell``, by name."""
     by_svg = {icon_svg(name): name for name in [*STATUS_ICONS.values(), "help-circle"]}
-    return [by_svg.get(svg, "?") for svg in _ICON_RE.findall(cell)]
+    return [by_svg.get(svg, "?") for svg in _ICON_RE.findall(expand_icons(cell))]
 
 
 def _plain(cell: str) -> str:
     """``cell`` without its icons."""
-    return _ICON_RE.sub("", cell).strip()
+    return _ICON_RE.sub("", expand_icons(cell)).strip()
 
 
 @dataclass(frozen=True)
@@ -204,4 +205,14 @@ def test_generated_pages_use_no_emoji() -> None:
     texts.append(_roadmap.render_roadmap(model, "ROADMAP.md"))
     for text in texts:
         assert not emoji.findall(text), emoji.findall(text)
-    assert inline_icon(_roadmap.LINK_ICON) in texts[0]
+    assert inline_icon(_roadmap.LINK_ICON) in expand_icons(texts[0])
+
+
+def test_icons_cross_markdown_as_tokens_and_expand_to_theme_svg() -> None:
+    token = _roadmap.icon_token("cancel", css_class="wpgate-status")
+    assert "<" not in token  # nothing for Markdown's inline-HTML handling to parse
+    assert expand_icons(f"<td>{token} blocked</td>") == (
+        f'<td><span class="twemoji wpgate-status">{icon_svg("cancel")}</span> blocked</td>'
+    )
+    assert _roadmap.icon_token("no-such-icon-anywhere", "->") == "->"
+    assert expand_icons("<p>no icon</p>") == "<p>no icon</p>"
