@@ -89,7 +89,7 @@ class Config:
     source: str = ""
     #: Later files of ``CONFIG_FILES`` that configure wpgate too, and so are not read.
     unread: tuple[str, ...] = ()
-    # The records of the tables `load_config` parsed; each is checked when first read.
+    # The records of the tables `load_config` parsed and checked.
     parsed: Mapping[type[LinterOptions], LinterOptions] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -326,6 +326,10 @@ def _load(root: Path, table: Mapping[str, Any]) -> Config:
         except GitError as exc:
             raise ConfigError("tool.wpgate.history_start", str(exc)) from exc
     switches, warnings = _rule_switches(table.get("rules"))
+    # Every table the file holds is checked now, whether or not this run reads it: `wpgate
+    # check` without history_start reads no trailer options, yet must refuse a bad one.
+    for record in parsed.values():
+        record.check()
     return Config(
         root=root,
         table=_frozen(table),
@@ -333,6 +337,7 @@ def _load(root: Path, table: Mapping[str, Any]) -> Config:
         history_start=history_start,
         warnings=warnings,
         parsed=_frozen(parsed),
+        _options=dict(parsed),
     )
 
 

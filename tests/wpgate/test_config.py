@@ -199,3 +199,23 @@ def test_errors_in_a_wpgate_toml_name_its_keys(tmp_path: Path, text: str, messag
     with pytest.raises(ConfigError) as error:
         load_config(tmp_path)
     assert str(error.value).startswith(message), str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('[tool.wpgate.trailers]\nbot_authors = ["(x"]\n', "tool.wpgate.trailers.bot_authors"),
+        ('[tool.wpgate.trailers]\nrequired = ["Nope"]\n', "tool.wpgate.trailers.required"),
+        ('[tool.wpgate.output]\nhelp_uri = "x/{rule}"\n', "tool.wpgate.output.help_uri"),
+        ('[tool.wpgate.gates]\nlanguages = ["cobol"]\n', "tool.wpgate.gates.languages"),
+        ('[tool.wpgate.docs]\nregistry = "../x"\n', "tool.wpgate.docs.registry"),
+    ],
+)
+def test_a_wrong_value_is_refused_when_the_file_is_loaded(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    # Loading checks every table the file holds, not only those a command reads: `wpgate
+    # check` without history_start reads no trailer options, and must not pass a bad one.
+    with pytest.raises(ConfigError) as error:
+        load_config(_write(tmp_path, text))
+    assert error.value.key == key
