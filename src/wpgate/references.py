@@ -31,8 +31,9 @@ from wpgate.options import GateOptions
 __all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids", "workflow_jobs"]
 
 # A node id: anything but separators, where a [parameter part] or a "quoted name" may hold
-# separators too.
-_NODE_ID = re.compile(r'(?:[^\s;,\["]+|\[[^\]]*\]|"[^"]*")+')
+# separators too. A quote that is never closed keeps the rest of the value, so that the gate
+# is reported whole (its missing quote named) instead of as pieces that read as other gates.
+_NODE_ID = re.compile(r'(?:[^\s;,\["]+|\[[^\]]*\]|"[^"]*(?:"|$))+')
 _PARAMETERS = re.compile(r"\[[^\]]*\]")
 _CI_PREFIX = "ci:"
 
@@ -193,6 +194,11 @@ class GateResolver:
             raise _OutsideError(f"`{rel}` leads out of the repository; name a test file inside it")
         return path.read_bytes()
 
+    @property
+    def _example(self) -> str:
+        """A gate of the first language a gate may name, to show the form in a message."""
+        return (self._languages[0] if self._languages else _PYTHON).example
+
     def _language(self, rel: str) -> Language | None:
         """The first configured pattern, then built-in language, whose globs match ``rel``."""
         return next((lang for lang in self._languages if _matches(rel, lang.globs)), None)
@@ -237,10 +243,12 @@ class GateResolver:
         if node_id.startswith(_CI_PREFIX):
             return self._resolve_job(node_id[len(_CI_PREFIX) :])
         path, *parts = node_id.split("::")
-        pure = PurePosixPath(path)
-        if not path or pure.is_absolute() or ".." in pure.parts:
-            return f"`{node_id}` must start with a repository-relative file path"
-        rel = pure.as_posix()
+        problem = self._form_problem(node_id, path)
+        if problem is not None:
+            return problem
+        rel = PurePosixPath(path).as_posix()
+        if self._read == self._read_file and (self._root / rel).is_dir():
+            return f"`{rel}` is a directory; name a test file in it (`{self._example}`)"
         language = self._language(rel)
         off = next((lang for lang in _BUILT_IN if _matches(rel, lang.globs)), None)
         if language is None and off is not None:
@@ -255,6 +263,21 @@ class GateResolver:
                 "tests in [tool.wpgate.gates] patterns"
             )
         return self._resolve_in(rel, language, parts, node_id)
+
+    def _form_problem(self, node_id: str, path: str) -> str | None:
+        """Why ``node_id`` is not written as a gate (its file part ``path``), None when it is."""
+        if node_id.count('"') % 2:
+            return (
+                f'`{node_id}` opens a quoted name with `"` and never closes it; close it '
+                '(`path::"a name with spaces"`)'
+            )
+        pure = PurePosixPath(path)
+        if not path or pure.is_absolute() or ".." in pure.parts:
+            return (
+                f"`{node_id}` must start with a repository-relative file path; name the file "
+                f"from the repository root, with no leading `/` and no `..` (`{self._example}`)"
+            )
+        return None
 
     def _resolve_in(
         self, rel: str, language: Language, parts: list[str], node_id: str

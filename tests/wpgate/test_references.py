@@ -72,15 +72,29 @@ def test_resolves(root: Path, node_id: str) -> None:
             "tests/none.py::test_a",
             "`tests/none.py` does not exist; fix the path or add the test file",
         ),
+        ("tests", "`tests` is a directory; name a test file in it (`tests/test_x.py::test_y`)"),
         (
-            "tests",
-            "`tests` is not a test file wpgate can read (Python `*.py`, Go `*_test.go`, Rust "
-            "`*.rs`, JavaScript/TypeScript, bats `*.bats`); name one, or describe its tests in "
-            "[tool.wpgate.gates] patterns",
+            "tests/data",
+            "`tests/data` is not a test file wpgate can read (Python `*.py`, Go `*_test.go`, "
+            "Rust `*.rs`, JavaScript/TypeScript, bats `*.bats`); name one, or describe its tests "
+            "in [tool.wpgate.gates] patterns",
         ),
         ("tests/helpers.py", "`tests/helpers.py` defines no test; name a file that has one"),
-        ("/etc/x.py", "`/etc/x.py` must start with a repository-relative file path"),
-        ("../x.py", "`../x.py` must start with a repository-relative file path"),
+        (
+            "/etc/x.py",
+            "`/etc/x.py` must start with a repository-relative file path; name the file from "
+            "the repository root, with no leading `/` and no `..` (`tests/test_x.py::test_y`)",
+        ),
+        (
+            "tests/../x.py",
+            "`tests/../x.py` must start with a repository-relative file path; name the file "
+            "from the repository root, with no leading `/` and no `..` (`tests/test_x.py::test_y`)",
+        ),
+        (
+            'tests/test_x.py::"test_function',
+            '`tests/test_x.py::"test_function` opens a quoted name with `"` and never closes '
+            'it; close it (`path::"a name with spaces"`)',
+        ),
         (
             "tests/test_x.py::test_missing",
             "`test_missing` is not defined in `tests/test_x.py`; fix the node id or add the test",
@@ -131,6 +145,8 @@ def test_split_node_ids() -> None:
         't/a.test.js::"adds two, fast"',
         "ci:lint",
     ]
+    # An unclosed quote keeps the rest of the value, so the gate is reported whole.
+    assert split_node_ids('ci:lint t/a.test.js::"adds two') == ["ci:lint", 't/a.test.js::"adds two']
 
 
 def test_references_are_cache_keys_by_identity() -> None:
