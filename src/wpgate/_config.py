@@ -69,6 +69,8 @@ __all__ = [
 ]
 
 _RULE_ID = re.compile(r"^WPG\d{3}$", re.IGNORECASE)
+#: A table named as pyproject.toml writes it, in a message (``[tool.wpgate.gates]``).
+_TABLE_NAME = re.compile(r"\[tool\.wpgate\.(\w+)\]")
 
 
 def _frozen(value: Mapping[_K, _V]) -> Mapping[_K, _V]:
@@ -125,6 +127,13 @@ class Config:
             for other in self.unread
         ]
         return lines
+
+    def spelled(self, text: str) -> str:
+        """``text`` (a message) naming each ``[tool.wpgate.<table>]`` as this configuration's
+        file writes it: ``[<table>]`` in a ``wpgate.toml`` or ``.wpgate.toml``."""
+        if self.source in ("", _PYPROJECT):
+            return text
+        return _TABLE_NAME.sub(r"[\1]", text)
 
     def section(self, name: str) -> Mapping[str, Any]:
         """The ``[tool.wpgate.<name>]`` sub-table (empty when absent)."""

@@ -611,3 +611,17 @@ def test_markdown_reports_a_list_after_a_paragraph(repo: Path) -> None:
     status, out, _ = run(repo, "markdown")
     assert status == 0
     assert re.fullmatch(r"markdown: \d+ pages checked; 0 findings\n", out)
+
+
+def test_findings_name_the_tables_as_the_configuration_file_writes_them(repo: Path) -> None:
+    message = b"feat(x): y\n\nWP: 004\nProvenance: none (ours)\nGate: src/lib.rs::adds\n"
+    (repo / "wpgate.toml").write_text('[gates]\nlanguages = ["python"]\n')
+    status, out, _ = run(repo, "trailers", "-", stdin=message)
+    assert status == 1
+    # A wpgate.toml holds its tables at the top level: the fix names `[gates]`, as written there.
+    assert "rust is not among the [gates] languages; add it there" in out
+    assert "tool.wpgate" not in out
+    (repo / "wpgate.toml").unlink()
+    (repo / "pyproject.toml").write_text('[tool.wpgate.gates]\nlanguages = ["python"]\n')
+    out = run(repo, "trailers", "-", stdin=message)[1]
+    assert "rust is not among the [tool.wpgate.gates] languages; add it there" in out
