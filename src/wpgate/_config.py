@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from wpgate._model import RULES
+from wpgate.errors import InvocationError
 from wpgate.options import (
     SEVERITIES,
     ChangelogOptions,
@@ -161,7 +162,11 @@ class Config:
         switches = dict(self.rule_switches)
         for name in rules:
             for part in filter(None, (p.strip() for p in name.split(","))):
-                switches[_rule_key(part, f"--ignore {part}")] = False
+                try:
+                    switches[_rule_key(part, f"--ignore {part}")] = False
+                except ConfigError as exc:
+                    # An option of this run, not a setting of a file: a usage error.
+                    raise InvocationError(f"{exc.key}: {exc.detail}") from exc
         # Same table, same options: the copy shares the records built so far.
         return replace(self, rule_switches=_frozen(switches))
 
