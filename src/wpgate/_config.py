@@ -266,8 +266,8 @@ def _wpgate_table(name: str, data: Mapping[str, Any]) -> Mapping[str, Any] | Non
         if "tool" in data:
             raise ConfigError(
                 "tool",
-                f"in {name} the tables are top level: write [trailers], not "
-                "[tool.wpgate.trailers] (that form belongs in pyproject.toml)",
+                f"in {name} the tables are top level: {_top_level_form(data['tool'])} (that "
+                "form belongs in pyproject.toml)",
                 source=name,
             )
         return data
@@ -278,6 +278,16 @@ def _wpgate_table(name: str, data: Mapping[str, Any]) -> Mapping[str, Any] | Non
     if not isinstance(table, Mapping):
         raise ConfigError("tool.wpgate", "must be a table ([tool.wpgate])")
     return table
+
+
+def _top_level_form(tool: Any) -> str:
+    """How to write the first ``[tool.wpgate...]`` entry of a dedicated file at its top level."""
+    table = tool.get("wpgate") if isinstance(tool, Mapping) else None
+    entries = iter(table.items()) if isinstance(table, Mapping) else iter(())
+    key, value = next(entries, ("trailers", {}))
+    if isinstance(value, Mapping):
+        return f"write [{key}], not [tool.wpgate.{key}]"
+    return f"write {key} at the top, not under [tool.wpgate]"
 
 
 def find_config(root: Path) -> tuple[str, Mapping[str, Any], tuple[str, ...]]:

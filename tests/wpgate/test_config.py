@@ -191,7 +191,21 @@ def test_the_first_file_that_configures_wpgate_is_read(tmp_path: Path) -> None:
         ("[trailers\n", "wpgate.toml: is not valid TOML"),
         ("[trailers]\nnope = 1\n", "wpgate.toml: trailers.nope: is not a known key of [trailers]"),
         ("colour = 3\n", "wpgate.toml: colour: is not a known setting or table; the tables are"),
-        ('[tool.wpgate.trailers]\ntypes = ["x"]\n', "wpgate.toml: tool: in wpgate.toml the"),
+        (
+            '[tool.wpgate.trailers]\ntypes = ["x"]\n',
+            "wpgate.toml: tool: in wpgate.toml the tables are top level: write [trailers], not "
+            "[tool.wpgate.trailers] (that form belongs in pyproject.toml)",
+        ),
+        (
+            '[tool.wpgate]\nhistory_start = "abc1234"\n',
+            "wpgate.toml: tool: in wpgate.toml the tables are top level: write history_start "
+            "at the top, not under [tool.wpgate] (that form belongs in pyproject.toml)",
+        ),
+        (
+            '[tool.wpgate.gates]\nlanguages = ["go"]\n[tool.wpgate.docs]\npages = "x"\n',
+            "wpgate.toml: tool: in wpgate.toml the tables are top level: write [gates], not "
+            "[tool.wpgate.gates] (that form belongs in pyproject.toml)",
+        ),
     ],
 )
 def test_errors_in_a_wpgate_toml_name_its_keys(tmp_path: Path, text: str, message: str) -> None:
