@@ -300,7 +300,9 @@ class GateResolver:
             last = index == len(parts) - 1
             if joined not in names and (last or not any(_within(n, joined) for n in names)):
                 where = "::".join([rel, *walked[:-1]])
-                return f"`{name}` is not defined in `{where}`; fix the node id or add the test"
+                # Python's names are every function and class; the other readers' are tests.
+                what = "defined" if language is _PYTHON else "a test"
+                return f"`{name}` is not {what} in `{where}`; fix the node id or add the test"
         return None
 
     def _resolve_job(self, job: str) -> str | None:

@@ -163,7 +163,9 @@ def polyglot(tmp_path: Path) -> Path:
     files = {
         "calc/add_test.go": "package calc\nfunc TestAdd(t *testing.T) {}\n",
         "calc/add.go": "package calc\nfunc TestNotInATestFile(t *testing.T) {}\n",
-        "src/lib.rs": "#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n",
+        "src/lib.rs": (
+            "fn helper() {}\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n"
+        ),
         "web/sum.test.ts": 'describe("sum", () => { it("adds two numbers", () => {}); });\n',
         "test/cli.bats": '@test "prints the version" {\n  run x\n}\n',
         "t/basic.t": "ok 1 - parses input\n",
@@ -204,13 +206,15 @@ def test_resolves_in_every_language(polyglot: Path, gate: str) -> None:
     [
         (
             "calc/add_test.go::TestSub",
-            "`TestSub` is not defined in `calc/add_test.go`; fix the node id or add the test",
+            "`TestSub` is not a test in `calc/add_test.go`; fix the node id or add the test",
         ),
         ("calc/add.go::TestNotInATestFile", "`calc/add.go` is not a test file wpgate can read"),
+        # A function that is no test (a helper) is there, but it is not a test.
+        ("src/lib.rs::helper", "`helper` is not a test in `src/lib.rs`; fix the node id or"),
         ("t/empty_test.go", "`t/empty_test.go` defines no test; name a file that has one"),
         (
             "src/lib.rs::tests::missing",
-            "`missing` is not defined in `src/lib.rs::tests`; fix the node id or add the test",
+            "`missing` is not a test in `src/lib.rs::tests`; fix the node id or add the test",
         ),
         ("t/basic.t::parses input", "`t/basic.t` is not a test file wpgate can read"),
         ("ci:deploy", "`deploy` is not a job of the CI workflows"),
