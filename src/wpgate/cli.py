@@ -236,7 +236,10 @@ def explain(rule: str | None, list_all: bool) -> int:
     click.echo(f"{found.rule_id} {found.name}")
     click.echo(f"  {found.summary}")
     click.echo(f"  enabled by default: {'yes' if found.enabled_by_default else 'no'}")
-    click.echo(f'  switch: [tool.wpgate.rules] {found.name} = true|false|"warning"')
+    click.echo(
+        f'  switch: {found.name} = true|false|"warning", in [rules] of wpgate.toml or '
+        "[tool.wpgate.rules] of pyproject.toml"
+    )
     for key, value in found.options.items():
         click.echo(f"  option: {key} = {value!r}")
     doc = (found.check.__doc__ or "").strip()

@@ -212,6 +212,11 @@ def test_explain() -> None:
         "WPG104 wp-trailer",
         "  `WP:` appears exactly once: `NNN`, `NNNx` or `none`, and the package exists.",
     ]
+    # The switch is written where either kind of file holds it (init writes a wpgate.toml).
+    assert (
+        '  switch: wp-trailer = true|false|"warning", in [rules] of wpgate.toml or '
+        "[tool.wpgate.rules] of pyproject.toml"
+    ) in out.splitlines()
     assert run(Path("."), "explain", "gate-trailer")[1].startswith("WPG107 gate-trailer")
     listing = run(Path("."), "explain", "--list")[1]
     assert "WPG108  signed-off-by" in listing
