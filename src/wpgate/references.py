@@ -31,10 +31,11 @@ from wpgate.options import GateOptions
 __all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids", "workflow_jobs"]
 
 # A node id: anything but separators, where a [parameter part] or a "quoted name" may hold
-# separators too. A quote that is never closed keeps the rest of the value, so that the gate
-# is reported whole (its missing quote named) instead of as pieces that read as other gates.
-_NODE_ID = re.compile(r'(?:[^\s;,\["]+|\[[^\]]*\]|"[^"]*(?:"|$))+')
+# separators too. A bracket or quote that is never closed keeps the rest of the value, so that
+# the gate is reported whole (what is unclosed named) instead of as pieces read as other gates.
+_NODE_ID = re.compile(r'(?:[^\s;,\["]+|\[[^\]]*(?:\]|$)|"[^"]*(?:"|$))+')
 _PARAMETERS = re.compile(r"\[[^\]]*\]")
+_QUOTED = re.compile(r'"[^"]*"')
 _CI_PREFIX = "ci:"
 
 
@@ -266,6 +267,12 @@ class GateResolver:
 
     def _form_problem(self, node_id: str, path: str) -> str | None:
         """Why ``node_id`` is not written as a gate (its file part ``path``), None when it is."""
+        bare = _QUOTED.sub("", node_id)  # a quoted name may hold brackets
+        if bare.count("[") > bare.count("]"):
+            return (
+                f"`{node_id}` opens a parameter part with `[` and never closes it; close it "
+                "(`path::test_x[param]`)"
+            )
         if node_id.count('"') % 2:
             return (
                 f'`{node_id}` opens a quoted name with `"` and never closes it; close it '

@@ -91,6 +91,11 @@ def test_resolves(root: Path, node_id: str) -> None:
             "from the repository root, with no leading `/` and no `..` (`tests/test_x.py::test_y`)",
         ),
         (
+            "tests/test_x.py::test_function[a-b",
+            "`tests/test_x.py::test_function[a-b` opens a parameter part with `[` and never "
+            "closes it; close it (`path::test_x[param]`)",
+        ),
+        (
             'tests/test_x.py::"test_function',
             '`tests/test_x.py::"test_function` opens a quoted name with `"` and never closes '
             'it; close it (`path::"a name with spaces"`)',
@@ -147,6 +152,7 @@ def test_split_node_ids() -> None:
     ]
     # An unclosed quote keeps the rest of the value, so the gate is reported whole.
     assert split_node_ids('ci:lint t/a.test.js::"adds two') == ["ci:lint", 't/a.test.js::"adds two']
+    assert split_node_ids("ci:lint t/x.py::t[a, b") == ["ci:lint", "t/x.py::t[a, b"]
 
 
 def test_references_are_cache_keys_by_identity() -> None:
@@ -166,7 +172,10 @@ def polyglot(tmp_path: Path) -> Path:
         "src/lib.rs": (
             "fn helper() {}\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n"
         ),
-        "web/sum.test.ts": 'describe("sum", () => { it("adds two numbers", () => {}); });\n',
+        "web/sum.test.ts": (
+            'describe("sum", () => { it("adds two numbers", () => {}); });\n'
+            'test("keeps [brackets", () => {});\n'
+        ),
         "test/cli.bats": '@test "prints the version" {\n  run x\n}\n',
         "t/basic.t": "ok 1 - parses input\n",
         "t/empty_test.go": "package t\n",
@@ -190,6 +199,7 @@ def polyglot(tmp_path: Path) -> Path:
         "src/lib.rs::tests::it_works",
         "src/lib.rs::it_works",
         'web/sum.test.ts::"sum adds two numbers"',
+        'web/sum.test.ts::"keeps [brackets"',
         "web/sum.test.ts::sum::adds two numbers",
         'test/cli.bats::"prints the version"',
         "test/cli.bats",
