@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from wpgate._documents import ReadRefusedError, read_bounded
 from wpgate._model import RULES
+from wpgate.errors import InvocationError
 from wpgate.options import (
     SEVERITIES,
     ChangelogOptions,
@@ -70,6 +71,8 @@ __all__ = [
 ]
 
 _RULE_ID = re.compile(r"^WPG\d{3}$", re.IGNORECASE)
+#: A table named as pyproject.toml writes it, in a message (``[tool.wpgate.gates]``).
+_TABLE_NAME = re.compile(r"\[tool\.wpgate\.(\w+)\]")
 
 
 def _frozen(value: Mapping[_K, _V]) -> Mapping[_K, _V]:
@@ -90,7 +93,7 @@ class Config:
     source: str = ""
     #: Later files of ``CONFIG_FILES`` that configure wpgate too, and so are not read.
     unread: tuple[str, ...] = ()
-    # The records of the tables `load_config` parsed; each is checked when first read.
+    # The records of the tables `load_config` parsed and checked.
     parsed: Mapping[type[LinterOptions], LinterOptions] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -127,6 +130,13 @@ class Config:
         ]
         return lines
 
+    def spelled(self, text: str) -> str:
+        """``text`` (a message) naming each ``[tool.wpgate.<table>]`` as this configuration's
+        file writes it: ``[<table>]`` in a ``wpgate.toml`` or ``.wpgate.toml``."""
+        if self.source in ("", _PYPROJECT):
+            return text
+        return _TABLE_NAME.sub(r"[\1]", text)
+
     def section(self, name: str) -> Mapping[str, Any]:
         """The ``[tool.wpgate.<name>]`` sub-table (empty when absent)."""
         value = self.table.get(name)
@@ -153,7 +163,11 @@ class Config:
         switches = dict(self.rule_switches)
         for name in rules:
             for part in filter(None, (p.strip() for p in name.split(","))):
-                switches[_rule_key(part, f"--ignore {part}")] = False
+                try:
+                    switches[_rule_key(part, f"--ignore {part}")] = False
+                except ConfigError as exc:
+                    # An option of this run, not a setting of a file: a usage error.
+                    raise InvocationError(f"{exc.key}: {exc.detail}") from exc
         # Same table, same options: the copy shares the records built so far.
         return replace(self, rule_switches=_frozen(switches))
 
@@ -260,8 +274,8 @@ def _wpgate_table(name: str, data: Mapping[str, Any]) -> Mapping[str, Any] | Non
         if "tool" in data:
             raise ConfigError(
                 "tool",
-                f"in {name} the tables are top level: write [trailers], not "
-                "[tool.wpgate.trailers] (that form belongs in pyproject.toml)",
+                f"in {name} the tables are top level: {_top_level_form(data['tool'])} (that "
+                "form belongs in pyproject.toml)",
                 source=name,
             )
         return data
@@ -272,6 +286,16 @@ def _wpgate_table(name: str, data: Mapping[str, Any]) -> Mapping[str, Any] | Non
     if not isinstance(table, Mapping):
         raise ConfigError("tool.wpgate", "must be a table ([tool.wpgate])")
     return table
+
+
+def _top_level_form(tool: Any) -> str:
+    """How to write the first ``[tool.wpgate...]`` entry of a dedicated file at its top level."""
+    table = tool.get("wpgate") if isinstance(tool, Mapping) else None
+    entries = iter(table.items()) if isinstance(table, Mapping) else iter(())
+    key, value = next(entries, ("trailers", {}))
+    if isinstance(value, Mapping):
+        return f"write [{key}], not [tool.wpgate.{key}]"
+    return f"write {key} at the top, not under [tool.wpgate]"
 
 
 def find_config(root: Path) -> tuple[str, Mapping[str, Any], tuple[str, ...]]:
@@ -334,6 +358,10 @@ def _load(root: Path, table: Mapping[str, Any]) -> Config:
         except GitError as exc:
             raise ConfigError("tool.wpgate.history_start", str(exc)) from exc
     switches, warnings = _rule_switches(table.get("rules"))
+    # Every table the file holds is checked now, whether or not this run reads it: `wpgate
+    # check` without history_start reads no trailer options, yet must refuse a bad one.
+    for record in parsed.values():
+        record.check()
     return Config(
         root=root,
         table=_frozen(table),
@@ -341,6 +369,7 @@ def _load(root: Path, table: Mapping[str, Any]) -> Config:
         history_start=history_start,
         warnings=warnings,
         parsed=_frozen(parsed),
+        _options=dict(parsed),
     )
 
 

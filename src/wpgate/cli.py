@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from wpgate._config import Config, load_config
-from wpgate._model import RULES, with_severity
+from wpgate._model import MAX_MESSAGE, RULES, Finding, with_severity
 from wpgate._output import FORMATS, LinterRun, Summary, format_report
 from wpgate.errors import ConfigError, GitError, InvocationError
 from wpgate.options import OutputOptions
@@ -36,10 +37,21 @@ def _emit(runs: Sequence[LinterRun], fmt: str, config: Config | None = None) -> 
     findings = [f for run in runs for f in run.findings]
     if config is not None and config.warnings:
         findings = [with_severity(f, config.severity(f.rule_id)) for f in findings]
+    if config is not None:
+        findings = [_spelled(f, config) for f in findings]
     help_uri = OutputOptions.from_config(config).help_uri
     report = format_report(findings, [run.summary for run in runs], fmt, help_uri=help_uri)
     click.echo(report, nl=False)
     return EXIT_FINDINGS if any(f.severity == "error" for f in findings) else EXIT_CLEAN
+
+
+def _spelled(finding: Finding, config: Config) -> Finding:
+    """``finding`` naming tables as the adopter's file writes them (``[gates]`` in a
+    ``wpgate.toml``); a message already cut to its length limit is left as it is."""
+    if len(finding.message) > MAX_MESSAGE:
+        return finding
+    message = config.spelled(finding.message)
+    return finding if message == finding.message else replace(finding, message=message)
 
 
 def _store_ignored(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> None:
@@ -224,7 +236,10 @@ def explain(rule: str | None, list_all: bool) -> int:
     click.echo(f"{found.rule_id} {found.name}")
     click.echo(f"  {found.summary}")
     click.echo(f"  enabled by default: {'yes' if found.enabled_by_default else 'no'}")
-    click.echo(f'  switch: [tool.wpgate.rules] {found.name} = true|false|"warning"')
+    click.echo(
+        f'  switch: {found.name} = true|false|"warning", in [rules] of wpgate.toml or '
+        "[tool.wpgate.rules] of pyproject.toml"
+    )
     for key, value in found.options.items():
         click.echo(f"  option: {key} = {value!r}")
     doc = (found.check.__doc__ or "").strip()

@@ -212,8 +212,8 @@ class LinterOptions:
         """The record of one ``[tool.wpgate.<TABLE>]`` table, each key known and each value
         converted (:func:`converted`); a wrong key or value is an error.
 
-        Not yet checked: ``wpgate._config.load_config`` parses every table it loads, and
-        ``Config.options`` runs :meth:`check` when a linter first reads the record.
+        Not yet checked: ``wpgate._config.load_config`` parses and then checks every table
+        it loads; ``Config.options`` checks a record it builds itself (a table the file lacks).
         """
         fields = {item.name: item for item in cls.fields()}
         values: dict[str, Any] = {}

@@ -32,9 +32,11 @@ from wpgate.options import GateOptions
 __all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids", "workflow_jobs"]
 
 # A node id: anything but separators, where a [parameter part] or a "quoted name" may hold
-# separators too.
-_NODE_ID = re.compile(r'(?:[^\s;,\["]+|\[[^\]]*\]|"[^"]*")+')
+# separators too. A bracket or quote that is never closed keeps the rest of the value, so that
+# the gate is reported whole (what is unclosed named) instead of as pieces read as other gates.
+_NODE_ID = re.compile(r'(?:[^\s;,\["]+|\[[^\]]*(?:\]|$)|"[^"]*(?:"|$))+')
 _PARAMETERS = re.compile(r"\[[^\]]*\]")
+_QUOTED = re.compile(r'"[^"]*"')
 _CI_PREFIX = "ci:"
 
 
@@ -188,6 +190,11 @@ class GateResolver:
         when it leads out of the repository, is no regular file, or is too large)."""
         return read_bounded(self._root, rel)
 
+    @property
+    def _example(self) -> str:
+        """A gate of the first language a gate may name, to show the form in a message."""
+        return (self._languages[0] if self._languages else _PYTHON).example
+
     def _language(self, rel: str) -> Language | None:
         """The first configured pattern, then built-in language, whose globs match ``rel``."""
         return next((lang for lang in self._languages if _matches(rel, lang.globs)), None)
@@ -235,10 +242,12 @@ class GateResolver:
         if node_id.startswith(_CI_PREFIX):
             return self._resolve_job(node_id[len(_CI_PREFIX) :])
         path, *parts = node_id.split("::")
-        pure = PurePosixPath(path)
-        if not path or pure.is_absolute() or ".." in pure.parts:
-            return f"`{node_id}` must start with a repository-relative file path"
-        rel = pure.as_posix()
+        problem = self._form_problem(node_id, path)
+        if problem is not None:
+            return problem
+        rel = PurePosixPath(path).as_posix()
+        if self._read == self._read_file and (self._root / rel).is_dir():
+            return f"`{rel}` is a directory; name a test file in it (`{self._example}`)"
         language = self._language(rel)
         off = next((lang for lang in _BUILT_IN if _matches(rel, lang.globs)), None)
         if language is None and off is not None:
@@ -253,6 +262,27 @@ class GateResolver:
                 "tests in [tool.wpgate.gates] patterns"
             )
         return self._resolve_in(rel, language, parts, node_id)
+
+    def _form_problem(self, node_id: str, path: str) -> str | None:
+        """Why ``node_id`` is not written as a gate (its file part ``path``), None when it is."""
+        bare = _QUOTED.sub("", node_id)  # a quoted name may hold brackets
+        if bare.count("[") > bare.count("]"):
+            return (
+                f"`{node_id}` opens a parameter part with `[` and never closes it; close it "
+                "(`path::test_x[param]`)"
+            )
+        if node_id.count('"') % 2:
+            return (
+                f'`{node_id}` opens a quoted name with `"` and never closes it; close it '
+                '(`path::"a name with spaces"`)'
+            )
+        pure = PurePosixPath(path)
+        if not path or pure.is_absolute() or ".." in pure.parts:
+            return (
+                f"`{node_id}` must start with a repository-relative file path; name the file "
+                f"from the repository root, with no leading `/` and no `..` (`{self._example}`)"
+            )
+        return None
 
     def _resolve_in(
         self, rel: str, language: Language, parts: list[str], node_id: str
@@ -275,7 +305,9 @@ class GateResolver:
             last = index == len(parts) - 1
             if joined not in names and (last or not any(_within(n, joined) for n in names)):
                 where = "::".join([rel, *walked[:-1]])
-                return f"`{name}` is not defined in `{where}`; fix the node id or add the test"
+                # Python's names are every function and class; the other readers' are tests.
+                what = "defined" if language is _PYTHON else "a test"
+                return f"`{name}` is not {what} in `{where}`; fix the node id or add the test"
         return None
 
     def _resolve_job(self, job: str) -> str | None:

@@ -212,6 +212,11 @@ def test_explain() -> None:
         "WPG104 wp-trailer",
         "  `WP:` appears exactly once: `NNN`, `NNNx` or `none`, and the package exists.",
     ]
+    # The switch is written where either kind of file holds it (init writes a wpgate.toml).
+    assert (
+        '  switch: wp-trailer = true|false|"warning", in [rules] of wpgate.toml or '
+        "[tool.wpgate.rules] of pyproject.toml"
+    ) in out.splitlines()
     assert run(Path("."), "explain", "gate-trailer")[1].startswith("WPG107 gate-trailer")
     listing = run(Path("."), "explain", "--list")[1]
     assert "WPG108  signed-off-by" in listing
@@ -403,7 +408,11 @@ def test_ignore_and_warning_severity(repo: Path) -> None:
     assert [line.split()[1] for line in out.splitlines()[:-1]] == ["WPG104", "WPG107"]
     status, _, err = run(repo, "trailers", "--ignore", "no-such-rule", path)
     assert status == 2
-    assert "--ignore no-such-rule: is not a known rule" in err
+    # An option, not a file: the message names no configuration file.
+    assert err == (
+        "wpgate: error: --ignore no-such-rule: is not a known rule; `wpgate explain --list` "
+        "lists them\n"
+    )
     (repo / "pyproject.toml").write_text(
         '[tool.wpgate.rules]\nWPG101 = "warning"\nsubject-period = "off"\nWPG104 = "warning"\n'
         'WPG105 = "warning"\nWPG107 = "warning"\n'
@@ -611,3 +620,17 @@ def test_markdown_reports_a_list_after_a_paragraph(repo: Path) -> None:
     status, out, _ = run(repo, "markdown")
     assert status == 0
     assert re.fullmatch(r"markdown: \d+ pages checked; 0 findings\n", out)
+
+
+def test_findings_name_the_tables_as_the_configuration_file_writes_them(repo: Path) -> None:
+    message = b"feat(x): y\n\nWP: 004\nProvenance: none (ours)\nGate: src/lib.rs::adds\n"
+    (repo / "wpgate.toml").write_text('[gates]\nlanguages = ["python"]\n')
+    status, out, _ = run(repo, "trailers", "-", stdin=message)
+    assert status == 1
+    # A wpgate.toml holds its tables at the top level: the fix names `[gates]`, as written there.
+    assert "rust is not among the [gates] languages; add it there" in out
+    assert "tool.wpgate" not in out
+    (repo / "wpgate.toml").unlink()
+    (repo / "pyproject.toml").write_text('[tool.wpgate.gates]\nlanguages = ["python"]\n')
+    out = run(repo, "trailers", "-", stdin=message)[1]
+    assert "rust is not among the [tool.wpgate.gates] languages; add it there" in out

@@ -191,7 +191,21 @@ def test_the_first_file_that_configures_wpgate_is_read(tmp_path: Path) -> None:
         ("[trailers\n", "wpgate.toml: is not valid TOML"),
         ("[trailers]\nnope = 1\n", "wpgate.toml: trailers.nope: is not a known key of [trailers]"),
         ("colour = 3\n", "wpgate.toml: colour: is not a known setting or table; the tables are"),
-        ('[tool.wpgate.trailers]\ntypes = ["x"]\n', "wpgate.toml: tool: in wpgate.toml the"),
+        (
+            '[tool.wpgate.trailers]\ntypes = ["x"]\n',
+            "wpgate.toml: tool: in wpgate.toml the tables are top level: write [trailers], not "
+            "[tool.wpgate.trailers] (that form belongs in pyproject.toml)",
+        ),
+        (
+            '[tool.wpgate]\nhistory_start = "abc1234"\n',
+            "wpgate.toml: tool: in wpgate.toml the tables are top level: write history_start "
+            "at the top, not under [tool.wpgate] (that form belongs in pyproject.toml)",
+        ),
+        (
+            '[tool.wpgate.gates]\nlanguages = ["go"]\n[tool.wpgate.docs]\npages = "x"\n',
+            "wpgate.toml: tool: in wpgate.toml the tables are top level: write [gates], not "
+            "[tool.wpgate.gates] (that form belongs in pyproject.toml)",
+        ),
     ],
 )
 def test_errors_in_a_wpgate_toml_name_its_keys(tmp_path: Path, text: str, message: str) -> None:
@@ -199,3 +213,23 @@ def test_errors_in_a_wpgate_toml_name_its_keys(tmp_path: Path, text: str, messag
     with pytest.raises(ConfigError) as error:
         load_config(tmp_path)
     assert str(error.value).startswith(message), str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('[tool.wpgate.trailers]\nbot_authors = ["(x"]\n', "tool.wpgate.trailers.bot_authors"),
+        ('[tool.wpgate.trailers]\nrequired = ["Nope"]\n', "tool.wpgate.trailers.required"),
+        ('[tool.wpgate.output]\nhelp_uri = "x/{rule}"\n', "tool.wpgate.output.help_uri"),
+        ('[tool.wpgate.gates]\nlanguages = ["cobol"]\n', "tool.wpgate.gates.languages"),
+        ('[tool.wpgate.docs]\nregistry = "../x"\n', "tool.wpgate.docs.registry"),
+    ],
+)
+def test_a_wrong_value_is_refused_when_the_file_is_loaded(
+    tmp_path: Path, text: str, key: str
+) -> None:
+    # Loading checks every table the file holds, not only those a command reads: `wpgate
+    # check` without history_start reads no trailer options, and must not pass a bad one.
+    with pytest.raises(ConfigError) as error:
+        load_config(_write(tmp_path, text))
+    assert error.value.key == key

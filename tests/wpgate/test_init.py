@@ -305,7 +305,7 @@ def test_a_repository_in_another_language_adopts_wpgate_through_the_hooks(
     assert refused.returncode != 0
     output = refused.stdout + refused.stderr
     assert "WPG107" in output
-    assert "is not defined in" in output
+    assert "is not a test in" in output
     assert run("git", "rev-parse", "--verify", "-q", "HEAD").returncode != 0  # nothing committed
     good = run("git", "commit", "-q", "-m", message(good_gate))
     assert good.returncode == 0, good.stdout + good.stderr

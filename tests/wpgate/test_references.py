@@ -72,15 +72,34 @@ def test_resolves(root: Path, node_id: str) -> None:
             "tests/none.py::test_a",
             "`tests/none.py` does not exist; fix the path or add the test file",
         ),
+        ("tests", "`tests` is a directory; name a test file in it (`tests/test_x.py::test_y`)"),
         (
-            "tests",
-            "`tests` is not a test file wpgate can read (Python `*.py`, Go `*_test.go`, Rust "
-            "`*.rs`, JavaScript/TypeScript, bats `*.bats`); name one, or describe its tests in "
-            "[tool.wpgate.gates] patterns",
+            "tests/data",
+            "`tests/data` is not a test file wpgate can read (Python `*.py`, Go `*_test.go`, "
+            "Rust `*.rs`, JavaScript/TypeScript, bats `*.bats`); name one, or describe its tests "
+            "in [tool.wpgate.gates] patterns",
         ),
         ("tests/helpers.py", "`tests/helpers.py` defines no test; name a file that has one"),
-        ("/etc/x.py", "`/etc/x.py` must start with a repository-relative file path"),
-        ("../x.py", "`../x.py` must start with a repository-relative file path"),
+        (
+            "/etc/x.py",
+            "`/etc/x.py` must start with a repository-relative file path; name the file from "
+            "the repository root, with no leading `/` and no `..` (`tests/test_x.py::test_y`)",
+        ),
+        (
+            "tests/../x.py",
+            "`tests/../x.py` must start with a repository-relative file path; name the file "
+            "from the repository root, with no leading `/` and no `..` (`tests/test_x.py::test_y`)",
+        ),
+        (
+            "tests/test_x.py::test_function[a-b",
+            "`tests/test_x.py::test_function[a-b` opens a parameter part with `[` and never "
+            "closes it; close it (`path::test_x[param]`)",
+        ),
+        (
+            'tests/test_x.py::"test_function',
+            '`tests/test_x.py::"test_function` opens a quoted name with `"` and never closes '
+            'it; close it (`path::"a name with spaces"`)',
+        ),
         (
             "tests/test_x.py::test_missing",
             "`test_missing` is not defined in `tests/test_x.py`; fix the node id or add the test",
@@ -132,6 +151,9 @@ def test_split_node_ids() -> None:
         't/a.test.js::"adds two, fast"',
         "ci:lint",
     ]
+    # An unclosed quote keeps the rest of the value, so the gate is reported whole.
+    assert split_node_ids('ci:lint t/a.test.js::"adds two') == ["ci:lint", 't/a.test.js::"adds two']
+    assert split_node_ids("ci:lint t/x.py::t[a, b") == ["ci:lint", "t/x.py::t[a, b"]
 
 
 def test_references_are_cache_keys_by_identity() -> None:
@@ -148,8 +170,13 @@ def polyglot(tmp_path: Path) -> Path:
     files = {
         "calc/add_test.go": "package calc\nfunc TestAdd(t *testing.T) {}\n",
         "calc/add.go": "package calc\nfunc TestNotInATestFile(t *testing.T) {}\n",
-        "src/lib.rs": "#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n",
-        "web/sum.test.ts": 'describe("sum", () => { it("adds two numbers", () => {}); });\n',
+        "src/lib.rs": (
+            "fn helper() {}\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn it_works() {}\n}\n"
+        ),
+        "web/sum.test.ts": (
+            'describe("sum", () => { it("adds two numbers", () => {}); });\n'
+            'test("keeps [brackets", () => {});\n'
+        ),
         "test/cli.bats": '@test "prints the version" {\n  run x\n}\n',
         "t/basic.t": "ok 1 - parses input\n",
         "t/empty_test.go": "package t\n",
@@ -173,6 +200,7 @@ def polyglot(tmp_path: Path) -> Path:
         "src/lib.rs::tests::it_works",
         "src/lib.rs::it_works",
         'web/sum.test.ts::"sum adds two numbers"',
+        'web/sum.test.ts::"keeps [brackets"',
         "web/sum.test.ts::sum::adds two numbers",
         'test/cli.bats::"prints the version"',
         "test/cli.bats",
@@ -189,13 +217,15 @@ def test_resolves_in_every_language(polyglot: Path, gate: str) -> None:
     [
         (
             "calc/add_test.go::TestSub",
-            "`TestSub` is not defined in `calc/add_test.go`; fix the node id or add the test",
+            "`TestSub` is not a test in `calc/add_test.go`; fix the node id or add the test",
         ),
         ("calc/add.go::TestNotInATestFile", "`calc/add.go` is not a test file wpgate can read"),
+        # A function that is no test (a helper) is there, but it is not a test.
+        ("src/lib.rs::helper", "`helper` is not a test in `src/lib.rs`; fix the node id or"),
         ("t/empty_test.go", "`t/empty_test.go` defines no test; name a file that has one"),
         (
             "src/lib.rs::tests::missing",
-            "`missing` is not defined in `src/lib.rs::tests`; fix the node id or add the test",
+            "`missing` is not a test in `src/lib.rs::tests`; fix the node id or add the test",
         ),
         ("t/basic.t::parses input", "`t/basic.t` is not a test file wpgate can read"),
         ("ci:deploy", "`deploy` is not a job of the CI workflows"),

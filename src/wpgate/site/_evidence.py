@@ -190,6 +190,16 @@ def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
     return None if data.get(key) is None else str(data[key])
 
 
+def _keys_apply(keys: list[str]) -> str:
+    """The keys as the subject of a message: `a` applies, `a`, `b` apply."""
+    return f"{', '.join(f'`{k}`' for k in keys)} {'applies' if len(keys) == 1 else 'apply'}"
+
+
+def _them(keys: list[str]) -> str:
+    """``it`` or ``them``, for the keys of a message."""
+    return "it" if len(keys) == 1 else "them"
+
+
 def parse_block(body: str) -> EvidenceBlock:
     """The options of a block body (YAML mapping); raises EvidenceBlockError when invalid."""
     try:
@@ -214,15 +224,15 @@ def parse_block(body: str) -> EvidenceBlock:
         misplaced = [k for k in (*_TABLE_KEYS, "table") if k in given]
         if misplaced:
             raise EvidenceBlockError(
-                f"{', '.join(f'`{k}`' for k in misplaced)} apply to tables; a `chart: line` "
-                "block draws series only (write a second block for a table)"
+                f"{_keys_apply(misplaced)} to tables; a `chart: line` block draws series only "
+                f"(remove {_them(misplaced)}, or write a second block for a table)"
             )
     else:
         misplaced = [k for k in _LINE_KEYS if k in given]
         if misplaced:
             raise EvidenceBlockError(
-                f"{', '.join(f'`{k}`' for k in misplaced)} apply to line charts only; "
-                "add `chart: line`"
+                f"{_keys_apply(misplaced)} to line charts only; add `chart: line`, or remove "
+                f"{_them(misplaced)}"
             )
     if isinstance(data.get("columns"), str):
         raise EvidenceBlockError(

@@ -374,9 +374,16 @@ def test_a_node_without_series_says_what_a_series_is() -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("chart: line\ncolumns: [a, b]\n", "`columns` apply to tables"),
-        ("chart: line\ntable: true\n", "`table` apply to tables"),
-        ("series: [a]\n", "`series` apply to line charts only; add `chart: line`"),
+        (
+            "chart: line\ncolumns: [a, b]\n",
+            "`columns` applies to tables; a `chart: line` block draws series only (remove it, or",
+        ),
+        ("chart: line\ntable: true\nrows: [a]\n", "`rows`, `table` apply to tables"),
+        (
+            "series: [a]\n",
+            "`series` applies to line charts only; add `chart: line`, or remove it",
+        ),
+        ("smooth: 2\nx_label: x\n", "`x_label`, `smooth` apply to line charts only; add"),
         ("chart: line\nsmooth: 0\n", "`smooth` must be a whole number"),
         ("chart: line\nseries: losses\n", "`series` must be a list of keys or a mapping"),
         ("rows: {a: [1]}\n", "`rows` must be a list of keys or a mapping"),
