@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from musgd._device import lpt_assign
 from musgd._functional import (
     Bucket,
     GroupStep,
@@ -202,15 +203,11 @@ def plan_buckets(
         parts = parts_of(b, count, total)
         for start, stop in _split(count, parts):
             slices.append((b, start, stop, cost(b, stop - start)))
-    loads = [0.0] * world_size
-    owners: dict[tuple[int, int], int] = {}
-    for b, start, _, weight in sorted(slices, key=lambda s: (-s[3], s[0], s[1])):
-        owner = min(range(world_size), key=lambda r: (loads[r], r))
-        loads[owner] += weight
-        owners[(b, start)] = owner
+    # Slices are listed in (bucket, start) order, so the planner's ties fall as the plan's.
+    owners = lpt_assign([weight for _, _, _, weight in slices], world_size)
     items = tuple(
-        WorkItem(b, start, stop, per_matrix[b] * (stop - start), owners[(b, start)], weight)
-        for b, start, stop, weight in slices
+        WorkItem(b, start, stop, per_matrix[b] * (stop - start), owner, weight)
+        for (b, start, stop, weight), owner in zip(slices, owners, strict=True)
     )
     return ShardPlan(world_size, items)
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 import torch
 from torch import Tensor
 
+from musgd._device import capturing
 from musgd._newton_schulz import Triple, orthogonalize, orthogonalize_batched
 
 if TYPE_CHECKING:
@@ -196,13 +197,6 @@ class Orthogonalizer(Protocol):
         scales in place; an implementation may save copies but must give the same bits.
         """
         return scale_stack(self.batched(stack_bucket(members, bucket), ns), bucket)
-
-
-def capturing(device: torch.device | None = None) -> bool:
-    """Whether the current CUDA stream is capturing a graph: for work on ``device`` (never
-    where it is not a CUDA device), or, without one, wherever CUDA is available."""
-    cuda = torch.cuda.is_available() if device is None else device.type == "cuda"
-    return cuda and torch.cuda.is_current_stream_capturing()
 
 
 def run_in_order(jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:

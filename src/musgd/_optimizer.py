@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from musgd._device import capturing
 from musgd._distributed import ShardedStep
 from musgd._functional import (
     MOMENTUM_BUFFER,
@@ -23,7 +24,6 @@ from musgd._functional import (
     Structure,
     apply_updates,
     build_layout,
-    capturing,
     matrix_shape,
     pad_bound,
     prepare_updates_foreach,

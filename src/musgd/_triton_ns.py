@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from musgd._functional import capturing
+from musgd._device import capturing
 
 T = TypeVar("T")
 
