@@ -31,15 +31,17 @@ import torch
 from torch import Tensor
 
 from musgd._device import capturing
-from musgd._newton_schulz import Triple, orthogonalize, orthogonalize_batched
+from musgd._newton_schulz import (
+    Triple,
+    muon_rms_scale,
+    orthogonalize,
+    orthogonalize_batched,
+)
 
 if TYPE_CHECKING:
     from musgd._triton_ns import MomentumPlan, TablePlan
 
 MOMENTUM_BUFFER = "momentum_buffer"
-# Muon's RMS-matching factor: 0.2*sqrt(max(rows, cols)) gives the orthogonalized update about
-# the RMS of an Adam/SGD update (Moonshot's "Muon is Scalable", arXiv 2502.16982; R3).
-MUON_RMS_SCALE = 0.2
 
 Scalar = float | Tensor
 
@@ -104,13 +106,13 @@ class Bucket:
     @property
     def scale(self) -> float:
         """The RMS scale of a bucket whose matrices all fill their blocks."""
-        return MUON_RMS_SCALE * math.sqrt(max(self.rows, self.cols))
+        return muon_rms_scale(self.rows, self.cols)
 
     @property
     def scales(self) -> tuple[float, ...]:
         """Each matrix's RMS scale, ``0.2*sqrt(max(rows_i, cols_i))``, in ``indices`` order."""
         shapes = self.member_shapes or ((self.rows, self.cols),) * len(self.indices)
-        return tuple(MUON_RMS_SCALE * math.sqrt(max(r, c)) for r, c in shapes)
+        return tuple(muon_rms_scale(r, c) for r, c in shapes)
 
     @property
     def cost(self) -> int:
@@ -845,7 +847,7 @@ def prepare_updates_per_tensor(
             u = n.mul(hyper.w_sgd)
             if structure.muon:
                 O = orth.single(n.reshape(rc), structure.ns)
-                O.mul_(MUON_RMS_SCALE * math.sqrt(max(rc))).mul_(hyper.w_muon)
+                O.mul_(muon_rms_scale(*rc)).mul_(hyper.w_muon)
                 u.add_(O.reshape_as(u))
         if structure.decay:
             u = u.add(W.mul(hyper.weight_decay))

@@ -39,6 +39,7 @@ from musgd._newton_schulz import (
     resolve_coefficients,
     resolve_ns_dtype,
 )
+from musgd._nsconfig import NSConfig, from_group, group_entries, merge_flat
 from musgd._replay import CudaGraphRecorder, Recorder, ReplayOrthogonalizer, ReplayState
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
 from musgd._update_replay import UpdateReplayer
@@ -114,13 +115,21 @@ class MuSGD(Optimizer):
         w_muon: weight of the orthogonalized term (>= 0); 0 skips Newton–Schulz. Default 0.5.
         w_sgd: weight of the SGD term for matrices (>= 0). Default 0.5.
         ns_steps: Newton–Schulz iterations, 1..100. Default 5.
-        ns_coefficients: one (a, b, c) triple, or one per iteration (a shorter sequence repeats
-            its last triple). Default (3.4445, -4.7750, 2.0315).
+        ns_coefficients: a schedule name (``"quintic"``), one (a, b, c) triple, or one per
+            iteration (a shorter sequence repeats its last triple). Default
+            (3.4445, -4.7750, 2.0315), the ``"quintic"`` schedule.
         eps: added to the Frobenius norm before normalizing (> 0). Default 1e-7.
         ns_dtype: Newton–Schulz working dtype: ``"auto"`` (bf16 where it is native, float32
             elsewhere; see above), ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``.
             Default ``"auto"``.
         use_muon: force (True) or forbid (False) the matrix route; None routes by shape.
+        ns: the Newton-Schulz settings as one :class:`musgd.NSConfig` (steps, coefficients,
+            eps, dtype, backend, scale). The flat ``ns_steps``, ``ns_coefficients``, ``eps``,
+            ``ns_dtype`` and ``ns_backend`` are shorthands for its fields: left at their
+            defaults they defer to ``ns``, and one given with another value than ``ns`` holds
+            raises ValueError. Stored in each param group as those plain entries (a group may
+            pass its own ``"ns"``); :meth:`ns_config` reads it back. This flavour scales by
+            ``"muon"``, ``0.2*sqrt(max(rows, cols))``.
         foreach: use the ``torch._foreach_*`` body (default) or the per-tensor body.
         capture_orthogonalization: replay Newton-Schulz calls from CUDA graphs, recorded once
             per matrix signature; results are bit-identical to eager. Off by default. Lives in
@@ -181,6 +190,7 @@ class MuSGD(Optimizer):
         ns_dtype: torch.dtype | str = AUTO_NS_DTYPE,
         use_muon: bool | None = None,
         *,
+        ns: NSConfig | None = None,
         foreach: bool | None = None,
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
@@ -189,6 +199,15 @@ class MuSGD(Optimizer):
         shard_balance: str = "flops",
         recorder: Recorder | None = None,
     ) -> None:
+        flat: dict[str, Any] = {
+            "ns_steps": ns_steps,
+            "ns_coefficients": ns_coefficients,
+            "eps": eps,
+            "ns_dtype": ns_dtype,
+            "ns_backend": ns_backend,
+        }
+        if ns is not None:  # the record's values, where no flat argument says otherwise
+            flat = group_entries(default_ns(merge_flat(ns, flat, FLAT_DEFAULTS, where="MuSGD")))
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,
@@ -196,17 +215,15 @@ class MuSGD(Optimizer):
             "weight_decay": weight_decay,
             "w_muon": w_muon,
             "w_sgd": w_sgd,
-            "ns_steps": ns_steps,
-            "ns_coefficients": ns_coefficients,
-            "eps": eps,
-            "ns_dtype": ns_dtype,
+            **flat,
             "use_muon": use_muon,
             "capture_orthogonalization": capture_orthogonalization,
             "capture_updates": capture_updates,
-            "ns_backend": ns_backend,
         }
         _validate_group(defaults, where="MuSGD")
-        defaults["ns_coefficients"] = resolve_coefficients(ns_coefficients, ns_steps)
+        defaults["ns_coefficients"] = resolve_coefficients(
+            defaults["ns_coefficients"], defaults["ns_steps"]
+        )
         super().__init__(params, defaults)
         self._setup_execution(
             foreach=foreach,
@@ -251,10 +268,24 @@ class MuSGD(Optimizer):
             for p in group["params"]
         )
 
+    def ns_config(self, group: int = 0) -> NSConfig:
+        """The Newton-Schulz settings param group ``group`` steps with, as an ``NSConfig``
+        (rebuilt from the group's plain entries, so also after ``load_state_dict``)."""
+        return from_group(self.param_groups[group], scale=DEFAULT_SCALE)
+
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Validate the group's hyperparameters (before anything is stored), then add it."""
-        merged = {**self.defaults, **param_group}
+        """Validate the group's hyperparameters (before anything is stored), then add it.
+
+        A group may hold its own ``NSConfig`` as ``"ns"``: it is stored as the plain entries
+        (``ns_steps``, ``ns_coefficients``, ``eps``, ``ns_dtype``, ``ns_backend``)."""
         where = f"param_groups[{len(self.param_groups)}]"
+        if "ns" in param_group:
+            param_group = dict(param_group)
+            given = param_group.pop("ns")
+            flat = {k: param_group.pop(k) for k in FLAT_DEFAULTS if k in param_group}
+            config = merge_flat(given, flat, FLAT_DEFAULTS, where=where)
+            param_group.update(group_entries(default_ns(config, where=where)))
+        merged = {**self.defaults, **param_group}
         _validate_group(merged, where=where)
         if "ns_coefficients" in param_group or "ns_steps" in param_group:
             param_group = dict(param_group)
@@ -415,6 +446,31 @@ class MuSGD(Optimizer):
             if key not in state[p]:
                 state[p][key] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return [state[p][key] for p in params]
+
+
+# The default flavour's own Newton-Schulz working dtype and Muon scale (NSConfig's None).
+DEFAULT_SCALE = "muon"
+# Its flat shorthand arguments' defaults: a flat argument left at one defers to ``ns=``.
+FLAT_DEFAULTS: dict[str, Any] = {
+    "ns_steps": DEFAULT_STEPS,
+    "ns_coefficients": DEFAULT_COEFFICIENTS,
+    "eps": DEFAULT_EPS,
+    "ns_dtype": AUTO_NS_DTYPE,
+    "ns_backend": "auto",
+}
+
+
+def default_ns(config: NSConfig, *, where: str = "MuSGD") -> NSConfig:
+    """``config`` with this flavour's own dtype and scale where it leaves them None; a scale
+    this flavour does not run raises ValueError."""
+    config = config.with_defaults(dtype=AUTO_NS_DTYPE, scale=DEFAULT_SCALE)
+    if config.scale != DEFAULT_SCALE:
+        raise ValueError(
+            f"{where}: ns.scale={config.scale!r} is the Ultralytics flavour's; MuSGD scales by "
+            f"{DEFAULT_SCALE!r} (0.2*sqrt(max(rows, cols))): leave scale=None, or use "
+            "musgd.ultralytics.UltralyticsMuSGD for the Ultralytics rule"
+        )
+    return config
 
 
 def is_live(value: object, device: torch.device | None) -> bool:

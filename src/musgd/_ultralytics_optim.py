@@ -56,13 +56,13 @@ from musgd._functional import (
     unstack_bucket,
 )
 from musgd._newton_schulz import (
-    DEFAULT_COEFFICIENTS,
-    DEFAULT_EPS,
     DEFAULT_NS_DTYPE,
-    DEFAULT_STEPS,
+    SCALES,
     SUPPORTED_NS_DTYPES,
-    resolve_coefficients,
+    resolve_ns_dtype,
+    ultralytics_scale,
 )
+from musgd._nsconfig import NSConfig, merge_flat
 from musgd._optimizer import MuSGD, ParamsT
 from musgd._replay import Recorder
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
@@ -81,7 +81,8 @@ ULTRALYTICS_DEFAULTS: dict[str, Any] = {
     "muon": 0.5,
     "sgd": 0.5,
 }
-_NS_COEFFICIENTS = resolve_coefficients(DEFAULT_COEFFICIENTS, DEFAULT_STEPS)
+# The flat shorthand arguments' defaults: one left at its default defers to ``ns=``.
+FLAT_DEFAULTS: dict[str, Any] = {"ns_dtype": DEFAULT_NS_DTYPE, "ns_backend": "auto"}
 
 
 def flavour_hyper(momentum: Scalar, weight_decay: Scalar, lr: Scalar, damping: Scalar) -> Hyper:
@@ -95,21 +96,18 @@ def flavour_hyper(momentum: Scalar, weight_decay: Scalar, lr: Scalar, damping: S
     return Hyper(momentum=momentum, weight_decay=weight_decay, w_muon=lr, w_sgd=damping)
 
 
-def muon_scale(shape: Sequence[int]) -> float:
-    """The Ultralytics flavour's Muon scale: ``sqrt(max(1, shape[-2]/shape[-1]))``.
-
-    Measured on the installed Ultralytics 8.4.190 as a black box (one step on a zero parameter,
-    ``lr=1``, ``momentum=0``, ``muon=1``, ``sgd=0``; tests/ultralytics checks it): the ratio is that
-    of the tensor's last two dimensions, so ``rows/cols`` for a matrix but ``kh/kw`` for a conv
-    kernel ``(O, I, kh, kw)``, not the ``rows/cols`` of its matrix view that the spec states.
-    """
-    return math.sqrt(max(1.0, shape[-2] / shape[-1]))
+# The Ultralytics flavour's Muon scale (``musgd._newton_schulz.ultralytics_scale``), by the
+# name this module has always exported it under.
+muon_scale = ultralytics_scale
+DEFAULT_SCALE = "ultralytics"
 
 
 @functools.lru_cache(maxsize=1024)
-def _muon_scales(shapes: tuple[torch.Size, ...]) -> tuple[float, ...]:
-    """:func:`muon_scale` of each shape (the Triton table's per-matrix result scales)."""
-    return tuple(muon_scale(shape) for shape in shapes)
+def _muon_scales(shapes: tuple[torch.Size, ...], scale: str) -> tuple[float, ...]:
+    """The ``scale`` (a name of ``SCALES``) of each shape: the Triton table's per-matrix result
+    scales."""
+    fn = SCALES[scale]
+    return tuple(fn(shape) for shape in shapes)
 
 
 def sgd_direction(
@@ -138,9 +136,11 @@ def _orthogonalize_into(
     indices: Sequence[int],
     ns: NSSettings,
     orth: Orthogonalizer,
+    scale: str = DEFAULT_SCALE,
 ) -> None:
     """One job: ``O`` of the matrices ``indices`` of one bucket of ``u`` (all of it, or a DDP
-    plan's slice of an unpadded bucket), written into ``out``.
+    plan's slice of an unpadded bucket), written into ``out``, scaled by ``scale`` (a name of
+    ``SCALES``).
 
     A padded bucket (on CUDA, :func:`~musgd._functional.pad_bound`) holds smaller matrices in
     the corners of its blocks: each result is its own corner, scaled by its own Muon scale.
@@ -149,22 +149,30 @@ def _orthogonalize_into(
     if len(indices) != len(bucket.indices):
         bucket = dataclasses.replace(bucket, indices=tuple(indices))
     O = orth.batched(stack_bucket(members, bucket), ns)
-    scales = [muon_scale(m.shape) for m in members]
+    scales = list(_muon_scales(tuple(m.shape for m in members), scale))
     if len(set(scales)) == 1:
         O.mul_(scales[0])
         scales = [1.0] * len(members)
-    for i, o, scale in zip(indices, unstack_bucket(O, bucket), scales, strict=True):
-        out[i] = o.reshape(u[i].shape) if scale == 1.0 else o.reshape(u[i].shape).mul(scale)
+    for i, o, k in zip(indices, unstack_bucket(O, bucket), scales, strict=True):
+        out[i] = o.reshape(u[i].shape) if k == 1.0 else o.reshape(u[i].shape).mul(k)
 
 
 def _orthogonalized(
-    u: Sequence[Tensor], layout: Layout, structure: Structure, orth: Orthogonalizer
+    u: Sequence[Tensor],
+    layout: Layout,
+    structure: Structure,
+    orth: Orthogonalizer,
+    scale: str = DEFAULT_SCALE,
 ) -> list[Tensor]:
     """``O`` of every matrix of ``u`` in one process: the Triton table where it applies (with
-    this flavour's Muon scales), else the per-bucket batched calls."""
+    the Muon scales ``scale`` names), else the per-bucket batched calls."""
     found: list[Tensor | None] = [None] * len(u)
     table = orthogonalize_table_views(
-        u, layout, structure.ns, orth, _muon_scales(tuple(u[i].shape for i in layout.matrices))
+        u,
+        layout,
+        structure.ns,
+        orth,
+        _muon_scales(tuple(u[i].shape for i in layout.matrices), scale),
     )
     if table is not None:
         for i, o in zip(layout.matrices, table[1], strict=True):
@@ -172,7 +180,9 @@ def _orthogonalized(
     else:
         orth.run_buckets(
             [
-                functools.partial(_orthogonalize_into, found, u, b, b.indices, structure.ns, orth)
+                functools.partial(
+                    _orthogonalize_into, found, u, b, b.indices, structure.ns, orth, scale
+                )
                 for b in layout.buckets
             ],
             [b.cost for b in layout.buckets],
@@ -189,6 +199,7 @@ class UltralyticsBody:
 
     muon: float
     sgd: float
+    scale: str = DEFAULT_SCALE
 
     def __call__(
         self,
@@ -211,7 +222,7 @@ class UltralyticsBody:
             layout,
             hyper,
             structure,
-            lambda u: _orthogonalized(u, layout, structure, orth),
+            lambda u: _orthogonalized(u, layout, structure, orth, self.scale),
         )
 
     def run(
@@ -296,6 +307,12 @@ class UltralyticsMuSGD(MuSGD):
         lr, momentum, weight_decay, nesterov, use_muon: as in Ultralytics (group defaults).
         muon: weight of the orthogonalized part (>= 0). Default 0.5 (the trainer passes 0.2).
         sgd: weight of the SGD part of ``use_muon`` groups (>= 0). Default 0.5 (trainer: 1.0).
+        ns: the Newton-Schulz settings, one :class:`musgd.NSConfig` (steps, coefficients,
+            eps, dtype, backend, scale); its dtype defaults to bf16 (as Ultralytics) and its
+            scale to ``"ultralytics"``, ``sqrt(max(1, shape[-2]/shape[-1]))``. ``ns_dtype``
+            and ``ns_backend`` are shorthands for its fields (one given with another value
+            than ``ns`` holds raises ValueError). Held by the optimizer (:attr:`ns`), not in
+            the groups: the state-dict layout stays the Ultralytics one.
         ns_dtype: Newton–Schulz working dtype (bf16 as in Ultralytics; fp16 or fp32).
         capture_orthogonalization, capture_updates: replay (see :class:`musgd.MuSGD`);
             bit-identical to this optimizer's eager steps. Both live in each param group.
@@ -324,6 +341,7 @@ class UltralyticsMuSGD(MuSGD):
         muon: float = ULTRALYTICS_DEFAULTS["muon"],
         sgd: float = ULTRALYTICS_DEFAULTS["sgd"],
         *,
+        ns: NSConfig | None = None,
         ns_dtype: torch.dtype = DEFAULT_NS_DTYPE,
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
@@ -338,12 +356,16 @@ class UltralyticsMuSGD(MuSGD):
             _fail("UltralyticsMuSGD", "ns_dtype", "torch.bfloat16, float16 or float32", ns_dtype)
         if ns_backend not in NS_BACKENDS:
             _fail("UltralyticsMuSGD", "ns_backend", " or ".join(map(repr, NS_BACKENDS)), ns_backend)
+        flat = {"ns_dtype": ns_dtype, "ns_backend": ns_backend}
+        config = merge_flat(ns, flat, FLAT_DEFAULTS, where="UltralyticsMuSGD")
+        self.ns = config.with_defaults(dtype=DEFAULT_NS_DTYPE, scale=DEFAULT_SCALE)
         self.muon = float(muon)
         self.sgd = float(sgd)
-        self.ns_dtype = ns_dtype
-        self.ns_backend = ns_backend
-        self._body = UltralyticsBody(self.muon, self.sgd)
-        self._ns = NSSettings(DEFAULT_STEPS, _NS_COEFFICIENTS, DEFAULT_EPS, ns_dtype, ns_backend)
+        self.ns_dtype = self.ns.dtype
+        self.ns_backend = self.ns.backend
+        assert self.ns.scale is not None  # with_defaults filled it
+        self._body = UltralyticsBody(self.muon, self.sgd, self.ns.scale)
+        self._ns_by_device: dict[torch.device, NSSettings] = {}
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,
@@ -405,7 +427,7 @@ class UltralyticsMuSGD(MuSGD):
                 nesterov=bool(group["nesterov"]),
                 decay=weight_decay != 0.0,
                 muon=use_muon and self.muon != 0.0,
-                ns=self._ns,
+                ns=self._ns_settings(params[0].device),
             ),
         )
         orth = self._orthogonalizer(group)
@@ -413,6 +435,24 @@ class UltralyticsMuSGD(MuSGD):
             self._step_shared(step, orth, lr)
             return
         self._prepare_and_apply(index, group, step, self._body, orth, lr)
+
+    def _ns_settings(self, device: torch.device) -> NSSettings:
+        """The Newton-Schulz settings of :attr:`ns` for matrices on ``device`` (its dtype
+        ``"auto"`` resolved there), made once per device."""
+        found = self._ns_by_device.get(device)
+        if found is None:
+            ns = self.ns
+            assert ns.dtype is not None  # with_defaults filled it
+            dtype = resolve_ns_dtype(ns.dtype, device)
+            found = NSSettings(ns.steps, ns.triples, ns.eps, dtype, ns.backend)
+            self._ns_by_device[device] = found
+        return found
+
+    def ns_config(self, group: int = 0) -> NSConfig:
+        """The Newton-Schulz settings every group steps with (this flavour keeps one, like
+        ``muon`` and ``sgd``, out of the Ultralytics state-dict layout)."""
+        del group
+        return self.ns
 
     def _step_shared(self, step: GroupStep, orth: Orthogonalizer, lr: float) -> None:
         """A ``use_muon`` group under DDP: each rank orthogonalizes the bucket slices the plan
