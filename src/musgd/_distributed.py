@@ -46,17 +46,16 @@ from torch import Tensor
 from musgd._device import lpt_assign
 from musgd._functional import (
     Bucket,
-    GroupStep,
     Hyper,
     Layout,
     Orthogonalizer,
     PrepareFn,
+    StepRecord,
     Structure,
     add_decay_foreach,
     add_orthogonalized,
     apply_updates,
     momentum_foreach,
-    prepare_updates_foreach,
     sgd_terms_foreach,
     stack_bucket,
 )
@@ -379,27 +378,23 @@ class ShardedStep:
         """Whether this step (rather than the single-process body) handles these parameters."""
         return self._group is not None or is_sharded(params)
 
-    def step(
-        self,
-        step: GroupStep,
-        *,
-        orth: Orthogonalizer,
-        lr: float,
-        body: PrepareFn = prepare_updates_foreach,
-    ) -> None:
-        """Steps 1-5 of one param group (its layout built from the global shapes).
+    def step(self, step: StepRecord, *, lr: float, body: PrepareFn) -> None:
+        """Steps 1-5 of one param group of the default flavour (its layout built from the
+        global shapes; its Newton-Schulz through ``step.orth``).
 
         ``body`` is the optimizer's single-process body; at world size 1 it runs on the local
         tensors (which then are the whole tensors), exactly as without a process group.
         """
-        layout, hyper, structure = step.layout, step.hyper, step.structure
+        layout, structure, orth = step.layout, step.structure, step.orth
+        hyper = step.hyper
+        assert isinstance(hyper, Hyper)  # the default flavour's record
         group, sharded = self._resolve(step.params, step.grads, step.bufs)
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         P = [_local(t) for t in step.params]
         G = [_local(t) for t in step.grads]
         M = [_local(t) for t in step.bufs]
         if world == 1:
-            apply_updates(P, body(P, G, M, layout, hyper, structure, orth), lr)
+            apply_updates(P, body(dataclasses.replace(step, params=P, grads=G, bufs=M)), lr)
             return
         # Every rank joins a new layout's agreement check, even one without matrices this step.
         plan = self._plan(layout, P, group, world, structure, orth) if structure.muon else None

@@ -20,6 +20,7 @@ hyperparameters in device tensors must therefore fall back to eager for non-floa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
@@ -66,6 +67,18 @@ class Hyper:
     weight_decay: Scalar
     w_muon: Scalar
     w_sgd: Scalar
+
+
+class HyperValues(Protocol):
+    """A flavour's per-step hyperparameter record (:class:`Hyper` for the default flavour):
+    frozen dataclasses of Python floats or 0-d device tensors, whose fields replay holds in
+    device tensors (``musgd._update_replay.HyperSlots``). The momentum helpers read these two."""
+
+    @property
+    def momentum(self) -> Scalar: ...
+
+    @property
+    def weight_decay(self) -> Scalar: ...
 
 
 @dataclass(frozen=True)
@@ -446,7 +459,7 @@ def advance_momentum(bufs: Sequence[Tensor], grads: Sequence[Tensor], momentum: 
 
 
 def momentum_foreach(
-    bufs: Sequence[Tensor], grads: Sequence[Tensor], hyper: Hyper, structure: Structure
+    bufs: Sequence[Tensor], grads: Sequence[Tensor], hyper: HyperValues, structure: Structure
 ) -> list[Tensor]:
     """Steps 1–2: ``m <- mu*m + g`` in place; returns ``n`` (fresh with Nesterov, else ``m``)."""
     bufs = list(bufs)
@@ -855,37 +868,42 @@ def prepare_updates_per_tensor(
     return updates
 
 
-PrepareFn = Callable[
-    [
-        Sequence[Tensor],
-        Sequence[Tensor],
-        Sequence[Tensor],
-        Layout,
-        Hyper,
-        Structure,
-        Orthogonalizer,
-    ],
-    list[Tensor],
-]
-
-
 @dataclass(frozen=True)
-class GroupStep:
-    """One param group's step inputs: the parameters with gradients, those gradients, their
-    momentum buffers, the routing, this step's hyperparameters and the operations to run."""
+class StepRecord:
+    """One param group's step, as an update rule's body takes it: the parameters with
+    gradients, those gradients, their buffers (the rule's state keys, key by key), the routing,
+    this step's hyperparameter record, the operations to run and the orthogonalizer (eager, or
+    replaying) its Newton-Schulz calls go through."""
 
     params: Sequence[Tensor]
     grads: Sequence[Tensor]
     bufs: Sequence[Tensor]
     layout: Layout
-    hyper: Hyper
+    hyper: HyperValues
     structure: Structure
+    orth: Orthogonalizer = dataclasses.field(default_factory=EagerOrthogonalizer)
 
-    def prepare(self, body: PrepareFn, orth: Orthogonalizer) -> list[Tensor]:
-        """Steps 1-4 through ``body`` (a foreach or per-tensor body) with ``orth``."""
-        return body(
-            self.params, self.grads, self.bufs, self.layout, self.hyper, self.structure, orth
-        )
+
+# An update rule's body: steps 1-4 of one group (``U`` for ``P <- P - lr*U``), buffers updated in
+# place. One signature for both flavours, the replay and the distributed step.
+PrepareFn = Callable[[StepRecord], list[Tensor]]
+
+
+def prepare_default(record: StepRecord, *, foreach: bool = True) -> list[Tensor]:
+    """The default flavour's body: :func:`prepare_updates_foreach` (or, without ``foreach``,
+    :func:`prepare_updates_per_tensor`) on the record's tensors."""
+    hyper = record.hyper
+    assert isinstance(hyper, Hyper)  # the default flavour's record
+    body = prepare_updates_foreach if foreach else prepare_updates_per_tensor
+    return body(
+        record.params,
+        record.grads,
+        record.bufs,
+        record.layout,
+        hyper,
+        record.structure,
+        record.orth,
+    )
 
 
 def apply_updates(params: Sequence[Tensor], updates: Sequence[Tensor], lr: Scalar) -> None:

@@ -1,33 +1,29 @@
-"""The MuSGD optimizer class: validates hyperparameters, gathers state, dispatches the step."""
+"""The default MuSGD flavour: its constructor, its update rule and its hyperparameter checks.
+
+The step itself is the engine's (``musgd._engine``); this module says what the default flavour
+is: the hyperparameters of spec §1, one momentum buffer per parameter and the bodies of
+``musgd._functional``.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
-from torch.optim import Optimizer
 
-from musgd._device import capturing
 from musgd._distributed import ShardedStep
+from musgd._engine import EngineOptimizer, ParamsT, StepEngine, StepValues
 from musgd._functional import (
     MOMENTUM_BUFFER,
-    EagerOrthogonalizer,
-    GroupStep,
     Hyper,
-    Layout,
     NSSettings,
-    Orthogonalizer,
-    PrepareFn,
+    StepRecord,
     Structure,
-    apply_updates,
-    build_layout,
-    matrix_shape,
-    pad_bound,
-    prepare_updates_foreach,
-    prepare_updates_per_tensor,
+    prepare_default,
 )
 from musgd._newton_schulz import (
     AUTO_NS_DTYPE,
@@ -40,9 +36,8 @@ from musgd._newton_schulz import (
     resolve_ns_dtype,
 )
 from musgd._nsconfig import NSConfig, from_group, group_entries, merge_flat
-from musgd._replay import CudaGraphRecorder, Recorder, ReplayOrthogonalizer, ReplayState
+from musgd._replay import Recorder
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
-from musgd._update_replay import UpdateReplayer
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -51,10 +46,8 @@ DEFAULT_MOMENTUM = 0.95
 DEFAULT_W_MUON = 0.5
 DEFAULT_W_SGD = 0.5
 
-ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
 
-
-class MuSGD(Optimizer):
+class MuSGD(EngineOptimizer):
     r"""Muon's Newton–Schulz orthogonalization mixed with SGD momentum.
 
     For each parameter ``W`` with gradient ``g`` and momentum buffer ``m``::
@@ -82,6 +75,10 @@ class MuSGD(Optimizer):
     and an order of magnitude slower (issue #15 reports 4.5 s against 0.12-0.21 s per
     nano-detector step on a 2-core CPU, with the same loss curves), while with it bf16 is the
     faster one. Pass a dtype to choose it yourself.
+
+    The step is the step engine's (``musgd._engine.StepEngine``) running this flavour's update
+    rule (:class:`DefaultRule`); :class:`musgd.ultralytics.UltralyticsMuSGD` holds the same
+    engine with its own rule.
 
     ``torch.compile(optimizer.step)`` works (the step's multi-tensor work becomes per-tensor
     code that Inductor fuses); under compile, the capture flags run the eager body.
@@ -224,48 +221,13 @@ class MuSGD(Optimizer):
         defaults["ns_coefficients"] = resolve_coefficients(
             defaults["ns_coefficients"], defaults["ns_steps"]
         )
-        super().__init__(params, defaults)
-        self._setup_execution(
-            foreach=foreach,
+        super().__init__(
+            params,
+            defaults,
+            DefaultRule(foreach=foreach is not False),
             process_group=process_group,
             shard_balance=shard_balance,
             recorder=recorder,
-        )
-
-    def _setup_execution(
-        self,
-        *,
-        foreach: bool | None,
-        process_group: ProcessGroup | None,
-        shard_balance: str = "flops",
-        recorder: Recorder | None = None,
-    ) -> None:
-        """Bodies, orthogonalizers, replay state and the distributed step (chosen once)."""
-        # The execution strategy is chosen once (house style): bodies and orthogonalizer.
-        self._prepare: PrepareFn = (
-            prepare_updates_per_tensor if foreach is False else prepare_updates_foreach
-        )
-        self._orth: Orthogonalizer = EagerOrthogonalizer()
-        # Replay (spec §2): recordings are bounded by the number of matrix parameters.
-        self._replay = ReplayState(
-            CudaGraphRecorder() if recorder is None else recorder,
-            orth_bound=self._count_matrices,
-            update_bound=lambda: max(self._count_matrices(), len(self.param_groups)),
-        )
-        self._orth_replay: Orthogonalizer = ReplayOrthogonalizer(self._replay)
-        self._update_replay = UpdateReplayer(self._replay)
-        # Distributed (DDP with process_group, or FSDP2 DTensor parameters): NS work is shared.
-        self._sharded = ShardedStep(process_group, shard_balance)
-        # Single-process groups stack matrices of equal column count, zero-padding rows
-        # (`build_layout`); the sharded plan slices same-shape buckets, so it never pads.
-        self._pad_buckets = True
-
-    def _count_matrices(self) -> int:
-        """The number of parameters routed to Newton-Schulz: the bound on recordings."""
-        return sum(
-            matrix_shape(p.shape, group["use_muon"]) is not None
-            for group in self.param_groups
-            for p in group["params"]
         )
 
     def ns_config(self, group: int = 0) -> NSConfig:
@@ -273,179 +235,65 @@ class MuSGD(Optimizer):
         (rebuilt from the group's plain entries, so also after ``load_state_dict``)."""
         return from_group(self.param_groups[group], scale=DEFAULT_SCALE)
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Validate the group's hyperparameters (before anything is stored), then add it.
 
-        A group may hold its own ``NSConfig`` as ``"ns"``: it is stored as the plain entries
-        (``ns_steps``, ``ns_coefficients``, ``eps``, ``ns_dtype``, ``ns_backend``)."""
-        where = f"param_groups[{len(self.param_groups)}]"
-        if "ns" in param_group:
-            param_group = dict(param_group)
-            given = param_group.pop("ns")
-            flat = {k: param_group.pop(k) for k in FLAT_DEFAULTS if k in param_group}
+@dataclass(frozen=True)
+class DefaultRule:
+    """The default flavour as an update rule (``musgd._engine.UpdateRule``): the spec's
+    hyperparameters (checked by :func:`_validate_group`), one ``momentum_buffer`` per
+    parameter, and the foreach (or per-tensor) body of ``musgd._functional``; groups of
+    DTensor parameters or with a process group step through ``ShardedStep``."""
+
+    foreach: bool = True
+    name: str = "MuSGD"
+
+    def admit_group(
+        self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
+    ) -> dict[str, Any]:
+        """Check the group merged with ``defaults``; a group's own ``NSConfig`` (``"ns"``) is
+        stored as the plain entries (``ns_steps``, ``ns_coefficients``, ``eps``,
+        ``ns_dtype``, ``ns_backend``), and its coefficients as exactly ``ns_steps`` triples."""
+        if "ns" in group:
+            group = dict(group)
+            given = group.pop("ns")
+            flat = {k: group.pop(k) for k in FLAT_DEFAULTS if k in group}
             config = merge_flat(given, flat, FLAT_DEFAULTS, where=where)
-            param_group.update(group_entries(default_ns(config, where=where)))
-        merged = {**self.defaults, **param_group}
+            group.update(group_entries(default_ns(config, where=where)))
+        merged = {**defaults, **group}
         _validate_group(merged, where=where)
-        if "ns_coefficients" in param_group or "ns_steps" in param_group:
-            param_group = dict(param_group)
-            param_group["ns_coefficients"] = resolve_coefficients(
+        if "ns_coefficients" in group or "ns_steps" in group:
+            group = dict(group)
+            group["ns_coefficients"] = resolve_coefficients(
                 merged["ns_coefficients"], merged["ns_steps"]
             )
-        super().add_param_group(param_group)
+        return group
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load state; keys a older state dict lacks take this optimizer's constructor values."""
-        groups = state_dict.get("param_groups")
-        if isinstance(groups, list):
-            state_dict = dict(state_dict)
-            state_dict["param_groups"] = [
-                {**{k: v for k, v in self.defaults.items() if k not in g}, **g}
-                if isinstance(g, dict)
-                else g
-                for g in groups
-            ]
-        super().load_state_dict(state_dict)
-        # Recordings read and write the old momentum buffers by address: drop them all.
-        self._replay.clear()
+    def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
+        return BUFFERS
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        """Perform one step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        # Check every group's gradients before any group is written, so that an unsupported
-        # gradient in a later group raises with no parameter or momentum changed.
-        gathered = [self._gather(index, group) for index, group in enumerate(self.param_groups)]
-        with self._replay.step_scope():
-            for index, (group, (params, grads)) in enumerate(
-                zip(self.param_groups, gathered, strict=True)
-            ):
-                if params:
-                    self._step_group(index, group, params, grads, self._buffers(params))
-        return loss
+    def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
+        return sharded.applies(params)
 
-    def _step_group(
-        self,
-        index: int,
-        group: dict[str, Any],
-        params: list[Tensor],
-        grads: list[Tensor],
-        bufs: list[Tensor],
-    ) -> None:
-        sharded = self._sharded.applies(params)
-        device = params[0].device
-        if sharded and capturing(device):
-            raise RuntimeError(
-                "MuSGD cannot be captured in a CUDA graph while it shares Newton-Schulz work "
-                "across ranks (process_group or FSDP2 parameters): step it outside the capture"
-            )
-        # Sharded steps read every value on the host (their collectives are not captured).
-        live = None if sharded else device
-        step = GroupStep(
-            params=params,
-            grads=grads,
-            bufs=bufs,
-            layout=self._layout(params, group["use_muon"], sharded=sharded),
-            hyper=Hyper(
-                momentum=hyper_value(group["momentum"], live),
-                weight_decay=hyper_value(group["weight_decay"], live),
-                w_muon=hyper_value(group["w_muon"], live),
-                w_sgd=hyper_value(group["w_sgd"], live),
-            ),
-            structure=group_structure(group, device),
+    def values(
+        self, group: Mapping[str, Any], device: torch.device, live: torch.device | None
+    ) -> StepValues:
+        hyper = Hyper(
+            momentum=hyper_value(group["momentum"], live),
+            weight_decay=hyper_value(group["weight_decay"], live),
+            w_muon=hyper_value(group["w_muon"], live),
+            w_sgd=hyper_value(group["w_sgd"], live),
         )
-        orth = self._orthogonalizer(group)
-        lr = hyper_value(group["lr"], live)
-        if sharded:
-            assert isinstance(lr, float)  # live is None: every value was read on the host
-            # Collectives sit inside this step, so no whole-group recording: each rank replays
-            # only its own Newton-Schulz share (through `orth`).
-            self._sharded.step(step, orth=orth, lr=lr, body=self._prepare)
-            return
-        self._prepare_and_apply(index, group, step, self._prepare, orth, lr)
+        return StepValues(hyper, group_structure(group, device), hyper_value(group["lr"], live))
 
-    def _layout(self, params: list[Tensor], use_muon: bool | None, *, sharded: bool) -> Layout:
-        """The group's layout: matrices in padded stacks within the device's bound, except
-        where the sharded plan runs (it slices same-shape buckets across ranks)."""
-        pad = pad_bound(params[0].device) if self._pad_buckets and not sharded else None
-        return build_layout(params, use_muon, pad=pad)
+    def prepare(self, record: StepRecord) -> list[Tensor]:
+        return prepare_default(record, foreach=self.foreach)
 
-    def _orthogonalizer(self, group: dict[str, Any]) -> Orthogonalizer:
-        """The replaying orthogonalizer under ``capture_orthogonalization``, else the eager one."""
-        return self._orth_replay if group["capture_orthogonalization"] else self._orth
+    def step_shared(self, engine: StepEngine, record: StepRecord, lr: float) -> None:
+        # Collectives sit inside this step, so no whole-group recording: each rank replays only
+        # its own Newton-Schulz share (through the record's orthogonalizer).
+        engine.sharded.step(record, lr=lr, body=engine.body)
 
-    def _prepare_and_apply(
-        self,
-        index: int,
-        group: dict[str, Any],
-        step: GroupStep,
-        body: PrepareFn,
-        orth: Orthogonalizer,
-        lr: float | Tensor,
-    ) -> None:
-        """Steps 1-4 through ``body`` (replayed whole under ``capture_updates``), then the write
-        ``P <- P - lr*U`` (see :func:`apply_updates`)."""
-        if group["capture_updates"]:
-            updates = self._update_replay.prepare(index, step, body=body, orth=orth)
-        else:
-            updates = step.prepare(body, orth)
-        apply_updates(step.params, updates, lr)
 
-    def _gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
-        """Parameters with gradients and their gradients; unsupported gradients raise.
-
-        One pass collects them and the set of gradient kinds (layout, dtype): per-tensor checks
-        cost host time every step (about a third of a replayed yolo26n step's host time on the
-        H200 at 4b62f17), and only a bad kind needs the per-tensor search for the message. A
-        gradient always has its parameter's dtype, so a complex parameter shows in the kinds.
-        """
-        params = [p for p in group["params"] if p.grad is not None]
-        grads: list[Tensor] = [g for p in params if (g := p.grad) is not None]
-        kinds = {(g.layout, g.dtype) for g in grads}
-        if any(layout != torch.strided or dtype.is_complex for layout, dtype in kinds):
-            self._raise_unsupported(index, group)
-        return params, grads
-
-    @staticmethod
-    def _raise_unsupported(index: int, group: dict[str, Any]) -> None:
-        """Raise RuntimeError naming the first parameter whose gradient is not supported."""
-        for j, p in enumerate(group["params"]):
-            g = p.grad
-            if g is None:
-                continue
-            if g.layout != torch.strided:
-                raise RuntimeError(
-                    f"MuSGD does not support sparse gradients ({g.layout}) "
-                    f"(param_groups[{index}], params[{j}]); use a dense embedding or another "
-                    "optimizer for it"
-                )
-            if g.is_complex() or p.is_complex():
-                raise RuntimeError(
-                    f"MuSGD does not support complex parameters or gradients "
-                    f"(param_groups[{index}], params[{j}]); view them as real with "
-                    "torch.view_as_real before optimizing"
-                )
-
-    def _buffers(self, params: list[Tensor], key: str = MOMENTUM_BUFFER) -> list[Tensor]:
-        """The ``key`` buffers of ``params``, created (zeros) at a parameter's first step."""
-        state = self.state
-        try:  # every step after the first: one lookup per parameter
-            return [state[p][key] for p in params]
-        except KeyError:
-            pass
-        if capturing(params[0].device):
-            raise RuntimeError(
-                "MuSGD creates a parameter's momentum buffer at its first step, which a CUDA-graph "
-                "capture would replay as a reset: run one step outside the capture first (as "
-                "torch.cuda.graph's warm-up does), then capture"
-            )
-        for p in params:
-            if key not in state[p]:
-                state[p][key] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return [state[p][key] for p in params]
+BUFFERS = (MOMENTUM_BUFFER,)
 
 
 # The default flavour's own Newton-Schulz working dtype and Muon scale (NSConfig's None).
@@ -501,7 +349,7 @@ def _nonzero(value: object, device: torch.device) -> bool:
     return is_live(value, device) or float(value) != 0.0  # type: ignore[arg-type]
 
 
-def group_structure(group: dict[str, Any], device: torch.device) -> Structure:
+def group_structure(group: Mapping[str, Any], device: torch.device) -> Structure:
     """The operation-deciding part of a group's settings, for matrices on ``device``."""
     return Structure(
         nesterov=bool(group["nesterov"]),

@@ -22,8 +22,9 @@ rounding only.
 
 The learning rate enters the preparation (through the decay of the Muon-updated parameter), so
 replay reads it, like ``momentum``, ``1 - momentum`` and ``weight_decay``, from a float32 0-d
-device tensor refilled outside the recording (the four slots of :class:`~musgd._functional.Hyper`,
-see :func:`flavour_hyper`). ``muon`` and ``sgd`` are constructor constants, part of the body.
+device tensor refilled outside the recording (:class:`UltralyticsHyper`). ``muon``, ``sgd`` and
+the Newton-Schulz settings (an ``NSConfig``) are constructor constants, part of the update rule
+(:class:`UltralyticsRule`) that the step engine (``musgd._engine``) runs.
 """
 
 from __future__ import annotations
@@ -31,23 +32,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
-from torch.optim import Optimizer
 
-from musgd._distributed import WorkItem, exchange_results, is_sharded
+from musgd._distributed import ShardedStep, WorkItem, exchange_results, is_sharded
+from musgd._engine import EngineOptimizer, ParamsT, StepEngine, StepValues
 from musgd._functional import (
+    MOMENTUM_BUFFER,
     Bucket,
-    GroupStep,
-    Hyper,
+    HyperValues,
     Layout,
     NSSettings,
     Orthogonalizer,
     Scalar,
+    StepRecord,
     Structure,
     apply_updates,
     momentum_foreach,
@@ -63,7 +65,6 @@ from musgd._newton_schulz import (
     ultralytics_scale,
 )
 from musgd._nsconfig import NSConfig, merge_flat
-from musgd._optimizer import MuSGD, ParamsT
 from musgd._replay import Recorder
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
 
@@ -85,15 +86,21 @@ ULTRALYTICS_DEFAULTS: dict[str, Any] = {
 FLAT_DEFAULTS: dict[str, Any] = {"ns_dtype": DEFAULT_NS_DTYPE, "ns_backend": "auto"}
 
 
-def flavour_hyper(momentum: Scalar, weight_decay: Scalar, lr: Scalar, damping: Scalar) -> Hyper:
-    """This flavour's four per-step values in the replay machinery's four hyperparameter slots.
+@dataclass(frozen=True)
+class UltralyticsHyper:
+    """This flavour's per-step hyperparameter record: ``momentum`` (b), ``weight_decay`` (λ),
+    the learning rate ``lr`` (it enters the preparation through the decay of the Muon-updated
+    parameter) and ``damping`` (``1 - momentum``).
 
-    ``Hyper`` names the default flavour's values; here its slots carry ``momentum`` (b),
-    ``weight_decay`` (λ), ``w_muon``: the learning rate, ``w_sgd``: ``1 - momentum``. Every slot
-    is refilled outside a recording whenever its value changes, so warm-up schedules of
-    ``lr`` and ``momentum`` replay with current values.
+    Python floats, or under ``capture_updates`` 0-d float32 device tensors that the recording
+    reads (``HyperSlots``), refilled outside it whenever a value changes, so warm-up schedules
+    of ``lr`` and ``momentum`` replay with current values.
     """
-    return Hyper(momentum=momentum, weight_decay=weight_decay, w_muon=lr, w_sgd=damping)
+
+    momentum: Scalar
+    weight_decay: Scalar
+    lr: Scalar
+    damping: Scalar
 
 
 # The Ultralytics flavour's Muon scale (``musgd._newton_schulz.ultralytics_scale``), by the
@@ -114,7 +121,7 @@ def sgd_direction(
     params: Sequence[Tensor],
     grads: Sequence[Tensor],
     bufs: Sequence[Tensor],
-    hyper: Hyper,
+    hyper: HyperValues,
     structure: Structure,
 ) -> list[Tensor]:
     """``g' = g + λ*P``; ``s <- b*s + g'`` in place; returns ``g' + b*s`` (nesterov) or ``s``.
@@ -190,76 +197,6 @@ def _orthogonalized(
     return cast(list[Tensor], found)
 
 
-@dataclass(frozen=True)
-class UltralyticsBody:
-    """The flavour's update preparation (a ``PrepareFn``); ``muon`` and ``sgd`` are constants.
-
-    Frozen, so equal weights compare and hash equal: a recording's key holds the body.
-    """
-
-    muon: float
-    sgd: float
-    scale: str = DEFAULT_SCALE
-
-    def __call__(
-        self,
-        params: Sequence[Tensor],
-        grads: Sequence[Tensor],
-        bufs: Sequence[Tensor],
-        layout: Layout,
-        hyper: Hyper,
-        structure: Structure,
-        orth: Orthogonalizer,
-    ) -> list[Tensor]:
-        """``U`` for ``P <- P - lr*U``; buffers updated in place.
-
-        ``bufs`` holds the Muon buffers then, for a ``use_muon`` group, the SGD buffers.
-        """
-        return self.run(
-            params,
-            grads,
-            bufs,
-            layout,
-            hyper,
-            structure,
-            lambda u: _orthogonalized(u, layout, structure, orth, self.scale),
-        )
-
-    def run(
-        self,
-        params: Sequence[Tensor],
-        grads: Sequence[Tensor],
-        bufs: Sequence[Tensor],
-        layout: Layout,
-        hyper: Hyper,
-        structure: Structure,
-        orthogonalized: Callable[[list[Tensor]], list[Tensor]],
-    ) -> list[Tensor]:
-        """The preparation with ``O`` from ``orthogonalized(u)`` (one process's, or the ranks'
-        shared work under DDP); every other operation is the same on every rank."""
-        if not layout.matrices:
-            return sgd_direction(params, grads, bufs, hyper, structure)
-        count = len(params)
-        muon_bufs, sgd_bufs = list(bufs[:count]), list(bufs[count:])
-        # m <- b*m + (1-b)*g and u = b*m + (1-b)*g: the default momentum on (1-b)*g.
-        damped = list(torch._foreach_mul(list(grads), hyper.w_sgd))
-        u = momentum_foreach(muon_bufs, damped, hyper, structure)
-        if not structure.muon:
-            v = sgd_direction(params, grads, sgd_bufs, hyper, structure)
-            return list(torch._foreach_mul(v, self.sgd))
-        O = orthogonalized(u)
-        updated = list(params)
-        if structure.decay:
-            # The decay of the Ultralytics rule reads the parameter after its Muon write.
-            step = torch._foreach_mul(O, hyper.w_muon)
-            torch._foreach_mul_(step, self.muon)
-            updated = list(torch._foreach_sub(list(params), step))
-        v = sgd_direction(updated, grads, sgd_bufs, hyper, structure)
-        U = list(torch._foreach_mul(v, self.sgd))
-        torch._foreach_add_(U, torch._foreach_mul(O, self.muon))
-        return U
-
-
 def _fail(where: str, name: str, rule: str, value: object) -> None:
     raise ValueError(f"{where}: {name} must be {rule}, got {value!r}")
 
@@ -294,12 +231,153 @@ def validate_flavour_group(group: dict[str, Any], *, where: str) -> None:
                 )
 
 
-class UltralyticsMuSGD(MuSGD):
+@dataclass(frozen=True)
+class UltralyticsRule:
+    """The Ultralytics flavour as an update rule (``musgd._engine.UpdateRule``): the Ultralytics
+    group settings (:func:`validate_flavour_group`), ``momentum_buffer`` plus, in ``use_muon``
+    groups, ``momentum_buffer_SGD`` per parameter, and the update of this module's docstring.
+
+    Frozen, so equal rules compare and hash equal: a recording's key holds :meth:`prepare`.
+    """
+
+    muon: float
+    sgd: float
+    ns: NSConfig
+    name: str = "UltralyticsMuSGD"
+    # The Newton-Schulz settings of ``ns`` per device (its "auto" dtype resolved there).
+    _settings: dict[torch.device, NSSettings] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+
+    def admit_group(
+        self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
+    ) -> dict[str, Any]:
+        params = group.get("params", [])
+        # A generator is read once, here: the stored group and the check see the same list.
+        group = {**group, "params": [params] if isinstance(params, Tensor) else list(params)}
+        validate_flavour_group({**defaults, **group}, where=where)
+        return group
+
+    def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
+        return BOTH_BUFFERS if group["use_muon"] else (MOMENTUM_BUFFER,)
+
+    def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
+        if is_sharded(params):
+            raise RuntimeError(
+                "UltralyticsMuSGD does not shard FSDP2 (DTensor) parameters; use it with DDP "
+                "(process_group=... shares the Newton-Schulz work across ranks) or one process, "
+                "or use musgd.MuSGD for FSDP2"
+            )
+        return sharded.shares_ddp() and bool(group["use_muon"]) and self.muon != 0.0
+
+    def values(
+        self, group: Mapping[str, Any], device: torch.device, live: torch.device | None
+    ) -> StepValues:
+        """Every value is read on the host (``live`` is not used): the trainer writes Python
+        numbers into the groups."""
+        momentum = float(group["momentum"])
+        weight_decay = float(group["weight_decay"])
+        lr = float(group["lr"])
+        structure = Structure(
+            nesterov=bool(group["nesterov"]),
+            decay=weight_decay != 0.0,
+            muon=bool(group["use_muon"]) and self.muon != 0.0,
+            ns=self.settings(device),
+        )
+        return StepValues(
+            UltralyticsHyper(momentum, weight_decay, lr, 1.0 - momentum), structure, lr
+        )
+
+    def settings(self, device: torch.device) -> NSSettings:
+        """The Newton-Schulz settings of :attr:`ns` for matrices on ``device``, made once per
+        device (a step's calls share one settings object)."""
+        found = self._settings.get(device)
+        if found is None:
+            ns = self.ns
+            assert ns.dtype is not None  # the constructor filled it
+            dtype = resolve_ns_dtype(ns.dtype, device)
+            found = NSSettings(ns.steps, ns.triples, ns.eps, dtype, ns.backend)
+            self._settings[device] = found
+        return found
+
+    def prepare(self, record: StepRecord) -> list[Tensor]:
+        """``U`` for ``P <- P - lr*U``; buffers updated in place (``record.bufs`` holds the
+        Muon buffers then, for a ``use_muon`` group, the SGD buffers)."""
+        layout, structure, orth = record.layout, record.structure, record.orth
+        assert self.ns.scale is not None  # the constructor filled it
+        scale = self.ns.scale
+        return self.run(record, lambda u: _orthogonalized(u, layout, structure, orth, scale))
+
+    def run(
+        self, record: StepRecord, orthogonalized: Callable[[list[Tensor]], list[Tensor]]
+    ) -> list[Tensor]:
+        """The preparation with ``O`` from ``orthogonalized(u)`` (one process's, or the ranks'
+        shared work under DDP); every other operation is the same on every rank."""
+        params, grads, bufs = record.params, record.grads, record.bufs
+        layout, structure = record.layout, record.structure
+        hyper = record.hyper
+        assert isinstance(hyper, UltralyticsHyper)  # this flavour's record
+        if not layout.matrices:
+            return sgd_direction(params, grads, bufs, hyper, structure)
+        count = len(params)
+        muon_bufs, sgd_bufs = list(bufs[:count]), list(bufs[count:])
+        # m <- b*m + (1-b)*g and u = b*m + (1-b)*g: the default momentum on (1-b)*g.
+        damped = list(torch._foreach_mul(list(grads), hyper.damping))
+        u = momentum_foreach(muon_bufs, damped, hyper, structure)
+        if not structure.muon:
+            v = sgd_direction(params, grads, sgd_bufs, hyper, structure)
+            return list(torch._foreach_mul(v, self.sgd))
+        O = orthogonalized(u)
+        updated = list(params)
+        if structure.decay:
+            # The decay of the Ultralytics rule reads the parameter after its Muon write.
+            step = torch._foreach_mul(O, hyper.lr)
+            torch._foreach_mul_(step, self.muon)
+            updated = list(torch._foreach_sub(list(params), step))
+        v = sgd_direction(updated, grads, sgd_bufs, hyper, structure)
+        U = list(torch._foreach_mul(v, self.sgd))
+        torch._foreach_add_(U, torch._foreach_mul(O, self.muon))
+        return U
+
+    def step_shared(self, engine: StepEngine, record: StepRecord, lr: float) -> None:
+        """A ``use_muon`` group under DDP: each rank orthogonalizes the bucket slices the plan
+        gives it (batched torch products, replayed under ``capture_orthogonalization``), one
+        ``all_gather`` shares the results, and every rank runs the rest of the update on the
+        whole group, so parameters and both buffers stay identical on every rank. Collectives
+        sit inside the step, so ``capture_updates`` records nothing here."""
+        layout, structure, orth = record.layout, record.structure, record.orth
+        ns = dataclasses.replace(structure.ns, backend="torch")
+        assert self.ns.scale is not None  # the constructor filled it
+        scale = self.ns.scale
+        shared = engine.sharded.ddp_plan(layout, record.params, structure, orth)
+        if shared is None:  # pragma: no cover - shares_ddp() said two or more ranks
+            raise RuntimeError("UltralyticsMuSGD: the process group has one rank")
+        plan, comm = shared
+
+        def orthogonalized(u: list[Tensor]) -> list[Tensor]:
+            results: list[Tensor | None] = [None] * len(u)
+
+            def compute(item: WorkItem) -> None:
+                bucket = layout.buckets[item.bucket]
+                indices = bucket.indices[item.start : item.stop]
+                _orthogonalize_into(results, u, bucket, indices, ns, orth, scale)
+
+            exchange_results(results, record.params, layout, plan, comm, compute)
+            return cast(list[Tensor], results)
+
+        apply_updates(record.params, self.run(record, orthogonalized), lr)
+
+
+BOTH_BUFFERS = (MOMENTUM_BUFFER, SGD_BUFFER)
+
+
+class UltralyticsMuSGD(EngineOptimizer):
     """MuSGD with the Ultralytics 8.4 constructor, update rule and state-dict layout.
 
     Drop-in for ``ultralytics.optim.MuSGD``: ``UltralyticsMuSGD(groups, lr=..., momentum=...,
     weight_decay=..., nesterov=..., use_muon=..., muon=0.2, sgd=1.0)``; its state dicts load into
-    the Ultralytics optimizer and back. The update rule is in this module's docstring.
+    the Ultralytics optimizer and back. The update rule is in this module's docstring; it runs
+    as :class:`UltralyticsRule` on the step engine :class:`musgd.MuSGD` holds too.
 
     Args:
         params: parameters or param groups; a group's ``use_muon=True`` sends its parameters
@@ -363,9 +441,6 @@ class UltralyticsMuSGD(MuSGD):
         self.sgd = float(sgd)
         self.ns_dtype = self.ns.dtype
         self.ns_backend = self.ns.backend
-        assert self.ns.scale is not None  # with_defaults filled it
-        self._body = UltralyticsBody(self.muon, self.sgd, self.ns.scale)
-        self._ns_by_device: dict[torch.device, NSSettings] = {}
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,
@@ -378,113 +453,16 @@ class UltralyticsMuSGD(MuSGD):
         }
         validate_flavour_group(defaults, where="UltralyticsMuSGD")
         del defaults["params"]
-        # MuSGD's own constructor validates its own flavour's settings: set up the same machinery.
-        Optimizer.__init__(self, params, defaults)
-        self._setup_execution(foreach=None, process_group=process_group, recorder=recorder)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Validate the group (before anything is stored), then add it."""
-        params = param_group.get("params", [])
-        # A generator is read once, here: the stored group and the check see the same list.
-        param_group = {
-            **param_group,
-            "params": [params] if isinstance(params, Tensor) else list(params),
-        }
-        merged = {**self.defaults, **param_group}
-        validate_flavour_group(merged, where=f"param_groups[{len(self.param_groups)}]")
-        Optimizer.add_param_group(self, param_group)
-
-    def _step_group(
-        self,
-        index: int,
-        group: dict[str, Any],
-        params: list[Tensor],
-        grads: list[Tensor],
-        bufs: list[Tensor],
-    ) -> None:
-        if is_sharded(params):
-            raise RuntimeError(
-                "UltralyticsMuSGD does not shard FSDP2 (DTensor) parameters; use it with DDP "
-                "(process_group=... shares the Newton-Schulz work across ranks) or one process, "
-                "or use musgd.MuSGD for FSDP2"
-            )
-        use_muon = bool(group["use_muon"])
-        if use_muon:
-            bufs = [*bufs, *self._buffers(params, SGD_BUFFER)]
-        momentum = float(group["momentum"])
-        weight_decay = float(group["weight_decay"])
-        lr = float(group["lr"])
-        shares = self._sharded.shares_ddp() and use_muon and self.muon != 0.0
-        step = GroupStep(
-            params=params,
-            grads=grads,
-            bufs=bufs,
-            # Padded stacks as in MuSGD, except where ranks share the work: the DDP plan
-            # slices same-shape buckets.
-            layout=self._layout(params, use_muon, sharded=shares),
-            hyper=flavour_hyper(momentum, weight_decay, lr, 1.0 - momentum),
-            structure=Structure(
-                nesterov=bool(group["nesterov"]),
-                decay=weight_decay != 0.0,
-                muon=use_muon and self.muon != 0.0,
-                ns=self._ns_settings(params[0].device),
-            ),
+        super().__init__(
+            params,
+            defaults,
+            UltralyticsRule(self.muon, self.sgd, self.ns),
+            process_group=process_group,
+            recorder=recorder,
         )
-        orth = self._orthogonalizer(group)
-        if shares:
-            self._step_shared(step, orth, lr)
-            return
-        self._prepare_and_apply(index, group, step, self._body, orth, lr)
-
-    def _ns_settings(self, device: torch.device) -> NSSettings:
-        """The Newton-Schulz settings of :attr:`ns` for matrices on ``device`` (its dtype
-        ``"auto"`` resolved there), made once per device."""
-        found = self._ns_by_device.get(device)
-        if found is None:
-            ns = self.ns
-            assert ns.dtype is not None  # with_defaults filled it
-            dtype = resolve_ns_dtype(ns.dtype, device)
-            found = NSSettings(ns.steps, ns.triples, ns.eps, dtype, ns.backend)
-            self._ns_by_device[device] = found
-        return found
 
     def ns_config(self, group: int = 0) -> NSConfig:
         """The Newton-Schulz settings every group steps with (this flavour keeps one, like
         ``muon`` and ``sgd``, out of the Ultralytics state-dict layout)."""
         del group
         return self.ns
-
-    def _step_shared(self, step: GroupStep, orth: Orthogonalizer, lr: float) -> None:
-        """A ``use_muon`` group under DDP: each rank orthogonalizes the bucket slices the plan
-        gives it (batched torch products, replayed under ``capture_orthogonalization``), one
-        ``all_gather`` shares the results, and every rank runs the rest of the update on the
-        whole group, so parameters and both buffers stay identical on every rank. Collectives
-        sit inside the step, so ``capture_updates`` records nothing here."""
-        layout, structure = step.layout, step.structure
-        ns = dataclasses.replace(structure.ns, backend="torch")
-        shared = self._sharded.ddp_plan(layout, step.params, structure, orth)
-        if shared is None:  # pragma: no cover - shares_ddp() said two or more ranks
-            raise RuntimeError("UltralyticsMuSGD: the process group has one rank")
-        plan, comm = shared
-
-        def orthogonalized(u: list[Tensor]) -> list[Tensor]:
-            results: list[Tensor | None] = [None] * len(u)
-
-            def compute(item: WorkItem) -> None:
-                bucket = layout.buckets[item.bucket]
-                indices = bucket.indices[item.start : item.stop]
-                _orthogonalize_into(results, u, bucket, indices, ns, orth)
-
-            exchange_results(results, step.params, layout, plan, comm, compute)
-            return cast(list[Tensor], results)
-
-        updates = self._body.run(
-            step.params,
-            step.grads,
-            step.bufs,
-            layout,
-            step.hyper,
-            structure,
-            orthogonalized,
-        )
-        apply_updates(step.params, updates, lr)

@@ -294,14 +294,14 @@ def test_a_first_step_inside_a_capture_raises_and_changes_nothing(
 ) -> None:
     """Momentum buffers are made at a parameter's first step: inside a CUDA-graph capture that
     would be replayed as a reset, so it raises, saying to step once first."""
-    import musgd._optimizer as optimizer_module
+    import musgd._engine as engine_module
 
     params = make_params(7)
     for p in params:
         p.grad = torch.ones_like(p)
     before = [p.detach().clone() for p in params]
     opt = MuSGD(params, lr=0.1)
-    monkeypatch.setattr(optimizer_module, "capturing", lambda device=None: True)
+    monkeypatch.setattr(engine_module, "capturing", lambda device=None: True)
     with pytest.raises(RuntimeError, match="run one step outside the capture first"):
         opt.step()
     assert not any(opt.state.values()), "no buffer was made"
