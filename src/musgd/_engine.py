@@ -36,6 +36,7 @@ from musgd._functional import (
     apply_updates,
     build_layout,
     matrix_shape,
+    multi_neg,
     pad_bound,
 )
 from musgd._replay import CudaGraphRecorder, Recorder, ReplayOrthogonalizer, ReplayState
@@ -163,6 +164,10 @@ class StepEngine:
         """Steps 1-5 of one group: the rule's values and preparation, replayed where the
         group asks for it, or the rule's shared step across ranks; then the write."""
         rule = self.rule
+        if group.get(
+            "maximize", False
+        ):  # the step on -grad, as torch.optim's maximize (exact negation)
+            grads = multi_neg(grads)
         bufs = [b for key in rule.buffers(group) for b in self.buffers(params, key)]
         shares = rule.shares(group, params, self.sharded)
         device = params[0].device
@@ -253,6 +258,38 @@ class StepEngine:
         return [state[p][key] for p in params]
 
 
+# The generic torch.optim flags these optimizers do not take, and what serves instead.
+GENERIC_FLAGS = {
+    "differentiable": (
+        False,
+        "the step is not differentiable (it runs under torch.no_grad, and Newton-Schulz is not "
+        "meant to be differentiated through); use a torch.optim optimizer for "
+        "learning-to-learn setups",
+    ),
+    "fused": (
+        None,
+        "the fused work is ns_backend='triton' (grouped Triton Newton-Schulz kernels, a packed "
+        "momentum kernel) and capture_updates=True (the whole update preparation replayed "
+        "from one CUDA graph)",
+    ),
+    "capturable": (
+        False,
+        "every step is capturable as it is: run one step first, then capture the whole step "
+        "in a CUDA graph; float32 one-element device tensors for lr and the other "
+        "hyperparameters are read on the device, so schedules reach the captured step",
+    ),
+}
+
+
+def refuse_generic_flags(where: str, **flags: object) -> None:
+    """Raise ValueError for a generic ``torch.optim`` flag this optimizer does not offer
+    (:data:`GENERIC_FLAGS`) set to anything but its default, saying what replaces it."""
+    for name, value in flags.items():
+        default, instead = GENERIC_FLAGS[name]
+        if value is not default and value is not False:
+            raise ValueError(f"{where}: {name}={value!r} is not offered: {instead}")
+
+
 class EngineOptimizer(Optimizer):
     """A ``torch.optim.Optimizer`` whose step is a :class:`StepEngine` running ``rule``.
 
@@ -274,9 +311,29 @@ class EngineOptimizer(Optimizer):
     ) -> None:
         self._rule = rule  # Optimizer.__init__ admits the groups through it
         super().__init__(params, defaults)
+        self._shard_balance = shard_balance
         self._engine = StepEngine(
             self, rule, process_group=process_group, shard_balance=shard_balance, recorder=recorder
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle or a deep copy carries: ``torch.optim``'s groups, defaults and state,
+        the rule and the flavour's public settings (``muon``, ``ns``, ...). The engine is not
+        carried: a copy builds its own (no recordings, the default recorder, no process
+        group; its parameters are new tensors, so recordings by address could not serve)."""
+        state = super().__getstate__()
+        state.update(
+            {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in state}
+        )
+        state["_rule"] = self._rule
+        state["_shard_balance"] = self._shard_balance
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # ``Optimizer.load_state_dict`` sets state through here too: keep a live engine.
+        if "_engine" not in self.__dict__:
+            self._engine = StepEngine(self, self._rule, shard_balance=self._shard_balance)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Check the group's settings (before anything is stored), then add it."""

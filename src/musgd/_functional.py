@@ -439,6 +439,13 @@ def multi_add(tensors: Sequence[Tensor], others: Sequence[Tensor]) -> list[Tenso
     return [t.add(o) for t, o in zip(tensors, others, strict=True)]
 
 
+def multi_neg(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """``-t`` for each tensor, fresh (exact: a negation rounds nothing)."""
+    if not torch.compiler.is_compiling():
+        return list(torch._foreach_neg(list(tensors)))
+    return [t.neg() for t in tensors]
+
+
 def multi_copy_(targets: Sequence[Tensor], sources: Sequence[Tensor]) -> None:
     """``t <- s`` for each pair."""
     if not torch.compiler.is_compiling():

@@ -16,7 +16,13 @@ import torch
 from torch import Tensor
 
 from musgd._distributed import ShardedStep
-from musgd._engine import EngineOptimizer, ParamsT, StepEngine, StepValues
+from musgd._engine import (
+    EngineOptimizer,
+    ParamsT,
+    StepEngine,
+    StepValues,
+    refuse_generic_flags,
+)
 from musgd._functional import (
     MOMENTUM_BUFFER,
     Hyper,
@@ -42,6 +48,10 @@ from musgd._triton_ns import BACKENDS as NS_BACKENDS
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
+# The learning rate of the Muon write-up's hidden-layer matrices (R1), and the one this
+# project's tests, benchmarks and examples train the default flavour with; a default only so that
+# generic construction (``MuSGD(model.parameters())``) works, as torch.optim's optimizers allow.
+DEFAULT_LR = 0.02
 DEFAULT_MOMENTUM = 0.95
 DEFAULT_W_MUON = 0.5
 DEFAULT_W_SGD = 0.5
@@ -105,7 +115,9 @@ class MuSGD(EngineOptimizer):
 
     Args:
         params: parameters or param groups (see :func:`musgd.param_groups`).
-        lr: learning rate (required, >= 0), a number or a one-element tensor (see above).
+        lr: learning rate (>= 0), a number or a one-element tensor (see above). Default 0.02,
+            the learning rate of the Muon write-up's hidden-layer matrices and of this
+            project's examples; tune it for your model.
         momentum: momentum factor in [0, 1). Default 0.95.
         nesterov: use Nesterov momentum. Default True.
         weight_decay: decoupled-into-the-update L2 factor (>= 0). Default 0.
@@ -127,6 +139,9 @@ class MuSGD(EngineOptimizer):
             raises ValueError. Stored in each param group as those plain entries (a group may
             pass its own ``"ns"``); :meth:`ns_config` reads it back. This flavour scales by
             ``"muon"``, ``0.2*sqrt(max(rows, cols))``.
+        maximize: step on ``-grad`` (maximize the objective), as in ``torch.optim``; every
+            path (eager, replayed, sharded) negates the gradients first, exactly. Default
+            False. Lives in each param group.
         foreach: use the ``torch._foreach_*`` body (default) or the per-tensor body.
         capture_orthogonalization: replay Newton-Schulz calls from CUDA graphs, recorded once
             per matrix signature; results are bit-identical to eager. Off by default. Lives in
@@ -170,12 +185,20 @@ class MuSGD(EngineOptimizer):
         recorder: what records and replays device work for the two capture options (default:
             a ``CudaGraphRecorder``); a seam for tests and tools, e.g. a recorder with other
             ``branches``, or a CPU fake with CUDA-graph semantics.
+        differentiable, fused, capturable: the generic ``torch.optim`` flags this optimizer
+            does not offer; anything but their defaults raises ValueError saying what serves
+            instead: the step is not differentiable; the fused work is ``ns_backend="triton"``
+            and ``capture_updates``; every step is capturable as it is (see above). Of the
+            generic flags, ``foreach`` and ``maximize`` are offered.
+
+    A pickled or deep-copied optimizer carries its groups, state and settings, and builds its
+    own engine: no recordings, the default recorder, no ``process_group``.
     """
 
     def __init__(
         self,
         params: ParamsT,
-        lr: float,
+        lr: float = DEFAULT_LR,
         momentum: float = DEFAULT_MOMENTUM,
         nesterov: bool = True,
         weight_decay: float = 0.0,
@@ -188,6 +211,7 @@ class MuSGD(EngineOptimizer):
         use_muon: bool | None = None,
         *,
         ns: NSConfig | None = None,
+        maximize: bool = False,
         foreach: bool | None = None,
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
@@ -195,7 +219,13 @@ class MuSGD(EngineOptimizer):
         ns_backend: str = "auto",
         shard_balance: str = "flops",
         recorder: Recorder | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        capturable: bool = False,
     ) -> None:
+        refuse_generic_flags(
+            "MuSGD", differentiable=differentiable, fused=fused, capturable=capturable
+        )
         flat: dict[str, Any] = {
             "ns_steps": ns_steps,
             "ns_coefficients": ns_coefficients,
@@ -216,6 +246,7 @@ class MuSGD(EngineOptimizer):
             "use_muon": use_muon,
             "capture_orthogonalization": capture_orthogonalization,
             "capture_updates": capture_updates,
+            "maximize": maximize,
         }
         _validate_group(defaults, where="MuSGD")
         defaults["ns_coefficients"] = resolve_coefficients(
@@ -406,7 +437,7 @@ def _validate_group(group: dict[str, Any], *, where: str) -> None:
         fail("ns_dtype", '"auto", torch.bfloat16, torch.float16 or torch.float32')
     if group["use_muon"] not in (None, True, False):
         fail("use_muon", "None, True or False")
-    for name in ("capture_orthogonalization", "capture_updates"):
+    for name in ("capture_orthogonalization", "capture_updates", "maximize"):
         if not isinstance(group[name], bool):
             fail(name, "True or False")
     if group["ns_backend"] not in NS_BACKENDS:

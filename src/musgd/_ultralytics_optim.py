@@ -40,7 +40,13 @@ import torch
 from torch import Tensor
 
 from musgd._distributed import ShardedStep, WorkItem, exchange_results, is_sharded
-from musgd._engine import EngineOptimizer, ParamsT, StepEngine, StepValues
+from musgd._engine import (
+    EngineOptimizer,
+    ParamsT,
+    StepEngine,
+    StepValues,
+    refuse_generic_flags,
+)
 from musgd._functional import (
     MOMENTUM_BUFFER,
     Bucket,
@@ -218,7 +224,13 @@ def validate_flavour_group(group: dict[str, Any], *, where: str) -> None:
     wd = group["weight_decay"]
     if not _finite(wd) or wd < 0:
         _fail(where, "weight_decay", "a finite number >= 0", wd)
-    for name in ("nesterov", "use_muon", "capture_orthogonalization", "capture_updates"):
+    for name in (
+        "nesterov",
+        "use_muon",
+        "capture_orthogonalization",
+        "capture_updates",
+        "maximize",
+    ):
         if not isinstance(group[name], bool):
             _fail(where, name, "True or False", group[name])
     if group["use_muon"]:
@@ -406,6 +418,10 @@ class UltralyticsMuSGD(EngineOptimizer):
             the step); ``capture_orthogonalization`` replays each rank's share. Without it
             (default), every rank runs all of the work. FSDP2 (DTensor) parameters are refused.
         recorder: what records device work for replay (see :class:`musgd.MuSGD`).
+        maximize: step on ``-grad``, as in ``torch.optim`` (every path). Default False. Lives
+            in each param group (an extra key the Ultralytics optimizer ignores).
+        differentiable, fused, capturable: not offered, as in :class:`musgd.MuSGD` (raise
+            ValueError saying what serves instead).
     """
 
     def __init__(
@@ -426,7 +442,14 @@ class UltralyticsMuSGD(EngineOptimizer):
         ns_backend: str = "auto",
         process_group: ProcessGroup | None = None,
         recorder: Recorder | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        capturable: bool = False,
     ) -> None:
+        refuse_generic_flags(
+            "UltralyticsMuSGD", differentiable=differentiable, fused=fused, capturable=capturable
+        )
         for name, value in (("muon", muon), ("sgd", sgd)):
             if not _finite(value) or value < 0:
                 _fail("UltralyticsMuSGD", name, "a finite number >= 0", value)
@@ -449,6 +472,7 @@ class UltralyticsMuSGD(EngineOptimizer):
             "use_muon": use_muon,
             "capture_orthogonalization": capture_orthogonalization,
             "capture_updates": capture_updates,
+            "maximize": maximize,
             "params": [],
         }
         validate_flavour_group(defaults, where="UltralyticsMuSGD")

@@ -122,7 +122,8 @@ def test_use_muon_forces_the_route(use_muon: bool) -> None:
 
 
 def test_defaults_are_the_spec_values() -> None:
-    assert inspect.signature(MuSGD).parameters["lr"].default is inspect.Parameter.empty
+    # Issue #36 gave lr a default (generic construction, as torch.optim's optimizers allow).
+    assert inspect.signature(MuSGD).parameters["lr"].default == 0.02
     group = MuSGD([nn.Parameter(torch.zeros(4, 4))], lr=0.1).param_groups[0]
     expected = {
         "lr": 0.1,
@@ -136,6 +137,7 @@ def test_defaults_are_the_spec_values() -> None:
         "ns_dtype": "auto",
         "use_muon": None,
         "ns_coefficients": (MUON_TRIPLE,) * 5,
+        "maximize": False,
     }
     assert {k: group[k] for k in expected} == expected
 
