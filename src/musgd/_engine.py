@@ -164,10 +164,8 @@ class StepEngine:
         """Steps 1-5 of one group: the rule's values and preparation, replayed where the
         group asks for it, or the rule's shared step across ranks; then the write."""
         rule = self.rule
-        if group.get(
-            "maximize", False
-        ):  # the step on -grad, as torch.optim's maximize (exact negation)
-            grads = multi_neg(grads)
+        if group.get("maximize", False):
+            grads = multi_neg(grads)  # the step on -grad, as torch.optim's (an exact negation)
         bufs = [b for key in rule.buffers(group) for b in self.buffers(params, key)]
         shares = rule.shares(group, params, self.sharded)
         device = params[0].device
