@@ -27,6 +27,7 @@ from musgd.ultralytics import UltralyticsMuSGD
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_fakes import FakeRecorder
+from test_distributed import single_rank  # noqa: F401 - a fixture, used by name
 
 SHAPES = [(8, 6), (6, 3, 3, 3), (4, 4), (6,), (8,)]
 Make = Callable[..., torch.optim.Optimizer]
@@ -227,15 +228,6 @@ def test_maximize_on_f_is_minimize_on_minus_f_bit_for_bit(make: Make, path: str)
             set_grads(params, step)
             opt.step()
         assert opt._replay.stats.replays > 0  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def single_rank(tmp_path: Path) -> Any:
-    dist.init_process_group(
-        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
-    )
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.usefixtures("single_rank")
