@@ -20,12 +20,14 @@ from musgd._newton_schulz import (
     orthogonalize,
     orthogonalize_batched,
 )
+from musgd._nsconfig import NSConfig
 from musgd._optimizer import MuSGD
 
 __all__ = [
     "DEFAULT_COEFFICIENTS",
     "GradClipReplay",
     "MuSGD",
+    "NSConfig",
     "matrix_shape",
     "orthogonalize",
     "orthogonalize_batched",

@@ -43,19 +43,19 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from musgd._device import lpt_assign
 from musgd._functional import (
     Bucket,
-    GroupStep,
     Hyper,
     Layout,
     Orthogonalizer,
     PrepareFn,
+    StepRecord,
     Structure,
     add_decay_foreach,
     add_orthogonalized,
     apply_updates,
     momentum_foreach,
-    prepare_updates_foreach,
     sgd_terms_foreach,
     stack_bucket,
 )
@@ -202,15 +202,11 @@ def plan_buckets(
         parts = parts_of(b, count, total)
         for start, stop in _split(count, parts):
             slices.append((b, start, stop, cost(b, stop - start)))
-    loads = [0.0] * world_size
-    owners: dict[tuple[int, int], int] = {}
-    for b, start, _, weight in sorted(slices, key=lambda s: (-s[3], s[0], s[1])):
-        owner = min(range(world_size), key=lambda r: (loads[r], r))
-        loads[owner] += weight
-        owners[(b, start)] = owner
+    # Slices are listed in (bucket, start) order, so the planner's ties fall as the plan's.
+    owners = lpt_assign([weight for _, _, _, weight in slices], world_size)
     items = tuple(
-        WorkItem(b, start, stop, per_matrix[b] * (stop - start), owners[(b, start)], weight)
-        for b, start, stop, weight in slices
+        WorkItem(b, start, stop, per_matrix[b] * (stop - start), owner, weight)
+        for (b, start, stop, weight), owner in zip(slices, owners, strict=True)
     )
     return ShardPlan(world_size, items)
 
@@ -382,27 +378,23 @@ class ShardedStep:
         """Whether this step (rather than the single-process body) handles these parameters."""
         return self._group is not None or is_sharded(params)
 
-    def step(
-        self,
-        step: GroupStep,
-        *,
-        orth: Orthogonalizer,
-        lr: float,
-        body: PrepareFn = prepare_updates_foreach,
-    ) -> None:
-        """Steps 1-5 of one param group (its layout built from the global shapes).
+    def step(self, step: StepRecord, *, lr: float, body: PrepareFn) -> None:
+        """Steps 1-5 of one param group of the default flavour (its layout built from the
+        global shapes; its Newton-Schulz through ``step.orth``).
 
         ``body`` is the optimizer's single-process body; at world size 1 it runs on the local
         tensors (which then are the whole tensors), exactly as without a process group.
         """
-        layout, hyper, structure = step.layout, step.hyper, step.structure
+        layout, structure, orth = step.layout, step.structure, step.orth
+        hyper = step.hyper
+        assert isinstance(hyper, Hyper)  # the default flavour's record
         group, sharded = self._resolve(step.params, step.grads, step.bufs)
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         P = [_local(t) for t in step.params]
         G = [_local(t) for t in step.grads]
         M = [_local(t) for t in step.bufs]
         if world == 1:
-            apply_updates(P, body(P, G, M, layout, hyper, structure, orth), lr)
+            apply_updates(P, body(dataclasses.replace(step, params=P, grads=G, bufs=M)), lr)
             return
         # Every rank joins a new layout's agreement check, even one without matrices this step.
         plan = self._plan(layout, P, group, world, structure, orth) if structure.muon else None

@@ -20,6 +20,7 @@ hyperparameters in device tensors must therefore fall back to eager for non-floa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
@@ -30,15 +31,18 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 import torch
 from torch import Tensor
 
-from musgd._newton_schulz import Triple, orthogonalize, orthogonalize_batched
+from musgd._device import capturing
+from musgd._newton_schulz import (
+    Triple,
+    muon_rms_scale,
+    orthogonalize,
+    orthogonalize_batched,
+)
 
 if TYPE_CHECKING:
     from musgd._triton_ns import MomentumPlan, TablePlan
 
 MOMENTUM_BUFFER = "momentum_buffer"
-# Muon's RMS-matching factor: 0.2*sqrt(max(rows, cols)) gives the orthogonalized update about
-# the RMS of an Adam/SGD update (Moonshot's "Muon is Scalable", arXiv 2502.16982; R3).
-MUON_RMS_SCALE = 0.2
 
 Scalar = float | Tensor
 
@@ -63,6 +67,18 @@ class Hyper:
     weight_decay: Scalar
     w_muon: Scalar
     w_sgd: Scalar
+
+
+class HyperValues(Protocol):
+    """A flavour's per-step hyperparameter record (:class:`Hyper` for the default flavour):
+    frozen dataclasses of Python floats or 0-d device tensors, whose fields replay holds in
+    device tensors (``musgd._update_replay.HyperSlots``). The momentum helpers read these two."""
+
+    @property
+    def momentum(self) -> Scalar: ...
+
+    @property
+    def weight_decay(self) -> Scalar: ...
 
 
 @dataclass(frozen=True)
@@ -103,13 +119,13 @@ class Bucket:
     @property
     def scale(self) -> float:
         """The RMS scale of a bucket whose matrices all fill their blocks."""
-        return MUON_RMS_SCALE * math.sqrt(max(self.rows, self.cols))
+        return muon_rms_scale(self.rows, self.cols)
 
     @property
     def scales(self) -> tuple[float, ...]:
         """Each matrix's RMS scale, ``0.2*sqrt(max(rows_i, cols_i))``, in ``indices`` order."""
         shapes = self.member_shapes or ((self.rows, self.cols),) * len(self.indices)
-        return tuple(MUON_RMS_SCALE * math.sqrt(max(r, c)) for r, c in shapes)
+        return tuple(muon_rms_scale(r, c) for r, c in shapes)
 
     @property
     def cost(self) -> int:
@@ -196,13 +212,6 @@ class Orthogonalizer(Protocol):
         scales in place; an implementation may save copies but must give the same bits.
         """
         return scale_stack(self.batched(stack_bucket(members, bucket), ns), bucket)
-
-
-def capturing(device: torch.device | None = None) -> bool:
-    """Whether the current CUDA stream is capturing a graph: for work on ``device`` (never
-    where it is not a CUDA device), or, without one, wherever CUDA is available."""
-    cuda = torch.cuda.is_available() if device is None else device.type == "cuda"
-    return cuda and torch.cuda.is_current_stream_capturing()
 
 
 def run_in_order(jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
@@ -430,6 +439,13 @@ def multi_add(tensors: Sequence[Tensor], others: Sequence[Tensor]) -> list[Tenso
     return [t.add(o) for t, o in zip(tensors, others, strict=True)]
 
 
+def multi_neg(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """``-t`` for each tensor, fresh (exact: a negation rounds nothing)."""
+    if not torch.compiler.is_compiling():
+        return list(torch._foreach_neg(list(tensors)))
+    return [t.neg() for t in tensors]
+
+
 def multi_copy_(targets: Sequence[Tensor], sources: Sequence[Tensor]) -> None:
     """``t <- s`` for each pair."""
     if not torch.compiler.is_compiling():
@@ -450,7 +466,7 @@ def advance_momentum(bufs: Sequence[Tensor], grads: Sequence[Tensor], momentum: 
 
 
 def momentum_foreach(
-    bufs: Sequence[Tensor], grads: Sequence[Tensor], hyper: Hyper, structure: Structure
+    bufs: Sequence[Tensor], grads: Sequence[Tensor], hyper: HyperValues, structure: Structure
 ) -> list[Tensor]:
     """Steps 1–2: ``m <- mu*m + g`` in place; returns ``n`` (fresh with Nesterov, else ``m``)."""
     bufs = list(bufs)
@@ -851,7 +867,7 @@ def prepare_updates_per_tensor(
             u = n.mul(hyper.w_sgd)
             if structure.muon:
                 O = orth.single(n.reshape(rc), structure.ns)
-                O.mul_(MUON_RMS_SCALE * math.sqrt(max(rc))).mul_(hyper.w_muon)
+                O.mul_(muon_rms_scale(*rc)).mul_(hyper.w_muon)
                 u.add_(O.reshape_as(u))
         if structure.decay:
             u = u.add(W.mul(hyper.weight_decay))
@@ -859,37 +875,42 @@ def prepare_updates_per_tensor(
     return updates
 
 
-PrepareFn = Callable[
-    [
-        Sequence[Tensor],
-        Sequence[Tensor],
-        Sequence[Tensor],
-        Layout,
-        Hyper,
-        Structure,
-        Orthogonalizer,
-    ],
-    list[Tensor],
-]
-
-
 @dataclass(frozen=True)
-class GroupStep:
-    """One param group's step inputs: the parameters with gradients, those gradients, their
-    momentum buffers, the routing, this step's hyperparameters and the operations to run."""
+class StepRecord:
+    """One param group's step, as an update rule's body takes it: the parameters with
+    gradients, those gradients, their buffers (the rule's state keys, key by key), the routing,
+    this step's hyperparameter record, the operations to run and the orthogonalizer (eager, or
+    replaying) its Newton-Schulz calls go through."""
 
     params: Sequence[Tensor]
     grads: Sequence[Tensor]
     bufs: Sequence[Tensor]
     layout: Layout
-    hyper: Hyper
+    hyper: HyperValues
     structure: Structure
+    orth: Orthogonalizer = dataclasses.field(default_factory=EagerOrthogonalizer)
 
-    def prepare(self, body: PrepareFn, orth: Orthogonalizer) -> list[Tensor]:
-        """Steps 1-4 through ``body`` (a foreach or per-tensor body) with ``orth``."""
-        return body(
-            self.params, self.grads, self.bufs, self.layout, self.hyper, self.structure, orth
-        )
+
+# An update rule's body: steps 1-4 of one group (``U`` for ``P <- P - lr*U``), buffers updated in
+# place. One signature for both flavours, the replay and the distributed step.
+PrepareFn = Callable[[StepRecord], list[Tensor]]
+
+
+def prepare_default(record: StepRecord, *, foreach: bool = True) -> list[Tensor]:
+    """The default flavour's body: :func:`prepare_updates_foreach` (or, without ``foreach``,
+    :func:`prepare_updates_per_tensor`) on the record's tensors."""
+    hyper = record.hyper
+    assert isinstance(hyper, Hyper)  # the default flavour's record
+    body = prepare_updates_foreach if foreach else prepare_updates_per_tensor
+    return body(
+        record.params,
+        record.grads,
+        record.bufs,
+        record.layout,
+        hyper,
+        record.structure,
+        record.orth,
+    )
 
 
 def apply_updates(params: Sequence[Tensor], updates: Sequence[Tensor], lr: Scalar) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -26,7 +26,49 @@ SUPPORTED_NS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 AUTO_NS_DTYPE = "auto"
 
 Triple = tuple[float, float, float]
-Coefficients = Triple | Sequence[Triple]
+Coefficients = str | Triple | Sequence[Triple]
+
+# Named coefficient schedules: name -> one (a, b, c) triple per iteration (a shorter schedule
+# repeats its last triple). Adding a named schedule is one entry here; ``NSConfig`` and the
+# ``ns_coefficients`` arguments accept every name listed.
+COEFFICIENT_SCHEDULES: dict[str, tuple[Triple, ...]] = {
+    "quintic": (DEFAULT_COEFFICIENTS,),
+}
+
+# Muon's RMS-matching factor: 0.2*sqrt(max(rows, cols)) gives the orthogonalized update about
+# the RMS of an Adam/SGD update (Moonshot's "Muon is Scalable", arXiv 2502.16982; R3).
+MUON_RMS_SCALE = 0.2
+
+
+def muon_rms_scale(rows: int, cols: int) -> float:
+    """The default flavour's Muon scale of a ``(rows, cols)`` matrix: ``0.2*sqrt(max(rows,
+    cols))`` (the ``"muon"`` scale)."""
+    return MUON_RMS_SCALE * math.sqrt(max(rows, cols))
+
+
+def ultralytics_scale(shape: Sequence[int]) -> float:
+    """The Ultralytics flavour's Muon scale: ``sqrt(max(1, shape[-2]/shape[-1]))`` (the
+    ``"ultralytics"`` scale).
+
+    Measured on the installed Ultralytics 8.4.190 as a black box (one step on a zero parameter,
+    ``lr=1``, ``momentum=0``, ``muon=1``, ``sgd=0``; tests/ultralytics checks it): the ratio is that
+    of the tensor's last two dimensions, so ``rows/cols`` for a matrix but ``kh/kw`` for a conv
+    kernel ``(O, I, kh, kw)``, not the ``rows/cols`` of its matrix view that the spec states.
+    """
+    return math.sqrt(max(1.0, shape[-2] / shape[-1]))
+
+
+def _muon_tensor_scale(shape: Sequence[int]) -> float:
+    """:func:`muon_rms_scale` of a tensor's matrix view ``(shape[0], numel/shape[0])``."""
+    rows = shape[0]
+    return muon_rms_scale(rows, math.prod(shape) // rows)
+
+
+# Named Muon scales: name -> the scale of a tensor of that shape (routed to Newton-Schulz).
+SCALES: dict[str, Callable[[Sequence[int]], float]] = {
+    "muon": _muon_tensor_scale,
+    "ultralytics": ultralytics_scale,
+}
 
 
 def resolve_coefficients(coefficients: Coefficients, steps: int) -> tuple[Triple, ...]:
@@ -63,6 +105,15 @@ def _resolve(coefficients: Coefficients, steps: int) -> tuple[Triple, ...]:
 
 def _as_triples(coefficients: Coefficients) -> list[Triple]:
     """Return `coefficients` as a list of validated float triples."""
+    if isinstance(coefficients, str):
+        schedule = COEFFICIENT_SCHEDULES.get(coefficients)
+        if schedule is None:
+            names = ", ".join(map(repr, COEFFICIENT_SCHEDULES))
+            raise ValueError(
+                f"ns_coefficients names no known schedule: {coefficients!r}; the names are "
+                f"{names}, or pass a sequence of (a, b, c) triples"
+            )
+        return list(schedule)
     if not isinstance(coefficients, Sequence):
         # Without this, len() below raises a TypeError that names no argument.
         raise ValueError(

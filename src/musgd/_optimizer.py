@@ -1,33 +1,35 @@
-"""The MuSGD optimizer class: validates hyperparameters, gathers state, dispatches the step."""
+"""The default MuSGD flavour: its constructor, its update rule and its hyperparameter checks.
+
+The step itself is the engine's (``musgd._engine``); this module says what the default flavour
+is: the hyperparameters of spec §1, one momentum buffer per parameter and the bodies of
+``musgd._functional``.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
-from torch.optim import Optimizer
 
 from musgd._distributed import ShardedStep
+from musgd._engine import (
+    EngineOptimizer,
+    ParamsT,
+    StepEngine,
+    StepValues,
+    refuse_generic_flags,
+)
 from musgd._functional import (
     MOMENTUM_BUFFER,
-    EagerOrthogonalizer,
-    GroupStep,
     Hyper,
-    Layout,
     NSSettings,
-    Orthogonalizer,
-    PrepareFn,
+    StepRecord,
     Structure,
-    apply_updates,
-    build_layout,
-    capturing,
-    matrix_shape,
-    pad_bound,
-    prepare_updates_foreach,
-    prepare_updates_per_tensor,
+    prepare_default,
 )
 from musgd._newton_schulz import (
     AUTO_NS_DTYPE,
@@ -39,21 +41,23 @@ from musgd._newton_schulz import (
     resolve_coefficients,
     resolve_ns_dtype,
 )
-from musgd._replay import CudaGraphRecorder, Recorder, ReplayOrthogonalizer, ReplayState
+from musgd._nsconfig import NSConfig, from_group, group_entries, merge_flat
+from musgd._replay import Recorder
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
-from musgd._update_replay import UpdateReplayer
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
+# The learning rate of the Muon write-up's hidden-layer matrices (R1), and the one this
+# project's tests, benchmarks and examples train the default flavour with; a default only so that
+# generic construction (``MuSGD(model.parameters())``) works, as torch.optim's optimizers allow.
+DEFAULT_LR = 0.02
 DEFAULT_MOMENTUM = 0.95
 DEFAULT_W_MUON = 0.5
 DEFAULT_W_SGD = 0.5
 
-ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
 
-
-class MuSGD(Optimizer):
+class MuSGD(EngineOptimizer):
     r"""Muon's Newton–Schulz orthogonalization mixed with SGD momentum.
 
     For each parameter ``W`` with gradient ``g`` and momentum buffer ``m``::
@@ -82,6 +86,10 @@ class MuSGD(Optimizer):
     nano-detector step on a 2-core CPU, with the same loss curves), while with it bf16 is the
     faster one. Pass a dtype to choose it yourself.
 
+    The step is the step engine's (``musgd._engine.StepEngine``) running this flavour's update
+    rule (:class:`DefaultRule`); :class:`musgd.ultralytics.UltralyticsMuSGD` holds the same
+    engine with its own rule.
+
     ``torch.compile(optimizer.step)`` works (the step's multi-tensor work becomes per-tensor
     code that Inductor fuses); under compile, the capture flags run the eager body.
 
@@ -107,20 +115,33 @@ class MuSGD(Optimizer):
 
     Args:
         params: parameters or param groups (see :func:`musgd.param_groups`).
-        lr: learning rate (required, >= 0), a number or a one-element tensor (see above).
+        lr: learning rate (>= 0), a number or a one-element tensor (see above). Default 0.02,
+            the learning rate of the Muon write-up's hidden-layer matrices and of this
+            project's examples; tune it for your model.
         momentum: momentum factor in [0, 1). Default 0.95.
         nesterov: use Nesterov momentum. Default True.
         weight_decay: decoupled-into-the-update L2 factor (>= 0). Default 0.
         w_muon: weight of the orthogonalized term (>= 0); 0 skips Newton–Schulz. Default 0.5.
         w_sgd: weight of the SGD term for matrices (>= 0). Default 0.5.
         ns_steps: Newton–Schulz iterations, 1..100. Default 5.
-        ns_coefficients: one (a, b, c) triple, or one per iteration (a shorter sequence repeats
-            its last triple). Default (3.4445, -4.7750, 2.0315).
+        ns_coefficients: a schedule name (``"quintic"``), one (a, b, c) triple, or one per
+            iteration (a shorter sequence repeats its last triple). Default
+            (3.4445, -4.7750, 2.0315), the ``"quintic"`` schedule.
         eps: added to the Frobenius norm before normalizing (> 0). Default 1e-7.
         ns_dtype: Newton–Schulz working dtype: ``"auto"`` (bf16 where it is native, float32
             elsewhere; see above), ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``.
             Default ``"auto"``.
         use_muon: force (True) or forbid (False) the matrix route; None routes by shape.
+        ns: the Newton-Schulz settings as one :class:`musgd.NSConfig` (steps, coefficients,
+            eps, dtype, backend, scale). The flat ``ns_steps``, ``ns_coefficients``, ``eps``,
+            ``ns_dtype`` and ``ns_backend`` are shorthands for its fields: left at their
+            defaults they defer to ``ns``, and one given with another value than ``ns`` holds
+            raises ValueError. Stored in each param group as those plain entries (a group may
+            pass its own ``"ns"``); :meth:`ns_config` reads it back. This flavour scales by
+            ``"muon"``, ``0.2*sqrt(max(rows, cols))``.
+        maximize: step on ``-grad`` (maximize the objective), as in ``torch.optim``; every
+            path (eager, replayed, sharded) negates the gradients first, exactly. Default
+            False. Lives in each param group.
         foreach: use the ``torch._foreach_*`` body (default) or the per-tensor body.
         capture_orthogonalization: replay Newton-Schulz calls from CUDA graphs, recorded once
             per matrix signature; results are bit-identical to eager. Off by default. Lives in
@@ -164,12 +185,20 @@ class MuSGD(Optimizer):
         recorder: what records and replays device work for the two capture options (default:
             a ``CudaGraphRecorder``); a seam for tests and tools, e.g. a recorder with other
             ``branches``, or a CPU fake with CUDA-graph semantics.
+        differentiable, fused, capturable: the generic ``torch.optim`` flags this optimizer
+            does not offer; anything but their defaults raises ValueError saying what serves
+            instead: the step is not differentiable; the fused work is ``ns_backend="triton"``
+            and ``capture_updates``; every step is capturable as it is (see above). Of the
+            generic flags, ``foreach`` and ``maximize`` are offered.
+
+    A pickled or deep-copied optimizer carries its groups, state and settings, and builds its
+    own engine: no recordings, the default recorder, no ``process_group``.
     """
 
     def __init__(
         self,
         params: ParamsT,
-        lr: float,
+        lr: float = DEFAULT_LR,
         momentum: float = DEFAULT_MOMENTUM,
         nesterov: bool = True,
         weight_decay: float = 0.0,
@@ -181,6 +210,8 @@ class MuSGD(Optimizer):
         ns_dtype: torch.dtype | str = AUTO_NS_DTYPE,
         use_muon: bool | None = None,
         *,
+        ns: NSConfig | None = None,
+        maximize: bool = False,
         foreach: bool | None = None,
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
@@ -188,7 +219,22 @@ class MuSGD(Optimizer):
         ns_backend: str = "auto",
         shard_balance: str = "flops",
         recorder: Recorder | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        capturable: bool = False,
     ) -> None:
+        refuse_generic_flags(
+            "MuSGD", differentiable=differentiable, fused=fused, capturable=capturable
+        )
+        flat: dict[str, Any] = {
+            "ns_steps": ns_steps,
+            "ns_coefficients": ns_coefficients,
+            "eps": eps,
+            "ns_dtype": ns_dtype,
+            "ns_backend": ns_backend,
+        }
+        if ns is not None:  # the record's values, where no flat argument says otherwise
+            flat = group_entries(default_ns(merge_flat(ns, flat, FLAT_DEFAULTS, where="MuSGD")))
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,
@@ -196,225 +242,114 @@ class MuSGD(Optimizer):
             "weight_decay": weight_decay,
             "w_muon": w_muon,
             "w_sgd": w_sgd,
-            "ns_steps": ns_steps,
-            "ns_coefficients": ns_coefficients,
-            "eps": eps,
-            "ns_dtype": ns_dtype,
+            **flat,
             "use_muon": use_muon,
             "capture_orthogonalization": capture_orthogonalization,
             "capture_updates": capture_updates,
-            "ns_backend": ns_backend,
+            "maximize": maximize,
         }
         _validate_group(defaults, where="MuSGD")
-        defaults["ns_coefficients"] = resolve_coefficients(ns_coefficients, ns_steps)
-        super().__init__(params, defaults)
-        self._setup_execution(
-            foreach=foreach,
+        defaults["ns_coefficients"] = resolve_coefficients(
+            defaults["ns_coefficients"], defaults["ns_steps"]
+        )
+        super().__init__(
+            params,
+            defaults,
+            DefaultRule(foreach=foreach is not False),
             process_group=process_group,
             shard_balance=shard_balance,
             recorder=recorder,
         )
 
-    def _setup_execution(
-        self,
-        *,
-        foreach: bool | None,
-        process_group: ProcessGroup | None,
-        shard_balance: str = "flops",
-        recorder: Recorder | None = None,
-    ) -> None:
-        """Bodies, orthogonalizers, replay state and the distributed step (chosen once)."""
-        # The execution strategy is chosen once (house style): bodies and orthogonalizer.
-        self._prepare: PrepareFn = (
-            prepare_updates_per_tensor if foreach is False else prepare_updates_foreach
-        )
-        self._orth: Orthogonalizer = EagerOrthogonalizer()
-        # Replay (spec §2): recordings are bounded by the number of matrix parameters.
-        self._replay = ReplayState(
-            CudaGraphRecorder() if recorder is None else recorder,
-            orth_bound=self._count_matrices,
-            update_bound=lambda: max(self._count_matrices(), len(self.param_groups)),
-        )
-        self._orth_replay: Orthogonalizer = ReplayOrthogonalizer(self._replay)
-        self._update_replay = UpdateReplayer(self._replay)
-        # Distributed (DDP with process_group, or FSDP2 DTensor parameters): NS work is shared.
-        self._sharded = ShardedStep(process_group, shard_balance)
-        # Single-process groups stack matrices of equal column count, zero-padding rows
-        # (`build_layout`); the sharded plan slices same-shape buckets, so it never pads.
-        self._pad_buckets = True
+    def ns_config(self, group: int = 0) -> NSConfig:
+        """The Newton-Schulz settings param group ``group`` steps with, as an ``NSConfig``
+        (rebuilt from the group's plain entries, so also after ``load_state_dict``)."""
+        return from_group(self.param_groups[group], scale=DEFAULT_SCALE)
 
-    def _count_matrices(self) -> int:
-        """The number of parameters routed to Newton-Schulz: the bound on recordings."""
-        return sum(
-            matrix_shape(p.shape, group["use_muon"]) is not None
-            for group in self.param_groups
-            for p in group["params"]
-        )
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Validate the group's hyperparameters (before anything is stored), then add it."""
-        merged = {**self.defaults, **param_group}
-        where = f"param_groups[{len(self.param_groups)}]"
+@dataclass(frozen=True)
+class DefaultRule:
+    """The default flavour as an update rule (``musgd._engine.UpdateRule``): the spec's
+    hyperparameters (checked by :func:`_validate_group`), one ``momentum_buffer`` per
+    parameter, and the foreach (or per-tensor) body of ``musgd._functional``; groups of
+    DTensor parameters or with a process group step through ``ShardedStep``."""
+
+    foreach: bool = True
+    name: str = "MuSGD"
+
+    def admit_group(
+        self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
+    ) -> dict[str, Any]:
+        """Check the group merged with ``defaults``; a group's own ``NSConfig`` (``"ns"``) is
+        stored as the plain entries (``ns_steps``, ``ns_coefficients``, ``eps``,
+        ``ns_dtype``, ``ns_backend``), and its coefficients as exactly ``ns_steps`` triples."""
+        if "ns" in group:
+            group = dict(group)
+            given = group.pop("ns")
+            flat = {k: group.pop(k) for k in FLAT_DEFAULTS if k in group}
+            config = merge_flat(given, flat, FLAT_DEFAULTS, where=where)
+            group.update(group_entries(default_ns(config, where=where)))
+        merged = {**defaults, **group}
         _validate_group(merged, where=where)
-        if "ns_coefficients" in param_group or "ns_steps" in param_group:
-            param_group = dict(param_group)
-            param_group["ns_coefficients"] = resolve_coefficients(
+        if "ns_coefficients" in group or "ns_steps" in group:
+            group = dict(group)
+            group["ns_coefficients"] = resolve_coefficients(
                 merged["ns_coefficients"], merged["ns_steps"]
             )
-        super().add_param_group(param_group)
+        return group
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load state; keys a older state dict lacks take this optimizer's constructor values."""
-        groups = state_dict.get("param_groups")
-        if isinstance(groups, list):
-            state_dict = dict(state_dict)
-            state_dict["param_groups"] = [
-                {**{k: v for k, v in self.defaults.items() if k not in g}, **g}
-                if isinstance(g, dict)
-                else g
-                for g in groups
-            ]
-        super().load_state_dict(state_dict)
-        # Recordings read and write the old momentum buffers by address: drop them all.
-        self._replay.clear()
+    def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
+        return BUFFERS
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        """Perform one step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        # Check every group's gradients before any group is written, so that an unsupported
-        # gradient in a later group raises with no parameter or momentum changed.
-        gathered = [self._gather(index, group) for index, group in enumerate(self.param_groups)]
-        with self._replay.step_scope():
-            for index, (group, (params, grads)) in enumerate(
-                zip(self.param_groups, gathered, strict=True)
-            ):
-                if params:
-                    self._step_group(index, group, params, grads, self._buffers(params))
-        return loss
+    def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
+        return sharded.applies(params)
 
-    def _step_group(
-        self,
-        index: int,
-        group: dict[str, Any],
-        params: list[Tensor],
-        grads: list[Tensor],
-        bufs: list[Tensor],
-    ) -> None:
-        sharded = self._sharded.applies(params)
-        device = params[0].device
-        if sharded and capturing(device):
-            raise RuntimeError(
-                "MuSGD cannot be captured in a CUDA graph while it shares Newton-Schulz work "
-                "across ranks (process_group or FSDP2 parameters): step it outside the capture"
-            )
-        # Sharded steps read every value on the host (their collectives are not captured).
-        live = None if sharded else device
-        step = GroupStep(
-            params=params,
-            grads=grads,
-            bufs=bufs,
-            layout=self._layout(params, group["use_muon"], sharded=sharded),
-            hyper=Hyper(
-                momentum=hyper_value(group["momentum"], live),
-                weight_decay=hyper_value(group["weight_decay"], live),
-                w_muon=hyper_value(group["w_muon"], live),
-                w_sgd=hyper_value(group["w_sgd"], live),
-            ),
-            structure=group_structure(group, device),
+    def values(
+        self, group: Mapping[str, Any], device: torch.device, live: torch.device | None
+    ) -> StepValues:
+        hyper = Hyper(
+            momentum=hyper_value(group["momentum"], live),
+            weight_decay=hyper_value(group["weight_decay"], live),
+            w_muon=hyper_value(group["w_muon"], live),
+            w_sgd=hyper_value(group["w_sgd"], live),
         )
-        orth = self._orthogonalizer(group)
-        lr = hyper_value(group["lr"], live)
-        if sharded:
-            assert isinstance(lr, float)  # live is None: every value was read on the host
-            # Collectives sit inside this step, so no whole-group recording: each rank replays
-            # only its own Newton-Schulz share (through `orth`).
-            self._sharded.step(step, orth=orth, lr=lr, body=self._prepare)
-            return
-        self._prepare_and_apply(index, group, step, self._prepare, orth, lr)
+        return StepValues(hyper, group_structure(group, device), hyper_value(group["lr"], live))
 
-    def _layout(self, params: list[Tensor], use_muon: bool | None, *, sharded: bool) -> Layout:
-        """The group's layout: matrices in padded stacks within the device's bound, except
-        where the sharded plan runs (it slices same-shape buckets across ranks)."""
-        pad = pad_bound(params[0].device) if self._pad_buckets and not sharded else None
-        return build_layout(params, use_muon, pad=pad)
+    def prepare(self, record: StepRecord) -> list[Tensor]:
+        return prepare_default(record, foreach=self.foreach)
 
-    def _orthogonalizer(self, group: dict[str, Any]) -> Orthogonalizer:
-        """The replaying orthogonalizer under ``capture_orthogonalization``, else the eager one."""
-        return self._orth_replay if group["capture_orthogonalization"] else self._orth
+    def step_shared(self, engine: StepEngine, record: StepRecord, lr: float) -> None:
+        # Collectives sit inside this step, so no whole-group recording: each rank replays only
+        # its own Newton-Schulz share (through the record's orthogonalizer).
+        engine.sharded.step(record, lr=lr, body=engine.body)
 
-    def _prepare_and_apply(
-        self,
-        index: int,
-        group: dict[str, Any],
-        step: GroupStep,
-        body: PrepareFn,
-        orth: Orthogonalizer,
-        lr: float | Tensor,
-    ) -> None:
-        """Steps 1-4 through ``body`` (replayed whole under ``capture_updates``), then the write
-        ``P <- P - lr*U`` (see :func:`apply_updates`)."""
-        if group["capture_updates"]:
-            updates = self._update_replay.prepare(index, step, body=body, orth=orth)
-        else:
-            updates = step.prepare(body, orth)
-        apply_updates(step.params, updates, lr)
 
-    def _gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
-        """Parameters with gradients and their gradients; unsupported gradients raise.
+BUFFERS = (MOMENTUM_BUFFER,)
 
-        One pass collects them and the set of gradient kinds (layout, dtype): per-tensor checks
-        cost host time every step (about a third of a replayed yolo26n step's host time on the
-        H200 at 4b62f17), and only a bad kind needs the per-tensor search for the message. A
-        gradient always has its parameter's dtype, so a complex parameter shows in the kinds.
-        """
-        params = [p for p in group["params"] if p.grad is not None]
-        grads: list[Tensor] = [g for p in params if (g := p.grad) is not None]
-        kinds = {(g.layout, g.dtype) for g in grads}
-        if any(layout != torch.strided or dtype.is_complex for layout, dtype in kinds):
-            self._raise_unsupported(index, group)
-        return params, grads
 
-    @staticmethod
-    def _raise_unsupported(index: int, group: dict[str, Any]) -> None:
-        """Raise RuntimeError naming the first parameter whose gradient is not supported."""
-        for j, p in enumerate(group["params"]):
-            g = p.grad
-            if g is None:
-                continue
-            if g.layout != torch.strided:
-                raise RuntimeError(
-                    f"MuSGD does not support sparse gradients ({g.layout}) "
-                    f"(param_groups[{index}], params[{j}]); use a dense embedding or another "
-                    "optimizer for it"
-                )
-            if g.is_complex() or p.is_complex():
-                raise RuntimeError(
-                    f"MuSGD does not support complex parameters or gradients "
-                    f"(param_groups[{index}], params[{j}]); view them as real with "
-                    "torch.view_as_real before optimizing"
-                )
+# The default flavour's own Newton-Schulz working dtype and Muon scale (NSConfig's None).
+DEFAULT_SCALE = "muon"
+# Its flat shorthand arguments' defaults: a flat argument left at one defers to ``ns=``.
+FLAT_DEFAULTS: dict[str, Any] = {
+    "ns_steps": DEFAULT_STEPS,
+    "ns_coefficients": DEFAULT_COEFFICIENTS,
+    "eps": DEFAULT_EPS,
+    "ns_dtype": AUTO_NS_DTYPE,
+    "ns_backend": "auto",
+}
 
-    def _buffers(self, params: list[Tensor], key: str = MOMENTUM_BUFFER) -> list[Tensor]:
-        """The ``key`` buffers of ``params``, created (zeros) at a parameter's first step."""
-        state = self.state
-        try:  # every step after the first: one lookup per parameter
-            return [state[p][key] for p in params]
-        except KeyError:
-            pass
-        if capturing(params[0].device):
-            raise RuntimeError(
-                "MuSGD creates a parameter's momentum buffer at its first step, which a CUDA-graph "
-                "capture would replay as a reset: run one step outside the capture first (as "
-                "torch.cuda.graph's warm-up does), then capture"
-            )
-        for p in params:
-            if key not in state[p]:
-                state[p][key] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        return [state[p][key] for p in params]
+
+def default_ns(config: NSConfig, *, where: str = "MuSGD") -> NSConfig:
+    """``config`` with this flavour's own dtype and scale where it leaves them None; a scale
+    this flavour does not run raises ValueError."""
+    config = config.with_defaults(dtype=AUTO_NS_DTYPE, scale=DEFAULT_SCALE)
+    if config.scale != DEFAULT_SCALE:
+        raise ValueError(
+            f"{where}: ns.scale={config.scale!r} is the Ultralytics flavour's; MuSGD scales by "
+            f"{DEFAULT_SCALE!r} (0.2*sqrt(max(rows, cols))): leave scale=None, or use "
+            "musgd.ultralytics.UltralyticsMuSGD for the Ultralytics rule"
+        )
+    return config
 
 
 def is_live(value: object, device: torch.device | None) -> bool:
@@ -445,7 +380,7 @@ def _nonzero(value: object, device: torch.device) -> bool:
     return is_live(value, device) or float(value) != 0.0  # type: ignore[arg-type]
 
 
-def group_structure(group: dict[str, Any], device: torch.device) -> Structure:
+def group_structure(group: Mapping[str, Any], device: torch.device) -> Structure:
     """The operation-deciding part of a group's settings, for matrices on ``device``."""
     return Structure(
         nesterov=bool(group["nesterov"]),
@@ -502,7 +437,7 @@ def _validate_group(group: dict[str, Any], *, where: str) -> None:
         fail("ns_dtype", '"auto", torch.bfloat16, torch.float16 or torch.float32')
     if group["use_muon"] not in (None, True, False):
         fail("use_muon", "None, True or False")
-    for name in ("capture_orthogonalization", "capture_updates"):
+    for name in ("capture_orthogonalization", "capture_updates", "maximize"):
         if not isinstance(group[name], bool):
             fail(name, "True or False")
     if group["ns_backend"] not in NS_BACKENDS:

@@ -24,13 +24,13 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 import torch
 from torch import Tensor
 
+from musgd._device import capturing, lpt_assign
 from musgd._functional import (
     Bucket,
     BucketJob,
     EagerOrthogonalizer,
     NSSettings,
     Orthogonalizer,
-    capturing,
     run_in_order,
 )
 
@@ -74,18 +74,16 @@ BRANCH_COST_LIMIT = 2**31
 
 
 def plan_lanes(costs: Sequence[int], lanes: int) -> list[list[int]]:
-    """Spread jobs of the given costs over ``lanes`` lanes, largest first onto the least loaded.
+    """Spread jobs of the given costs over ``lanes`` lanes, largest first onto the least loaded
+    (:func:`musgd._device.lpt_assign`).
 
     Returns one list of job indices per lane (in increasing order; empty lanes omitted). The
     greedy longest-first rule keeps the costliest lane within 4/3 of the best possible.
     """
-    loads = [0] * max(1, lanes)
-    members: list[list[int]] = [[] for _ in loads]
-    for job in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
-        lane = min(range(len(loads)), key=lambda k: (loads[k], k))
-        loads[lane] += costs[job]
+    members: list[list[int]] = [[] for _ in range(max(1, lanes))]
+    for job, lane in enumerate(lpt_assign(costs, lanes)):
         members[lane].append(job)
-    return [sorted(m) for m in members if m]
+    return [m for m in members if m]
 
 
 def plan_branches(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import math
 import operator
 import os
 import sys
@@ -35,7 +34,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from musgd._functional import capturing
+from musgd._device import capturing
+from musgd._newton_schulz import muon_rms_scale
 
 T = TypeVar("T")
 
@@ -152,7 +152,7 @@ def build_plan(
         x_off += mp * np_
         a_off += mp * mp
         s_off += r * c
-    scales = [0.2 * math.sqrt(max(r, c)) for r, c in shapes]
+    scales = [muon_rms_scale(r, c) for r, c in shapes]
     return TablePlan(
         shapes=tuple(shapes),
         sizes=tuple(r * c for r, c in shapes),

@@ -22,8 +22,9 @@ rounding only.
 
 The learning rate enters the preparation (through the decay of the Muon-updated parameter), so
 replay reads it, like ``momentum``, ``1 - momentum`` and ``weight_decay``, from a float32 0-d
-device tensor refilled outside the recording (the four slots of :class:`~musgd._functional.Hyper`,
-see :func:`flavour_hyper`). ``muon`` and ``sgd`` are constructor constants, part of the body.
+device tensor refilled outside the recording (:class:`UltralyticsHyper`). ``muon``, ``sgd`` and
+the Newton-Schulz settings (an ``NSConfig``) are constructor constants, part of the update rule
+(:class:`UltralyticsRule`) that the step engine (``musgd._engine``) runs.
 """
 
 from __future__ import annotations
@@ -31,23 +32,30 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
-from torch.optim import Optimizer
 
-from musgd._distributed import WorkItem, exchange_results, is_sharded
+from musgd._distributed import ShardedStep, WorkItem, exchange_results, is_sharded
+from musgd._engine import (
+    EngineOptimizer,
+    ParamsT,
+    StepEngine,
+    StepValues,
+    refuse_generic_flags,
+)
 from musgd._functional import (
+    MOMENTUM_BUFFER,
     Bucket,
-    GroupStep,
-    Hyper,
+    HyperValues,
     Layout,
     NSSettings,
     Orthogonalizer,
     Scalar,
+    StepRecord,
     Structure,
     apply_updates,
     momentum_foreach,
@@ -56,14 +64,13 @@ from musgd._functional import (
     unstack_bucket,
 )
 from musgd._newton_schulz import (
-    DEFAULT_COEFFICIENTS,
-    DEFAULT_EPS,
     DEFAULT_NS_DTYPE,
-    DEFAULT_STEPS,
+    SCALES,
     SUPPORTED_NS_DTYPES,
-    resolve_coefficients,
+    resolve_ns_dtype,
+    ultralytics_scale,
 )
-from musgd._optimizer import MuSGD, ParamsT
+from musgd._nsconfig import NSConfig, merge_flat
 from musgd._replay import Recorder
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
 
@@ -81,42 +88,46 @@ ULTRALYTICS_DEFAULTS: dict[str, Any] = {
     "muon": 0.5,
     "sgd": 0.5,
 }
-_NS_COEFFICIENTS = resolve_coefficients(DEFAULT_COEFFICIENTS, DEFAULT_STEPS)
+# The flat shorthand arguments' defaults: one left at its default defers to ``ns=``.
+FLAT_DEFAULTS: dict[str, Any] = {"ns_dtype": DEFAULT_NS_DTYPE, "ns_backend": "auto"}
 
 
-def flavour_hyper(momentum: Scalar, weight_decay: Scalar, lr: Scalar, damping: Scalar) -> Hyper:
-    """This flavour's four per-step values in the replay machinery's four hyperparameter slots.
+@dataclass(frozen=True)
+class UltralyticsHyper:
+    """This flavour's per-step hyperparameter record: ``momentum`` (b), ``weight_decay`` (λ),
+    the learning rate ``lr`` (it enters the preparation through the decay of the Muon-updated
+    parameter) and ``damping`` (``1 - momentum``).
 
-    ``Hyper`` names the default flavour's values; here its slots carry ``momentum`` (b),
-    ``weight_decay`` (λ), ``w_muon``: the learning rate, ``w_sgd``: ``1 - momentum``. Every slot
-    is refilled outside a recording whenever its value changes, so warm-up schedules of
-    ``lr`` and ``momentum`` replay with current values.
+    Python floats, or under ``capture_updates`` 0-d float32 device tensors that the recording
+    reads (``HyperSlots``), refilled outside it whenever a value changes, so warm-up schedules
+    of ``lr`` and ``momentum`` replay with current values.
     """
-    return Hyper(momentum=momentum, weight_decay=weight_decay, w_muon=lr, w_sgd=damping)
+
+    momentum: Scalar
+    weight_decay: Scalar
+    lr: Scalar
+    damping: Scalar
 
 
-def muon_scale(shape: Sequence[int]) -> float:
-    """The Ultralytics flavour's Muon scale: ``sqrt(max(1, shape[-2]/shape[-1]))``.
-
-    Measured on the installed Ultralytics 8.4.190 as a black box (one step on a zero parameter,
-    ``lr=1``, ``momentum=0``, ``muon=1``, ``sgd=0``; tests/ultralytics checks it): the ratio is that
-    of the tensor's last two dimensions, so ``rows/cols`` for a matrix but ``kh/kw`` for a conv
-    kernel ``(O, I, kh, kw)``, not the ``rows/cols`` of its matrix view that the spec states.
-    """
-    return math.sqrt(max(1.0, shape[-2] / shape[-1]))
+# The Ultralytics flavour's Muon scale (``musgd._newton_schulz.ultralytics_scale``), by the
+# name this module has always exported it under.
+muon_scale = ultralytics_scale
+DEFAULT_SCALE = "ultralytics"
 
 
 @functools.lru_cache(maxsize=1024)
-def _muon_scales(shapes: tuple[torch.Size, ...]) -> tuple[float, ...]:
-    """:func:`muon_scale` of each shape (the Triton table's per-matrix result scales)."""
-    return tuple(muon_scale(shape) for shape in shapes)
+def _muon_scales(shapes: tuple[torch.Size, ...], scale: str) -> tuple[float, ...]:
+    """The ``scale`` (a name of ``SCALES``) of each shape: the Triton table's per-matrix result
+    scales."""
+    fn = SCALES[scale]
+    return tuple(fn(shape) for shape in shapes)
 
 
 def sgd_direction(
     params: Sequence[Tensor],
     grads: Sequence[Tensor],
     bufs: Sequence[Tensor],
-    hyper: Hyper,
+    hyper: HyperValues,
     structure: Structure,
 ) -> list[Tensor]:
     """``g' = g + λ*P``; ``s <- b*s + g'`` in place; returns ``g' + b*s`` (nesterov) or ``s``.
@@ -138,9 +149,11 @@ def _orthogonalize_into(
     indices: Sequence[int],
     ns: NSSettings,
     orth: Orthogonalizer,
+    scale: str = DEFAULT_SCALE,
 ) -> None:
     """One job: ``O`` of the matrices ``indices`` of one bucket of ``u`` (all of it, or a DDP
-    plan's slice of an unpadded bucket), written into ``out``.
+    plan's slice of an unpadded bucket), written into ``out``, scaled by ``scale`` (a name of
+    ``SCALES``).
 
     A padded bucket (on CUDA, :func:`~musgd._functional.pad_bound`) holds smaller matrices in
     the corners of its blocks: each result is its own corner, scaled by its own Muon scale.
@@ -149,22 +162,30 @@ def _orthogonalize_into(
     if len(indices) != len(bucket.indices):
         bucket = dataclasses.replace(bucket, indices=tuple(indices))
     O = orth.batched(stack_bucket(members, bucket), ns)
-    scales = [muon_scale(m.shape) for m in members]
+    scales = list(_muon_scales(tuple(m.shape for m in members), scale))
     if len(set(scales)) == 1:
         O.mul_(scales[0])
         scales = [1.0] * len(members)
-    for i, o, scale in zip(indices, unstack_bucket(O, bucket), scales, strict=True):
-        out[i] = o.reshape(u[i].shape) if scale == 1.0 else o.reshape(u[i].shape).mul(scale)
+    for i, o, k in zip(indices, unstack_bucket(O, bucket), scales, strict=True):
+        out[i] = o.reshape(u[i].shape) if k == 1.0 else o.reshape(u[i].shape).mul(k)
 
 
 def _orthogonalized(
-    u: Sequence[Tensor], layout: Layout, structure: Structure, orth: Orthogonalizer
+    u: Sequence[Tensor],
+    layout: Layout,
+    structure: Structure,
+    orth: Orthogonalizer,
+    scale: str = DEFAULT_SCALE,
 ) -> list[Tensor]:
     """``O`` of every matrix of ``u`` in one process: the Triton table where it applies (with
-    this flavour's Muon scales), else the per-bucket batched calls."""
+    the Muon scales ``scale`` names), else the per-bucket batched calls."""
     found: list[Tensor | None] = [None] * len(u)
     table = orthogonalize_table_views(
-        u, layout, structure.ns, orth, _muon_scales(tuple(u[i].shape for i in layout.matrices))
+        u,
+        layout,
+        structure.ns,
+        orth,
+        _muon_scales(tuple(u[i].shape for i in layout.matrices), scale),
     )
     if table is not None:
         for i, o in zip(layout.matrices, table[1], strict=True):
@@ -172,81 +193,14 @@ def _orthogonalized(
     else:
         orth.run_buckets(
             [
-                functools.partial(_orthogonalize_into, found, u, b, b.indices, structure.ns, orth)
+                functools.partial(
+                    _orthogonalize_into, found, u, b, b.indices, structure.ns, orth, scale
+                )
                 for b in layout.buckets
             ],
             [b.cost for b in layout.buckets],
         )
     return cast(list[Tensor], found)
-
-
-@dataclass(frozen=True)
-class UltralyticsBody:
-    """The flavour's update preparation (a ``PrepareFn``); ``muon`` and ``sgd`` are constants.
-
-    Frozen, so equal weights compare and hash equal: a recording's key holds the body.
-    """
-
-    muon: float
-    sgd: float
-
-    def __call__(
-        self,
-        params: Sequence[Tensor],
-        grads: Sequence[Tensor],
-        bufs: Sequence[Tensor],
-        layout: Layout,
-        hyper: Hyper,
-        structure: Structure,
-        orth: Orthogonalizer,
-    ) -> list[Tensor]:
-        """``U`` for ``P <- P - lr*U``; buffers updated in place.
-
-        ``bufs`` holds the Muon buffers then, for a ``use_muon`` group, the SGD buffers.
-        """
-        return self.run(
-            params,
-            grads,
-            bufs,
-            layout,
-            hyper,
-            structure,
-            lambda u: _orthogonalized(u, layout, structure, orth),
-        )
-
-    def run(
-        self,
-        params: Sequence[Tensor],
-        grads: Sequence[Tensor],
-        bufs: Sequence[Tensor],
-        layout: Layout,
-        hyper: Hyper,
-        structure: Structure,
-        orthogonalized: Callable[[list[Tensor]], list[Tensor]],
-    ) -> list[Tensor]:
-        """The preparation with ``O`` from ``orthogonalized(u)`` (one process's, or the ranks'
-        shared work under DDP); every other operation is the same on every rank."""
-        if not layout.matrices:
-            return sgd_direction(params, grads, bufs, hyper, structure)
-        count = len(params)
-        muon_bufs, sgd_bufs = list(bufs[:count]), list(bufs[count:])
-        # m <- b*m + (1-b)*g and u = b*m + (1-b)*g: the default momentum on (1-b)*g.
-        damped = list(torch._foreach_mul(list(grads), hyper.w_sgd))
-        u = momentum_foreach(muon_bufs, damped, hyper, structure)
-        if not structure.muon:
-            v = sgd_direction(params, grads, sgd_bufs, hyper, structure)
-            return list(torch._foreach_mul(v, self.sgd))
-        O = orthogonalized(u)
-        updated = list(params)
-        if structure.decay:
-            # The decay of the Ultralytics rule reads the parameter after its Muon write.
-            step = torch._foreach_mul(O, hyper.w_muon)
-            torch._foreach_mul_(step, self.muon)
-            updated = list(torch._foreach_sub(list(params), step))
-        v = sgd_direction(updated, grads, sgd_bufs, hyper, structure)
-        U = list(torch._foreach_mul(v, self.sgd))
-        torch._foreach_add_(U, torch._foreach_mul(O, self.muon))
-        return U
 
 
 def _fail(where: str, name: str, rule: str, value: object) -> None:
@@ -270,7 +224,13 @@ def validate_flavour_group(group: dict[str, Any], *, where: str) -> None:
     wd = group["weight_decay"]
     if not _finite(wd) or wd < 0:
         _fail(where, "weight_decay", "a finite number >= 0", wd)
-    for name in ("nesterov", "use_muon", "capture_orthogonalization", "capture_updates"):
+    for name in (
+        "nesterov",
+        "use_muon",
+        "capture_orthogonalization",
+        "capture_updates",
+        "maximize",
+    ):
         if not isinstance(group[name], bool):
             _fail(where, name, "True or False", group[name])
     if group["use_muon"]:
@@ -283,12 +243,153 @@ def validate_flavour_group(group: dict[str, Any], *, where: str) -> None:
                 )
 
 
-class UltralyticsMuSGD(MuSGD):
+@dataclass(frozen=True)
+class UltralyticsRule:
+    """The Ultralytics flavour as an update rule (``musgd._engine.UpdateRule``): the Ultralytics
+    group settings (:func:`validate_flavour_group`), ``momentum_buffer`` plus, in ``use_muon``
+    groups, ``momentum_buffer_SGD`` per parameter, and the update of this module's docstring.
+
+    Frozen, so equal rules compare and hash equal: a recording's key holds :meth:`prepare`.
+    """
+
+    muon: float
+    sgd: float
+    ns: NSConfig
+    name: str = "UltralyticsMuSGD"
+    # The Newton-Schulz settings of ``ns`` per device (its "auto" dtype resolved there).
+    _settings: dict[torch.device, NSSettings] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
+
+    def admit_group(
+        self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
+    ) -> dict[str, Any]:
+        params = group.get("params", [])
+        # A generator is read once, here: the stored group and the check see the same list.
+        group = {**group, "params": [params] if isinstance(params, Tensor) else list(params)}
+        validate_flavour_group({**defaults, **group}, where=where)
+        return group
+
+    def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
+        return BOTH_BUFFERS if group["use_muon"] else (MOMENTUM_BUFFER,)
+
+    def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
+        if is_sharded(params):
+            raise RuntimeError(
+                "UltralyticsMuSGD does not shard FSDP2 (DTensor) parameters; use it with DDP "
+                "(process_group=... shares the Newton-Schulz work across ranks) or one process, "
+                "or use musgd.MuSGD for FSDP2"
+            )
+        return sharded.shares_ddp() and bool(group["use_muon"]) and self.muon != 0.0
+
+    def values(
+        self, group: Mapping[str, Any], device: torch.device, live: torch.device | None
+    ) -> StepValues:
+        """Every value is read on the host (``live`` is not used): the trainer writes Python
+        numbers into the groups."""
+        momentum = float(group["momentum"])
+        weight_decay = float(group["weight_decay"])
+        lr = float(group["lr"])
+        structure = Structure(
+            nesterov=bool(group["nesterov"]),
+            decay=weight_decay != 0.0,
+            muon=bool(group["use_muon"]) and self.muon != 0.0,
+            ns=self.settings(device),
+        )
+        return StepValues(
+            UltralyticsHyper(momentum, weight_decay, lr, 1.0 - momentum), structure, lr
+        )
+
+    def settings(self, device: torch.device) -> NSSettings:
+        """The Newton-Schulz settings of :attr:`ns` for matrices on ``device``, made once per
+        device (a step's calls share one settings object)."""
+        found = self._settings.get(device)
+        if found is None:
+            ns = self.ns
+            assert ns.dtype is not None  # the constructor filled it
+            dtype = resolve_ns_dtype(ns.dtype, device)
+            found = NSSettings(ns.steps, ns.triples, ns.eps, dtype, ns.backend)
+            self._settings[device] = found
+        return found
+
+    def prepare(self, record: StepRecord) -> list[Tensor]:
+        """``U`` for ``P <- P - lr*U``; buffers updated in place (``record.bufs`` holds the
+        Muon buffers then, for a ``use_muon`` group, the SGD buffers)."""
+        layout, structure, orth = record.layout, record.structure, record.orth
+        assert self.ns.scale is not None  # the constructor filled it
+        scale = self.ns.scale
+        return self.run(record, lambda u: _orthogonalized(u, layout, structure, orth, scale))
+
+    def run(
+        self, record: StepRecord, orthogonalized: Callable[[list[Tensor]], list[Tensor]]
+    ) -> list[Tensor]:
+        """The preparation with ``O`` from ``orthogonalized(u)`` (one process's, or the ranks'
+        shared work under DDP); every other operation is the same on every rank."""
+        params, grads, bufs = record.params, record.grads, record.bufs
+        layout, structure = record.layout, record.structure
+        hyper = record.hyper
+        assert isinstance(hyper, UltralyticsHyper)  # this flavour's record
+        if not layout.matrices:
+            return sgd_direction(params, grads, bufs, hyper, structure)
+        count = len(params)
+        muon_bufs, sgd_bufs = list(bufs[:count]), list(bufs[count:])
+        # m <- b*m + (1-b)*g and u = b*m + (1-b)*g: the default momentum on (1-b)*g.
+        damped = list(torch._foreach_mul(list(grads), hyper.damping))
+        u = momentum_foreach(muon_bufs, damped, hyper, structure)
+        if not structure.muon:
+            v = sgd_direction(params, grads, sgd_bufs, hyper, structure)
+            return list(torch._foreach_mul(v, self.sgd))
+        O = orthogonalized(u)
+        updated = list(params)
+        if structure.decay:
+            # The decay of the Ultralytics rule reads the parameter after its Muon write.
+            step = torch._foreach_mul(O, hyper.lr)
+            torch._foreach_mul_(step, self.muon)
+            updated = list(torch._foreach_sub(list(params), step))
+        v = sgd_direction(updated, grads, sgd_bufs, hyper, structure)
+        U = list(torch._foreach_mul(v, self.sgd))
+        torch._foreach_add_(U, torch._foreach_mul(O, self.muon))
+        return U
+
+    def step_shared(self, engine: StepEngine, record: StepRecord, lr: float) -> None:
+        """A ``use_muon`` group under DDP: each rank orthogonalizes the bucket slices the plan
+        gives it (batched torch products, replayed under ``capture_orthogonalization``), one
+        ``all_gather`` shares the results, and every rank runs the rest of the update on the
+        whole group, so parameters and both buffers stay identical on every rank. Collectives
+        sit inside the step, so ``capture_updates`` records nothing here."""
+        layout, structure, orth = record.layout, record.structure, record.orth
+        ns = dataclasses.replace(structure.ns, backend="torch")
+        assert self.ns.scale is not None  # the constructor filled it
+        scale = self.ns.scale
+        shared = engine.sharded.ddp_plan(layout, record.params, structure, orth)
+        if shared is None:  # pragma: no cover - shares_ddp() said two or more ranks
+            raise RuntimeError("UltralyticsMuSGD: the process group has one rank")
+        plan, comm = shared
+
+        def orthogonalized(u: list[Tensor]) -> list[Tensor]:
+            results: list[Tensor | None] = [None] * len(u)
+
+            def compute(item: WorkItem) -> None:
+                bucket = layout.buckets[item.bucket]
+                indices = bucket.indices[item.start : item.stop]
+                _orthogonalize_into(results, u, bucket, indices, ns, orth, scale)
+
+            exchange_results(results, record.params, layout, plan, comm, compute)
+            return cast(list[Tensor], results)
+
+        apply_updates(record.params, self.run(record, orthogonalized), lr)
+
+
+BOTH_BUFFERS = (MOMENTUM_BUFFER, SGD_BUFFER)
+
+
+class UltralyticsMuSGD(EngineOptimizer):
     """MuSGD with the Ultralytics 8.4 constructor, update rule and state-dict layout.
 
     Drop-in for ``ultralytics.optim.MuSGD``: ``UltralyticsMuSGD(groups, lr=..., momentum=...,
     weight_decay=..., nesterov=..., use_muon=..., muon=0.2, sgd=1.0)``; its state dicts load into
-    the Ultralytics optimizer and back. The update rule is in this module's docstring.
+    the Ultralytics optimizer and back. The update rule is in this module's docstring; it runs
+    as :class:`UltralyticsRule` on the step engine :class:`musgd.MuSGD` holds too.
 
     Args:
         params: parameters or param groups; a group's ``use_muon=True`` sends its parameters
@@ -296,6 +397,12 @@ class UltralyticsMuSGD(MuSGD):
         lr, momentum, weight_decay, nesterov, use_muon: as in Ultralytics (group defaults).
         muon: weight of the orthogonalized part (>= 0). Default 0.5 (the trainer passes 0.2).
         sgd: weight of the SGD part of ``use_muon`` groups (>= 0). Default 0.5 (trainer: 1.0).
+        ns: the Newton-Schulz settings, one :class:`musgd.NSConfig` (steps, coefficients,
+            eps, dtype, backend, scale); its dtype defaults to bf16 (as Ultralytics) and its
+            scale to ``"ultralytics"``, ``sqrt(max(1, shape[-2]/shape[-1]))``. ``ns_dtype``
+            and ``ns_backend`` are shorthands for its fields (one given with another value
+            than ``ns`` holds raises ValueError). Held by the optimizer (:attr:`ns`), not in
+            the groups: the state-dict layout stays the Ultralytics one.
         ns_dtype: Newton–Schulz working dtype (bf16 as in Ultralytics; fp16 or fp32).
         capture_orthogonalization, capture_updates: replay (see :class:`musgd.MuSGD`);
             bit-identical to this optimizer's eager steps. Both live in each param group.
@@ -311,6 +418,10 @@ class UltralyticsMuSGD(MuSGD):
             the step); ``capture_orthogonalization`` replays each rank's share. Without it
             (default), every rank runs all of the work. FSDP2 (DTensor) parameters are refused.
         recorder: what records device work for replay (see :class:`musgd.MuSGD`).
+        maximize: step on ``-grad``, as in ``torch.optim`` (every path). Default False. Lives
+            in each param group (an extra key the Ultralytics optimizer ignores).
+        differentiable, fused, capturable: not offered, as in :class:`musgd.MuSGD` (raise
+            ValueError saying what serves instead).
     """
 
     def __init__(
@@ -324,13 +435,21 @@ class UltralyticsMuSGD(MuSGD):
         muon: float = ULTRALYTICS_DEFAULTS["muon"],
         sgd: float = ULTRALYTICS_DEFAULTS["sgd"],
         *,
+        ns: NSConfig | None = None,
         ns_dtype: torch.dtype = DEFAULT_NS_DTYPE,
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
         ns_backend: str = "auto",
         process_group: ProcessGroup | None = None,
         recorder: Recorder | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        capturable: bool = False,
     ) -> None:
+        refuse_generic_flags(
+            "UltralyticsMuSGD", differentiable=differentiable, fused=fused, capturable=capturable
+        )
         for name, value in (("muon", muon), ("sgd", sgd)):
             if not _finite(value) or value < 0:
                 _fail("UltralyticsMuSGD", name, "a finite number >= 0", value)
@@ -338,12 +457,13 @@ class UltralyticsMuSGD(MuSGD):
             _fail("UltralyticsMuSGD", "ns_dtype", "torch.bfloat16, float16 or float32", ns_dtype)
         if ns_backend not in NS_BACKENDS:
             _fail("UltralyticsMuSGD", "ns_backend", " or ".join(map(repr, NS_BACKENDS)), ns_backend)
+        flat = {"ns_dtype": ns_dtype, "ns_backend": ns_backend}
+        config = merge_flat(ns, flat, FLAT_DEFAULTS, where="UltralyticsMuSGD")
+        self.ns = config.with_defaults(dtype=DEFAULT_NS_DTYPE, scale=DEFAULT_SCALE)
         self.muon = float(muon)
         self.sgd = float(sgd)
-        self.ns_dtype = ns_dtype
-        self.ns_backend = ns_backend
-        self._body = UltralyticsBody(self.muon, self.sgd)
-        self._ns = NSSettings(DEFAULT_STEPS, _NS_COEFFICIENTS, DEFAULT_EPS, ns_dtype, ns_backend)
+        self.ns_dtype = self.ns.dtype
+        self.ns_backend = self.ns.backend
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,
@@ -352,99 +472,21 @@ class UltralyticsMuSGD(MuSGD):
             "use_muon": use_muon,
             "capture_orthogonalization": capture_orthogonalization,
             "capture_updates": capture_updates,
+            "maximize": maximize,
             "params": [],
         }
         validate_flavour_group(defaults, where="UltralyticsMuSGD")
         del defaults["params"]
-        # MuSGD's own constructor validates its own flavour's settings: set up the same machinery.
-        Optimizer.__init__(self, params, defaults)
-        self._setup_execution(foreach=None, process_group=process_group, recorder=recorder)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Validate the group (before anything is stored), then add it."""
-        params = param_group.get("params", [])
-        # A generator is read once, here: the stored group and the check see the same list.
-        param_group = {
-            **param_group,
-            "params": [params] if isinstance(params, Tensor) else list(params),
-        }
-        merged = {**self.defaults, **param_group}
-        validate_flavour_group(merged, where=f"param_groups[{len(self.param_groups)}]")
-        Optimizer.add_param_group(self, param_group)
-
-    def _step_group(
-        self,
-        index: int,
-        group: dict[str, Any],
-        params: list[Tensor],
-        grads: list[Tensor],
-        bufs: list[Tensor],
-    ) -> None:
-        if is_sharded(params):
-            raise RuntimeError(
-                "UltralyticsMuSGD does not shard FSDP2 (DTensor) parameters; use it with DDP "
-                "(process_group=... shares the Newton-Schulz work across ranks) or one process, "
-                "or use musgd.MuSGD for FSDP2"
-            )
-        use_muon = bool(group["use_muon"])
-        if use_muon:
-            bufs = [*bufs, *self._buffers(params, SGD_BUFFER)]
-        momentum = float(group["momentum"])
-        weight_decay = float(group["weight_decay"])
-        lr = float(group["lr"])
-        shares = self._sharded.shares_ddp() and use_muon and self.muon != 0.0
-        step = GroupStep(
-            params=params,
-            grads=grads,
-            bufs=bufs,
-            # Padded stacks as in MuSGD, except where ranks share the work: the DDP plan
-            # slices same-shape buckets.
-            layout=self._layout(params, use_muon, sharded=shares),
-            hyper=flavour_hyper(momentum, weight_decay, lr, 1.0 - momentum),
-            structure=Structure(
-                nesterov=bool(group["nesterov"]),
-                decay=weight_decay != 0.0,
-                muon=use_muon and self.muon != 0.0,
-                ns=self._ns,
-            ),
+        super().__init__(
+            params,
+            defaults,
+            UltralyticsRule(self.muon, self.sgd, self.ns),
+            process_group=process_group,
+            recorder=recorder,
         )
-        orth = self._orthogonalizer(group)
-        if shares:
-            self._step_shared(step, orth, lr)
-            return
-        self._prepare_and_apply(index, group, step, self._body, orth, lr)
 
-    def _step_shared(self, step: GroupStep, orth: Orthogonalizer, lr: float) -> None:
-        """A ``use_muon`` group under DDP: each rank orthogonalizes the bucket slices the plan
-        gives it (batched torch products, replayed under ``capture_orthogonalization``), one
-        ``all_gather`` shares the results, and every rank runs the rest of the update on the
-        whole group, so parameters and both buffers stay identical on every rank. Collectives
-        sit inside the step, so ``capture_updates`` records nothing here."""
-        layout, structure = step.layout, step.structure
-        ns = dataclasses.replace(structure.ns, backend="torch")
-        shared = self._sharded.ddp_plan(layout, step.params, structure, orth)
-        if shared is None:  # pragma: no cover - shares_ddp() said two or more ranks
-            raise RuntimeError("UltralyticsMuSGD: the process group has one rank")
-        plan, comm = shared
-
-        def orthogonalized(u: list[Tensor]) -> list[Tensor]:
-            results: list[Tensor | None] = [None] * len(u)
-
-            def compute(item: WorkItem) -> None:
-                bucket = layout.buckets[item.bucket]
-                indices = bucket.indices[item.start : item.stop]
-                _orthogonalize_into(results, u, bucket, indices, ns, orth)
-
-            exchange_results(results, step.params, layout, plan, comm, compute)
-            return cast(list[Tensor], results)
-
-        updates = self._body.run(
-            step.params,
-            step.grads,
-            step.bufs,
-            layout,
-            step.hyper,
-            structure,
-            orthogonalized,
-        )
-        apply_updates(step.params, updates, lr)
+    def ns_config(self, group: int = 0) -> NSConfig:
+        """The Newton-Schulz settings every group steps with (this flavour keeps one, like
+        ``muon`` and ``sgd``, out of the Ultralytics state-dict layout)."""
+        del group
+        return self.ns

@@ -25,10 +25,10 @@ from torch import Tensor
 
 from musgd._functional import (
     EagerOrthogonalizer,
-    GroupStep,
     Hyper,
-    Orthogonalizer,
+    HyperValues,
     PrepareFn,
+    StepRecord,
 )
 from musgd._replay import (
     Recording,
@@ -38,26 +38,28 @@ from musgd._replay import (
     tensor_fallback,
 )
 
-_HYPER_FIELDS = ("momentum", "weight_decay", "w_muon", "w_sgd")
-
 
 class HyperSlots:
-    """Four float32 0-d device tensors a recording reads its hyperparameters from."""
+    """Float32 0-d device tensors a recording reads its hyperparameters from: one per field of
+    the flavour's hyperparameter record ``kind`` (:class:`~musgd._functional.Hyper` by default)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, kind: type[HyperValues] = Hyper) -> None:
+        self._kind = kind
+        self._fields = tuple(f.name for f in dataclasses.fields(kind))  # type: ignore[arg-type]
         self.tensors = tuple(
-            torch.zeros((), dtype=torch.float32, device=device) for _ in _HYPER_FIELDS
+            torch.zeros((), dtype=torch.float32, device=device) for _ in self._fields
         )
-        self._values: list[float | None] = [None] * len(_HYPER_FIELDS)
+        self._values: list[float | None] = [None] * len(self._fields)
 
     @property
-    def hyper(self) -> Hyper:
-        return Hyper(*self.tensors)
+    def hyper(self) -> HyperValues:
+        """A record of ``kind`` whose every field is its device tensor."""
+        return self._kind(*self.tensors)
 
-    def fill(self, hyper: Hyper) -> None:
+    def fill(self, hyper: HyperValues) -> None:
         """Write each value that changed since the last fill (outside any recording); a value
         held in a device tensor is copied on the device at every fill (never read on the host)."""
-        for i, name in enumerate(_HYPER_FIELDS):
+        for i, name in enumerate(self._fields):
             value = getattr(hyper, name)
             if isinstance(value, Tensor):
                 self.tensors[i].copy_(value)
@@ -158,10 +160,8 @@ class UpdateReplayer:
         self._state = state
         self._eager_orth = EagerOrthogonalizer()
 
-    def prepare(
-        self, index: int, step: GroupStep, *, body: PrepareFn, orth: Orthogonalizer
-    ) -> list[Tensor]:
-        """Steps 1-4 for one group; same results, bit for bit, as ``step.prepare(body, orth)``.
+    def prepare(self, index: int, step: StepRecord, *, body: PrepareFn) -> list[Tensor]:
+        """Steps 1-4 for one group; same results, bit for bit, as ``body(step)``.
 
         Every step checks the context and the new gradients; parameters and buffers are checked
         when their storage is first seen (a new key), since only new storage can change them.
@@ -179,14 +179,14 @@ class UpdateReplayer:
             reason = reason or state.update_cache.admits(key)
         if reason is not None:
             state.fallback(reason)
-            return step.prepare(body, orth)
+            return body(step)
         recorded = self._record(key, step, body)
-        return step.prepare(body, orth) if recorded is None else recorded
+        return body(step) if recorded is None else recorded
 
     def _key(
         self,
         index: int,
-        step: GroupStep,
+        step: StepRecord,
         body: PrepareFn,
         device: torch.device,
         layouts: tuple[bool, ...],
@@ -214,14 +214,16 @@ class UpdateReplayer:
             self._state.environment_key(device),
         )
 
-    def _replay(self, entry: _UpdateEntry, grads: Sequence[Tensor], hyper: Hyper) -> list[Tensor]:
+    def _replay(
+        self, entry: _UpdateEntry, grads: Sequence[Tensor], hyper: HyperValues
+    ) -> list[Tensor]:
         entry.slots.fill(hyper)
         torch._foreach_copy_(entry.grads, list(grads))
         entry.recording.replay()
         self._state.stats.replays += 1
         return list(entry.recording.outputs)
 
-    def _record(self, key: Hashable, step: GroupStep, body: PrepareFn) -> list[Tensor] | None:
+    def _record(self, key: Hashable, step: StepRecord, body: PrepareFn) -> list[Tensor] | None:
         """Record, publish and replay once; on any failure restore grads and momentum, return None.
 
         The warm-up pass really runs the preparation (momentum moves), the capture pass may fail
@@ -234,18 +236,23 @@ class UpdateReplayer:
         saved_grads = [g.clone() for g in grads]
         saved_bufs = [m.clone() for m in buf_list]
         try:
-            slots = HyperSlots(device)
+            slots = HyperSlots(device, type(step.hyper))
             slots.fill(step.hyper)
             # Owned inputs of the gradients' own layout (empty_like keeps dense strides).
             static = [torch.empty_like(g) for g in grads]
             torch._foreach_copy_(static, grads)
-            # The recording reads owned gradient copies and hyperparameters from device tensors.
+            # The recording reads owned gradient copies and hyperparameters from device tensors;
+            # its bucket jobs are independent, so the recorder may spread them over parallel
+            # branches.
             recorded = dataclasses.replace(
-                step, params=list(step.params), grads=static, bufs=buf_list, hyper=slots.hyper
+                step,
+                params=list(step.params),
+                grads=static,
+                bufs=buf_list,
+                hyper=slots.hyper,
+                orth=state.recorder.concurrent(self._eager_orth, device),
             )
-            # Bucket jobs are independent: the recorder may spread them over parallel branches.
-            branched = state.recorder.concurrent(self._eager_orth, device)
-            recording = state.recorder.record(lambda: recorded.prepare(body, branched), device)
+            recording = state.recorder.record(lambda: body(recorded), device)
             # Warm-up moved momentum (capture did not); put it back before the real replay.
             torch._foreach_copy_(buf_list, saved_bufs)
             entry = _UpdateEntry(static, slots, recording)

@@ -29,8 +29,14 @@ from torch.optim import Optimizer
 from musgd._clip_replay import GradClipReplay
 from musgd._network_capture import NetworkCapture
 from musgd._newton_schulz import SUPPORTED_NS_DTYPES
+from musgd._nsconfig import NSConfig, merge_flat, pop_command_line
 from musgd._triton_ns import BACKENDS as NS_BACKENDS
-from musgd._ultralytics_optim import ULTRALYTICS_DEFAULTS, UltralyticsMuSGD, muon_scale
+from musgd._ultralytics_optim import (
+    FLAT_DEFAULTS,
+    ULTRALYTICS_DEFAULTS,
+    UltralyticsMuSGD,
+    muon_scale,
+)
 
 __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on first use
     "CLIP_MAX_NORM",
@@ -69,12 +75,15 @@ def from_stock(
     capture_updates: bool = True,
     ns_dtype: torch.dtype = torch.bfloat16,
     ns_backend: str = "auto",
+    ns: NSConfig | None = None,
 ) -> UltralyticsMuSGD:
     """An :class:`UltralyticsMuSGD` over the same param groups as an Ultralytics ``MuSGD``.
 
     Every key of every group (``param_group`` names, ``lr``, ``momentum``, ...) is kept, and
     ``muon``/``sgd`` are read from the stock optimizer. The stock optimizer must not have
     stepped yet: its state is not carried over (load a checkpoint's state dict instead).
+    ``ns`` (a :class:`musgd.NSConfig`) sets the Newton-Schulz settings, as in
+    :class:`UltralyticsMuSGD`.
     """
     if any(stock.state.values()):
         raise ValueError(
@@ -98,6 +107,7 @@ def from_stock(
         capture_orthogonalization=capture_orthogonalization,
         capture_updates=capture_updates,
         ns_backend=ns_backend,
+        ns=ns,
     )
 
 
@@ -110,6 +120,7 @@ def musgd_trainer(
     ns_backend: str = "auto",
     capture_clip: bool = True,
     capture_network: bool = False,
+    ns: NSConfig | None = None,
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
 
@@ -130,6 +141,9 @@ def musgd_trainer(
     ``musgd_network``), installed at the first batch and removed when training ends; a
     multi-process (DDP) run keeps the eager network (``musgd_network`` is None, and
     ``musgd_network_reason`` says why).
+
+    ``ns`` (a :class:`musgd.NSConfig`) reaches every optimizer the trainer builds
+    (``musgd_options["ns"]``); ``ns_dtype`` and ``ns_backend`` are shorthands for its fields.
     """
     # Checked now, not when the trainer builds its optimizer after setting up the whole run.
     if ns_backend not in NS_BACKENDS:
@@ -140,6 +154,13 @@ def musgd_trainer(
     if ns_dtype not in SUPPORTED_NS_DTYPES:
         raise ValueError(
             f"musgd_trainer: ns_dtype must be torch.bfloat16, float16 or float32, got {ns_dtype!r}"
+        )
+    if ns is not None:  # a conflict with the flat settings is an error now, not at training
+        merge_flat(
+            ns,
+            {"ns_dtype": ns_dtype, "ns_backend": ns_backend},
+            FLAT_DEFAULTS,
+            where="musgd_trainer",
         )
     name = "MuSGDTrainer"
     if base is None:
@@ -162,6 +183,8 @@ def musgd_trainer(
         "ns_dtype": ns_dtype,
         "ns_backend": ns_backend,
     }
+    if ns is not None:  # only when given: the default's options stay plain values
+        options["ns"] = ns
 
     def build_optimizer(
         self: Any, model: Any, name: str = "auto", *args: Any, **kwargs: Any
@@ -298,8 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in args):
         print(
-            "usage: musgd-yolo [model=yolo26n.yaml] [capture_network=true] key=value ...  "
-            "(model.train arguments)"
+            "usage: musgd-yolo [model=yolo26n.yaml] [capture_network=true] "
+            "[ns_steps=5 ns_coefficients=quintic ns_dtype=bf16 ...] key=value ...  "
+            "(model.train arguments; ns_* are musgd.NSConfig fields)"
         )
         return 0
     try:
@@ -307,13 +331,19 @@ def main(argv: list[str] | None = None) -> int:
         network = kwargs.pop("capture_network", False)
         if not isinstance(network, bool):
             raise ValueError(f"capture_network= takes true or false, got {network!r}")
+        ns = pop_command_line(kwargs)  # ns_steps=3 ns_coefficients=quintic ...
         require_ultralytics()
     except (ValueError, ImportError) as exc:
         print(f"musgd-yolo: {exc}", file=sys.stderr)
         return 2
     from ultralytics import YOLO
 
-    YOLO(model_name).train(trainer=musgd_trainer(capture_network=network), **kwargs)
+    trainer = (
+        musgd_trainer(capture_network=network)
+        if ns is None
+        else musgd_trainer(capture_network=network, ns=ns)
+    )
+    YOLO(model_name).train(trainer=trainer, **kwargs)
     return 0
 
 

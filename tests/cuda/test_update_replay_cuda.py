@@ -260,7 +260,7 @@ def test_enclosing_capture_of_the_whole_step_runs_eagerly_inside_it() -> None:
 
 
 def _failing_prepare(opt: MuSGD, where: str) -> None:
-    real = opt._prepare
+    real = opt._engine.body
 
     def failing(*args: Any) -> list[Tensor]:
         out = real(*args)  # momentum moves first, as a half-finished pass would move it
@@ -270,7 +270,7 @@ def _failing_prepare(opt: MuSGD, where: str) -> None:
             raise RuntimeError(f"injected failure in the {where} pass")
         return out
 
-    opt._prepare = failing
+    opt._engine.body = failing
 
 
 @pytest.mark.parametrize("where", ["warmup", "capture"])
@@ -346,13 +346,13 @@ def test_count_regression_zero_eager_bodies_during_replayed_steps(
     ns_calls = count_ns_bodies(monkeypatch)  # the torch backend's body: ask for that backend
     ref_p, ref, rep_p, rep = twins(flags=BOTH_FLAGS, ns_backend="torch")
     prep_calls = [0]
-    real = rep._prepare
+    real = rep._engine.body
 
     def counting_prepare(*args: Any) -> list[Tensor]:
         prep_calls[0] += 1
         return real(*args)
 
-    rep._prepare = counting_prepare
+    rep._engine.body = counting_prepare
     step_both(ref_p, ref, rep_p, rep, 0)
     assert prep_calls[0] > 0
     assert ns_calls[0] > 0

@@ -114,7 +114,7 @@ def reference(init: nn.Module, grads_log: list[list[Tensor]]) -> list[Tensor]:
     opt = MuSGD(param_groups(model, weight_decay=WEIGHT_DECAY), lr=LR)
     # The sharded step stacks same-shape matrices only (no zero-padded stacks, whose rounding
     # differs in the last bits): the reference runs the single-process body with that layout.
-    opt._pad_buckets = False
+    opt._engine.pad_buckets = False
     params = list(model.parameters())
     for grads in grads_log:
         for p, g in zip(params, grads, strict=True):

@@ -16,10 +16,10 @@ from musgd import MuSGD
 from musgd._functional import (
     Bucket,
     EagerOrthogonalizer,
-    GroupStep,
     Hyper,
     NSSettings,
     Orthogonalizer,
+    StepRecord,
     build_layout,
 )
 from musgd._optimizer import group_structure
@@ -85,7 +85,7 @@ def record_first_group(
     group = opt.param_groups[0]
     params, grads = opt._gather(0, group)
     bufs = opt._buffers(params)
-    step = GroupStep(
+    step = StepRecord(
         params=params,
         grads=grads,
         bufs=bufs,
@@ -93,7 +93,7 @@ def record_first_group(
         hyper=Hyper(0.95, 0.01, 0.5, 0.5),
         structure=group_structure(group, params[0].device),
     )
-    return opt._update_replay._record(key, step, opt._prepare), [*params, *grads, *bufs]
+    return opt._update_replay._record(key, step, opt._engine.body), [*params, *grads, *bufs]
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> list[int]:

@@ -122,7 +122,8 @@ def test_use_muon_forces_the_route(use_muon: bool) -> None:
 
 
 def test_defaults_are_the_spec_values() -> None:
-    assert inspect.signature(MuSGD).parameters["lr"].default is inspect.Parameter.empty
+    # Issue #36 gave lr a default (generic construction, as torch.optim's optimizers allow).
+    assert inspect.signature(MuSGD).parameters["lr"].default == 0.02
     group = MuSGD([nn.Parameter(torch.zeros(4, 4))], lr=0.1).param_groups[0]
     expected = {
         "lr": 0.1,
@@ -136,6 +137,7 @@ def test_defaults_are_the_spec_values() -> None:
         "ns_dtype": "auto",
         "use_muon": None,
         "ns_coefficients": (MUON_TRIPLE,) * 5,
+        "maximize": False,
     }
     assert {k: group[k] for k in expected} == expected
 
@@ -294,14 +296,14 @@ def test_a_first_step_inside_a_capture_raises_and_changes_nothing(
 ) -> None:
     """Momentum buffers are made at a parameter's first step: inside a CUDA-graph capture that
     would be replayed as a reset, so it raises, saying to step once first."""
-    import musgd._optimizer as optimizer_module
+    import musgd._engine as engine_module
 
     params = make_params(7)
     for p in params:
         p.grad = torch.ones_like(p)
     before = [p.detach().clone() for p in params]
     opt = MuSGD(params, lr=0.1)
-    monkeypatch.setattr(optimizer_module, "capturing", lambda device=None: True)
+    monkeypatch.setattr(engine_module, "capturing", lambda device=None: True)
     with pytest.raises(RuntimeError, match="run one step outside the capture first"):
         opt.step()
     assert not any(opt.state.values()), "no buffer was made"

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from musgd import MuSGD, _functional
-from musgd._functional import GroupStep, Hyper, Orthogonalizer, PrepareFn
+from musgd._functional import Hyper, PrepareFn, StepRecord
 from musgd._update_replay import HyperSlots, UpdateReplayer
 
 # The shared helper module sits beside this file; make it importable in any import mode.
@@ -362,13 +362,13 @@ def test_legacy_state_without_the_flag_takes_the_constructor_mode(requested: boo
 
 def _count_prepare(opt: MuSGD) -> list[int]:
     calls = [0]
-    body = opt._prepare
+    body = opt._engine.body
 
     def counting(*args: Any) -> list[Tensor]:
         calls[0] += 1
         return body(*args)
 
-    opt._prepare = counting
+    opt._engine.body = counting
     return calls
 
 
@@ -396,9 +396,9 @@ def test_count_regression_fails_when_replay_turns_eager(monkeypatch: pytest.Monk
     """The probe sees an update replay that silently became eager."""
 
     def eager_only(
-        self: UpdateReplayer, index: int, step: GroupStep, *, body: PrepareFn, orth: Orthogonalizer
+        self: UpdateReplayer, index: int, step: StepRecord, *, body: PrepareFn
     ) -> list[Tensor]:
-        return step.prepare(body, orth)
+        return body(step)
 
     monkeypatch.setattr(UpdateReplayer, "prepare", eager_only)
     params = make_params()

@@ -1,0 +1,394 @@
+"""The one step engine both MuSGD flavours hold, and the update-rule interface they plug into it.
+
+A *flavour* is an :class:`UpdateRule`: its hyperparameter record (what a param group must hold,
+checked before anything is stored, and the per-step values read from it), its buffer layout (the
+state keys of each parameter) and its per-group update preparation (steps 1-4 of the spec,
+bucket by bucket, taking one :class:`~musgd._functional.StepRecord`). The rule is chosen at
+construction, as Distributed Shampoo chooses its preconditioner (R200); everything else is the
+:class:`StepEngine`'s: gathering gradients, making buffers, routing and bucketing, the replay of
+``capture_orthogonalization`` and ``capture_updates``, the distributed step and the write
+``P <- P - lr*U``. :class:`EngineOptimizer` is the ``torch.optim.Optimizer`` around it that both
+:class:`musgd.MuSGD` and :class:`musgd.ultralytics.UltralyticsMuSGD` subclass: neither overrides a
+private method of the other, and neither skips a constructor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from musgd._device import capturing
+from musgd._distributed import ShardedStep
+from musgd._functional import (
+    MOMENTUM_BUFFER,
+    EagerOrthogonalizer,
+    HyperValues,
+    Layout,
+    Orthogonalizer,
+    PrepareFn,
+    StepRecord,
+    Structure,
+    apply_updates,
+    build_layout,
+    matrix_shape,
+    multi_neg,
+    pad_bound,
+)
+from musgd._replay import CudaGraphRecorder, Recorder, ReplayOrthogonalizer, ReplayState
+from musgd._update_replay import UpdateReplayer
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class StepValues:
+    """What a rule reads from a param group for one step: the per-step hyperparameter record
+    (Python floats, or 0-d device tensors read on the device), the operations to run and the
+    learning rate of the write."""
+
+    hyper: HyperValues
+    structure: Structure
+    lr: float | Tensor
+
+
+class UpdateRule(Protocol):
+    """A flavour of MuSGD, as the engine runs it (see the module docstring).
+
+    Implementations are frozen dataclasses: equal rules compare and hash equal, since a
+    ``capture_updates`` recording's key holds the rule's :meth:`prepare`.
+    """
+
+    @property
+    def name(self) -> str:
+        """The optimizer's name in messages (``"MuSGD"``)."""
+        ...
+
+    def admit_group(
+        self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
+    ) -> dict[str, Any]:
+        """The group as it is stored, after checking it merged with ``defaults`` (raise
+        ValueError naming the setting; nothing is stored before this returns)."""
+        ...
+
+    def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
+        """The state keys each parameter of ``group`` holds, in the order the rule's
+        :meth:`prepare` reads them (``record.bufs`` holds them key by key)."""
+        ...
+
+    def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
+        """Whether this group's Newton-Schulz work is shared across ranks this step (raise
+        where the rule does not support the parameters' setup)."""
+        ...
+
+    def values(
+        self, group: Mapping[str, Any], device: torch.device, live: torch.device | None
+    ) -> StepValues:
+        """This step's hyperparameters, structure and learning rate (``live``: the device whose
+        float32 tensors are read there, None to read every value on the host)."""
+        ...
+
+    def prepare(self, record: StepRecord) -> list[Tensor]:
+        """Steps 1-4 of one group: ``U`` for ``P <- P - lr*U``, buffers updated in place."""
+        ...
+
+    def step_shared(self, engine: StepEngine, record: StepRecord, lr: float) -> None:
+        """Steps 1-5 of a group whose work ranks share (:meth:`shares` said so)."""
+        ...
+
+
+class StepEngine:
+    """One optimizer's step machinery, with its rule: the bodies, orthogonalizers, replay state
+    and distributed step are chosen once, at construction.
+
+    ``body`` is the rule's preparation as the engine calls it (a seam: tests wrap it to count
+    eager preparations during replayed steps).
+    """
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        rule: UpdateRule,
+        *,
+        process_group: ProcessGroup | None = None,
+        shard_balance: str = "flops",
+        recorder: Recorder | None = None,
+    ) -> None:
+        self.optimizer = optimizer
+        self.rule = rule
+        self.body: PrepareFn = rule.prepare
+        self.orth: Orthogonalizer = EagerOrthogonalizer()
+        # Replay (spec §2): recordings are bounded by the number of matrix parameters.
+        self.replay = ReplayState(
+            CudaGraphRecorder() if recorder is None else recorder,
+            orth_bound=self.count_matrices,
+            update_bound=lambda: max(self.count_matrices(), len(optimizer.param_groups)),
+        )
+        self.orth_replay: Orthogonalizer = ReplayOrthogonalizer(self.replay)
+        self.update_replay = UpdateReplayer(self.replay)
+        # Distributed (DDP with process_group, or FSDP2 DTensor parameters): NS work is shared.
+        self.sharded = ShardedStep(process_group, shard_balance)
+        # Single-process groups stack matrices of equal column count, zero-padding rows
+        # (`build_layout`); the sharded plan slices same-shape buckets, so it never pads.
+        self.pad_buckets = True
+
+    def count_matrices(self) -> int:
+        """The number of parameters routed to Newton-Schulz: the bound on recordings."""
+        return sum(
+            matrix_shape(p.shape, group["use_muon"]) is not None
+            for group in self.optimizer.param_groups
+            for p in group["params"]
+        )
+
+    def step(self) -> None:
+        """One step of every param group."""
+        groups = self.optimizer.param_groups
+        # Check every group's gradients before any group is written, so that an unsupported
+        # gradient in a later group raises with no parameter or momentum changed.
+        gathered = [self.gather(index, group) for index, group in enumerate(groups)]
+        with self.replay.step_scope():
+            for index, (group, (params, grads)) in enumerate(zip(groups, gathered, strict=True)):
+                if params:
+                    self.step_group(index, group, params, grads)
+
+    def step_group(
+        self, index: int, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]
+    ) -> None:
+        """Steps 1-5 of one group: the rule's values and preparation, replayed where the
+        group asks for it, or the rule's shared step across ranks; then the write."""
+        rule = self.rule
+        if group.get("maximize", False):
+            grads = multi_neg(grads)  # the step on -grad, as torch.optim's (an exact negation)
+        bufs = [b for key in rule.buffers(group) for b in self.buffers(params, key)]
+        shares = rule.shares(group, params, self.sharded)
+        device = params[0].device
+        if shares and capturing(device):
+            raise RuntimeError(
+                f"{rule.name} cannot be captured in a CUDA graph while it shares Newton-Schulz "
+                "work across ranks (process_group or FSDP2 parameters): step it outside the "
+                "capture"
+            )
+        # Shared steps read every value on the host (their collectives are not captured).
+        values = rule.values(group, device, None if shares else device)
+        record = StepRecord(
+            params=params,
+            grads=grads,
+            bufs=bufs,
+            layout=self.layout(params, group["use_muon"], sharded=shares),
+            hyper=values.hyper,
+            structure=values.structure,
+            orth=self.orth_replay if group["capture_orthogonalization"] else self.orth,
+        )
+        if shares:
+            assert isinstance(values.lr, float)  # live was None: every value read on the host
+            rule.step_shared(self, record, values.lr)
+            return
+        if group["capture_updates"]:
+            updates = self.update_replay.prepare(index, record, body=self.body)
+        else:
+            updates = self.body(record)
+        apply_updates(params, updates, values.lr)
+
+    def layout(self, params: list[Tensor], use_muon: bool | None, *, sharded: bool) -> Layout:
+        """The group's layout: matrices in padded stacks within the device's bound, except
+        where the sharded plan runs (it slices same-shape buckets across ranks)."""
+        pad = pad_bound(params[0].device) if self.pad_buckets and not sharded else None
+        return build_layout(params, use_muon, pad=pad)
+
+    def gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
+        """Parameters with gradients and their gradients; unsupported gradients raise.
+
+        One pass collects them and the set of gradient kinds (layout, dtype): per-tensor checks
+        cost host time every step (about a third of a replayed yolo26n step's host time on the
+        H200 at 4b62f17), and only a bad kind needs the per-tensor search for the message. A
+        gradient always has its parameter's dtype, so a complex parameter shows in the kinds.
+        """
+        params = [p for p in group["params"] if p.grad is not None]
+        grads: list[Tensor] = [g for p in params if (g := p.grad) is not None]
+        kinds = {(g.layout, g.dtype) for g in grads}
+        if any(layout != torch.strided or dtype.is_complex for layout, dtype in kinds):
+            self._raise_unsupported(index, group)
+        return params, grads
+
+    def _raise_unsupported(self, index: int, group: dict[str, Any]) -> None:
+        """Raise RuntimeError naming the first parameter whose gradient is not supported."""
+        name = self.rule.name
+        for j, p in enumerate(group["params"]):
+            g = p.grad
+            if g is None:
+                continue
+            if g.layout != torch.strided:
+                raise RuntimeError(
+                    f"{name} does not support sparse gradients ({g.layout}) "
+                    f"(param_groups[{index}], params[{j}]); use a dense embedding or another "
+                    "optimizer for it"
+                )
+            if g.is_complex() or p.is_complex():
+                raise RuntimeError(
+                    f"{name} does not support complex parameters or gradients "
+                    f"(param_groups[{index}], params[{j}]); view them as real with "
+                    "torch.view_as_real before optimizing"
+                )
+
+    def buffers(self, params: list[Tensor], key: str = MOMENTUM_BUFFER) -> list[Tensor]:
+        """The ``key`` buffers of ``params``, created (zeros) at a parameter's first step."""
+        state = self.optimizer.state
+        try:  # every step after the first: one lookup per parameter
+            return [state[p][key] for p in params]
+        except KeyError:
+            pass
+        if capturing(params[0].device):
+            raise RuntimeError(
+                f"{self.rule.name} creates a parameter's momentum buffer at its first step, which "
+                "a CUDA-graph capture would replay as a reset: run one step outside the capture "
+                "first (as torch.cuda.graph's warm-up does), then capture"
+            )
+        for p in params:
+            if key not in state[p]:
+                state[p][key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return [state[p][key] for p in params]
+
+
+# The generic torch.optim flags these optimizers do not take, and what serves instead.
+GENERIC_FLAGS = {
+    "differentiable": (
+        False,
+        "the step is not differentiable (it runs under torch.no_grad, and Newton-Schulz is not "
+        "meant to be differentiated through); use a torch.optim optimizer for "
+        "learning-to-learn setups",
+    ),
+    "fused": (
+        None,
+        "the fused work is ns_backend='triton' (grouped Triton Newton-Schulz kernels, a packed "
+        "momentum kernel) and capture_updates=True (the whole update preparation replayed "
+        "from one CUDA graph)",
+    ),
+    "capturable": (
+        False,
+        "every step is capturable as it is: run one step first, then capture the whole step "
+        "in a CUDA graph; float32 one-element device tensors for lr and the other "
+        "hyperparameters are read on the device, so schedules reach the captured step",
+    ),
+}
+
+
+def refuse_generic_flags(where: str, **flags: object) -> None:
+    """Raise ValueError for a generic ``torch.optim`` flag this optimizer does not offer
+    (:data:`GENERIC_FLAGS`) set to anything but its default, saying what replaces it."""
+    for name, value in flags.items():
+        default, instead = GENERIC_FLAGS[name]
+        if value is not default and value is not False:
+            raise ValueError(f"{where}: {name}={value!r} is not offered: {instead}")
+
+
+class EngineOptimizer(Optimizer):
+    """A ``torch.optim.Optimizer`` whose step is a :class:`StepEngine` running ``rule``.
+
+    The flavours subclass it with their own constructor (which builds their rule and defaults)
+    and nothing else of the step. A few read-only names (``_replay``, ``_sharded``, ``_gather``,
+    ``_buffers``, ``_orth``, ``_orth_replay``, ``_update_replay``, ``_count_matrices``) are the
+    engine's, kept for the benchmark tools and tests that inspect a run.
+    """
+
+    def __init__(
+        self,
+        params: ParamsT,
+        defaults: dict[str, Any],
+        rule: UpdateRule,
+        *,
+        process_group: ProcessGroup | None = None,
+        shard_balance: str = "flops",
+        recorder: Recorder | None = None,
+    ) -> None:
+        self._rule = rule  # Optimizer.__init__ admits the groups through it
+        super().__init__(params, defaults)
+        self._shard_balance = shard_balance
+        self._engine = StepEngine(
+            self, rule, process_group=process_group, shard_balance=shard_balance, recorder=recorder
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle or a deep copy carries: ``torch.optim``'s groups, defaults and state,
+        the rule and the flavour's public settings (``muon``, ``ns``, ...). The engine is not
+        carried: a copy builds its own (no recordings, the default recorder, no process
+        group; its parameters are new tensors, so recordings by address could not serve)."""
+        state = super().__getstate__()
+        state.update(
+            {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in state}
+        )
+        state["_rule"] = self._rule
+        state["_shard_balance"] = self._shard_balance
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # ``Optimizer.load_state_dict`` sets state through here too: keep a live engine.
+        if "_engine" not in self.__dict__:
+            self._engine = StepEngine(self, self._rule, shard_balance=self._shard_balance)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Check the group's settings (before anything is stored), then add it."""
+        where = f"param_groups[{len(self.param_groups)}]"
+        super().add_param_group(self._rule.admit_group(param_group, self.defaults, where=where))
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load state; keys an older state dict lacks take this optimizer's constructor values."""
+        groups = state_dict.get("param_groups")
+        if isinstance(groups, list):
+            state_dict = dict(state_dict)
+            state_dict["param_groups"] = [
+                {**{k: v for k, v in self.defaults.items() if k not in g}, **g}
+                if isinstance(g, dict)
+                else g
+                for g in groups
+            ]
+        super().load_state_dict(state_dict)
+        # Recordings read and write the old momentum buffers by address: drop them all.
+        self._engine.replay.clear()
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """Perform one step; ``closure`` re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._engine.step()
+        return loss
+
+    # Read-only views of the engine, for tools and tests (see the class docstring).
+    @property
+    def _replay(self) -> ReplayState:
+        return self._engine.replay
+
+    @property
+    def _sharded(self) -> ShardedStep:
+        return self._engine.sharded
+
+    @property
+    def _orth(self) -> Orthogonalizer:
+        return self._engine.orth
+
+    @property
+    def _orth_replay(self) -> Orthogonalizer:
+        return self._engine.orth_replay
+
+    @property
+    def _update_replay(self) -> UpdateReplayer:
+        return self._engine.update_replay
+
+    def _gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
+        return self._engine.gather(index, group)
+
+    def _buffers(self, params: list[Tensor], key: str = MOMENTUM_BUFFER) -> list[Tensor]:
+        return self._engine.buffers(params, key)
+
+    def _count_matrices(self) -> int:
+        return self._engine.count_matrices()

@@ -1,0 +1,158 @@
+"""The step engine: both flavours hold it, a flavour is an update rule, one body signature.
+
+A toy rule (SGD with momentum, written here) runs on the engine without any MuSGD code of its
+own, through the fake recorder's replay too: what the engine offers a flavour is the protocol,
+not a base class to override.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from musgd import MuSGD
+from musgd._distributed import ShardedStep
+from musgd._engine import EngineOptimizer, StepEngine, StepValues
+from musgd._functional import NSSettings, StepRecord, Structure
+from musgd._optimizer import DefaultRule
+from musgd._ultralytics_optim import UltralyticsHyper, UltralyticsRule
+from musgd.ultralytics import UltralyticsMuSGD
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_fakes import FakeRecorder
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyHyper:
+    momentum: float | Tensor
+    weight_decay: float | Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyRule:
+    """SGD with momentum: ``m <- mu*m + g``, ``U = m``; no Newton-Schulz."""
+
+    name: str = "Toy"
+
+    def admit_group(
+        self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
+    ) -> dict[str, Any]:
+        merged = {**defaults, **group}
+        if not 0.0 <= merged["momentum"] < 1.0:
+            raise ValueError(f"{where}: momentum must be in [0, 1)")
+        return group
+
+    def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
+        return ("toy_buffer",)
+
+    def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
+        return False
+
+    def values(
+        self, group: Mapping[str, Any], device: torch.device, live: torch.device | None
+    ) -> StepValues:
+        ns = NSSettings(1, ((1.0, 0.0, 0.0),), 1e-7, torch.float32)
+        structure = Structure(nesterov=False, decay=False, muon=False, ns=ns)
+        return StepValues(ToyHyper(float(group["momentum"]), 0.0), structure, float(group["lr"]))
+
+    def prepare(self, record: StepRecord) -> list[Tensor]:
+        bufs = list(record.bufs)
+        torch._foreach_mul_(bufs, record.hyper.momentum)
+        torch._foreach_add_(bufs, list(record.grads))
+        return bufs
+
+    def step_shared(self, engine: StepEngine, record: StepRecord, lr: float) -> None:
+        raise AssertionError("never shared")
+
+
+class Toy(EngineOptimizer):
+    def __init__(self, params: Any, lr: float, momentum: float = 0.5, **kw: Any) -> None:
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "use_muon": False,
+            "capture_orthogonalization": False,
+            "capture_updates": kw.pop("capture_updates", False),
+        }
+        super().__init__(params, defaults, ToyRule(), **kw)
+
+
+def _toy_run(**kw: Any) -> tuple[list[Tensor], Toy]:
+    gen = torch.Generator().manual_seed(0)
+    params = [nn.Parameter(torch.randn(s, generator=gen)) for s in [(4, 4), (3,)]]
+    opt = Toy(params, lr=0.1, **kw)
+    for _ in range(4):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        opt.step()
+    return [t.detach().clone() for p in params for t in (p, opt.state[p]["toy_buffer"])], opt
+
+
+def test_a_rule_written_outside_musgd_runs_on_the_engine_eager_and_replayed() -> None:
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.randn(s, generator=gen) for s in [(4, 4), (3,)]]
+    bufs = [torch.zeros_like(p) for p in params]
+    for _ in range(4):  # the reference: SGD with momentum, in plain tensor code
+        for p, m in zip(params, bufs, strict=True):
+            g = torch.randn(p.shape, generator=gen)
+            m.mul_(0.5).add_(g)
+            p.sub_(0.1 * m)
+    eager, opt = _toy_run()
+    expected = [t for p, m in zip(params, bufs, strict=True) for t in (p, m)]
+    for a, b in zip(eager, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert opt._replay.stats.recordings == 0
+    replayed, opt = _toy_run(capture_updates=True, recorder=FakeRecorder())
+    assert opt._replay.stats.recordings == 1  # one group layout
+    assert opt._replay.stats.replays == 4
+    for a, b in zip(replayed, eager, strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: momentum"):
+        opt.add_param_group({"params": [nn.Parameter(torch.zeros(2))], "momentum": 1.0})
+
+
+def test_both_flavours_hold_the_one_engine_with_their_own_rule() -> None:
+    p = [nn.Parameter(torch.zeros(4, 4))]
+    default = MuSGD(p, lr=0.1, foreach=False)
+    ultra = UltralyticsMuSGD([{"params": p, "use_muon": True}], muon=0.2, sgd=1.0)
+    for opt in (default, ultra):
+        assert isinstance(opt, EngineOptimizer)
+        assert type(opt._engine) is StepEngine
+    assert default._engine.rule == DefaultRule(foreach=False)
+    assert isinstance(ultra._engine.rule, UltralyticsRule)
+    assert (ultra._engine.rule.muon, ultra._engine.rule.sgd) == (0.2, 1.0)
+    # Composed, not inherited through private overrides: neither flavour is the other, and
+    # neither defines a private method (everything of the step is the engine's).
+    assert not issubclass(UltralyticsMuSGD, MuSGD)
+    for cls in (MuSGD, UltralyticsMuSGD):
+        private = [n for n in vars(cls) if n.startswith("_") and not n.startswith("__")]
+        assert private == [], f"{cls.__name__} overrides {private}"
+
+
+def test_the_ultralytics_learning_rate_is_its_own_field() -> None:
+    p = [nn.Parameter(torch.zeros(4, 4))]
+    ultra = UltralyticsMuSGD([{"params": p, "use_muon": True}], lr=0.03, momentum=0.9)
+    group = ultra.param_groups[0]
+    values = ultra._engine.rule.values(group, torch.device("cpu"), None)
+    assert values.hyper == UltralyticsHyper(
+        momentum=0.9, weight_decay=0.0, lr=0.03, damping=1 - 0.9
+    )
+    assert values.lr == 0.03
+    assert "w_muon" not in {f.name for f in dataclasses.fields(UltralyticsHyper)}
+
+
+def test_rules_compare_by_value_so_recordings_are_keyed_by_them() -> None:
+    from musgd import NSConfig
+
+    ns = NSConfig(dtype=torch.bfloat16, scale="ultralytics")
+    assert UltralyticsRule(0.2, 1.0, ns) == UltralyticsRule(0.2, 1.0, ns)
+    assert hash(UltralyticsRule(0.2, 1.0, ns)) == hash(UltralyticsRule(0.2, 1.0, ns))
+    assert UltralyticsRule(0.2, 1.0, ns) != UltralyticsRule(0.2, 1.0, NSConfig(steps=3))
+    assert DefaultRule(foreach=True) != DefaultRule(foreach=False)

@@ -1,0 +1,325 @@
+"""``musgd.NSConfig``: validation, the flat shorthands, state dicts, both flavours, the trainer.
+
+The Ultralytics flavour's reference here is written from shared/specs/ultralytics-compat.md in
+float64 with a step count of its own (it calls no production code), so that ``ns=`` is shown to
+reach the rule, not only to be stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from musgd import DEFAULT_COEFFICIENTS, MuSGD, NSConfig
+from musgd import _newton_schulz as newton_schulz
+from musgd.ultralytics import UltralyticsMuSGD, from_stock, main, musgd_trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_ultralytics import KW, _StockLike, make_params, set_grads, stock_groups
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("fields", "named", "fix"),
+    [
+        ({"steps": 0}, "steps", "1..100"),
+        ({"steps": 101}, "steps", "1..100"),
+        ({"steps": 2.0}, "steps", "an int"),
+        ({"steps": True}, "steps", "an int"),
+        ({"coefficients": "polar"}, "coefficients", "'quintic'"),
+        ({"coefficients": []}, "coefficients", "1..100"),
+        ({"coefficients": [(1.0, 2.0, 3.0)] * 101}, "coefficients", "1..100"),
+        ({"coefficients": [(1.0, 2.0)]}, r"coefficients\[0\]", "triple"),
+        ({"coefficients": [(1.0, -1.0, 1.0), (1.0, 2.0, NAN)]}, r"coefficients\[1\]", "finite"),
+        ({"coefficients": 3.0}, "coefficients", "triples"),
+        ({"eps": 0.0}, "eps", "> 0"),
+        ({"eps": NAN}, "eps", "finite"),
+        ({"eps": "1e-7"}, "eps", "number"),
+        ({"dtype": torch.float64}, "dtype", "torch.bfloat16"),
+        ({"dtype": "bf16"}, "dtype", '"auto"'),
+        ({"backend": "cuda"}, "backend", "'triton'"),
+        ({"scale": "adam"}, "scale", "'ultralytics'"),
+        ({"normalize": "spectral"}, "normalize", "'frobenius'"),
+    ],
+)
+def test_each_bad_field_raises_naming_it_and_what_it_must_be(
+    fields: dict[str, Any], named: str, fix: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"^NSConfig: {named} must be .*{fix}"):
+        NSConfig(**fields)
+
+
+def test_the_record_is_keyword_only_frozen_and_expands_its_schedule() -> None:
+    with pytest.raises(TypeError):
+        NSConfig(3)  # type: ignore[misc]
+    config = NSConfig(steps=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.steps = 4  # type: ignore[misc]
+    assert config.coefficients == "quintic"
+    assert config.triples == (DEFAULT_COEFFICIENTS,) * 3
+    # One triple for every iteration, or a schedule whose last triple repeats.
+    assert NSConfig(coefficients=(3, -3, 1), steps=2).triples == ((3.0, -3.0, 1.0),) * 2
+    schedule = NSConfig(coefficients=[(4, -4, 2), (3, -3, 1)], steps=3)
+    assert schedule.coefficients == ((4.0, -4.0, 2.0), (3.0, -3.0, 1.0))
+    assert schedule.triples == ((4.0, -4.0, 2.0), (3.0, -3.0, 1.0), (3.0, -3.0, 1.0))
+    assert hash(schedule) == hash(NSConfig(coefficients=((4, -4, 2), (3, -3, 1)), steps=3))
+
+
+def test_a_named_schedule_is_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="'quintic'"):
+        NSConfig(coefficients="cubic")
+    monkeypatch.setitem(newton_schulz.COEFFICIENT_SCHEDULES, "cubic", ((1.5, -0.5, 0.0),))
+    assert NSConfig(coefficients="cubic", steps=2).triples == ((1.5, -0.5, 0.0),) * 2
+    # The flat shorthand and the public functions read the same registry.
+    opt = MuSGD([nn.Parameter(torch.zeros(4, 4))], lr=0.1, ns_coefficients="cubic", ns_steps=2)
+    assert opt.param_groups[0]["ns_coefficients"] == ((1.5, -0.5, 0.0),) * 2
+    G = torch.randn(4, 6, generator=torch.Generator().manual_seed(0))
+    by_name = newton_schulz.orthogonalize(G, coefficients="cubic", dtype=torch.float32)
+    by_value = newton_schulz.orthogonalize(G, coefficients=(1.5, -0.5, 0.0), dtype=torch.float32)
+    assert torch.equal(by_name, by_value)
+
+
+def _run(make: Any, steps: int = 4) -> list[Tensor]:
+    """Parameters and momentum buffers after ``steps`` steps of ``make(params)``."""
+    gen = torch.Generator().manual_seed(0)
+    params = [nn.Parameter(torch.randn(s, generator=gen)) for s in [(8, 8), (6, 3, 3, 3), (8,)]]
+    opt = make(params)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        opt.step()
+    return [t.detach().clone() for p in params for t in (p, *opt.state[p].values())]
+
+
+@pytest.mark.parametrize(
+    ("flat", "fields"),
+    [
+        ({"ns_steps": 3}, {"steps": 3}),
+        ({"ns_coefficients": [(3.0, -3.2, 1.2)]}, {"coefficients": [(3.0, -3.2, 1.2)]}),
+        ({"ns_coefficients": "quintic", "ns_steps": 2}, {"steps": 2}),
+        ({"eps": 1e-3}, {"eps": 1e-3}),
+        ({"ns_dtype": torch.float32}, {"dtype": torch.float32}),
+        ({"ns_backend": "torch"}, {"backend": "torch"}),
+    ],
+)
+def test_flat_shorthands_step_bit_for_bit_as_the_record(
+    flat: dict[str, Any], fields: dict[str, Any]
+) -> None:
+    shorthand = _run(lambda p: MuSGD(p, lr=0.05, **flat))
+    record = _run(lambda p: MuSGD(p, lr=0.05, ns=NSConfig(**fields)))
+    for a, b in zip(shorthand, record, strict=True):
+        assert torch.equal(a, b)
+    # A shorthand that changes something changes the step (the comparison can fail).
+    if "ns_steps" in flat or "ns_coefficients" in flat or "eps" in flat:
+        plain = _run(lambda p: MuSGD(p, lr=0.05))
+        assert not all(torch.equal(a, b) for a, b in zip(plain, record, strict=True))
+
+
+def test_a_flat_argument_that_contradicts_ns_raises_and_an_agreeing_one_does_not() -> None:
+    p = [nn.Parameter(torch.zeros(4, 4))]
+    with pytest.raises(ValueError, match=r"MuSGD: ns_steps=4 conflicts with ns.steps=3"):
+        MuSGD(p, lr=0.1, ns=NSConfig(steps=3), ns_steps=4)
+    with pytest.raises(ValueError, match=r"ns_dtype=torch.float32 conflicts with ns.dtype=None"):
+        MuSGD(p, lr=0.1, ns=NSConfig(), ns_dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"ns must be a musgd\.NSConfig"):
+        MuSGD(p, lr=0.1, ns={"steps": 3})  # type: ignore[arg-type]
+    opt = MuSGD(p, lr=0.1, ns=NSConfig(steps=3, eps=1e-5), ns_steps=3, eps=1e-5)
+    assert (opt.param_groups[0]["ns_steps"], opt.param_groups[0]["eps"]) == (3, 1e-5)
+    with pytest.raises(ValueError, match="UltralyticsMuSGD: ns_backend='torch' conflicts"):
+        UltralyticsMuSGD(p, ns=NSConfig(backend="triton"), ns_backend="torch")
+
+
+def test_the_default_flavour_refuses_the_ultralytics_scale() -> None:
+    with pytest.raises(ValueError, match=r"MuSGD: ns\.scale='ultralytics'.*UltralyticsMuSGD"):
+        MuSGD([nn.Parameter(torch.zeros(4, 4))], lr=0.1, ns=NSConfig(scale="ultralytics"))
+    opt = MuSGD([nn.Parameter(torch.zeros(4, 4))], lr=0.1, ns=NSConfig(scale="muon"))
+    assert opt.ns_config().scale == "muon"
+
+
+def test_a_group_may_hold_its_own_record() -> None:
+    a, b = nn.Parameter(torch.zeros(4, 4)), nn.Parameter(torch.zeros(4, 4))
+    opt = MuSGD([{"params": [a]}, {"params": [b], "ns": NSConfig(steps=2)}], lr=0.1)
+    assert "ns" not in opt.param_groups[1]
+    assert opt.ns_config(0) == NSConfig(
+        coefficients=(DEFAULT_COEFFICIENTS,) * 5, dtype="auto", scale="muon"
+    )
+    assert opt.ns_config(1).steps == 2
+    with pytest.raises(ValueError, match=r"param_groups\[2\]: ns_steps=3 conflicts"):
+        opt.add_param_group(
+            {"params": [nn.Parameter(torch.zeros(2, 2))], "ns": NSConfig(steps=2), "ns_steps": 3}
+        )
+
+
+def test_the_record_survives_a_state_dict_round_trip() -> None:
+    params = [nn.Parameter(torch.randn(6, 6))]
+    config = NSConfig(steps=3, coefficients=[(3.0, -3.2, 1.2)], eps=1e-6, dtype=torch.float32)
+    opt = MuSGD(params, lr=0.1, ns=config)
+    params[0].grad = torch.ones(6, 6)
+    opt.step()
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)  # plain values only
+    fresh = MuSGD(params, lr=0.1)
+    assert fresh.ns_config() != opt.ns_config()
+    fresh.load_state_dict(saved)
+    assert fresh.ns_config() == opt.ns_config()
+    assert fresh.ns_config().triples == ((3.0, -3.2, 1.2),) * 3
+    # A state dict written before ns_backend existed loads with the constructor's value.
+    old = opt.state_dict()
+    del old["param_groups"][0]["ns_backend"]
+    other = MuSGD(params, lr=0.1, ns=NSConfig(backend="torch"))
+    other.load_state_dict(old)
+    assert other.ns_config().backend == "torch"
+    assert other.ns_config().steps == 3
+
+
+def _ns64(G: Tensor, steps: int) -> Tensor:
+    a, b, c = DEFAULT_COEFFICIENTS
+    X = G.double()
+    tall = X.shape[0] > X.shape[1]
+    X = X.T if tall else X
+    X = X / (X.norm() + 1e-7)
+    for _ in range(steps):
+        A = X @ X.T
+        X = a * X + (b * A + c * A @ A) @ X
+    return X.T if tall else X
+
+
+def _ultralytics64(params: list[Tensor], grads: list[Tensor], steps: int, scale: str) -> list:
+    """One step of the spec's use_muon rule (momentum 0.9, Nesterov, no decay) in float64."""
+    out = []
+    for param, grad in zip(params, grads, strict=True):
+        P, g = param.detach().double().clone(), grad.double()
+        beta = KW["momentum"]
+        m = (1 - beta) * g
+        u = beta * m + (1 - beta) * g
+        O = _ns64(u.reshape(P.shape[0], -1), steps).reshape(P.shape)
+        rows, cols = P.shape[0], P.numel() // P.shape[0]
+        k = (
+            math.sqrt(max(1.0, P.shape[-2] / P.shape[-1]))
+            if scale == "ultralytics"
+            else 0.2 * math.sqrt(max(rows, cols))
+        )
+        muon_written = P - KW["lr"] * KW["muon"] * k * O
+        v = g + beta * g
+        out.append(muon_written - KW["lr"] * KW["sgd"] * v)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("config", "steps", "scale"),
+    [
+        (NSConfig(steps=3, dtype=torch.float32), 3, "ultralytics"),
+        (NSConfig(dtype=torch.float32), 5, "ultralytics"),
+        (NSConfig(steps=3, dtype=torch.float32, scale="muon"), 3, "muon"),
+    ],
+)
+def test_ultralytics_flavour_steps_with_the_record_it_is_given(
+    config: NSConfig, steps: int, scale: str
+) -> None:
+    params = make_params()[:5]
+    groups = [{"params": params, "use_muon": True, "weight_decay": 0.0}]
+    opt = UltralyticsMuSGD(groups, **KW, ns=config)
+    assert opt.ns_config() == config.with_defaults(dtype=torch.bfloat16, scale="ultralytics")
+    set_grads(params, 0)
+    grads = [p.grad for p in params]
+    before = [p.detach().clone() for p in params]
+    expected = _ultralytics64(before, grads, steps, scale)  # type: ignore[arg-type]
+    others = [
+        _ultralytics64(before, grads, k, s)  # type: ignore[arg-type]
+        for k, s in ((3, "ultralytics"), (5, "ultralytics"), (3, "muon"))
+        if (k, s) != (steps, scale)
+    ]
+    opt.step()
+
+    def distance(reference: list[Tensor], i: int) -> float:
+        change = (expected[i] - before[i].double()).norm()
+        return float((params[i].detach().double() - reference[i]).norm() / change)
+
+    for i in range(len(params)):
+        assert distance(expected, i) < 1e-5, tuple(params[i].shape)
+    # Another step count or scale is far off for some matrix: the record reached the rule.
+    for other in others:
+        assert max(distance(other, i) for i in range(len(params))) > 1e-3
+
+
+def test_from_stock_and_the_trainer_pass_the_record_on() -> None:
+    config = NSConfig(steps=3, coefficients="quintic")
+    stock = _StockLike(stock_groups(make_params()), **KW)
+    assert from_stock(stock, ns=config).ns.steps == 3
+
+    class FakeTrainer:
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            return _StockLike(stock_groups(model), **KW)
+
+    trainer_cls = musgd_trainer(FakeTrainer, ns=config)
+    assert trainer_cls.musgd_options["ns"] is config
+    opt = trainer_cls().build_optimizer(make_params())
+    assert opt.ns_config() == config.with_defaults(dtype=torch.bfloat16, scale="ultralytics")
+    assert "ns" not in musgd_trainer(FakeTrainer).musgd_options
+    with pytest.raises(ValueError, match=r"musgd_trainer: ns_dtype=torch\.float32 conflicts"):
+        musgd_trainer(FakeTrainer, ns=NSConfig(dtype=torch.float16), ns_dtype=torch.float32)
+
+
+def _fake_yolo(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    import musgd.ultralytics as module
+
+    made: list[dict[str, Any]] = []
+
+    class FakeYOLO:
+        def __init__(self, model: str) -> None:
+            self.model = model
+
+        def train(self, **kw: Any) -> None:
+            made.append(kw)
+
+    monkeypatch.setitem(sys.modules, "ultralytics", types.SimpleNamespace(YOLO=FakeYOLO))
+    monkeypatch.setattr(module, "require_ultralytics", lambda: None)
+    monkeypatch.setattr(module, "musgd_trainer", lambda **kw: kw)
+    return made
+
+
+def test_command_line_ns_keys_make_one_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _fake_yolo(monkeypatch)
+    args = ["ns_steps=3", "ns_coefficients=quintic", "ns_dtype=fp32", "ns_eps=1e-6", "epochs=2"]
+    assert main(args) == 0
+    assert main(["ns_coefficients=[[3, -3.2, 1.2]]", "ns_backend=torch"]) == 0
+    assert main(["epochs=1"]) == 0
+    first, second, plain = made
+    assert first["epochs"] == 2
+    assert first["trainer"]["ns"] == NSConfig(steps=3, dtype=torch.float32, eps=1e-6)
+    assert second["trainer"]["ns"] == NSConfig(coefficients=[(3, -3.2, 1.2)], backend="torch")
+    assert plain["trainer"] == {"capture_network": False}
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("ns_steps=0", "ns_steps must be an int in 1..100, got 0"),
+        ("ns_steps=x", "ns_steps must be an int"),
+        ("ns_coefficients=polar", "ns_coefficients must be one of the names 'quintic'"),
+        ("ns_dtype=int8", "ns_dtype must be \"auto\" or one of 'bfloat16', 'bf16'"),
+        ("ns_backend=cuda", "ns_backend must be one of 'auto', 'triton', 'torch'"),
+        ("ns_stepz=3", "ns_stepz= is not a Newton-Schulz setting; the settings are"),
+    ],
+)
+def test_command_line_bad_ns_values_exit_2_with_a_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], arg: str, message: str
+) -> None:
+    made = _fake_yolo(monkeypatch)
+    assert main([arg]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("musgd-yolo: ")
+    assert message in err
+    assert made == []
