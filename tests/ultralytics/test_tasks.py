@@ -1,0 +1,75 @@
+"""Every Ultralytics task trains with our optimizer: ``musgd_trainer(<the task's trainer>)``
+on the task's synthetic data, 1 epoch of a few 64-px images on CPU, checkpoints saved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
+from musgd.bench._yolo_data import write_synthetic_dataset
+from musgd.ultralytics import (
+    TASK_TRAINERS,
+    TASKS,
+    UltralyticsMuSGD,
+    main,
+    musgd_trainer,
+    task_trainer,
+)
+from ultralytics import YOLO
+
+
+def _train_args(data: Path, project: Path, name: str) -> dict[str, Any]:
+    return {
+        "data": str(data),
+        "epochs": 1,
+        "imgsz": 64,
+        "batch": 4,
+        "device": "cpu",
+        "workers": 0,
+        "amp": False,
+        "plots": False,
+        "val": False,
+        "project": str(project),
+        "name": name,
+        "exist_ok": True,
+        "verbose": False,
+    }
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_each_task_trains_with_ours_and_saves_checkpoints(tmp_path: Path, task: str) -> None:
+    dataset = write_synthetic_dataset(
+        tmp_path / "data", train_images=8, val_images=4, size=64, task=task
+    )
+    base = task_trainer(task)
+    assert base.__name__ == TASK_TRAINERS[task][1]
+    model = YOLO(TASK_TRAINERS[task][2])
+    assert model.task == task
+    model.train(
+        trainer=musgd_trainer(base, capture_network=True),
+        **_train_args(dataset.data, tmp_path / "runs", task),
+    )
+    trainer = model.trainer
+    assert isinstance(trainer, base)
+    opt = trainer.optimizer
+    assert isinstance(opt, UltralyticsMuSGD)
+    assert any("momentum_buffer_SGD" in s for s in opt.state.values()), "it stepped"
+    # On a CPU the network stays eager: each training forward counted, with its reason.
+    capture = trainer.musgd_network
+    assert capture is not None
+    assert trainer.musgd_network_reason is None
+    assert dict(capture.stats.fallbacks) == {"device:cpu": 2}  # 8 images at batch 4
+    weights = Path(trainer.save_dir) / "weights"
+    assert (weights / "last.pt").is_file()
+
+
+def test_the_command_line_trains_a_task_named_by_task(tmp_path: Path) -> None:
+    dataset = write_synthetic_dataset(
+        tmp_path / "data", train_images=8, val_images=4, size=64, task="classify"
+    )
+    args = [f"{k}={v}" for k, v in _train_args(dataset.data, tmp_path, "cli").items()]
+    assert main(["task=classify", *args]) == 0
+    assert (tmp_path / "cli" / "weights" / "last.pt").is_file()
