@@ -3,12 +3,14 @@ on the task's synthetic data, 1 epoch of a few 64-px images on CPU, checkpoints 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
+from musgd.bench._cli import main as bench_main
 from musgd.bench._yolo_data import write_synthetic_dataset
 from musgd.ultralytics import (
     TASK_TRAINERS,
@@ -19,6 +21,8 @@ from musgd.ultralytics import (
     task_trainer,
 )
 from ultralytics import YOLO
+
+NON_DETECT = [task for task in TASKS if task != "detect"]
 
 
 def _train_args(data: Path, project: Path, name: str) -> dict[str, Any]:
@@ -73,3 +77,18 @@ def test_the_command_line_trains_a_task_named_by_task(tmp_path: Path) -> None:
     args = [f"{k}={v}" for k, v in _train_args(dataset.data, tmp_path, "cli").items()]
     assert main(["task=classify", *args]) == 0
     assert (tmp_path / "cli" / "weights" / "last.pt").is_file()
+
+
+@pytest.mark.parametrize("task", NON_DETECT)
+def test_the_benchmark_pairs_stock_and_ours_on_each_task(tmp_path: Path, task: str) -> None:
+    argv = ["ultralytics", "--device", "cpu", "--quick", "--task", task, "--batch-sizes", "4"]
+    argv += ["--parts", "train", "--pairs", "1", "--lowdata", "off", "--iters", "4"]
+    argv += ["--isolation", "none", "--amp", "false", "--out", str(tmp_path)]
+    assert bench_main(argv) == 0
+    document = json.loads((tmp_path / "ultralytics-train.json").read_text(encoding="utf-8"))
+    results = document["results"]
+    assert (results["task"], results["model"]) == (task, TASK_TRAINERS[task][2])
+    (pair,) = results["variants"]["default"]["batches"]["4"]["pairs"]
+    assert (pair["stock"]["optimizer"], pair["ours"]["optimizer"]) == ("MuSGD", "UltralyticsMuSGD")
+    assert pair["ours"]["iterations"] == pair["stock"]["iterations"] == 4
+    assert set(results["curves"]["loss"]["series"]) == {"stock seed 0", "ours seed 0"}

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from musgd.ultralytics import TASKS
+
 __all__ = [
     "FLIP_IDX",
     "KPT_SHAPE",
@@ -36,7 +38,6 @@ __all__ = [
 
 # One colour per class, far apart so the classes are learnable.
 _COLOURS = ((230, 40, 40), (40, 200, 60), (50, 80, 230), (240, 220, 40))
-TASKS = ("detect", "segment", "pose", "obb", "classify")
 # Pose: keypoints per object and values per keypoint (x, y, visibility).
 KPT_SHAPE = (5, 3)
 # The keypoints are the box's top-left, top-right, bottom-right, bottom-left corners (inset) and
