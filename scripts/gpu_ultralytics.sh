@@ -33,7 +33,7 @@ echo "gpu_ultralytics: ${SECONDS} s spent on setup, budget ${budget} s of LIMIT_
 timeout "$left" $PY -m musgd.bench ultralytics --device "${DEVICE:-cuda}" --out "$OUT" \
   --budget-s "$budget" "${commit[@]}" "$@" > "$OUT/ultralytics.log" 2>&1
 rc=$?
-grep -a -E "^(plan|identity|phases|pair|batch|lowdata|budget|wrote)" "$OUT/ultralytics.log"
+grep -a -E "^(plan|identity|network|phases|pair|batch|lowdata|budget|wrote)" "$OUT/ultralytics.log"
 tail -n 5 "$OUT/ultralytics.log"
 echo "gpu_ultralytics rc=$rc" | tee -a "$OUT/ultralytics.log"
 exit $rc
