@@ -3,6 +3,7 @@ on the task's synthetic data, 1 epoch of a few 64-px images on CPU, checkpoints 
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,9 @@ from typing import Any
 import pytest
 
 pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
+from musgd.bench import _ul_plan
 from musgd.bench._cli import main as bench_main
+from musgd.bench._ul_runs import train_kwargs
 from musgd.bench._yolo_data import write_synthetic_dataset
 from musgd.ultralytics import (
     TASK_TRAINERS,
@@ -25,22 +28,14 @@ from ultralytics import YOLO
 NON_DETECT = [task for task in TASKS if task != "detect"]
 
 
-def _train_args(data: Path, project: Path, name: str) -> dict[str, Any]:
-    return {
-        "data": str(data),
-        "epochs": 1,
-        "imgsz": 64,
-        "batch": 4,
-        "device": "cpu",
-        "workers": 0,
-        "amp": False,
-        "plots": False,
-        "val": False,
-        "project": str(project),
-        "name": name,
-        "exist_ok": True,
-        "verbose": False,
-    }
+def _train_args(data: Path, work: Path, name: str) -> dict[str, Any]:
+    """The benchmark's own train arguments of a ``--quick`` CPU run (64 px, no loader workers,
+    AMP off), 1 epoch at batch 4, checkpoints saved under ``work``."""
+    parser = argparse.ArgumentParser()
+    _ul_plan.add_arguments(parser)
+    args = _ul_plan.configure(parser.parse_args(["--device", "cpu", "--quick", "--amp", "false"]))
+    args.work = work
+    return {**train_kwargs(args, data, batch=4, epochs=1), "save": True, "name": name}
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -54,7 +49,7 @@ def test_each_task_trains_with_ours_and_saves_checkpoints(tmp_path: Path, task: 
     assert model.task == task
     model.train(
         trainer=musgd_trainer(base, capture_network=True),
-        **_train_args(dataset.data, tmp_path / "runs", task),
+        **_train_args(dataset.data, tmp_path, task),
     )
     trainer = model.trainer
     assert isinstance(trainer, base)
@@ -76,7 +71,7 @@ def test_the_command_line_trains_a_task_named_by_task(tmp_path: Path) -> None:
     )
     args = [f"{k}={v}" for k, v in _train_args(dataset.data, tmp_path, "cli").items()]
     assert main(["task=classify", *args]) == 0
-    assert (tmp_path / "cli" / "weights" / "last.pt").is_file()
+    assert (tmp_path / "runs" / "cli" / "weights" / "last.pt").is_file()
 
 
 @pytest.mark.parametrize("task", NON_DETECT)

@@ -201,6 +201,8 @@ def timed_trainer(base: type[Any], clock: PhaseClock) -> type[Any]:
 def train_kwargs(
     args: argparse.Namespace, data: Path, batch: int, epochs: int, variant: str = "default"
 ) -> dict[str, Any]:
+    """The ``model.train`` arguments of a run at ``batch`` for ``epochs`` (``variant``
+    ``lowdata``: more loader workers, the augmentations off)."""
     kw: dict[str, Any] = {
         "data": str(data),
         "epochs": epochs,
