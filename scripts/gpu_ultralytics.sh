@@ -5,8 +5,8 @@
 # synchronised at each boundary (phases), and stock MuSGD against ours in paired runs at batch 4
 # and 16, unsynchronised (train); with --parts network, the network captured against eager, bit
 # for bit (network), and --ours-network times our arm with it. Writes
-# $OUT/ultralytics-{identity,network,phases,train}.json, $OUT/ultralytics-loss.png and
-# $OUT/ultralytics.log.
+# $OUT/ultralytics-{identity,network,phases,train}.json (the train evidence carries the loss and
+# iteration curves) and $OUT/ultralytics.log. --task segment|pose|obb|classify trains that task.
 #   GATE_COMMIT=<full sha of the tree, written literally> LIMIT_S=540 scripts/gpu_ultralytics.sh [--parts identity,phases,train] [--pairs 3]
 # LIMIT_S bounds the whole script: the Python part gets what is left after the install, less a
 # margin, as --budget-s, and skips the runs that would not fit (saying so in the log).
@@ -23,17 +23,17 @@ if ! $PY -c "import ultralytics" 2>/dev/null; then
 fi
 limit=${LIMIT_S:-540}
 left=$((limit - SECONDS))
-# 30 s of margin: importing torch, the evidence and the chart after the last run.
+# 30 s of margin: importing torch and writing the evidence after the last run.
 budget=$((left - 30))
 if [ "$budget" -lt 60 ]; then
   echo "LIMIT_S=$limit leaves ${left} s after the install: too little to measure" >&2
   exit 3
 fi
 echo "gpu_ultralytics: ${SECONDS} s spent on setup, budget ${budget} s of LIMIT_S=$limit"
-timeout "$left" $PY scripts/ultralytics_gpu.py --device "${DEVICE:-cuda}" --out "$OUT" \
+timeout "$left" $PY -m musgd.bench ultralytics --device "${DEVICE:-cuda}" --out "$OUT" \
   --budget-s "$budget" "${commit[@]}" "$@" > "$OUT/ultralytics.log" 2>&1
 rc=$?
-grep -a -E "^(plan|identity|phases|pair|batch|lowdata|budget|wrote)" "$OUT/ultralytics.log"
+grep -a -E "^(plan|identity|network|phases|pair|batch|lowdata|budget|wrote)" "$OUT/ultralytics.log"
 tail -n 5 "$OUT/ultralytics.log"
 echo "gpu_ultralytics rc=$rc" | tee -a "$OUT/ultralytics.log"
 exit $rc

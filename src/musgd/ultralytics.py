@@ -9,18 +9,23 @@ needs only PyTorch. The trainer needs the optional Ultralytics package
 
     YOLO("yolo26n.yaml").train(data="coco8.yaml", epochs=10, trainer=MuSGDTrainer)
 
-From a shell, in the ``yolo train`` style (``key=value`` pairs; ``model`` names the model)::
+From a shell, in the ``yolo train`` style (``key=value`` pairs; ``model`` names the model,
+``task`` picks the trainer class and the default model)::
 
     musgd-yolo model=yolo26n.yaml data=coco8.yaml epochs=10 imgsz=640 batch=16
+    musgd-yolo task=segment data=coco8-seg.yaml epochs=10
 
 ``MuSGDTrainer`` is a ``DetectionTrainer`` whose ``build_optimizer`` lets the stock trainer build
 its MuSGD param groups (weight, bn, bias, muon and the lr x 3 head groups, with their
 hyperparameters) and moves them into :class:`UltralyticsMuSGD` with both replay flags on.
-``musgd_trainer(base)`` does the same for any other Ultralytics trainer class.
+``musgd_trainer(base)`` does the same for any other Ultralytics trainer class, such as every
+task's (:func:`task_trainer`: ``SegmentationTrainer``, ``PoseTrainer``, ``OBBTrainer``,
+``ClassificationTrainer``).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -40,6 +45,8 @@ from musgd._ultralytics_optim import (
 
 __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on first use
     "CLIP_MAX_NORM",
+    "TASKS",
+    "TASK_TRAINERS",
     "MuSGDTrainer",
     "UltralyticsMuSGD",
     "from_stock",
@@ -48,12 +55,23 @@ __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on
     "musgd_trainer",
     "parse_train_args",
     "require_ultralytics",
+    "task_trainer",
 ]
 
 INSTALL_HINT = 'pip install "wpgate[ultralytics]"'
 _STOCK_NAME = "MuSGD"
 # The gradient-norm bound of the stock trainer's optimizer step (observed on 8.4: WP-011).
 CLIP_MAX_NORM = 10.0
+# Per Ultralytics task: the module and name of its documented trainer class, and the YOLO26n
+# model configuration of the task.
+TASK_TRAINERS: dict[str, tuple[str, str, str]] = {
+    "detect": ("ultralytics.models.yolo.detect", "DetectionTrainer", "yolo26n.yaml"),
+    "segment": ("ultralytics.models.yolo.segment", "SegmentationTrainer", "yolo26n-seg.yaml"),
+    "pose": ("ultralytics.models.yolo.pose", "PoseTrainer", "yolo26n-pose.yaml"),
+    "obb": ("ultralytics.models.yolo.obb", "OBBTrainer", "yolo26n-obb.yaml"),
+    "classify": ("ultralytics.models.yolo.classify", "ClassificationTrainer", "yolo26n-cls.yaml"),
+}
+TASKS = tuple(TASK_TRAINERS)
 
 
 def require_ultralytics() -> Any:
@@ -66,6 +84,17 @@ def require_ultralytics() -> Any:
             f"installed (or failed to import: {exc}). Install it with: {INSTALL_HINT}"
         ) from exc
     return ultralytics
+
+
+def task_trainer(task: str) -> type[Any]:
+    """The documented Ultralytics trainer class of ``task`` (one of :data:`TASKS`); ValueError
+    for another name, ImportError (saying how to install it) without Ultralytics."""
+    if task not in TASK_TRAINERS:
+        raise ValueError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
+    require_ultralytics()
+    module, name, _ = TASK_TRAINERS[task]
+    trainer: type[Any] = getattr(importlib.import_module(module), name)
+    return trainer
 
 
 def from_stock(
@@ -313,17 +342,29 @@ def parse_train_args(argv: list[str]) -> tuple[str, dict[str, Any]]:
     return model, kwargs
 
 
+def _task_of(task: Any, model_given: bool) -> tuple[str | None, str | None]:
+    """``task=``'s value checked (None: not given) and the model it trains by default (None:
+    ``model=`` was given, or no task); ValueError listing the tasks for another value."""
+    if task is None:
+        return None, None
+    if task not in TASK_TRAINERS:
+        raise ValueError(f"task= takes one of {', '.join(TASKS)}, got {task!r}")
+    return task, None if model_given else TASK_TRAINERS[task][2]
+
+
 def main(argv: list[str] | None = None) -> int:
     """``musgd-yolo key=value ...``: ``YOLO(model).train(..., trainer=MuSGDTrainer)``;
-    ``capture_network=true`` trains with ``musgd_trainer(capture_network=True)``."""
+    ``capture_network=true`` trains with ``musgd_trainer(capture_network=True)``; ``task=``
+    (default: the model's own task) trains with ``musgd_trainer`` of that task's trainer class,
+    the task's YOLO26n unless ``model=`` names another model of that task."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in args):
         print(
-            "usage: musgd-yolo [model=yolo26n.yaml] [capture_network=true] "
-            "[ns_steps=5 ns_coefficients=quintic ns_dtype=bf16 ...] key=value ...  "
-            "(model.train arguments; ns_* are musgd.NSConfig fields)"
+            "usage: musgd-yolo [model=yolo26n.yaml] [task=detect|segment|pose|obb|classify] "
+            "[capture_network=true] [ns_steps=5 ns_coefficients=quintic ns_dtype=bf16 ...] "
+            "key=value ...  (model.train arguments; ns_* are musgd.NSConfig fields)"
         )
         return 0
     try:
@@ -332,18 +373,29 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(network, bool):
             raise ValueError(f"capture_network= takes true or false, got {network!r}")
         ns = pop_command_line(kwargs)  # ns_steps=3 ns_coefficients=quintic ...
+        model_given = any(a.partition("=")[0] == "model" for a in args)
+        task, task_model = _task_of(kwargs.pop("task", None), model_given)
         require_ultralytics()
     except (ValueError, ImportError) as exc:
         print(f"musgd-yolo: {exc}", file=sys.stderr)
         return 2
     from ultralytics import YOLO
 
-    trainer = (
-        musgd_trainer(capture_network=network)
-        if ns is None
-        else musgd_trainer(capture_network=network, ns=ns)
-    )
-    YOLO(model_name).train(trainer=trainer, **kwargs)
+    model = YOLO(task_model or model_name)
+    task = task or model.task
+    if model.task != task or task not in TASK_TRAINERS:
+        print(
+            f"musgd-yolo: {model_name} is a {model.task} model and task={task}: name a model of "
+            f"the task (or leave task= out), tasks being {', '.join(TASKS)}",
+            file=sys.stderr,
+        )
+        return 2
+    # Detection keeps the exported MuSGDTrainer (a DDP launch writes it by reference).
+    base = None if task == "detect" else task_trainer(task)
+    options: dict[str, Any] = {"capture_network": network}
+    if ns is not None:
+        options["ns"] = ns
+    model.train(trainer=musgd_trainer(base, **options), **kwargs)
     return 0
 
 

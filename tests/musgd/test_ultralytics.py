@@ -435,6 +435,8 @@ def test_command_line_capture_network_reaches_the_trainer(monkeypatch: pytest.Mo
     calls: list[tuple[str, dict[str, Any]]] = []
 
     class FakeYOLO:
+        task = "detect"
+
         def __init__(self, model: str) -> None:
             self.model = model
 
@@ -445,7 +447,9 @@ def test_command_line_capture_network_reaches_the_trainer(monkeypatch: pytest.Mo
     monkeypatch.setattr(module, "require_ultralytics", lambda: None)
     made: list[bool] = []
     monkeypatch.setattr(
-        module, "musgd_trainer", lambda capture_network=False: made.append(capture_network)
+        module,
+        "musgd_trainer",
+        lambda base=None, capture_network=False: made.append(capture_network),
     )
     assert module.main(["capture_network=true", "epochs=2"]) == 0
     assert module.main(["epochs=2"]) == 0
@@ -600,3 +604,77 @@ def test_trainer_network_capture_installs_at_the_first_batch_and_leaves_at_the_e
     assert "needs an Ultralytics model" in other.musgd_network_reason
     with pytest.raises(ValueError, match="capture_network must be True or False"):
         musgd_trainer(FakeTrainer, capture_network="yes")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def task_cli(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    """``musgd-yolo`` with stand-ins for ``ultralytics.YOLO`` (its task read from the model
+    name, as the real one reads it from the configuration) and the trainer classes: the model
+    and train arguments of each training it starts, ``trainer`` naming the base class."""
+    import types
+
+    import musgd.ultralytics as module
+
+    trained: list[tuple[str, dict[str, Any]]] = []
+    suffixes = {"-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
+
+    class FakeYOLO:
+        def __init__(self, model: str) -> None:
+            self.model = model
+            self.task = next((t for s, t in suffixes.items() if s in model), "detect")
+
+        def train(self, **kw: Any) -> None:
+            trained.append((self.model, kw))
+
+    monkeypatch.setitem(sys.modules, "ultralytics", types.SimpleNamespace(YOLO=FakeYOLO))
+    monkeypatch.setattr(module, "require_ultralytics", lambda: None)
+    monkeypatch.setattr(module, "task_trainer", lambda task: f"{task}-trainer")
+    monkeypatch.setattr(
+        module, "musgd_trainer", lambda base=None, capture_network=False: f"musgd({base})"
+    )
+    return trained
+
+
+def test_command_line_task_picks_the_trainer_class_and_the_tasks_model(
+    task_cli: list[tuple[str, dict[str, Any]]],
+) -> None:
+    from musgd.ultralytics import TASKS, main
+
+    assert main(["task=segment", "epochs=1"]) == 0
+    assert main(["task=pose", "model=yolo26s-pose.yaml"]) == 0
+    assert main(["model=yolo26n-obb.yaml"]) == 0  # no task=: the model's own
+    assert main(["epochs=1"]) == 0  # detection keeps the exported MuSGDTrainer
+    assert task_cli == [
+        ("yolo26n-seg.yaml", {"trainer": "musgd(segment-trainer)", "epochs": 1}),
+        ("yolo26s-pose.yaml", {"trainer": "musgd(pose-trainer)"}),
+        ("yolo26n-obb.yaml", {"trainer": "musgd(obb-trainer)"}),
+        ("yolo26n.yaml", {"trainer": "musgd(None)", "epochs": 1}),
+    ]
+    assert TASKS == ("detect", "segment", "pose", "obb", "classify")
+
+
+def test_command_line_bad_task_exits_2_listing_the_tasks(
+    task_cli: list[tuple[str, dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from musgd.ultralytics import main
+
+    assert main(["task=depth"]) == 2
+    err = capsys.readouterr().err
+    assert "task= takes one of detect, segment, pose, obb, classify, got 'depth'" in err
+    assert main(["task=segment", "model=yolo26n-pose.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "yolo26n-pose.yaml is a pose model and task=segment" in err
+    assert "Traceback" not in err
+    assert task_cli == []
+
+
+def test_task_trainer_refuses_an_unknown_task_and_needs_ultralytics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from musgd.ultralytics import task_trainer
+
+    with pytest.raises(ValueError, match="unknown task 'depth': use one of detect, segment"):
+        task_trainer("depth")
+    monkeypatch.setitem(sys.modules, "ultralytics", None)
+    with pytest.raises(ImportError, match=r"pip install \"wpgate\[ultralytics\]\""):
+        task_trainer("segment")

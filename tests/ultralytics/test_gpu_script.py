@@ -1,26 +1,30 @@
-"""scripts/ultralytics_gpu.py runs end to end on CPU (``--quick``), as the GPU gate will run it."""
+"""``python -m musgd.bench ultralytics`` (what ``scripts/ultralytics_gpu.py`` launches) runs end
+to end on CPU (``--quick``), as the GPU gate runs it."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from script_module import load_script
 
 pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
 
+from musgd.bench import _ul_plan, _ul_runs
+from musgd.bench._cli import main
+from musgd.bench._yolo_data import write_synthetic_dataset
 
-def _load() -> ModuleType:
-    return load_script("ultralytics_gpu")
+
+def _main(argv: list[str]) -> int:
+    return main(["ultralytics", *argv])
 
 
 def _quick_cpu(tmp_path: Path, *options: str) -> dict[str, Any]:
     """Run the script on CPU (``--quick``) with ``options``; the results of each evidence file."""
     argv = ["--device", "cpu", "--quick", "--batch-sizes", "4", "--out", str(tmp_path)]
-    assert _load().main([*argv, *options]) == 0
+    assert _main([*argv, *options]) == 0
     return {
         path.stem.removeprefix("ultralytics-"): json.loads(path.read_text(encoding="utf-8"))
         for path in tmp_path.glob("ultralytics-*.json")
@@ -28,12 +32,12 @@ def _quick_cpu(tmp_path: Path, *options: str) -> dict[str, Any]:
 
 
 def test_identity_part_runs_and_is_bit_identical(tmp_path: Path) -> None:
-    script = _load()
-    rc = script.main(["--device", "cpu", "--quick", "--parts", "identity", "--out", str(tmp_path)])
+    rc = _main(["--device", "cpu", "--quick", "--parts", "identity", "--out", str(tmp_path)])
     assert rc == 0
     evidence = json.loads((tmp_path / "ultralytics-identity.json").read_text(encoding="utf-8"))
     assert evidence["schema"] == "wpgate-evidence/1"
     results = evidence["results"]
+    assert (results["task"], results["model"]) == ("detect", "yolo26n.yaml")
     # 12 steps asked for, 4 more allowed for the scaler's skips: 4 epochs of 4 iterations.
     assert (results["iterations"], results["steps"], results["skipped_steps"]) == (16, 16, 0)
     assert results["target_met"] is True
@@ -96,25 +100,31 @@ def test_phases_and_pairs_run_and_split_the_iteration(tmp_path: Path) -> None:
     assert low["kwargs"]["mosaic"] == 0.0
     assert low["batches"]["4"]["count"] == 1
     assert results["budget"]["skipped"] == []
-    assert (tmp_path / "ultralytics-loss.png").stat().st_size > 1000
+    # The curves the site draws: the losses as trained, an iteration median per epoch.
+    curves = results["curves"]
+    assert curves["loss"]["series"]["ours seed 0"] == default["pairs"][0]["ours"]["losses"]
+    assert set(curves["loss"]["series"]) == {"stock seed 0", "ours seed 0", "stock seed 1"}
+    assert len(curves["iteration_ms"]["series"]["stock seed 1"]) == 2  # two epochs
+    assert not list(tmp_path.glob("*.png"))
 
 
 def _isolation_args(tmp_path: Path, isolation: str) -> Any:
-    script = _load()
-    args = script.configure(script._parser().parse_args(["--device", "cpu", "--quick"]))
+    parser = argparse.ArgumentParser()
+    _ul_plan.add_arguments(parser)
+    args = _ul_plan.configure(parser.parse_args(["--device", "cpu", "--quick"]))
     args.isolation, args.work = isolation, tmp_path
-    data = script.write_synthetic_dataset(
+    data = write_synthetic_dataset(
         tmp_path / "data", train_images=args.n_train, val_images=4, size=args.imgsz, seed=0
-    ).yaml
-    return script, args, data
+    ).data
+    return args, data
 
 
 def test_a_run_in_its_own_process_trains_exactly_as_in_this_one(tmp_path: Path) -> None:
-    script, args, data = _isolation_args(tmp_path, "process")
+    args, data = _isolation_args(tmp_path, "process")
     run = {"arm": "ours", "batch": 4, "seed": 3, "synchronize": False}
-    child = script.train_run(args, data, **run)
+    child = _ul_runs.train_run(args, data, **run)
     args.isolation = "none"
-    here = script.train_run(args, data, **run)
+    here = _ul_runs.train_run(args, data, **run)
     assert (child["arm"], child["seed"], child["optimizer"]) == ("ours", 3, "UltralyticsMuSGD")
     assert child["iterations"] == here["iterations"] > 0
     # Same seed, same data, a CPU without loader workers: the same training, loss for loss.
@@ -122,9 +132,9 @@ def test_a_run_in_its_own_process_trains_exactly_as_in_this_one(tmp_path: Path) 
 
 
 def test_a_failed_run_in_its_own_process_says_which_and_why(tmp_path: Path) -> None:
-    script, args, _data = _isolation_args(tmp_path, "process")
-    with pytest.raises(script.RunFailedError, match=r"failed in its own process \(exit [1-9]"):
-        script.train_run(
+    args, _data = _isolation_args(tmp_path, "process")
+    with pytest.raises(_ul_runs.RunFailedError, match=r"failed in its own process \(exit [1-9]"):
+        _ul_runs.train_run(
             args, tmp_path / "missing.yaml", arm="ours", batch=4, seed=0, synchronize=False
         )
 
@@ -186,9 +196,8 @@ def test_ours_network_times_our_arm_with_the_network_captured(
 def test_network_part_fails_where_nothing_was_captured(tmp_path: Path) -> None:
     """Without a grapher for the CPU the network runs eagerly throughout: equal bits prove
     nothing then, and the part says its target was not met."""
-    script = _load()
     argv = ["--device", "cpu", "--quick", "--parts", "network", "--out", str(tmp_path)]
-    assert script.main(argv) == 1
+    assert _main(argv) == 1
     evidence = json.loads((tmp_path / "ultralytics-network.json").read_text(encoding="utf-8"))
     results = evidence["results"]
     assert results["network"]["fallbacks"] == {"device:cpu": 8}
@@ -200,36 +209,4 @@ def test_budget_skips_runs_that_do_not_fit(tmp_path: Path) -> None:
     results = _quick_cpu(tmp_path, *options)["train"]["results"]
     assert results["variants"]["default"]["batches"] == {}
     assert len(results["budget"]["skipped"]) == 3
-    assert not (tmp_path / "ultralytics-loss.png").exists()
-
-
-def test_loss_chart_from_evidence(tmp_path: Path) -> None:
-    script = _load()
-    run = {"losses": [3.0, 2.5, 2.4, 2.2]}
-    pairs = [{"stock": run, "ours": run}, {"stock": run, "ours": run}]
-    batches = {"4": {"pairs": pairs}}
-    evidence = {"results": {"imgsz": 64, "variants": {"default": {"batches": batches}}}}
-    source = tmp_path / "train.json"
-    source.write_text(json.dumps(evidence), encoding="utf-8")
-    assert script.main(["--chart-from", str(source), "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "ultralytics-loss.png").stat().st_size > 1000
-
-
-def test_mismatch_is_reported_when_replay_differs() -> None:
-    """The shadow check fails a step whose parameters differ from the eager twin's."""
-    import torch
-
-    from musgd.ultralytics import UltralyticsMuSGD
-
-    script = _load()
-    w = torch.nn.Parameter(torch.randn(8, 4))
-    opt = UltralyticsMuSGD([{"params": [w], "use_muon": True}], lr=0.1, momentum=0.9)
-    check = script.ShadowCheck(opt)
-    w.grad = torch.randn(8, 4)
-    opt.step()
-    assert check.mismatched == []
-    w.grad = torch.randn(8, 4)
-    with torch.no_grad():
-        check.shadow[0].add_(1e-3)  # the eager twin drifts: the next step must be flagged
-    opt.step()
-    assert check.mismatched == [1]
+    assert results["curves"]["loss"]["series"] == {}

@@ -1,5 +1,6 @@
 """``python -m musgd.bench``: the demo, the optimizer-step and training benchmarks, and the
-maintainers' measurements (replay profile, Triton backend and tiles, distributed step).
+maintainers' measurements (replay profile, Triton backend and tiles, distributed step, the
+Ultralytics trainer benchmark).
 
 ``main(argv) -> int`` is a thin shell over the benchmark functions: it parses, picks defaults by
 device (``--quick`` for CI-sized runs), prints a table and writes the evidence JSON. Exit codes:
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-from musgd.bench import _distributed_bench, _profile, _triton_bench
+from musgd.bench import _distributed_bench, _profile, _triton_bench, _ul_plan
 from musgd.bench._demo import format_demo, run_demo
 from musgd.bench._evidence import build_evidence, check_commit, write_evidence
 from musgd.bench._models import PARAMETER_SETS, ParamSpec
@@ -27,6 +28,15 @@ from musgd.bench._variants import PeerImportError, all_variants, select_variants
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 # The sets a CUDA run times by default; the YOLO26 sets run when named (--sets yolo26n,...).
 DEFAULT_CUDA_SETS = ("nano", "transformer", "large")
+
+
+def _ultralytics(args: argparse.Namespace, argv: list[str]) -> int:
+    """The ``ultralytics`` subcommand, imported when it runs (its options need none of it)."""
+    from musgd.bench import _ul_bench
+
+    return _ul_bench.run(args, argv)
+
+
 # Subcommands with options of their own: (help, add_arguments, run(args, argv) -> exit code).
 MEASUREMENTS: dict[
     str,
@@ -55,6 +65,11 @@ MEASUREMENTS: dict[
         "sharded step (DDP, FSDP2) against replicated, over gloo or torchrun; --predict W",
         _distributed_bench.add_arguments,
         _distributed_bench.run,
+    ),
+    "ultralytics": (
+        "YOLO26 in the Ultralytics trainer, any task: stock MuSGD against ours, bit-identity",
+        _ul_plan.add_arguments,
+        _ultralytics,
     ),
 }
 

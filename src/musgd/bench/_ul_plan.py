@@ -1,0 +1,282 @@
+"""The trainer benchmark's options, sizes, plan and time budget (``python -m musgd.bench
+ultralytics``); nothing here imports Ultralytics, so ``--help`` and bad options need none.
+
+``--budget-s`` (the GPU script passes what is left of ``LIMIT_S``) makes every run wait for an
+estimate of its duration (the longest run of its kind so far, else a default) to fit in what is
+left, else skip it, saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from musgd.bench._ul_design import DATA_BOUND_SHARE, round_order
+from musgd.ultralytics import TASK_TRAINERS, TASKS
+
+__all__ = [
+    "PARTS",
+    "Budget",
+    "UsageError",
+    "add_arguments",
+    "configure",
+    "default_run_s",
+    "epochs_for",
+    "identity_epochs",
+    "plan_lines",
+    "run_estimate",
+]
+
+PARTS = ("identity", "network", "phases", "train")
+# Steps the gradient scaler may skip (inf/nan gradients under AMP) on top of the identity target.
+SKIP_ALLOWANCE = 0.1
+
+
+class UsageError(ValueError):
+    """Bad input (an option's value, a file to read): the command exits 2 with this message."""
+
+
+@dataclass
+class Budget:
+    """Seconds left of ``limit_s`` (None: no limit); runs are admitted when their estimate fits.
+
+    The estimate of a run is the longest run of its key so far, else the caller's default.
+    """
+
+    limit_s: float | None
+    clock: Callable[[], float] = time.perf_counter
+    observed: dict[str, float] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    start: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()
+
+    def used(self) -> float:
+        """Seconds since the budget started."""
+        return self.clock() - self.start
+
+    def left(self) -> float:
+        """Seconds left (infinite without a limit)."""
+        return math.inf if self.limit_s is None else self.limit_s - self.used()
+
+    def estimate(self, key: str, default_s: float) -> float:
+        """The longest observed run of ``key``, else ``default_s``."""
+        return self.observed.get(key, default_s)
+
+    def admit(self, job: str, key: str, default_s: float) -> bool:
+        """Whether ``job`` fits in what is left; a refusal is kept in ``skipped``."""
+        need, left = self.estimate(key, default_s), self.left()
+        if need <= left:
+            return True
+        self.skipped.append(f"{job}: needs about {need:.0f} s, {max(left, 0.0):.0f} s left")
+        print(f"budget: skipped {self.skipped[-1]}")
+        return False
+
+    def record(self, key: str, seconds: float) -> None:
+        """Keep the longest duration seen for ``key``."""
+        self.observed[key] = max(self.observed.get(key, 0.0), seconds)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the limit, the time used, the observed durations and what was skipped."""
+        return {
+            "limit_s": self.limit_s,
+            "used_s": self.used(),
+            "observed_s": dict(self.observed),
+            "skipped": list(self.skipped),
+        }
+
+
+def default_run_s(iterations: int, epochs: int, *, per_iteration_s: float) -> float:
+    """A first guess at one training run (before any was seen): setup, epochs and iterations."""
+    return 12.0 + 1.5 * epochs + per_iteration_s * iterations
+
+
+def epochs_for(iterations: int, iterations_per_epoch: int) -> int:
+    """Epochs that give at least ``iterations`` iterations (at least one)."""
+    return max(1, math.ceil(iterations / iterations_per_epoch))
+
+
+def identity_epochs(steps: int, iterations_per_epoch: int) -> int:
+    """Epochs for ``steps`` optimizer steps with room for the steps the scaler may skip."""
+    allowance = max(4, math.ceil(SKIP_ALLOWANCE * steps))
+    return epochs_for(steps + allowance, iterations_per_epoch)
+
+
+def run_estimate(args: argparse.Namespace, batch: int, *, per_iteration_s: float) -> float:
+    """The default estimate of one training run of ``--iters`` iterations at ``batch``."""
+    ipe = math.ceil(args.n_train / batch)
+    epochs = epochs_for(args.iters, ipe)
+    return default_run_s(epochs * ipe, epochs, per_iteration_s=per_iteration_s)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``python -m musgd.bench ultralytics``."""
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for a CPU check")
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default="detect",
+        help="the Ultralytics task: its trainer class, model and synthetic data (default detect)",
+    )
+    parser.add_argument(
+        "--model", default=None, help="the model configuration (default: the task's YOLO26n)"
+    )
+    parser.add_argument("--parts", default="identity,phases,train", help="comma-separated")
+    parser.add_argument("--batch-sizes", default="4,16")
+    parser.add_argument("--pairs", type=int, default=3, help="stock/ours pairs per batch size")
+    parser.add_argument(
+        "--lowdata",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help=f"pairs with the loader's work cut (auto: where data wait >= {DATA_BOUND_SHARE})",
+    )
+    parser.add_argument("--lowdata-pairs", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=None, help="iterations per training run")
+    parser.add_argument("--identity-steps", type=int, default=None)
+    parser.add_argument(
+        "--workers",
+        dest="workers_given",
+        type=int,
+        default=None,
+        help="data-loader workers of every run but the low-data ones (default 8; 0 with --quick)",
+    )
+    parser.add_argument(
+        "--isolation",
+        choices=("process", "none"),
+        default="process",
+        help="each training run in a fresh Python process (process) or all in this one (none)",
+    )
+    parser.add_argument(
+        "--ours-network",
+        action="store_true",
+        help="our arm captures the network's forward and backward (capture_network=True)",
+    )
+    parser.add_argument(
+        "--network-iters",
+        type=int,
+        default=None,
+        help="iterations of each run of the network part (default 120; 8 with --quick)",
+    )
+    parser.add_argument(
+        "--design",
+        choices=("ab", "abba"),
+        default="ab",
+        help="a round is stock and ours (ab, the order alternating by round) or the order and "
+        "its reverse (abba: each arm first and last once per round)",
+    )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=0.0,
+        help="seconds to wait before each timed training run (default 0)",
+    )
+    parser.add_argument("--one-run", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--one-run-data", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--one-run-out", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="seconds for all parts (runs that would not fit are skipped)",
+    )
+    parser.add_argument(
+        "--amp",
+        choices=("true", "false"),
+        default="true",
+        help="the trainer's mixed precision (false skips its AMP check, which wants a download)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("out"))
+    parser.add_argument("--commit", default=None, help="the full sha the tree came from")
+    parser.add_argument(
+        "--curves-from",
+        type=Path,
+        default=None,
+        help="only write the loss and iteration curves of this ultralytics-train evidence "
+        "(to OUT/ultralytics-curves.json)",
+    )
+    parser.add_argument(
+        "--work", type=Path, default=None, help="dataset and runs (default: a temporary folder)"
+    )
+
+
+def configure(args: argparse.Namespace) -> argparse.Namespace:
+    """Sizes for the device: 640 px on the GPU, 64 px and a few iterations with ``--quick``;
+    the task's model unless ``--model``. Bad values raise :class:`UsageError`."""
+    try:
+        args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
+    except ValueError:
+        raise UsageError(
+            f"--batch-sizes takes whole numbers, comma-separated (4,16), got {args.batch_sizes!r}"
+        ) from None
+    args.parts = [p for p in str(args.parts).split(",") if p]
+    unknown = set(args.parts) - set(PARTS)
+    if unknown:
+        raise UsageError(f"unknown parts {sorted(unknown)}: use {', '.join(PARTS)}")
+    args.amp = args.amp == "true"
+    args.model = args.model or TASK_TRAINERS[args.task][2]
+    cpus = os.cpu_count() or 1
+    if args.quick:
+        args.imgsz, args.n_train, iters, args.workers = 64, 16, 8, 0
+        steps, args.identity_batch, args.per_iteration_s = 12, 4, 0.2
+    else:
+        args.imgsz, args.n_train, iters, args.workers = 640, 320, 60, 8
+        steps, args.identity_batch, args.per_iteration_s = 200, 8, 0.15
+    if args.settle_s < 0 or not math.isfinite(args.settle_s):
+        raise UsageError(f"--settle-s must be 0 or more seconds, got {args.settle_s}")
+    if args.workers_given is not None:
+        if args.workers_given < 0:
+            raise UsageError(f"--workers must be 0 or more, got {args.workers_given}")
+        args.workers = args.workers_given
+    args.lowdata_workers = min(16, cpus)
+    args.iters = iters if args.iters is None else args.iters
+    args.identity_steps = steps if args.identity_steps is None else args.identity_steps
+    if args.network_iters is None:
+        args.network_iters = 8 if args.quick else 120
+    if args.network_iters < 1:
+        raise UsageError(f"--network-iters must be 1 or more, got {args.network_iters}")
+    return args
+
+
+def plan_lines(args: argparse.Namespace, budget: Budget) -> list[str]:
+    """The parts' estimated durations (defaults; each run later uses what was observed)."""
+    lines, total = [f"plan: task {args.task}, model {args.model}"], 0.0
+    if "identity" in args.parts:
+        ipe = math.ceil(args.n_train / args.identity_batch)
+        epochs = identity_epochs(args.identity_steps, ipe)
+        est = default_run_s(epochs * ipe, epochs, per_iteration_s=2 * args.per_iteration_s)
+        lines.append(f"plan: identity {epochs * ipe} iterations, about {est:.0f} s")
+        total += est
+    if "network" in args.parts:
+        ipe = math.ceil(args.n_train / args.identity_batch)
+        epochs = epochs_for(args.network_iters, ipe)
+        one = default_run_s(epochs * ipe, epochs, per_iteration_s=args.per_iteration_s)
+        lines.append(f"plan: network 3 runs of {epochs * ipe} iterations, about {3 * one:.0f} s")
+        total += 3 * one
+    runs = {
+        b: run_estimate(args, b, per_iteration_s=args.per_iteration_s) for b in args.batch_sizes
+    }
+    if "phases" in args.parts:
+        est = 2 * 1.3 * sum(runs.values())
+        lines.append(f"plan: phases 2 runs x {len(runs)} batch sizes, about {est:.0f} s")
+        total += est
+    if "train" in args.parts:
+        est = len(round_order(0, args.design)) * args.pairs * sum(runs.values())
+        lines.append(f"plan: train {args.pairs} pairs x {len(runs)} batch sizes, about {est:.0f} s")
+        total += est
+        if args.lowdata != "off":
+            est = len(round_order(0, args.design)) * args.lowdata_pairs * sum(runs.values())
+            lines.append(
+                f"plan: lowdata ({args.lowdata}) {args.lowdata_pairs} pairs, about {est:.0f} s"
+            )
+            total += est
+    limit = "none" if budget.limit_s is None else f"{budget.limit_s:.0f} s"
+    lines.append(f"plan: estimated total {total:.0f} s, budget {limit}")
+    return lines

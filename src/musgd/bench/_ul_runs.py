@@ -1,0 +1,491 @@
+"""The trainer benchmark's training runs: one run of an arm, in this process or a fresh one.
+
+A run trains the task's YOLO26n in the Ultralytics trainer (``stock``: the task's trainer class
+with its own ``MuSGD``; ``ours``: :func:`musgd.ultralytics.musgd_trainer` of that class) and
+keeps, through the documented callbacks and timing wrappers that change nothing computed, the
+iteration's phases, epoch times, losses and the replay counters. Every run of ``phases`` and
+``train`` runs in a fresh Python process (``--isolation process``, the default), as a user's
+training does: it inherits nothing from the runs before it (models, optimizers, recordings,
+loader threads, allocator and collector state). ``--settle-s S`` waits S seconds before each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import musgd
+from musgd.bench._trainer_phases import PhaseClock, phase_trace, summarize_phases
+from musgd.bench._ul_design import (
+    ARMS,
+    PAIR_SUMMARIES,
+    SKIP_FIRST,
+    epoch_summaries,
+    merge_runs,
+    round_order,
+    summarize_pairs,
+)
+from musgd.bench._ul_plan import Budget, UsageError, epochs_for, run_estimate
+from musgd.bench._ul_report import format_entry as fmt
+from musgd.ultralytics import musgd_trainer, task_trainer
+
+__all__ = [
+    "LOWDATA_AUGMENT_OFF",
+    "RunFailedError",
+    "RunLog",
+    "child_argv",
+    "child_env",
+    "clip_stats",
+    "host_snapshot",
+    "network_stats",
+    "replay_stats",
+    "run_one",
+    "run_pairs",
+    "run_phases",
+    "stats_dict",
+    "timed_trainer",
+    "train_kwargs",
+    "train_once",
+    "train_run",
+]
+
+# The low-data variant: every loader worker the machine allows, the augmentations off (documented
+# train arguments), so a batch is a cached image letterboxed and little else.
+LOWDATA_AUGMENT_OFF = {
+    "mosaic": 0.0,
+    "hsv_h": 0.0,
+    "hsv_s": 0.0,
+    "hsv_v": 0.0,
+    "translate": 0.0,
+    "scale": 0.0,
+    "fliplr": 0.0,
+}
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _loss_value(items: Any) -> float:
+    """The sum of an iteration's loss components (a tensor, or a dict of them)."""
+    if items is None:
+        return math.nan
+    if isinstance(items, dict):
+        return float(sum(float(torch.as_tensor(v).sum()) for v in items.values()))
+    return float(torch.as_tensor(items).sum())
+
+
+def _snapshot(items: Any) -> Any:
+    """A copy of the loss items that does not wait for the device (read after the run)."""
+    if isinstance(items, torch.Tensor):
+        return items.detach().clone()
+    if isinstance(items, dict):
+        return {k: _snapshot(v) for k, v in items.items()}
+    return items
+
+
+class RunLog:
+    """Ultralytics callbacks: phase marks at batch start and end, epoch times, the losses.
+
+    Epoch boundaries synchronise (epoch times are the device's); batch boundaries only when the
+    clock does (the ``phases`` measurement).
+    """
+
+    def __init__(self, device: str, clock: PhaseClock) -> None:
+        self.device = device
+        self.clock = clock
+        self.epoch_s: list[float] = []
+        self._loss_items: list[Any] = []
+        self._epoch_start = 0.0
+
+    def attach(self, model: Any) -> None:
+        model.add_callback("on_train_start", self.train_start)
+        model.add_callback("on_train_epoch_start", self.epoch_start)
+        model.add_callback("on_train_epoch_end", self.epoch_end)
+        model.add_callback("on_train_batch_start", self.batch_start)
+        model.add_callback("on_train_batch_end", self.batch_end)
+
+    def train_start(self, trainer: Any) -> None:
+        instrument_trainer_objects(trainer, self.clock)
+
+    def epoch_start(self, trainer: Any) -> None:
+        _sync(self.device)
+        self._epoch_start = time.perf_counter()
+        self.clock.break_chain()
+
+    def epoch_end(self, trainer: Any) -> None:
+        _sync(self.device)
+        self.epoch_s.append(time.perf_counter() - self._epoch_start)
+
+    def batch_start(self, trainer: Any) -> None:
+        self.clock.start_iteration()
+
+    def batch_end(self, trainer: Any) -> None:
+        self.clock.end_iteration()
+        self._loss_items.append(_snapshot(getattr(trainer, "loss_items", None)))
+
+    @property
+    def losses(self) -> list[float]:
+        """Each iteration's summed loss (reads the device: call after the run)."""
+        return [_loss_value(items) for items in self._loss_items]
+
+
+def _wrap(obj: Any, method: str, clock: PhaseClock, start: str, end: str) -> None:
+    """Replace ``obj.method`` (on the instance) by one that marks ``start`` and ``end``."""
+    inner = getattr(obj, method, None)
+    if inner is None or getattr(inner, "_musgd_timed", False):
+        return
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        clock.mark(start)
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            clock.mark(end)
+
+    timed._musgd_timed = True  # type: ignore[attr-defined]
+    setattr(obj, method, timed)
+
+
+def instrument_trainer_objects(trainer: Any, clock: PhaseClock) -> None:
+    """Marks around the trainer's EMA update and its gradient scaler's calls (public objects)."""
+    ema = getattr(trainer, "ema", None)
+    if ema is not None:
+        _wrap(ema, "update", clock, "ema_start", "ema_end")
+    scaler = getattr(trainer, "scaler", None)
+    if scaler is not None:
+        _wrap(scaler, "unscale_", clock, "unscale_start", "unscale_end")
+        _wrap(scaler, "step", clock, "scaler_step_start", "scaler_step_end")
+        _wrap(scaler, "update", clock, "update_start", "update_end")
+
+
+def timed_trainer(base: type[Any], clock: PhaseClock) -> type[Any]:
+    """``base`` with marks around ``preprocess_batch``, ``optimizer_step``, the optimizer's
+    ``step`` (its step hooks) and ``zero_grad``; it computes exactly what ``base`` computes."""
+
+    class Timed(base):  # type: ignore[misc]
+        def preprocess_batch(self, batch: Any) -> Any:
+            out = super().preprocess_batch(batch)
+            clock.mark("preprocessed")
+            return out
+
+        def optimizer_step(self) -> None:
+            clock.mark("optimizer_enter")
+            super().optimizer_step()
+            clock.mark("optimizer_exit")
+
+        def build_optimizer(self, *args: Any, **kwargs: Any) -> Any:
+            opt = super().build_optimizer(*args, **kwargs)
+            opt.register_step_pre_hook(lambda *_: clock.mark("step_start"))
+            opt.register_step_post_hook(lambda *_: clock.mark("step_end"))
+            _wrap(opt, "zero_grad", clock, "zero_grad_start", "zero_grad_end")
+            return opt
+
+    Timed.__name__ = Timed.__qualname__ = f"Timed{base.__name__}"
+    return Timed
+
+
+def train_kwargs(
+    args: argparse.Namespace, data: Path, batch: int, epochs: int, variant: str = "default"
+) -> dict[str, Any]:
+    """The ``model.train`` arguments of a run at ``batch`` for ``epochs`` (``variant``
+    ``lowdata``: more loader workers, the augmentations off)."""
+    kw: dict[str, Any] = {
+        "data": str(data),
+        "epochs": epochs,
+        "imgsz": args.imgsz,
+        "batch": batch,
+        "nbs": batch,  # the optimizer steps every iteration
+        "device": 0 if args.device == "cuda" else "cpu",
+        "workers": args.workers,
+        "cache": "ram",
+        "plots": False,
+        "val": False,
+        "save": False,  # no checkpoint writes inside the timed epochs
+        "project": str(args.work / "runs"),
+        "exist_ok": True,
+        "verbose": False,
+        "deterministic": False,
+        "amp": args.amp,
+    }
+    if variant == "lowdata":
+        kw.update(LOWDATA_AUGMENT_OFF, workers=args.lowdata_workers)
+    return kw
+
+
+def _base_trainer(arm: str, task: str, *, network: bool = False) -> type[Any]:
+    base = task_trainer(task)
+    if arm == "ours":
+        return musgd_trainer(base, capture_network=network)
+    return base  # with optimizer="MuSGD": the stock optimizer
+
+
+def host_snapshot() -> dict[str, Any]:
+    """What else the host is doing around a run: the 1-minute load average and the mean CPU
+    clock (MHz, from ``/proc/cpuinfo``; None where the system does not say)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    mhz: float | None = None
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+        clocks = [float(line.split(":")[1]) for line in lines if line.startswith("cpu MHz")]
+        mhz = round(statistics.fmean(clocks), 1) if clocks else None
+    except (OSError, ValueError, IndexError):
+        mhz = None
+    return {"loadavg_1m": load, "cpu_mhz": mhz}
+
+
+def train_once(
+    args: argparse.Namespace,
+    data: Path,
+    *,
+    arm: str,
+    batch: int,
+    seed: int,
+    synchronize: bool,
+    variant: str = "default",
+) -> dict[str, Any]:
+    """One training run of ``arm``: iteration, compute and epoch times, phases, losses."""
+    from ultralytics import YOLO
+
+    iterations_per_epoch = math.ceil(args.n_train / batch)
+    epochs = epochs_for(args.iters, iterations_per_epoch)
+    clock = PhaseClock((lambda: _sync(args.device)) if synchronize else None)
+    log = RunLog(args.device, clock)
+    model = YOLO(args.model)
+    log.attach(model)
+    kw = train_kwargs(args, data, batch, epochs, variant)
+    sync_tag = "sync" if synchronize else "nosync"
+    kw.update(seed=seed, name=f"b{batch}-{variant}-{arm}-s{seed}-{sync_tag}")
+    kw["trainer"] = timed_trainer(_base_trainer(arm, args.task, network=args.ours_network), clock)
+    if arm == "stock":
+        kw["optimizer"] = "MuSGD"
+    host_before = host_snapshot()
+    start = time.perf_counter()
+    model.train(**kw)
+    total = time.perf_counter() - start
+    host_after = host_snapshot()
+    opt = model.trainer.optimizer
+    iterations = clock.iterations
+    skip = SKIP_FIRST if len(iterations) > SKIP_FIRST + 2 else 0
+    phases = summarize_phases(iterations, skip=skip)
+    return {
+        "arm": arm,
+        "seed": seed,
+        "variant": variant,
+        "synchronized": synchronize,
+        "optimizer": type(opt).__name__,
+        "amp": bool(getattr(model.trainer, "amp", False)),
+        "workers": kw["workers"],
+        "epochs": epochs,
+        "iterations": len(iterations),
+        "skipped_iterations": skip,
+        "iteration_ms": phases.get("iteration"),
+        "compute_ms": phases.get("compute"),
+        "data_wait_ms": phases.get("data_wait"),
+        "phases": phases,
+        "epoch_s": log.epoch_s,
+        **epoch_summaries(log.epoch_s),
+        "run_s": total,
+        "trace_ms": phase_trace(iterations),
+        "host": {"before": host_before, "after": host_after},
+        "losses": log.losses,
+        "replay": replay_stats(opt),
+        "clip_replay": clip_stats(model.trainer),
+        "network": network_stats(model.trainer),
+    }
+
+
+def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: Path) -> list[str]:
+    """The command that runs one :func:`train_once` (``run``: its keyword arguments) in a fresh
+    Python process with this process's configuration, writing its result to ``out``."""
+    argv = [sys.executable, "-m", "musgd.bench", "ultralytics", "--device", args.device]
+    argv += ["--task", args.task, "--model", args.model]
+    argv += ["--amp", "true" if args.amp else "false", "--iters", str(args.iters)]
+    argv += ["--workers", str(args.workers), "--work", str(args.work)]
+    argv += ["--quick"] if args.quick else []
+    argv += ["--ours-network"] if args.ours_network else []
+    argv += ["--one-run", json.dumps(run, sort_keys=True), "--one-run-data", str(data)]
+    return [*argv, "--one-run-out", str(out)]
+
+
+def child_env() -> dict[str, str]:
+    """This environment with the ``musgd`` this process runs first on ``PYTHONPATH``: the child
+    runs the same code (a source tree's, not another installed copy)."""
+    source = str(Path(musgd.__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": source if not path else f"{source}{os.pathsep}{path}"}
+
+
+class RunFailedError(RuntimeError):
+    """A training run in its own process exited with an error (its output is in the log)."""
+
+
+def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any]:
+    """:func:`train_once` with the keyword arguments ``run``, in a fresh Python process unless
+    ``--isolation none``."""
+    time.sleep(args.settle_s)
+    if args.isolation == "none":
+        return train_once(args, data, **run)
+    with tempfile.TemporaryDirectory(prefix="musgd-run-") as tmp:
+        out = Path(tmp) / "run.json"
+        sys.stdout.flush()
+        argv = child_argv(args, data, run, out)
+        code = subprocess.run(argv, check=False, env=child_env()).returncode
+        if code != 0 or not out.is_file():
+            raise RunFailedError(
+                f"the training run {run} failed in its own process (exit {code}); its output "
+                "is above in this log, and the evidence holds the runs before it"
+            )
+        result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return result
+
+
+def run_one(args: argparse.Namespace) -> int:
+    """The child side of :func:`train_run`: one run, its result written as JSON."""
+    if args.one_run_data is None or args.one_run_out is None or args.work is None:
+        raise UsageError("--one-run needs --one-run-data, --one-run-out and --work")
+    try:
+        run = json.loads(args.one_run)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--one-run must be a JSON object of train_once arguments: {exc}") from exc
+    if not isinstance(run, dict):
+        raise UsageError(f"--one-run must be a JSON object, got {type(run).__name__}")
+    result = train_once(args, args.one_run_data, **run)
+    args.one_run_out.write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
+    """Per batch size, stock then ours, synchronised at every phase boundary."""
+    batches: dict[str, Any] = {}
+    for batch in args.batch_sizes:
+        arms: dict[str, Any] = {}
+        for arm in ARMS:
+            key = f"phases-b{batch}"
+            default = run_estimate(args, batch, per_iteration_s=args.per_iteration_s * 1.3)
+            if not budget.admit(f"phases batch {batch} {arm}", key, default):
+                continue
+            start = time.perf_counter()
+            run = train_run(args, data, arm=arm, batch=batch, seed=0, synchronize=True)
+            budget.record(key, time.perf_counter() - start)
+            run.pop("losses")
+            arms[arm] = run
+            p = run["phases"]
+            print(
+                f"phases batch {batch} {arm}: iteration {fmt(p.get('iteration'))} ms, data "
+                f"{fmt(p.get('data_wait'))}, fwd+bwd {fmt(p.get('forward_backward'))}, "
+                f"optimizer.step {fmt(p.get('optimizer_step'))}, around it "
+                f"{fmt(p.get('around_optimizer'))}, EMA {fmt(p.get('ema_update'))}"
+            )
+        batches[str(batch)] = {"arms": arms}
+    return {
+        "imgsz": args.imgsz,
+        "train_images": args.n_train,
+        "synchronized": True,
+        "isolation": args.isolation,
+        "settle_s": args.settle_s,
+        "batches": batches,
+    }
+
+
+def run_pairs(
+    args: argparse.Namespace,
+    data: Path,
+    budget: Budget,
+    *,
+    variant: str,
+    pairs: int,
+    result: dict[str, Any],
+    save: Callable[[], None],
+) -> None:
+    """``pairs`` rounds over the batch sizes: stock and ours, seed k in round k, the order
+    alternating from round to round; with ``--design abba`` each round runs the order and then
+    its reverse (stock, ours, ours, stock), so each arm takes both places in every round."""
+    collected: dict[int, list[dict[str, Any]]] = {b: [] for b in args.batch_sizes}
+    section = result["variants"].setdefault(variant, {"batches": {}})
+    section["kwargs"] = {
+        k: v for k, v in train_kwargs(args, Path("-"), 0, 0, variant).items() if k != "data"
+    }
+    for k in range(pairs):
+        order = round_order(k, args.design)
+        for batch in args.batch_sizes:
+            key = f"train-{variant}-b{batch}"
+            run_s = run_estimate(args, batch, per_iteration_s=args.per_iteration_s)
+            if not budget.admit(f"{variant} pair {k} batch {batch}", key, len(order) * run_s):
+                continue
+            start = time.perf_counter()
+            runs = [
+                train_run(
+                    args, data, arm=arm, batch=batch, seed=k, synchronize=False, variant=variant
+                )
+                for arm in order
+            ]
+            pair: dict[str, Any] = {"seed": k, "order": list(order)}
+            if len(runs) == len(ARMS):
+                pair.update(zip(order, runs, strict=True))
+            else:  # abba: each arm's two runs merged; the runs themselves kept in order
+                pair.update({arm: merge_runs([r for r in runs if r["arm"] == arm]) for arm in ARMS})
+                pair["runs"] = runs
+            budget.record(key, time.perf_counter() - start)
+            collected[batch].append(pair)
+            print(
+                f"pair {variant} batch {batch} seed {k}: iteration stock "
+                f"{fmt(pair['stock']['iteration_ms'])} ms, ours "
+                f"{fmt(pair['ours']['iteration_ms'])} ms; data wait stock "
+                f"{fmt(pair['stock']['data_wait_ms'])}, ours {fmt(pair['ours']['data_wait_ms'])}"
+            )
+            section["batches"][str(batch)] = summarize_pairs(collected[batch])
+            save()
+    for batch in args.batch_sizes:
+        entry = section["batches"].get(str(batch))
+        if entry is None:
+            continue
+        for metric in PAIR_SUMMARIES.values():
+            summary = entry.get(metric)
+            if summary:
+                r, sv = summary["stock_over_ours"], summary["saving"]
+                print(
+                    f"batch {batch} {variant} {metric}: stock/ours {r['median']:.3f} "
+                    f"({r['min']:.3f}-{r['max']:.3f}), saving {100 * sv['median']:.1f}% "
+                    f"({100 * sv['min']:.1f}-{100 * sv['max']:.1f}%) over {entry['count']} pairs"
+                )
+
+
+def replay_stats(opt: Any) -> dict[str, Any] | None:
+    replay = getattr(opt, "_replay", None)
+    return None if replay is None else stats_dict(replay.stats)
+
+
+def clip_stats(trainer: Any) -> dict[str, Any] | None:
+    """The trainer's replayed gradient clipping (``musgd_clip``), where it has one."""
+    clip = getattr(trainer, "__dict__", {}).get("musgd_clip")
+    clip = getattr(clip, "clip", clip)  # under the identity part's ClipCheck
+    return None if clip is None else stats_dict(clip.stats)
+
+
+def network_stats(trainer: Any) -> dict[str, Any] | None:
+    """The trainer's network capture (``musgd_network``), where it has one."""
+    capture = trainer.__dict__.get("musgd_network")
+    return None if capture is None else stats_dict(capture.stats)
+
+
+def stats_dict(stats: Any) -> dict[str, Any]:
+    return {
+        "recordings": stats.recordings,
+        "replays": stats.replays,
+        "failures": stats.failures,
+        "fallbacks": dict(stats.fallbacks),
+    }
