@@ -33,3 +33,19 @@ def test_readme_and_guide_give_the_cpu_only_torch_route_before_the_extra() -> No
         text = (REPO / page).read_text(encoding="utf-8")
         # The CPU build first, then the extra (which then finds torch satisfied).
         assert f'{CPU_INDEX}\npip install "wpgate[optim]"' in text, page
+
+
+def test_the_optim_extra_brings_numpy() -> None:
+    # Without numpy, torch warns "Failed to initialize NumPy" at every start (issue #36).
+    names = [
+        r.split(">")[0].split("=")[0].strip() for r in PROJECT["optional-dependencies"]["optim"]
+    ]
+    assert names[:1] == ["torch"]
+    assert "numpy" in names
+
+
+def test_the_ultralytics_guide_gives_a_cpu_route_without_cuda_wheels() -> None:
+    text = (REPO / "docs/ultralytics.md").read_text(encoding="utf-8")
+    # torchvision from the CPU index too: PyPI's torchvision pins PyPI's (CUDA) torch.
+    route = CPU_INDEX.replace("install torch", "install torch torchvision")
+    assert f'{route}\npip install "wpgate[ultralytics]"' in text
