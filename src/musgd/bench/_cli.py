@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from musgd.bench import _distributed_bench, _profile, _triton_bench
+from musgd.bench import _cpu_dtype, _distributed_bench, _profile, _triton_bench
 from musgd.bench._demo import format_demo, run_demo
 from musgd.bench._evidence import build_evidence, check_commit, write_evidence
 from musgd.bench._models import PARAMETER_SETS, ParamSpec
@@ -55,6 +55,11 @@ MEASUREMENTS: dict[
         "sharded step (DDP, FSDP2) against replicated, over gloo or torchrun; --predict W",
         _distributed_bench.add_arguments,
         _distributed_bench.run,
+    ),
+    "cpu-dtype": (
+        "MuSGD step per Newton-Schulz dtype (bf16, float32) on the CPU, by matrix size",
+        _cpu_dtype.add_arguments,
+        _cpu_dtype.run,
     ),
 }
 
