@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from musgd.bench import _cpu_dtype, _distributed_bench, _profile, _triton_bench
+from musgd.bench._args import non_negative_int, positive_int
 from musgd.bench._demo import (
     demo_results,
     format_demo,
@@ -75,23 +76,8 @@ class UsageError(Exception):
     """Bad command-line input; the message says what is wrong and how to fix it."""
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_non_negative_int = _int_at_least(0)
+_positive_int = positive_int
+_non_negative_int = non_negative_int
 
 
 def _image_size(text: str) -> int:

@@ -23,6 +23,7 @@ import torch
 from musgd import _newton_schulz
 from musgd._functional import matrix_shape
 from musgd._optimizer import MuSGD
+from musgd.bench._args import non_negative_int, positive_int
 from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._models import ParamSpec, make_parameters, yolo26_parameters
 from musgd.bench._timing import Summary, summarize, time_steps
@@ -263,24 +264,6 @@ def _set_names(text: str) -> list[str]:
     return names
 
 
-def _whole(text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {value}")
-    return value
-
-
-def _positive(text: str) -> int:
-    return _whole(text, 1)
-
-
-def _non_negative(text: str) -> int:
-    return _whole(text, 0)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``python -m musgd.bench cpu-dtype``."""
     parser.add_argument(
@@ -292,11 +275,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sets", type=_set_names, help=f"real sets (default {','.join(REAL_SETS)})"
     )
-    parser.add_argument("--steps", type=_positive, help="timed steps per round (default 10)")
-    parser.add_argument("--warmup", type=_non_negative, help="untimed steps per round (default 2)")
-    parser.add_argument("--rounds", type=_positive, help="turns of the two dtypes (default 3)")
+    parser.add_argument("--steps", type=positive_int, help="timed steps per round (default 10)")
     parser.add_argument(
-        "--threads", type=_positive, help="torch intra-op threads (default: torch's own choice)"
+        "--warmup", type=non_negative_int, help="untimed steps per round (default 2)"
+    )
+    parser.add_argument("--rounds", type=positive_int, help="turns of the two dtypes (default 3)")
+    parser.add_argument(
+        "--threads", type=positive_int, help="torch intra-op threads (default: torch's own choice)"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="evidence JSON path or directory")
