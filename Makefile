@@ -85,7 +85,7 @@ DEMO_PNG := out/demo.png
 
 demo:
 	@echo "make demo: sets up $(VENV) where needed, trains the nano detector once per MuSGD"
-	@echo "variant (about a minute on a 2-core CPU), draws $(DEMO_PNG) and builds the site."
+	@echo "variant (under a minute on an idle 2-core CPU), draws $(DEMO_PNG), builds the site."
 	@$(MAKE) --no-print-directory $(STAMP)
 	@$(PY) -m musgd.bench demo --png $(DEMO_PNG) --out $(DEMO_EVIDENCE)
 	@echo "Building the site (a few seconds)"

@@ -70,9 +70,14 @@ def format_intro(variants: Sequence[Variant], config: TrainConfig, device: torch
     """What the demo will run, said before it starts, with a rough duration."""
     steps = config.warmup + config.steps
     names = ", ".join(v.name for v in variants)
-    # Measured at the CPU defaults (batch 4, 128 px, 14 steps, two variants): about 1 min on the
-    # 2-core development container (WP-022); a GPU takes seconds.
-    rough = "about a minute on a 2-core CPU" if device.type == "cpu" else "seconds on a GPU"
+    # At the CPU defaults (batch 4, 128 px, 14 steps): the train-step medians of
+    # docs/evidence/musgd-demo-cpu-d651fe7.json, 1.8 s per-matrix and 0.27 s bucketed, make about
+    # 35 s for the three variants on an idle 2-core CPU; a GPU takes seconds.
+    rough = (
+        "under a minute on an idle 2-core CPU, longer on a busy one"
+        if device.type == "cpu"
+        else "seconds on a GPU"
+    )
     return (
         f"MuSGD demo: trains the nano detector for {steps} steps (batch {config.batch_size}, "
         f"{config.image_size} px, synthetic boxes) once per variant on {device}: {names}\n"

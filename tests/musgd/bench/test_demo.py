@@ -75,7 +75,7 @@ def test_the_intro_says_what_runs_and_roughly_how_long() -> None:
     variants = select_variants(None, CPU, trainable=True)
     intro = format_intro(variants, CONFIG, CPU)
     assert "3 steps" in intro
-    assert "about a minute on a 2-core CPU" in intro
+    assert "under a minute on an idle 2-core CPU" in intro
     assert all(v.name in intro for v in variants)
 
 
