@@ -7,10 +7,21 @@ from __future__ import annotations
 
 try:
     import torch as _torch  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised in a torch-free subprocess test
-    raise ImportError(
-        'musgd needs PyTorch, which is not installed. Install it with: pip install "wpgate[optim]"'
-    ) from exc
+except ImportError:  # pragma: no cover - exercised in a torch-free subprocess test
+    import sys as _sys
+
+    # One line, the CPU route first: a plain `pip install torch` pulls the multi-GB CUDA build.
+    _TORCH_MISSING = (
+        "musgd needs PyTorch, which is not installed. On a CPU machine: pip install torch "
+        '--index-url https://download.pytorch.org/whl/cpu && pip install "wpgate[optim]"; '
+        'with an NVIDIA GPU: pip install "wpgate[optim]"'
+    )
+    if _sys.argv[:1] == ["-m"]:
+        # Python is locating a `python -m musgd.<command>` module (sys.argv[0] is "-m" until it
+        # is found): a command, so the line and exit status 2, not a traceback.
+        print(f"error: {_TORCH_MISSING}", file=_sys.stderr)
+        raise SystemExit(2) from None
+    raise ImportError(_TORCH_MISSING) from None
 
 from musgd._clip_replay import GradClipReplay
 from musgd._functional import matrix_shape

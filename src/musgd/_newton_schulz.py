@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -140,20 +140,51 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def resolve_ns_dtype(ns_dtype: torch.dtype | str, device: torch.device) -> torch.dtype:
-    """The Newton–Schulz working dtype for matrices on ``device``.
+# On a CPU with native bf16, "auto" is bf16 only for a group whose largest matrix needs at least
+# this many multiply-adds per Newton-Schulz iteration (:func:`ns_work`); below it float32 is the
+# faster one, because bf16 adds a conversion and a slower small-matrix kernel to every product.
+# Issue #36 observed both sides on one AMX CPU (torch.optim.Muon's digits CNN: 10.2 ms a step in
+# bf16 against 1.1 ms in float32; the YOLO26n shapes: 43 ms against 54 ms). The value sits between
+# a small network's largest matrix (a 128x128 Linear: 6.3e6) and YOLO26n's (a 256x1152 conv
+# kernel: 1.7e8) until the crossover `python -m musgd.bench cpu-dtype` measures on an AMX CPU
+# replaces it (WP-022).
+CPU_BF16_MIN_WORK = 2**24
+
+
+def ns_work(rows: int, cols: int) -> int:
+    """Multiply-adds of one Newton-Schulz iteration on a ``rows x cols`` matrix.
+
+    With ``s = min(rows, cols)`` and ``l = max(rows, cols)``: ``A = X X^T`` (s*s*l), ``A A``
+    (s*s*s) and ``B X`` (s*s*l).
+    """
+    small, large = min(rows, cols), max(rows, cols)
+    return small * small * (2 * large + small)
+
+
+def resolve_ns_dtype(
+    ns_dtype: torch.dtype | str,
+    device: torch.device,
+    matrices: Iterable[tuple[int, int]] = (),
+) -> torch.dtype:
+    """The Newton–Schulz working dtype for a group whose matrices (``(rows, cols)`` views, read
+    only on a CPU with native bf16) live on ``device``.
 
     A dtype is returned as given. ``"auto"`` is ``torch.bfloat16`` where matrices multiply in
-    bf16 natively -- a CUDA device of compute capability 8.0 or newer, a CPU with AVX512-BF16 or
-    AMX -- and ``torch.float32`` everywhere else: without native bf16, bf16 ``addmm``/``bmm`` is
-    emulated and an order of magnitude slower than float32 (docs/work_packages/wp-010.md), while
-    with it bf16 is the faster one (a 2-core AMD EPYC with AVX512-BF16, torch 2.13: a yolo26m
-    step 293 ms against 1082 ms in float32, WP-009).
+    bf16 natively and the work is large enough to gain from it, ``torch.float32`` everywhere
+    else: a CUDA device of compute capability 8.0 or newer is bf16; a CPU with AVX512-BF16 or
+    AMX is bf16 when the group's largest matrix needs at least :data:`CPU_BF16_MIN_WORK`
+    multiply-adds per iteration (:func:`ns_work`; issue #36: a small CNN stepped 9x slower in
+    bf16, the YOLO26n shapes 1.26x faster). Without native bf16, bf16 ``addmm``/``bmm`` is
+    emulated and an order of magnitude slower than float32 (docs/work_packages/wp-010.md,
+    docs/work_packages/wp-022.md).
     """
     if isinstance(ns_dtype, torch.dtype):
         return ns_dtype
     if device.type == "cpu":
-        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+        if not cpu_has_native_bf16():
+            return torch.float32
+        largest = max((ns_work(rows, cols) for rows, cols in matrices), default=0)
+        return torch.bfloat16 if largest >= CPU_BF16_MIN_WORK else torch.float32
     if device.type != "cuda":
         return torch.float32
     index = device.index if device.index is not None else torch.cuda.current_device()

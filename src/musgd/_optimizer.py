@@ -29,6 +29,7 @@ from musgd._functional import (
     NSSettings,
     StepRecord,
     Structure,
+    matrix_shape,
     prepare_default,
 )
 from musgd._newton_schulz import (
@@ -80,7 +81,8 @@ class MuSGD(EngineOptimizer):
     most 1.25x the work.
 
     ``ns_dtype="auto"`` (the default) runs Newton–Schulz in bf16 where matrices multiply in bf16
-    natively -- CUDA GPUs of compute capability 8.0 and up, CPUs with AVX512-BF16 or AMX tiles --
+    natively -- CUDA GPUs of compute capability 8.0 and up, CPUs with AVX512-BF16 or AMX tiles
+    for a group whose largest matrix is large enough (``CPU_BF16_MIN_WORK``, WP-022) --
     and in float32 everywhere else: without native bf16 the bf16 matrix products are emulated
     and an order of magnitude slower (issue #15 reports 4.5 s against 0.12-0.21 s per
     nano-detector step on a 2-core CPU, with the same loss curves), while with it bf16 is the
@@ -390,7 +392,12 @@ def group_structure(group: Mapping[str, Any], device: torch.device) -> Structure
             steps=int(group["ns_steps"]),
             coefficients=tuple(tuple(t) for t in group["ns_coefficients"]),
             eps=float(group["eps"]),
-            dtype=resolve_ns_dtype(group["ns_dtype"], device),
+            # The group's matrix views, read only where "auto" depends on them (a bf16 CPU).
+            dtype=resolve_ns_dtype(
+                group["ns_dtype"],
+                device,
+                filter(None, (matrix_shape(p.shape, group["use_muon"]) for p in group["params"])),
+            ),
             backend=str(group["ns_backend"]),
         ),
     )

@@ -26,6 +26,7 @@ task's (:func:`task_trainer`: ``SegmentationTrainer``, ``PoseTrainer``, ``OBBTra
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 import torch
@@ -60,6 +61,9 @@ __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on
 
 INSTALL_HINT = 'pip install "wpgate[ultralytics]"'
 _STOCK_NAME = "MuSGD"
+# The `optimizer=` values this trainer trains with UltralyticsMuSGD, case-folded.
+_MUSGD_NAMES = frozenset({"auto", "musgd"})
+LOGGER = logging.getLogger("musgd")
 # The gradient-norm bound of the stock trainer's optimizer step (observed on 8.4: WP-011).
 CLIP_MAX_NORM = 10.0
 # Per Ultralytics task: the module and name of its documented trainer class, and the YOLO26n
@@ -153,8 +157,10 @@ def musgd_trainer(
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
 
-    Its ``build_optimizer`` asks the stock trainer for its ``MuSGD`` (whatever ``optimizer=``
-    says: this trainer exists to train with MuSGD) and returns :func:`from_stock` of it. The
+    With ``optimizer=auto`` (the default) or ``MuSGD`` its ``build_optimizer`` asks the stock
+    trainer for its ``MuSGD`` and returns :func:`from_stock` of it; any other ``optimizer=``
+    (``SGD``, ``AdamW``, ...) builds that stock optimizer, logging one warning that the MuSGD
+    options do not apply (:func:`_trains_with_musgd` decides). The
     trainer's warm-up and scheduler keep writing ``lr`` and ``momentum`` into the groups; its
     checkpoints hold ``UltralyticsMuSGD.state_dict()``, which loads into the stock optimizer and
     back.
@@ -218,6 +224,16 @@ def musgd_trainer(
     def build_optimizer(
         self: Any, model: Any, name: str = "auto", *args: Any, **kwargs: Any
     ) -> Any:
+        if not _trains_with_musgd(name):
+            # The user's choice is honoured, not replaced: the stock optimizer, and one line.
+            LOGGER.warning(
+                "musgd_trainer: optimizer=%s builds Ultralytics' own %s; the MuSGD options "
+                "(capture_orthogonalization, capture_updates, ns_dtype, ns_backend) do not "
+                "apply (optimizer=auto or MuSGD trains with UltralyticsMuSGD)",
+                name,
+                name,
+            )
+            return base.build_optimizer(self, model, name, *args, **kwargs)
         stock = base.build_optimizer(self, model, _STOCK_NAME, *args, **kwargs)
         return from_stock(stock, **options)
 
@@ -240,6 +256,13 @@ def musgd_trainer(
     # trainer class with cloudpickle, which writes that class by reference (module and name) and
     # any other made here by value, options included (tests/ultralytics checks both).
     return type(name, (base,), namespace)
+
+
+def _trains_with_musgd(name: object) -> bool:
+    """Whether a trainer's ``optimizer=`` value asks for MuSGD: ``auto`` (the default, which
+    this trainer resolves to MuSGD) or ``MuSGD``, in any case; any other name is the user's
+    choice of a stock optimizer."""
+    return name is None or str(name).casefold() in _MUSGD_NAMES
 
 
 def _preprocess_batch(self: Any, batch: Any) -> Any:

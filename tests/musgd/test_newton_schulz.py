@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from musgd_reference import MUON_TRIPLE, ns64, quintic, rel_err
 from torch import Tensor
 
 from musgd import DEFAULT_COEFFICIENTS, _newton_schulz, orthogonalize, orthogonalize_batched
-from musgd._newton_schulz import resolve_coefficients, resolve_ns_dtype
+from musgd._newton_schulz import CPU_BF16_MIN_WORK, ns_work, resolve_coefficients, resolve_ns_dtype
 
 # The band of the default coefficients. Newton–Schulz maps each singular value s of the
 # Frobenius-normalized input independently through p(x) = a*x + b*x^3 + c*x^5 (five times), so
@@ -209,11 +211,72 @@ def test_auto_ns_dtype_is_float32_off_cuda_and_bf16_on_native_bf16_gpus(
 def test_auto_ns_dtype_on_cpu_follows_native_bf16(
     monkeypatch: pytest.MonkeyPatch, probes: dict[str, bool], expected: torch.dtype
 ) -> None:
-    """On a CPU, "auto" is bf16 where torch reports AVX512-BF16 or AMX tiles, else float32."""
+    """On a CPU, "auto" is bf16 for large matrices where torch reports AVX512-BF16 or AMX
+    tiles, else float32."""
     for name in _newton_schulz._CPU_BF16_PROBES:
         monkeypatch.delattr(torch.cpu, name, raising=False)
     for name, value in probes.items():
         monkeypatch.setattr(torch.cpu, name, lambda value=value: value, raising=False)
     monkeypatch.setattr(_newton_schulz, "_CPU_NATIVE_BF16", [])
-    assert resolve_ns_dtype("auto", torch.device("cpu")) is expected
+    assert resolve_ns_dtype("auto", torch.device("cpu"), [(1024, 1024)]) is expected
     assert resolve_ns_dtype("auto", torch.device("meta")) is torch.float32
+
+
+def test_ns_work_counts_the_three_products_of_one_iteration() -> None:
+    # X is (s, l) after the transpose: X X^T is s*s*l, A A is s*s*s, B X is s*s*l.
+    assert ns_work(64, 256) == 64 * 64 * 256 + 64**3 + 64 * 64 * 256
+    assert ns_work(256, 64) == ns_work(64, 256)  # a tall matrix runs transposed
+    assert ns_work(3, 3) == 81
+
+
+def _native_bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_newton_schulz, "cpu_has_native_bf16", lambda: True)
+
+
+def test_auto_on_a_native_bf16_cpu_is_float32_for_small_groups_and_bf16_for_large(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _native_bf16_cpu(monkeypatch)
+    cpu = torch.device("cpu")
+    digits_mlp = [(128, 64), (128, 128), (10, 128)]  # tests/musgd/test_digits.py's network
+    yolo_largest = [(16, 27), (64, 576), (256, 1152)]  # YOLO26n's largest conv kernel, and two
+    assert max(ns_work(r, c) for r, c in digits_mlp) < CPU_BF16_MIN_WORK
+    assert resolve_ns_dtype("auto", cpu, digits_mlp) is torch.float32
+    assert resolve_ns_dtype("auto", cpu, yolo_largest) is torch.bfloat16
+    assert resolve_ns_dtype("auto", cpu, []) is torch.float32  # a group of vectors only
+    # The group's largest matrix decides, not the sum of many small ones.
+    many_small = [(128, 128)] * 100
+    assert sum(ns_work(r, c) for r, c in many_small) >= CPU_BF16_MIN_WORK
+    assert resolve_ns_dtype("auto", cpu, many_small) is torch.float32
+
+
+def test_the_cpu_crossover_is_inclusive(monkeypatch: pytest.MonkeyPatch) -> None:
+    _native_bf16_cpu(monkeypatch)
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(_newton_schulz, "CPU_BF16_MIN_WORK", ns_work(100, 200))
+    assert resolve_ns_dtype("auto", cpu, [(100, 200)]) is torch.bfloat16
+    assert resolve_ns_dtype("auto", cpu, [(100, 199)]) is torch.float32
+
+
+def test_matrix_sizes_change_neither_cuda_nor_other_devices_nor_explicit_dtypes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _native_bf16_cpu(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))
+    monkeypatch.setattr(_newton_schulz, "_CUDA_AUTO_DTYPES", {})
+    tiny, huge = [(2, 2)], [(4096, 4096)]
+    for shapes in (tiny, huge, []):
+        assert resolve_ns_dtype("auto", torch.device("cuda", 0), shapes) is torch.bfloat16
+        assert resolve_ns_dtype("auto", torch.device("meta"), shapes) is torch.float32
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            assert resolve_ns_dtype(dtype, torch.device("cpu"), shapes) is dtype
+
+
+def test_without_native_bf16_a_cpu_never_reads_the_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_newton_schulz, "cpu_has_native_bf16", lambda: False)
+
+    def unread() -> Iterator[tuple[int, int]]:
+        raise AssertionError("the matrix sizes were read")
+        yield (2, 2)  # pragma: no cover
+
+    assert resolve_ns_dtype("auto", torch.device("cpu"), unread()) is torch.float32

@@ -656,22 +656,43 @@ def test_closure_is_evaluated_with_grad_and_its_loss_returned() -> None:
     assert not torch.equal(model.head.weight, before)
 
 
-@pytest.mark.parametrize("native_bf16", [False, True])
+# A group whose largest matrix is above the CPU crossover (256 x 256: 5.0e7 multiply-adds per
+# iteration against CPU_BF16_MIN_WORK = 1.7e7), and SHAPES, below it.
+LARGE_SHAPES = [(256, 256), (32, 16), (8,)]
+
+
+@pytest.mark.parametrize(
+    ("native_bf16", "shapes", "bf16_expected"),
+    [
+        (False, SHAPES, False),
+        (False, LARGE_SHAPES, False),
+        (True, SHAPES, False),
+        (True, LARGE_SHAPES, True),
+    ],
+)
 def test_auto_ns_dtype_runs_float32_on_cpu_bit_for_bit(
-    monkeypatch: pytest.MonkeyPatch, native_bf16: bool
+    monkeypatch: pytest.MonkeyPatch,
+    native_bf16: bool,
+    shapes: list[tuple[int, ...]],
+    bf16_expected: bool,
 ) -> None:
     """The default ("auto") on a CPU without native bf16 is float32 Newton–Schulz, not emulated
-    bf16; on one with it (AVX512-BF16 or AMX), bf16."""
+    bf16; on one with it (AVX512-BF16 or AMX), bf16 for a group whose largest matrix is above
+    the crossover, float32 below it."""
     monkeypatch.setattr(_newton_schulz, "_CPU_NATIVE_BF16", [native_bf16])
+    assert (
+        max(_newton_schulz.ns_work(s[0], math.prod(s[1:])) for s in shapes if len(s) > 1)
+        >= _newton_schulz.CPU_BF16_MIN_WORK
+    ) is (shapes is LARGE_SHAPES)
     results = []
     for ns_dtype in ("auto", torch.float32, torch.bfloat16):
-        params = make_params(seed=9)
+        params = make_params(seed=9, shapes=shapes)
         opt = MuSGD(params, lr=0.1, ns_dtype=ns_dtype)
         for p in params:
             p.grad = torch.ones_like(p)
         opt.step()
         results.append([p.detach().clone() for p in params])
     auto, fp32, bf16 = results
-    same, other = (bf16, fp32) if native_bf16 else (fp32, bf16)
+    same, other = (bf16, fp32) if bf16_expected else (fp32, bf16)
     assert all(torch.equal(a, b) for a, b in zip(auto, same, strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(auto, other, strict=True))

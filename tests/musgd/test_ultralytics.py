@@ -353,8 +353,8 @@ def test_musgd_trainer_builds_ours_from_the_stock_musgd_groups() -> None:
     trainer_cls = musgd_trainer(FakeTrainer, capture_orthogonalization=False)
     assert trainer_cls.__name__ == "MuSGDFakeTrainer"
     assert issubclass(trainer_cls, FakeTrainer)
-    opt = trainer_cls().build_optimizer(make_params(), "SGD", lr=0.01)
-    assert seen == ["MuSGD"], "the stock MuSGD groups are asked for, whatever optimizer= says"
+    opt = trainer_cls().build_optimizer(make_params(), "auto", lr=0.01)
+    assert seen == ["MuSGD"], "optimizer=auto asks the stock trainer for its MuSGD groups"
     assert isinstance(opt, UltralyticsMuSGD)
     assert opt.param_groups[0]["lr"] == 0.01
     assert opt.param_groups[0]["capture_updates"] is True

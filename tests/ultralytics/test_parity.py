@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -260,6 +261,21 @@ def test_trainer_builds_the_stock_groups_into_ours_and_checkpoints_cross_load(
     for key, state in fresh.state_dict()["state"].items():
         for name, t in state.items():
             assert torch.equal(back.state_dict()["state"][key][name], t)
+
+
+def test_trainer_honours_a_stock_optimizer_choice_and_says_so_once(
+    tiny_dataset: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # optimizer=SGD with our trainer trains with Ultralytics' own SGD, not silently with MuSGD.
+    with caplog.at_level(logging.WARNING, logger="musgd"):
+        model = _train(tiny_dataset, tmp_path, "user-sgd", optimizer="SGD", trainer=MuSGDTrainer)
+    opt = model.trainer.optimizer
+    assert type(opt) is torch.optim.SGD
+    assert not isinstance(opt, UltralyticsMuSGD)
+    assert {g["param_group"] for g in opt.param_groups} >= {"bn", "bias", "weight"}
+    (record,) = [r for r in caplog.records if r.name == "musgd"]
+    assert "optimizer=SGD builds Ultralytics' own SGD" in record.getMessage()
+    assert "do not apply" in record.getMessage()
 
 
 @pytest.mark.parametrize("first", ["ours", "stock"])

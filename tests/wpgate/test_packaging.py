@@ -71,3 +71,19 @@ def test_the_readme_pre_commit_example_pins_a_revision_this_repository_has() -> 
             check=False,
         )
         assert found.returncode == 0, f"README pins rev {rev}, which this repository lacks"
+
+
+def test_the_optim_extra_brings_numpy() -> None:
+    # Without numpy, torch warns "Failed to initialize NumPy" at every start (issue #36).
+    names = [
+        r.split(">")[0].split("=")[0].strip() for r in PROJECT["optional-dependencies"]["optim"]
+    ]
+    assert names[:1] == ["torch"]
+    assert "numpy" in names
+
+
+def test_the_ultralytics_guide_gives_a_cpu_route_without_cuda_wheels() -> None:
+    text = (REPO / "docs/ultralytics.md").read_text(encoding="utf-8")
+    # torchvision from the CPU index too: PyPI's torchvision pins PyPI's (CUDA) torch.
+    route = CPU_INDEX.replace("install torch", "install torch torchvision")
+    assert f'{route}\npip install "wpgate[ultralytics]"' in text

@@ -17,8 +17,16 @@ from typing import Any
 
 import torch
 
-from musgd.bench import _distributed_bench, _profile, _triton_bench, _ul_plan
-from musgd.bench._demo import format_demo, run_demo
+from musgd.bench import _cpu_dtype, _distributed_bench, _profile, _triton_bench, _ul_plan
+from musgd.bench._args import non_negative_int, positive_int
+from musgd.bench._demo import (
+    demo_results,
+    format_demo,
+    format_intro,
+    format_row,
+    run_demo,
+    write_demo_png,
+)
 from musgd.bench._evidence import build_evidence, check_commit, write_evidence
 from musgd.bench._models import PARAMETER_SETS, ParamSpec
 from musgd.bench._optimizer_bench import format_optimizer_table, run_optimizer_benchmark
@@ -71,6 +79,11 @@ MEASUREMENTS: dict[
         _ul_plan.add_arguments,
         _ultralytics,
     ),
+    "cpu-dtype": (
+        "MuSGD step per Newton-Schulz dtype (bf16, float32) on the CPU, by matrix size",
+        _cpu_dtype.add_arguments,
+        _cpu_dtype.run,
+    ),
 }
 
 
@@ -78,23 +91,8 @@ class UsageError(Exception):
     """Bad command-line input; the message says what is wrong and how to fix it."""
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_non_negative_int = _int_at_least(0)
+_positive_int = positive_int
+_non_negative_int = non_negative_int
 
 
 def _image_size(text: str) -> int:
@@ -150,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch-size", type=_positive_int, help="images per batch")
     demo.add_argument("--image-size", type=_image_size, help="image side in pixels")
     demo.add_argument("--out", type=Path, help="also write an evidence JSON here (file or dir)")
+    demo.add_argument(
+        "--png", type=Path, help="also draw the loss curves and step times to this PNG file"
+    )
 
     opt = sub.add_parser("optimizer", help="optimizer-step variants side by side")
     common(opt)
@@ -224,27 +225,25 @@ def _demo(args: argparse.Namespace, device: torch.device, argv: list[str]) -> in
         autocast=device.type == "cuda",
     )
     variants = select_variants(None, device, trainable=True)
-    rows = run_demo(variants, config, device)
+    print(format_intro(variants, config, device), flush=True)
+    rows = run_demo(variants, config, device, on_row=lambda row: print(format_row(row), flush=True))
     print(format_demo(rows, config, device))
+    if args.png is not None:
+        try:
+            print(f"chart: {write_demo_png(rows, args.png, title=f'MuSGD demo on {device}')}")
+        except ImportError as exc:  # the run's numbers still stand; the chart is extra
+            print(f"no chart: {exc}")
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write the chart ({exc.strerror or exc}: {args.png}); "
+                "pass --png with a writable file path"
+            ) from None
     if args.out is not None:
-        results = {
-            "benchmark": "demo",
-            "config": {**config.__dict__},
-            "rows": [
-                {
-                    "variant": r.variant,
-                    "step_median_ms": r.step.median,
-                    "step_min_ms": r.step.min,
-                    "step_max_ms": r.step.max,
-                    "optimizer_median_ms": r.optimizer.median,
-                    "loss_first": r.loss_first,
-                    "loss_last": r.loss_last,
-                }
-                for r in rows
-            ],
-        }
         _write(
-            build_evidence("demo", results, device=device, argv=argv, commit=args.commit), args.out
+            build_evidence(
+                "demo", demo_results(rows, config), device=device, argv=argv, commit=args.commit
+            ),
+            args.out,
         )
     return EXIT_OK if all(r.improved for r in rows) else EXIT_FINDINGS
 
