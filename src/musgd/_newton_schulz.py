@@ -148,13 +148,23 @@ def _newton_schulz(X: Tensor, triples: tuple[Triple, ...], eps: float) -> Tensor
         X = X.mT
     # Per-matrix Frobenius normalization puts every singular value in (0, 1].
     X = X / (torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True) + eps)
-    for a, b, c in triples:
-        # bmm rather than `@`: the same kernel, without matmul's broadcasting views per call.
-        A = torch.bmm(X, X.mT)
-        B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b*A + c*A@A
-        X = torch.baddbmm(X, B, X, beta=a, alpha=1.0)  # a*X + B@X
+    X = iterate(X, triples)
     if transposed:
         X = X.mT
+    return X
+
+
+def iterate(X: Tensor, triples: Sequence[Triple], gram: Tensor | None = None) -> Tensor:
+    """The quintic iterations on a normalized, wide (B, rows <= cols) stack.
+
+    ``gram``, when given, is ``X·Xᵀ`` already computed (a preconditioner that needs it anyway,
+    musgd._ns_schedules), and the first iteration uses it instead of multiplying again.
+    """
+    for i, (a, b, c) in enumerate(triples):
+        # bmm rather than `@`: the same kernel, without matmul's broadcasting views per call.
+        A = gram if i == 0 and gram is not None else torch.bmm(X, X.mT)
+        B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b*A + c*A@A
+        X = torch.baddbmm(X, B, X, beta=a, alpha=1.0)  # a*X + B@X
     return X
 
 
