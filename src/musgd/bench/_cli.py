@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from musgd.bench import _distributed_bench, _profile, _triton_bench
+from musgd.bench import _distributed_bench, _ns_quality, _profile, _triton_bench
 from musgd.bench._demo import format_demo, run_demo
 from musgd.bench._evidence import build_evidence, check_commit, write_evidence
 from musgd.bench._models import PARAMETER_SETS, ParamSpec
@@ -55,6 +55,11 @@ MEASUREMENTS: dict[
         "sharded step (DDP, FSDP2) against replicated, over gloo or torchrun; --predict W",
         _distributed_bench.add_arguments,
         _distributed_bench.run,
+    ),
+    "ns-quality": (
+        "orthogonality of each Newton-Schulz schedule on YOLO26n shapes and recorded momenta",
+        _ns_quality.add_arguments,
+        _ns_quality.run,
     ),
 }
 
