@@ -141,6 +141,13 @@ def _check_dtype(dtype: torch.dtype) -> None:
         raise ValueError(f"ns_dtype must be one of {names}, got {dtype!r}")
 
 
+def check_settings(dtype: torch.dtype, eps: float) -> None:
+    """Refuse a working dtype or an ``eps`` that no Newton–Schulz call accepts."""
+    _check_dtype(dtype)
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps!r}")
+
+
 def _newton_schulz(X: Tensor, triples: tuple[Triple, ...], eps: float) -> Tensor:
     """Run the iteration on a (B, rows, cols) stack already in the working dtype."""
     transposed = X.size(-2) > X.size(-1)
@@ -185,9 +192,7 @@ def orthogonalize_batched(
         raise ValueError(
             f"orthogonalize_batched expects a (B, rows, cols) tensor, got {tuple(G.shape)}"
         )
-    _check_dtype(dtype)
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps!r}")
+    check_settings(dtype, eps)
     triples = resolve_coefficients(coefficients, steps)
     return _newton_schulz(G.to(dtype), triples, eps).to(G.dtype)
 

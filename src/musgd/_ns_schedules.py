@@ -34,8 +34,8 @@ from musgd._newton_schulz import (
     DEFAULT_NS_DTYPE,
     DEFAULT_STEPS,
     Triple,
-    _check_dtype,
     _newton_schulz,
+    check_settings,
     iterate,
     resolve_coefficients,
 )
@@ -281,9 +281,7 @@ def orthogonalize_scheduled_batched(
             f"orthogonalize_scheduled_batched expects a (B, rows, cols) tensor, got "
             f"{tuple(G.shape)}"
         )
-    _check_dtype(dtype)
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps!r}")
+    check_settings(dtype, eps)
     return _run(G.to(dtype), _as_schedule(sched), eps).to(G.dtype)
 
 
