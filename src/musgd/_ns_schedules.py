@@ -55,13 +55,14 @@ __all__ = [
 Normalize = Literal["frobenius", "aol"]
 NORMALIZATIONS: tuple[Normalize, ...] = ("frobenius", "aol")
 
-# Polar Express construction (R2, §4 of the paper, as described there): the singular values of
-# the normalized input are assumed to lie in [l, u] = [1e-3, 1]; each iteration's polynomial is
-# the odd quintic p minimizing max |1 - p(x)| over [max(l, CUSHION*u), u], rescaled so that
-# p(l) + p(u) = 2 (centred on 1 over the true interval), after which [l, u] <- [p(l), 2 - p(l)].
-# The cushion keeps the first polynomials from chasing singular values that round-off has
-# already blurred; SAFETY divides the input of every polynomial but the last by 1.01, so that
-# singular values pushed slightly above the interval by bf16 round-off are not amplified.
+# Polar Express construction (R2, as the paper describes it; wp-023 says what was read): the
+# singular values of the normalized input are assumed to lie in [l, u] = [1e-3, 1]; each
+# iteration's polynomial is the odd quintic p minimizing max |1 - p(x)| over
+# [max(l, CUSHION*u), u], rescaled so that p(l) + p(u) = 2 (centred on 1 over the true
+# interval), after which [l, u] <- [p(l), 2 - p(l)]. The cushion keeps the first polynomials
+# from chasing singular values that round-off has already blurred; SAFETY divides the input of
+# every polynomial but the last by 1.01, so that singular values pushed slightly above the
+# interval by bf16 round-off are not amplified.
 PE_LOWER = 1e-3
 PE_CUSHION = 0.02407327424182761
 PE_SAFETY = 1.01
@@ -179,7 +180,7 @@ _POLAR_EXPRESS_5: tuple[Triple, ...] = (
     (2.300652019954818, -1.6689039845747504, 0.4188073119525674),
 )
 # AOL rescaling leaves every singular value <= 1 (R271, Theorem 1) and raises the smallest ones
-# over the Frobenius normalization (1.5-9x on the YOLO-like matrices of the tests; wp-023), so
+# over the Frobenius normalization (1.5-7x on the YOLO-like matrices of the tests; wp-023), so
 # four iterations can start from a higher lower end. Turbo-Muon's own coefficient table was not
 # available here (wp-023 says so): the schedule is the Polar Express construction for 4
 # iterations over [AOL_LOWER, 1], AOL_LOWER picked from {1, 2, 3, 5, 10}e-3 as the value whose
