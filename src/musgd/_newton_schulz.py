@@ -223,6 +223,13 @@ def _check_dtype(dtype: torch.dtype) -> None:
         raise ValueError(f"ns_dtype must be one of {names}, got {dtype!r}")
 
 
+def check_settings(dtype: torch.dtype, eps: float) -> None:
+    """Refuse a working dtype or an ``eps`` that no Newton–Schulz call accepts."""
+    _check_dtype(dtype)
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0, got {eps!r}")
+
+
 def _newton_schulz(X: Tensor, triples: tuple[Triple, ...], eps: float) -> Tensor:
     """Run the iteration on a (B, rows, cols) stack already in the working dtype."""
     transposed = X.size(-2) > X.size(-1)
@@ -230,13 +237,23 @@ def _newton_schulz(X: Tensor, triples: tuple[Triple, ...], eps: float) -> Tensor
         X = X.mT
     # Per-matrix Frobenius normalization puts every singular value in (0, 1].
     X = X / (torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True) + eps)
-    for a, b, c in triples:
-        # bmm rather than `@`: the same kernel, without matmul's broadcasting views per call.
-        A = torch.bmm(X, X.mT)
-        B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b*A + c*A@A
-        X = torch.baddbmm(X, B, X, beta=a, alpha=1.0)  # a*X + B@X
+    X = iterate(X, triples)
     if transposed:
         X = X.mT
+    return X
+
+
+def iterate(X: Tensor, triples: Sequence[Triple], gram: Tensor | None = None) -> Tensor:
+    """The quintic iterations on a normalized, wide (B, rows <= cols) stack.
+
+    ``gram``, when given, is ``X·Xᵀ`` already computed (a preconditioner that needs it anyway,
+    musgd._ns_schedules), and the first iteration uses it instead of multiplying again.
+    """
+    for i, (a, b, c) in enumerate(triples):
+        # bmm rather than `@`: the same kernel, without matmul's broadcasting views per call.
+        A = gram if i == 0 and gram is not None else torch.bmm(X, X.mT)
+        B = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b*A + c*A@A
+        X = torch.baddbmm(X, B, X, beta=a, alpha=1.0)  # a*X + B@X
     return X
 
 
@@ -257,9 +274,7 @@ def orthogonalize_batched(
         raise ValueError(
             f"orthogonalize_batched expects a (B, rows, cols) tensor, got {tuple(G.shape)}"
         )
-    _check_dtype(dtype)
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps!r}")
+    check_settings(dtype, eps)
     triples = resolve_coefficients(coefficients, steps)
     return _newton_schulz(G.to(dtype), triples, eps).to(G.dtype)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from musgd.bench import _cpu_dtype, _distributed_bench, _profile, _triton_bench, _ul_plan
+from musgd.bench import _cpu_dtype, _distributed_bench, _ns_quality, _profile, _triton_bench, _ul_plan
 from musgd.bench._args import non_negative_int, positive_int
 from musgd.bench._demo import (
     demo_results,
@@ -83,6 +83,11 @@ MEASUREMENTS: dict[
         "MuSGD step per Newton-Schulz dtype (bf16, float32) on the CPU, by matrix size",
         _cpu_dtype.add_arguments,
         _cpu_dtype.run,
+    ),
+    "ns-quality": (
+        "orthogonality of each Newton-Schulz schedule on YOLO26n shapes and recorded momenta",
+        _ns_quality.add_arguments,
+        _ns_quality.run,
     ),
 }
 
