@@ -17,7 +17,14 @@ from typing import Any
 
 import torch
 
-from musgd.bench import _cpu_dtype, _distributed_bench, _ns_quality, _profile, _triton_bench, _ul_plan
+from musgd.bench import (
+    _cpu_dtype,
+    _distributed_bench,
+    _ns_quality,
+    _profile,
+    _triton_bench,
+    _ul_plan,
+)
 from musgd.bench._args import non_negative_int, positive_int
 from musgd.bench._demo import (
     demo_results,
