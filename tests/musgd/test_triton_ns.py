@@ -189,7 +189,16 @@ def test_packed_steps_equal_the_multi_tensor_body_with_the_same_table(
         gen = torch.Generator().manual_seed(0)
         shapes = [(8, 3, 3, 3), (16,), (16, 8), (24, 4), (6, 6), (6,)]
         params = [torch.randn(s, generator=gen).to(DEVICE).requires_grad_() for s in shapes]
-        opt = MuSGD(params, lr=0.1, weight_decay=0.01, nesterov=nesterov, ns_backend="triton")
+        # bf16 named: the Triton kernels take bf16 or fp16, and "auto" is float32 on a CPU
+        # without native bf16 (or for matrices this small on one with it, WP-022).
+        opt = MuSGD(
+            params,
+            lr=0.1,
+            weight_decay=0.01,
+            nesterov=nesterov,
+            ns_backend="triton",
+            ns_dtype=torch.bfloat16,
+        )
         for _ in range(3):
             for p in params:
                 p.grad = torch.randn(p.shape, generator=gen).to(DEVICE)
