@@ -280,13 +280,14 @@ def _fake_yolo(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     class FakeYOLO:
         def __init__(self, model: str) -> None:
             self.model = model
+            self.task = "detect"
 
         def train(self, **kw: Any) -> None:
             made.append(kw)
 
     monkeypatch.setitem(sys.modules, "ultralytics", types.SimpleNamespace(YOLO=FakeYOLO))
     monkeypatch.setattr(module, "require_ultralytics", lambda: None)
-    monkeypatch.setattr(module, "musgd_trainer", lambda **kw: kw)
+    monkeypatch.setattr(module, "musgd_trainer", lambda base=None, **kw: kw)
     return made
 
 
