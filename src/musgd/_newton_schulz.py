@@ -143,11 +143,9 @@ def _is_number(value: object) -> bool:
 # On a CPU with native bf16, "auto" is bf16 only for a group whose largest matrix needs at least
 # this many multiply-adds per Newton-Schulz iteration (:func:`ns_work`); below it float32 is the
 # faster one, because bf16 adds a conversion and a slower small-matrix kernel to every product.
-# Issue #36 observed both sides on one AMX CPU (torch.optim.Muon's digits CNN: 10.2 ms a step in
-# bf16 against 1.1 ms in float32; the YOLO26n shapes: 43 ms against 54 ms). The value sits between
-# a small network's largest matrix (a 128x128 Linear: 6.3e6) and YOLO26n's (a 256x1152 conv
-# kernel: 1.7e8) until the crossover `python -m musgd.bench cpu-dtype` measures on an AMX CPU
-# replaces it (WP-022).
+# Measured on an AMX Xeon (`python -m musgd.bench cpu-dtype`, WP-022): float32 faster up to
+# 128x128 (ns_work 6.3e6), bf16 from 256x256 (5.0e7) up; 2**24 lies between the two. It
+# sends the digits CNN and MLP to float32 and the YOLO26n shapes to bf16, the faster on each.
 CPU_BF16_MIN_WORK = 2**24
 
 
