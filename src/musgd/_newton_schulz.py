@@ -35,6 +35,19 @@ COEFFICIENT_SCHEDULES: dict[str, tuple[Triple, ...]] = {
     "quintic": (DEFAULT_COEFFICIENTS,),
 }
 
+# Polar Express (Amsel et al., arXiv 2505.16932; R2): one minimax-optimal odd quintic per
+# iteration for singular values in [1e-3, 1], in the paper's bf16-safe form (cushion, safety
+# factor 1.01 on all but the last). These are ``musgd._ns_schedules.polar_express_triples(5)``,
+# printed with repr(); tests/musgd/test_ns_schedules.py re-derives them (WP-023).
+POLAR_EXPRESS_COEFFICIENTS: tuple[Triple, ...] = (
+    (8.205160414005567, -22.90193498705603, 16.460724910180303),
+    (4.066395159942774, -2.861154086755141, 0.5183995226694739),
+    (3.9095949044379146, -2.823351735039512, 0.5250369769390013),
+    (3.285564017198615, -2.4153019596359457, 0.4852940655279089),
+    (2.300652019954818, -1.6689039845747504, 0.4188073119525674),
+)
+COEFFICIENT_SCHEDULES["polar_express"] = POLAR_EXPRESS_COEFFICIENTS
+
 # Muon's RMS-matching factor: 0.2*sqrt(max(rows, cols)) gives the orthogonalized update about
 # the RMS of an Adam/SGD update (Moonshot's "Muon is Scalable", arXiv 2502.16982; R3).
 MUON_RMS_SCALE = 0.2

@@ -33,6 +33,7 @@ from musgd._newton_schulz import (
     DEFAULT_EPS,
     DEFAULT_NS_DTYPE,
     DEFAULT_STEPS,
+    POLAR_EXPRESS_COEFFICIENTS,
     Triple,
     _newton_schulz,
     check_settings,
@@ -170,15 +171,10 @@ class Schedule:
         return len(self.triples)
 
 
-# The literal triples below are polar_express_triples(5) and polar_express_triples(4, lower=
-# AOL_LOWER), printed with repr(); tests/musgd/test_ns_schedules.py re-derives them.
-_POLAR_EXPRESS_5: tuple[Triple, ...] = (
-    (8.205160414005567, -22.90193498705603, 16.460724910180303),
-    (4.066395159942774, -2.861154086755141, 0.5183995226694739),
-    (3.9095949044379146, -2.823351735039512, 0.5250369769390013),
-    (3.285564017198615, -2.4153019596359457, 0.4852940655279089),
-    (2.300652019954818, -1.6689039845747504, 0.4188073119525674),
-)
+# The literal triples are polar_express_triples(5) (held in musgd._newton_schulz, where the
+# optimizer's schedule names live) and polar_express_triples(4, lower=AOL_LOWER), printed with
+# repr(); tests/musgd/test_ns_schedules.py re-derives them.
+_POLAR_EXPRESS_5 = POLAR_EXPRESS_COEFFICIENTS
 # AOL rescaling leaves every singular value <= 1 (R271, Theorem 1) and raises the smallest ones
 # over the Frobenius normalization (1.5-7x on the YOLO-like matrices of the tests; wp-023), so
 # four iterations can start from a higher lower end. Turbo-Muon's own coefficient table was not

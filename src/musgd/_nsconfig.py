@@ -35,6 +35,16 @@ from musgd._triton_ns import BACKENDS
 # schedule that needs another (issue #35's aol4) adds its entry and its branch in Newton-Schulz.
 NORMALIZATIONS = ("frobenius",)
 DEFAULT_SCHEDULE = "quintic"
+# Schedules that musgd._ns_schedules defines but the optimizer's backends do not run yet: the
+# name is refused with the reason and what to use meanwhile (WP-023).
+UNWIRED_SCHEDULES: Mapping[str, str] = {
+    "aol4": (
+        "aol4 normalizes by the AOL rescaling instead of the Frobenius norm, which the "
+        "optimizer's backends (torch, Triton table, replay, sharded) do not run yet (WP-023); "
+        "musgd._ns_schedules.orthogonalize_scheduled runs it on single matrices, and "
+        '"polar_express" is the better-than-quintic schedule the optimizer takes today'
+    ),
+}
 _DTYPE_NAMES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
@@ -104,7 +114,9 @@ class NSConfig:
     Args:
         steps: iterations, 1..100. Default 5.
         coefficients: a schedule name (``"quintic"``, the default, the Muon write-up's
-            ``(3.4445, -4.7750, 2.0315)`` for every iteration) or an explicit sequence of 1..100
+            ``(3.4445, -4.7750, 2.0315)`` for every iteration; ``"polar_express"``, Polar
+            Express's five per-iteration minimax quintics, arXiv 2505.16932) or an explicit
+            sequence of 1..100
             ``(a, b, c)`` triples of finite numbers, one per iteration (a shorter sequence
             repeats its last triple), or one triple for every iteration. A name is kept as
             given; :attr:`triples` is the expanded schedule.
@@ -135,6 +147,14 @@ class NSConfig:
             _fail("steps", f"an int in 1..{MAX_STEPS}", steps, "5 is the quintic schedule's")
         coefficients = self.coefficients
         if isinstance(coefficients, str):
+            if coefficients in UNWIRED_SCHEDULES:
+                _fail(
+                    "coefficients",
+                    f"one of the names {_names(COEFFICIENT_SCHEDULES)} or a sequence of "
+                    "(a, b, c) triples",
+                    coefficients,
+                    UNWIRED_SCHEDULES[coefficients],
+                )
             if coefficients not in COEFFICIENT_SCHEDULES:
                 _fail(
                     "coefficients",

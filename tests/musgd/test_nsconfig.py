@@ -324,3 +324,36 @@ def test_command_line_bad_ns_values_exit_2_with_a_message(
     assert err.startswith("musgd-yolo: ")
     assert message in err
     assert made == []
+
+
+def test_polar_express_by_name_is_its_triples_in_both_flavours() -> None:
+    """``coefficients="polar_express"`` steps both flavours exactly as the explicit triples of
+    :data:`~musgd._ns_schedules.SCHEDULES` do, and not as the quintic does (WP-023)."""
+    from musgd._ns_schedules import SCHEDULES
+
+    triples = SCHEDULES["polar_express"].triples
+    assert NSConfig(coefficients="polar_express").triples == triples
+
+    def run(flavour: type[Any], config: NSConfig) -> list[Tensor]:
+        params = make_params()[:5]
+        groups = [{"params": params, "use_muon": True, "weight_decay": 0.0}]
+        kw = KW if flavour is UltralyticsMuSGD else {"lr": 0.02}
+        opt = flavour(groups, **kw, ns=config)
+        for k in range(2):
+            set_grads(params, k)
+            opt.step()
+        return [p.detach().clone() for p in params]
+
+    for flavour in (MuSGD, UltralyticsMuSGD):
+        named = run(flavour, NSConfig(coefficients="polar_express", dtype=torch.float32))
+        explicit = run(flavour, NSConfig(coefficients=triples, dtype=torch.float32))
+        quintic = run(flavour, NSConfig(dtype=torch.float32))
+        assert all(torch.equal(a, b) for a, b in zip(named, explicit, strict=True))
+        assert any(not torch.equal(a, b) for a, b in zip(named, quintic, strict=True))
+
+
+def test_a_schedule_the_backends_do_not_run_yet_is_refused_saying_why() -> None:
+    with pytest.raises(ValueError, match=r"coefficients .*'aol4'.*AOL rescaling.*polar_express"):
+        NSConfig(coefficients="aol4")
+    with pytest.raises(ValueError, match="'quintic', 'polar_express'"):
+        NSConfig(coefficients="polar")
