@@ -62,7 +62,7 @@ test-cuda: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts
 	$(VENV)/bin/ruff format --check src tests scripts
-	$(VENV)/bin/mypy --strict src
+	$(VENV)/bin/mypy
 
 # The governance linters on this repository: trailers of the governed history, provenance, work
 # packages, evidence claims and the changelog's promises.
