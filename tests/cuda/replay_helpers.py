@@ -5,9 +5,10 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import torch
+from replay_common import CaptureFlags
 from torch import Tensor
 
 from musgd import MuSGD, param_groups
@@ -16,11 +17,15 @@ T = TypeVar("T")
 DEVICE = torch.device("cuda")
 
 # The replay flag sets the CUDA tests run: each flag alone and both, with their test ids.
-BOTH_FLAGS = {"capture_orthogonalization": True, "capture_updates": True}
-REPLAY_FLAGS = [{"capture_orthogonalization": True}, {"capture_updates": True}, BOTH_FLAGS]
+BOTH_FLAGS: CaptureFlags = {"capture_orthogonalization": True, "capture_updates": True}
+REPLAY_FLAGS: list[CaptureFlags] = [
+    {"capture_orthogonalization": True},
+    {"capture_updates": True},
+    BOTH_FLAGS,
+]
 REPLAY_FLAG_IDS = ["orth", "updates", "both"]
 # The sets that record a group's whole update preparation.
-UPDATE_FLAGS = [{"capture_updates": True}, BOTH_FLAGS]
+UPDATE_FLAGS: list[CaptureFlags] = [{"capture_updates": True}, BOTH_FLAGS]
 
 
 def deterministic(fn: Callable[[], T]) -> T:
@@ -57,7 +62,12 @@ class DetectorRun:
 
 
 def train_detector(
-    *, steps: int, image_size: int, batch: int, warmup_schedule: bool = False, **flags: bool
+    *,
+    steps: int,
+    image_size: int,
+    batch: int,
+    warmup_schedule: bool = False,
+    **flags: Unpack[CaptureFlags],
 ) -> DetectorRun:
     """Train the built-in nano detector with MuSGD under bf16 autocast; ``flags`` pick replay.
 

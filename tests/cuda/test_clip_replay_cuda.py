@@ -54,7 +54,7 @@ def test_replayed_clip_matches_the_eager_call_bit_for_bit(norm_type: float) -> N
         total = clip(ours)
         expected = torch.nn.utils.clip_grad_norm_(eager, 10.0, norm_type)
         assert _same(total, expected), step
-        for p, q, g in zip(ours, eager, held, strict=True):
+        for p, q, g in zip(ours, eager, held, strict=True):  # type: ignore[assignment]
             assert p.grad is g
             assert q.grad is not None
             assert _same(g, q.grad), step

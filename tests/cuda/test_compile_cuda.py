@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from compile_common import compiled_and_eager
+from replay_common import CaptureFlags
 
 from musgd.bench._models import yolo26_parameters
 
@@ -18,7 +19,7 @@ DEVICE = torch.device("cuda")
     [{}, {"capture_orthogonalization": True, "capture_updates": True}],
     ids=["eager", "capture-flags"],
 )
-def test_compiled_step_matches_eager_on_yolo26n_shapes(flags: dict[str, bool]) -> None:
+def test_compiled_step_matches_eager_on_yolo26n_shapes(flags: CaptureFlags) -> None:
     # The first 32 conv kernels and 32 norm weights: foreach work and Newton-Schulz norms over
     # many shapes, as in the whole set (whose compile takes minutes), in a fraction of the time.
     specs = yolo26_parameters("yolo26n")

@@ -154,7 +154,8 @@ class Mlp(nn.Module):
         x = self.norm(x @ self.kernel.flatten(1).T)
         for layer in self.hidden:
             x = torch.tanh(layer(x))
-        return self.head(x)
+        out: Tensor = self.head(x)
+        return out
 
 
 def _training(dtype: torch.dtype, seed: int) -> tuple[nn.Module, MuSGD]:

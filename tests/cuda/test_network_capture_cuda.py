@@ -36,7 +36,7 @@ def test_real_graphs_train_as_the_eager_network(amp: bool, share_head: bool) -> 
     # A weight used twice under autocast is cast once and its float16 gradients summed in
     # float16, as eager autocast does with its cache on.
     torch.manual_seed(0)
-    eager = TinyDetector(share_head=share_head).cuda().to(memory_format=torch.channels_last)
+    eager = TinyDetector(share_head=share_head).cuda().to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     captured, capture = captured_copy(eager)
     imgs = [img.cuda() for img in detector_inputs(6)]
     assert train_detector(captured, imgs, amp=amp) == train_detector(eager, imgs, amp=amp)

@@ -429,7 +429,7 @@ def test_a_collection_inside_a_capture_cannot_free_graphs_there() -> None:
     gc.disable()  # the garbage must still be uncollected when the capture starts
     try:
         for k in range(4):
-            old = recorder.record(lambda k=k: [x * k], DEVICE)
+            old = recorder.record(lambda k=k: [x * k], DEVICE)  # type: ignore[misc]
             cycle: list[object] = [old]
             cycle.append(cycle)
         del old, cycle

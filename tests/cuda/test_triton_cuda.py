@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from musgd_reference import MUON_TRIPLE, rel_err
-from replay_common import params_and_momentum
+from replay_common import CaptureFlags, params_and_momentum
 from replay_helpers import REPLAY_FLAG_IDS, REPLAY_FLAGS
 from torch import Tensor
 
@@ -42,7 +42,8 @@ def well_conditioned(rows: int, cols: int, gen: torch.Generator) -> Tensor:
     U, _ = torch.linalg.qr(torch.randn(rows, k, generator=gen, device=DEVICE, dtype=torch.float64))
     V, _ = torch.linalg.qr(torch.randn(cols, k, generator=gen, device=DEVICE, dtype=torch.float64))
     s = torch.linspace(1.0, 0.25, k, dtype=torch.float64, device=DEVICE)
-    return (U * s) @ V.T
+    out: Tensor = (U * s) @ V.T
+    return out
 
 
 def ns64(G: Tensor) -> Tensor:
@@ -53,7 +54,8 @@ def ns64(G: Tensor) -> Tensor:
     for a, b, c in TRIPLES:
         A = X @ X.T
         X = a * X + (b * A + c * A @ A) @ X
-    return X.T if tall else X
+    out: Tensor = X.T if tall else X
+    return out
 
 
 @pytest.mark.parametrize("name", ["yolo26n", "yolo26s", "yolo26m"])
@@ -120,9 +122,9 @@ def _run(name: str, options: dict[str, Any], steps: int = 4) -> tuple[MuSGD, lis
     REPLAY_FLAGS,
     ids=REPLAY_FLAG_IDS,
 )
-def test_replayed_triton_steps_are_bit_identical_to_eager(flags: dict[str, bool]) -> None:
+def test_replayed_triton_steps_are_bit_identical_to_eager(flags: CaptureFlags) -> None:
     _, eager = _run("yolo26n", {})
-    opt, replayed = _run("yolo26n", flags)
+    opt, replayed = _run("yolo26n", dict(flags))
     stats = opt._replay.stats
     assert stats.failures == 0
     assert stats.recordings >= 1

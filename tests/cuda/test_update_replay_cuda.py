@@ -32,6 +32,7 @@ from musgd._replay import STREAMS, CudaGraphRecorder
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
 from replay_common import (
+    CaptureFlags,
     assert_same,
     count_ns_bodies,
     record_first_group,
@@ -82,7 +83,7 @@ def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any
 
 def twins(
     *,
-    flags: dict[str, bool] | None = None,
+    flags: CaptureFlags | None = None,
     dtype: torch.dtype = torch.float32,
     recorder: CudaGraphRecorder | None = None,
     **options: Any,
@@ -328,7 +329,7 @@ def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None
             before = [p.detach().clone() for p in ps] + [
                 opt.state[p]["momentum_buffer"].clone() for p in ps if p in opt.state
             ]
-            scaler.scale(loss).backward()
+            scaler.scale(loss).backward()  # type: ignore[arg-type]
             scaler.step(opt)
             scaler.update()
             if poisoned:
@@ -368,7 +369,7 @@ def test_count_regression_zero_eager_bodies_during_replayed_steps(
     assert_same(ref_p, rep_p, ref, rep)
 
 
-def _peaks(flags: dict[str, bool]) -> tuple[float, float]:
+def _peaks(flags: CaptureFlags) -> tuple[float, float]:
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -385,7 +386,7 @@ def _peaks(flags: dict[str, bool]) -> tuple[float, float]:
 
 
 def test_memory_with_the_flags_off_and_on() -> None:
-    variants: dict[str, dict[str, bool]] = {
+    variants: dict[str, CaptureFlags] = {
         "off": {},
         "capture_updates": {"capture_updates": True},
         "both": BOTH_FLAGS,
@@ -439,7 +440,7 @@ def test_a_second_optimizer_holds_no_new_cublas_workspaces() -> None:
     "flags",
     UPDATE_FLAGS,
 )
-def test_200_step_nano_detector_run_is_byte_identical(flags: dict[str, bool]) -> None:
+def test_200_step_nano_detector_run_is_byte_identical(flags: CaptureFlags) -> None:
     def runs() -> tuple[Any, Any]:
         kw: dict[str, Any] = {"steps": 200, "image_size": 128, "batch": 4, "warmup_schedule": True}
         return train_detector(**kw), train_detector(**kw, **flags)
@@ -460,7 +461,7 @@ PADDED_MATRICES = [(64, 32, 3, 3), (48, 32, 3, 3), (16, 32, 3, 3)]
     REPLAY_FLAGS,
     ids=REPLAY_FLAG_IDS,
 )
-def test_zero_padded_stacks_replay_the_eager_bits(flags: dict[str, bool]) -> None:
+def test_zero_padded_stacks_replay_the_eager_bits(flags: CaptureFlags) -> None:
     shapes = [*PADDED_MATRICES, (64,), (48,)]
 
     def make() -> list[torch.nn.Parameter]:
@@ -483,7 +484,7 @@ def test_zero_padded_stacks_replay_the_eager_bits(flags: dict[str, bool]) -> Non
     "flags",
     UPDATE_FLAGS,
 )
-def test_channels_last_gradients_replay_bit_identically(flags: dict[str, bool]) -> None:
+def test_channels_last_gradients_replay_bit_identically(flags: CaptureFlags) -> None:
     """Channels-last gradients, of contiguous parameters (cuDNN may return them) or of
     channels-last ones (a model converted with ``.to(memory_format=...)``, as the Ultralytics
     trainer does), replay bit for bit and never run eagerly."""

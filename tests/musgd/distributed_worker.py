@@ -51,7 +51,8 @@ class Net(nn.Module):
         h = self.proj(h.flatten(1))
         for block in self.blocks:
             h = torch.tanh(block(h))
-        return self.head(h)
+        out: Tensor = self.head(h)
+        return out
 
 
 def first_difference(a: list[Tensor], b: list[Tensor]) -> str | None:
@@ -139,7 +140,7 @@ def wrap(
         return DistributedDataParallel(model), model, dist.group.WORLD
     # An explicit mesh: on a machine with a GPU, fully_shard would otherwise pick CUDA.
     mesh = init_device_mesh(device_type, (dist.get_world_size(),))
-    for block in model.blocks:
+    for block in model.blocks:  # type: ignore[union-attr]
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model, model, None
@@ -155,7 +156,7 @@ def run_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
     nesterov_before = COUNTS["nesterov"]
     train(trained, opt, range(SAVE_AFTER), grads_log)
     model_sd, optim_sd = get_state_dict(inner, opt)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(ckpt))
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(ckpt))  # type: ignore[attr-defined]
     train(trained, opt, range(SAVE_AFTER, STEPS), grads_log)
     orthogonalized = COUNTS["matrices"] - counts_before
     written = COUNTS["written"] - written_before
@@ -165,8 +166,8 @@ def run_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
     resumed, inner2, group2 = wrap(kind, init)
     opt2 = make_optimizer(inner2, group2)
     model_sd, optim_sd = get_state_dict(inner2, opt2)
-    state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=str(ckpt))
+    state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=str(ckpt))  # type: ignore[attr-defined]
     set_state_dict(inner2, opt2, model_state_dict=state["model"], optim_state_dict=state["optim"])
     if kind == "ddp":
         # A fresh DDP wrapper rebuilds its gradient buckets after its first iteration, so at
@@ -202,8 +203,8 @@ def count_matrices() -> None:
 def count_written() -> None:
     """Count the parameter elements this rank's distributed step writes (step 5) and those it
     computes a Nesterov input for (step 2)."""
-    original = distributed.apply_updates
-    momentum = distributed.momentum_foreach
+    original = distributed.apply_updates  # type: ignore[attr-defined]
+    momentum = distributed.momentum_foreach  # type: ignore[attr-defined]
 
     def counted(params: Any, updates: Any, lr: float) -> None:
         COUNTS["written"] += sum(p.numel() for p in params)
@@ -214,8 +215,8 @@ def count_written() -> None:
             COUNTS["nesterov"] += sum(b.numel() for b in bufs)
         return momentum(bufs, grads, hyper, structure)
 
-    distributed.apply_updates = counted  # type: ignore[assignment]
-    distributed.momentum_foreach = counted_momentum  # type: ignore[assignment]
+    distributed.apply_updates = counted  # type: ignore[assignment,attr-defined]
+    distributed.momentum_foreach = counted_momentum  # type: ignore[attr-defined]
 
 
 def exit_now() -> None:

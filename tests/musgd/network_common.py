@@ -4,7 +4,7 @@ network-capture tests on the CPU (tests/musgd) and on the GPU (tests/cuda)."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -42,11 +42,12 @@ class TinyDetector(nn.Module):
 
 
 def detector_loss(out: Any) -> Tensor:
-    return (
+    loss: Tensor = (
         out["one2many"]["boxes"].square().mean()
         + out["one2one"]["boxes"].abs().mean()
         + out["one2many"]["feats"][0].mean()
     )
+    return loss
 
 
 def train_detector(
@@ -85,9 +86,10 @@ def same_tensors(a: list[Tensor], b: list[Tensor]) -> bool:
     return len(a) == len(b) and all(map(same_bits, a, b))
 
 
-def captured_copy(
-    model: nn.Module, grapher: NetworkGrapher | None = None
-) -> tuple[nn.Module, NetworkCapture]:
+_M = TypeVar("_M", bound=nn.Module)
+
+
+def captured_copy(model: _M, grapher: NetworkGrapher | None = None) -> tuple[_M, NetworkCapture]:
     """A deep copy of ``model`` with a :class:`NetworkCapture` installed (the CUDA grapher
     unless ``grapher`` is given), and the capture."""
     captured = copy.deepcopy(model)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence, Set
 from types import ModuleType
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 import torch
@@ -23,6 +23,13 @@ from musgd._functional import (
     build_layout,
 )
 from musgd._optimizer import group_structure
+
+
+class CaptureFlags(TypedDict, total=False):
+    """The replay keywords of ``MuSGD``, typed so that ``**flags`` type-checks."""
+
+    capture_orthogonalization: bool
+    capture_updates: bool
 
 
 def split_groups(
@@ -49,7 +56,9 @@ def set_grads(params: Sequence[Tensor], step: int, skip: Set[int] = frozenset())
         p.grad = None if i in skip else g
 
 
-def assert_same(pa: Sequence[Tensor], pb: Sequence[Tensor], oa: MuSGD, ob: MuSGD) -> None:
+def assert_same(
+    pa: Sequence[Tensor], pb: Sequence[Tensor], oa: torch.optim.Optimizer, ob: torch.optim.Optimizer
+) -> None:
     """Parameters and every state tensor are bit-identical (``torch.equal``)."""
     for a, b in zip(pa, pb, strict=True):
         assert torch.equal(a, b)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -37,7 +37,7 @@ class _Log(TorchDispatchMode):
     """Logs every ATen call; refuses host syncs as CUDA stream capture does."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[_Op] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -76,6 +76,9 @@ class FakeRecording:
                 _copy_into(op.out, fresh)
 
 
+_W = TypeVar("_W")
+
+
 @dataclass
 class _ReversedJobs:
     """An orthogonalizer that runs a group's bucket jobs in reverse order."""
@@ -94,6 +97,9 @@ class _ReversedJobs:
 
     def table(self, key: Hashable, src: Tensor, run: Callable[[Tensor], Tensor]) -> Tensor:
         return self.inner.table(key, src, run)
+
+    def workspace(self, key: Hashable, build: Callable[[], _W]) -> _W:
+        return self.inner.workspace(key, build)
 
     def run_buckets(self, jobs: Sequence[BucketJob], costs: Sequence[int]) -> None:
         if len(jobs) > 1:

@@ -58,7 +58,7 @@ def save_case(kind: str, init: nn.Module, ckpt: Path) -> dict[str, Any]:
     opt = make_optimizer(kind, inner, group)
     train(trained, opt, range(SAVE_AFTER), None)
     model_sd, optim_sd = get_state_dict(inner, opt)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(ckpt))
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(ckpt))  # type: ignore[attr-defined]
     grads_log: list[list[Tensor]] = []
     train(trained, opt, range(SAVE_AFTER, STEPS), grads_log)
     return {"final": [t.cpu() for t in snapshot(inner, opt)], "grads": grads_log}
@@ -68,8 +68,8 @@ def resume_case(kind: str, init: nn.Module, ckpt: Path, grads: list[list[Tensor]
     _, inner, group = wrap(kind, init, device_type())
     opt = make_optimizer(kind, inner, group)
     model_sd, optim_sd = get_state_dict(inner, opt)
-    state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=str(ckpt))
+    state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=str(ckpt))  # type: ignore[attr-defined]
     set_state_dict(inner, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     # DDP's fresh wrapper would reduce in another order (distributed_worker.run_case): feed
     # both cases the very gradients the saving run used.

@@ -65,7 +65,7 @@ def _run_both(
             assert p.grad is g  # scaled in place, as the eager call does
             if g is not None:
                 assert q.grad is not None
-                assert _same(p.grad, q.grad), step
+                assert _same(p.grad, q.grad), step  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, math.inf])

@@ -34,10 +34,10 @@ def _free_port() -> int:
 
 def run_phases(out: Path, backend: str, resume_worlds: tuple[int, ...]) -> dict[str, Any]:
     """Save at world size 2, resume at each of ``resume_worlds``; every rank's results."""
-    mp.spawn(main, args=(2, _free_port(), str(out), "save", backend), nprocs=2, join=True)
+    mp.spawn(main, args=(2, _free_port(), str(out), "save", backend), nprocs=2, join=True)  # type: ignore[attr-defined,no-untyped-call]
     results: dict[str, Any] = {"save": [torch.load(out / f"save-w2-rank{r}.pt") for r in (0, 1)]}
     for world in resume_worlds:
-        mp.spawn(main, args=(world, _free_port(), str(out), "resume", backend), nprocs=world)
+        mp.spawn(main, args=(world, _free_port(), str(out), "resume", backend), nprocs=world)  # type: ignore[attr-defined,no-untyped-call]
         results[f"resume-w{world}"] = [
             torch.load(out / f"resume-w{world}-rank{r}.pt") for r in range(world)
         ]

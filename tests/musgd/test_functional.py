@@ -213,7 +213,7 @@ def test_padded_buckets_respect_the_bound(
         assert bucket.cost <= bound.cost_limit * sum(ns_work(r, c) for r, c in own)
         for i in bucket.indices:  # equal (rows, cols, dtype) never split over two buckets
             key = (*params[i].shape, params[i].dtype)
-            assert home.setdefault(key, k) == k  # type: ignore[arg-type]
+            assert home.setdefault(key, k) == k
 
 
 def test_stacks_take_the_costliest_shape_first_within_the_bound() -> None:
@@ -484,7 +484,7 @@ def test_workspaces_are_kept_per_key_and_bounded() -> None:
     built: list[int] = []
 
     def build(k: int) -> Callable[[], list[int]]:
-        return lambda: built.append(k) or [k]
+        return lambda: built.append(k) or [k]  # type: ignore[func-returns-value]
 
     first = orth.workspace(0, build(0))
     assert orth.workspace(0, build(0)) is first

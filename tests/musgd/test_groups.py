@@ -25,7 +25,8 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.relu(self.norm(self.conv(x))) * self.gain
-        return self.head(self.proj(x).mean(dim=(2, 3)))
+        out: torch.Tensor = self.head(self.proj(x).mean(dim=(2, 3)))
+        return out
 
 
 def test_matrices_get_decay_and_vectors_do_not() -> None:
@@ -114,7 +115,8 @@ class TinyLM(nn.Module):
         self.lm_head = nn.Linear(8, 16, bias=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(torch.relu(self.hidden(self.embed(tokens)))))
+        out: torch.Tensor = self.lm_head(self.norm(torch.relu(self.hidden(self.embed(tokens)))))
+        return out
 
 
 def _ids(group: dict[str, object]) -> list[int]:
@@ -149,7 +151,7 @@ def test_exclude_hook_and_keeping_the_head_on_newton_schulz() -> None:
     assert _ids(muon) == [id(lm.lm_head.weight)]
     assert _ids(sgd) == [id(lm.embed.weight), id(lm.hidden.weight)]
     seen: list[str] = []
-    param_groups(lm, weight_decay=0.0, exclude=lambda name, p: bool(seen.append(name)))
+    param_groups(lm, weight_decay=0.0, exclude=lambda name, p: bool(seen.append(name)))  # type: ignore[func-returns-value]
     # The hook sees matrices only, by qualified name; embeddings and the head are decided first.
     assert seen == ["hidden.weight"]
 

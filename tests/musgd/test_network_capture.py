@@ -57,7 +57,7 @@ def test_a_captured_training_is_the_eager_one_bit_for_bit() -> None:
     assert train_detector(captured, imgs) == train_detector(eager, imgs)
     # The warm-up moved BatchNorm statistics three times per recording; they were put back.
     assert same_tensors(module_state(captured), module_state(eager))
-    assert captured.bn.num_batches_tracked.item() == 6
+    assert captured.bn.num_batches_tracked.item() == 6  # type: ignore[union-attr]
     assert (capture.stats.recordings, capture.stats.replays) == (1, 5)
     assert capture.stats.fallbacks == {"first-call": 1}
     assert grapher.graphed == 1
@@ -141,7 +141,7 @@ def test_install_and_uninstall_leave_the_class_method() -> None:
     capture.uninstall()
     assert not capture.installed
     assert "predict" not in model.__dict__
-    assert model.predict.__func__ is TinyDetector.predict  # type: ignore[attr-defined]
+    assert model.predict.__func__ is TinyDetector.predict
     with pytest.raises(TypeError, match="needs an Ultralytics model"):
         NetworkCapture(nn.Linear(2, 2))
 
@@ -153,13 +153,13 @@ def test_keep_accumulated_copies_out_only_a_grad_on_the_recordings_memory() -> N
         torch.zeros(3, requires_grad=True),
         torch.zeros(1, requires_grad=True),
     )
-    a.grad = static[0].detach()  # kept by autograd: the recording's memory
+    a.grad = static[0].detach()  # type: ignore[union-attr]  # kept by autograd: the recording's memory
     b.grad = torch.full((3,), 5.0)  # a .grad of its own
     c.grad = torch.full((1,), 7.0)  # a parameter the network does not use
     own_b, own_c = b.grad, c.grad
     keep_accumulated([a, b, c], static)
     assert a.grad is not None
-    assert a.grad.data_ptr() != static[0].data_ptr()
+    assert a.grad.data_ptr() != static[0].data_ptr()  # type: ignore[union-attr]
     assert torch.equal(a.grad, torch.full((2,), 1.0))
     assert b.grad is own_b
     assert c.grad is own_c
@@ -188,7 +188,7 @@ def test_grad_buffer_takes_the_eager_gradients_layout_where_it_can() -> None:
 
 
 def test_the_recording_gets_the_strides_of_the_first_calls_gradients() -> None:
-    model = TinyDetector().to(memory_format=torch.channels_last)
+    model = TinyDetector().to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     grapher = FakeNetworkGrapher()
     NetworkCapture(model, grapher=grapher).install()
     seen: list[tuple[int, ...]] = []

@@ -36,7 +36,8 @@ def well_conditioned(rows: int, cols: int, seed: int, cond: float = COND) -> Ten
     U, _ = torch.linalg.qr(torch.randn(rows, k, generator=gen, dtype=torch.float64))
     V, _ = torch.linalg.qr(torch.randn(cols, k, generator=gen, dtype=torch.float64))
     s = torch.linspace(1.0, 1.0 / cond, k, dtype=torch.float64)
-    return (U * s) @ V.T
+    out: Tensor = (U * s) @ V.T
+    return out
 
 
 @pytest.mark.parametrize("ns_dtype", NS_DTYPES)
@@ -166,7 +167,7 @@ def test_zero_matrix_gives_zero_not_nan() -> None:
         (lambda: orthogonalize(torch.randn(4, 4), eps=0.0), "eps"),
         (lambda: orthogonalize(torch.randn(4, 4), eps=-1e-7), "eps"),
         (lambda: orthogonalize(torch.randn(4, 4), coefficients=[]), "ns_coefficients"),
-        (lambda: orthogonalize(torch.randn(4, 4), coefficients=(1.0, 2.0)), "ns_coefficients"),
+        (lambda: orthogonalize(torch.randn(4, 4), coefficients=(1.0, 2.0)), "ns_coefficients"),  # type: ignore[arg-type]
         (
             lambda: orthogonalize(torch.randn(4, 4), coefficients=[(1.0, 2.0, float("nan"))]),
             "ns_coefficients",
@@ -176,7 +177,7 @@ def test_zero_matrix_gives_zero_not_nan() -> None:
             "ns_coefficients",
         ),
         (lambda: orthogonalize(torch.randn(4, 4), coefficients=5), "ns_coefficients"),  # type: ignore[arg-type]
-        (lambda: orthogonalize(torch.randn(4, 4), coefficients="abc"), "ns_coefficients"),  # type: ignore[arg-type]
+        (lambda: orthogonalize(torch.randn(4, 4), coefficients="abc"), "ns_coefficients"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(call: object, match: str) -> None:

@@ -70,7 +70,8 @@ def matrix(rows: int, cols: int, kind: str, seed: int) -> Tensor:
         s = torch.linspace(1.0, 0.25, k, dtype=torch.float64)
     else:
         s = torch.logspace(0.0, -3.0, k, dtype=torch.float64)
-    return (U * s) @ V.T
+    out: Tensor = (U * s) @ V.T
+    return out
 
 
 def start_matrix(G: Tensor, sched: Schedule) -> Tensor:
@@ -82,7 +83,8 @@ def start_matrix(G: Tensor, sched: Schedule) -> Tensor:
         # Written out here, not through aol_normalize: D = diag(1/sqrt(Σ_j |XXᵀ|_ij)).
         d = (X @ X.T).abs().sum(dim=1).rsqrt()
         X0 = d[:, None] * X
-    return X0 if G.shape[0] <= G.shape[1] else X0.T
+    out: Tensor = X0 if G.shape[0] <= G.shape[1] else X0.T
+    return out
 
 
 @functools.cache

@@ -61,15 +61,15 @@ def test_each_bad_field_raises_naming_it_and_what_it_must_be(
 
 def test_the_record_is_keyword_only_frozen_and_expands_its_schedule() -> None:
     with pytest.raises(TypeError):
-        NSConfig(3)  # type: ignore[misc]
+        NSConfig(3)  # type: ignore[call-arg]
     config = NSConfig(steps=3)
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.steps = 4  # type: ignore[misc]
     assert config.coefficients == "quintic"
     assert config.triples == (DEFAULT_COEFFICIENTS,) * 3
     # One triple for every iteration, or a schedule whose last triple repeats.
-    assert NSConfig(coefficients=(3, -3, 1), steps=2).triples == ((3.0, -3.0, 1.0),) * 2
-    schedule = NSConfig(coefficients=[(4, -4, 2), (3, -3, 1)], steps=3)
+    assert NSConfig(coefficients=(3, -3, 1), steps=2).triples == ((3.0, -3.0, 1.0),) * 2  # type: ignore[arg-type]
+    schedule = NSConfig(coefficients=[(4, -4, 2), (3, -3, 1)], steps=3)  # type: ignore[arg-type]
     assert schedule.coefficients == ((4.0, -4.0, 2.0), (3.0, -3.0, 1.0))
     assert schedule.triples == ((4.0, -4.0, 2.0), (3.0, -3.0, 1.0), (3.0, -3.0, 1.0))
     assert hash(schedule) == hash(NSConfig(coefficients=((4, -4, 2), (3, -3, 1)), steps=3))
@@ -148,7 +148,7 @@ def test_the_default_flavour_refuses_the_ultralytics_scale() -> None:
 
 def test_a_group_may_hold_its_own_record() -> None:
     a, b = nn.Parameter(torch.zeros(4, 4)), nn.Parameter(torch.zeros(4, 4))
-    opt = MuSGD([{"params": [a]}, {"params": [b], "ns": NSConfig(steps=2)}], lr=0.1)
+    opt = MuSGD([{"params": [a]}, {"params": [b], "ns": NSConfig(steps=2)}], lr=0.1)  # type: ignore[arg-type]
     assert "ns" not in opt.param_groups[1]
     assert opt.ns_config(0) == NSConfig(
         coefficients=(DEFAULT_COEFFICIENTS,) * 5, dtype="auto", scale="muon"
@@ -162,7 +162,7 @@ def test_a_group_may_hold_its_own_record() -> None:
 
 def test_the_record_survives_a_state_dict_round_trip() -> None:
     params = [nn.Parameter(torch.randn(6, 6))]
-    config = NSConfig(steps=3, coefficients=[(3.0, -3.2, 1.2)], eps=1e-6, dtype=torch.float32)
+    config = NSConfig(steps=3, coefficients=[(3.0, -3.2, 1.2)], eps=1e-6, dtype=torch.float32)  # type: ignore[arg-type]
     opt = MuSGD(params, lr=0.1, ns=config)
     params[0].grad = torch.ones(6, 6)
     opt.step()
@@ -193,10 +193,13 @@ def _ns64(G: Tensor, steps: int) -> Tensor:
     for _ in range(steps):
         A = X @ X.T
         X = a * X + (b * A + c * A @ A) @ X
-    return X.T if tall else X
+    out: Tensor = X.T if tall else X
+    return out
 
 
-def _ultralytics64(params: list[Tensor], grads: list[Tensor], steps: int, scale: str) -> list:
+def _ultralytics64(
+    params: list[Tensor], grads: list[Tensor], steps: int, scale: str
+) -> list[Tensor]:
     """One step of the spec's use_muon rule (momentum 0.9, Nesterov, no decay) in float64."""
     out = []
     for param, grad in zip(params, grads, strict=True):
@@ -300,7 +303,7 @@ def test_command_line_ns_keys_make_one_record(monkeypatch: pytest.MonkeyPatch) -
     first, second, plain = made
     assert first["epochs"] == 2
     assert first["trainer"]["ns"] == NSConfig(steps=3, dtype=torch.float32, eps=1e-6)
-    assert second["trainer"]["ns"] == NSConfig(coefficients=[(3, -3.2, 1.2)], backend="torch")
+    assert second["trainer"]["ns"] == NSConfig(coefficients=[(3, -3.2, 1.2)], backend="torch")  # type: ignore[arg-type]
     assert plain["trainer"] == {"capture_network": False}
 
 

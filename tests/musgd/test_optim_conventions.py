@@ -174,7 +174,7 @@ def test_step_with_a_closure_returns_its_loss_and_uses_its_gradients(make: Make)
         return loss
 
     with torch.no_grad():  # the closure re-enables grad, as torch.optim documents
-        loss = opt.step(closure)
+        loss = opt.step(closure)  # type: ignore[arg-type]  # torch types the closure as float
     expected = sum((p.detach() ** 2).sum() for p in twin)
     assert isinstance(loss, Tensor)
     assert torch.equal(loss.detach(), expected)
@@ -211,11 +211,10 @@ PATHS: dict[str, dict[str, Any]] = {
     ],
 )
 def test_maximize_on_f_is_minimize_on_minus_f_bit_for_bit(make: Make, path: str) -> None:
-    kw = dict(PATHS[path])
+    kw: dict[str, Any] = dict(PATHS[path])
     replayed = path.startswith("capture")
-    maximized = run(
-        make, 3, maximize=True, **kw, **({"recorder": FakeRecorder()} if replayed else {})
-    )
+    recorder: dict[str, Any] = {"recorder": FakeRecorder()} if replayed else {}
+    maximized = run(make, 3, maximize=True, **kw, **recorder)
     minimized = run(make, 3, sign=-1.0, **kw, **({"recorder": FakeRecorder()} if replayed else {}))
     assert_bits(maximized, minimized)
     # Control: maximizing f is not minimizing it.

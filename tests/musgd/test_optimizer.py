@@ -250,7 +250,7 @@ def test_a_zero_held_in_a_tensor_adds_exact_zeros() -> None:
     """A tensor's value is not read on the host, so its term always runs; at zero it changes no
     bit against the number zero, whose term is skipped."""
     numbers, _, _ = _hyper_run((), weight_decay=0.0, w_muon=0.0)
-    zeros = {"weight_decay": torch.tensor(0.0), "w_muon": torch.tensor(0.0)}
+    zeros: dict[str, Any] = {"weight_decay": torch.tensor(0.0), "w_muon": torch.tensor(0.0)}
     held, _, _ = _hyper_run((), **zeros)
     for a, b in zip(numbers, held, strict=True):
         assert torch.equal(a, b)
@@ -387,7 +387,8 @@ class TinyNet(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         x = torch.relu(self.norm(self.conv1(x)))
         x = torch.relu(self.conv2(x)).mean(dim=(2, 3))
-        return self.head(x)
+        out: Tensor = self.head(x)
+        return out
 
 
 def batch(step: int) -> tuple[Tensor, Tensor]:
@@ -602,7 +603,7 @@ def test_grad_scaler_skips_a_step_with_an_inf_gradient() -> None:
     x, y = batch(1)
     opt.zero_grad()
     scaler.scale((model(x) - y).square().mean()).backward()
-    model.conv2.weight.grad[0, 0, 0, 0] = INF  # an overflow in one element  # type: ignore[index]
+    model.conv2.weight.grad[0, 0, 0, 0] = INF  # type: ignore[index,operator,union-attr]  # an overflow in one element
     assert scaler.step(opt) is None
     scaler.update()
     assert scaler.get_scale() == 2.0**9  # backed off
@@ -651,9 +652,9 @@ def test_closure_is_evaluated_with_grad_and_its_loss_returned() -> None:
         loss.backward()  # needs grad mode, although step() itself runs under no_grad
         return float(loss.detach())
 
-    before = model.head.weight.detach().clone()
+    before = model.head.weight.detach().clone()  # type: ignore[operator,union-attr]
     assert opt.step(closure) == expected
-    assert not torch.equal(model.head.weight, before)
+    assert not torch.equal(model.head.weight, before)  # type: ignore[arg-type,union-attr]
 
 
 # A group whose largest matrix is above the CPU crossover (256 x 256: 5.0e7 multiply-adds per

@@ -396,8 +396,8 @@ def test_the_recorder_is_a_keyword_only_seam_that_the_optimizer_records_with() -
             1e-7,
             "auto",
             None,
-            FakeRecorder(),
-        )  # type: ignore[misc]
+            FakeRecorder(),  # type: ignore[arg-type]
+        )  # type: ignore[call-arg]
     params = make_params()
     recorder = FakeRecorder()
     opt = MuSGD(params, lr=0.02, capture_orthogonalization=True, recorder=recorder)
@@ -562,7 +562,7 @@ def test_flag_lives_in_groups_and_legacy_state_takes_the_constructor_mode(reques
 @pytest.mark.parametrize("name", ["capture_orthogonalization", "capture_updates"])
 def test_flags_must_be_bools(name: str) -> None:
     with pytest.raises(ValueError, match=f"{name} must be True or False, got 'yes'"):
-        MuSGD(make_params(), lr=0.02, **{name: "yes"})
+        MuSGD(make_params(), lr=0.02, **{name: "yes"})  # type: ignore[arg-type]
     opt = MuSGD(make_params(), lr=0.02)
     with pytest.raises(ValueError, match=rf"param_groups\[1\]: {name} must be True or False"):
         opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(3))], name: 1})

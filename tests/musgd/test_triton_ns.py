@@ -255,7 +255,7 @@ def _flavour_steps(backend: str) -> list[Tensor]:
     shapes = [(8, 3, 3, 3), (24, 4), (16, 40), (16,)]
     params = [torch.randn(s, generator=gen).to(DEVICE).requires_grad_() for s in shapes]
     opt = UltralyticsMuSGD(
-        [{"params": params[:3], "use_muon": True, "weight_decay": 5e-4}, {"params": params[3:]}],
+        [{"params": params[:3], "use_muon": True, "weight_decay": 5e-4}, {"params": params[3:]}],  # type: ignore[arg-type]
         lr=0.05,
         momentum=0.9,
         nesterov=True,
@@ -310,7 +310,7 @@ def test_bad_backend_raises_value_error_naming_it(bad: object) -> None:
 
 def test_backend_lives_in_each_group_and_in_the_state_dict() -> None:
     a, b = torch.zeros(4, 4, requires_grad=True), torch.zeros(4, 4, requires_grad=True)
-    opt = MuSGD([{"params": [a]}, {"params": [b], "ns_backend": "torch"}], lr=0.1)
+    opt = MuSGD([{"params": [a]}, {"params": [b], "ns_backend": "torch"}], lr=0.1)  # type: ignore[arg-type]
     assert [g["ns_backend"] for g in opt.param_groups] == ["auto", "torch"]
     assert opt.state_dict()["param_groups"][1]["ns_backend"] == "torch"
 
@@ -321,7 +321,7 @@ def test_capture_flags_never_change_the_backend(backend: str, flag: str) -> None
     # Replay is bit-identical to eager only if both run the same Newton-Schulz code.
     structures = [
         group_structure(
-            MuSGD([torch.zeros(2, 2)], lr=0.1, ns_backend=backend, **{flag: on}).param_groups[0],
+            MuSGD([torch.zeros(2, 2)], lr=0.1, ns_backend=backend, **{flag: on}).param_groups[0],  # type: ignore[arg-type]
             torch.device("cpu"),
         )
         for on in (False, True)
@@ -482,7 +482,7 @@ def test_a_plan_needed_inside_a_capture_raises_a_clear_error(
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     first = T.plan_for(((4, 8),), cuda)
     assert T.plan_for(((4, 8),), cuda) is first  # cached
-    assert T.plan_for(((6, 8),), cuda) == ("plan", ((6, 8),))  # full: built per call
+    assert T.plan_for(((6, 8),), cuda) == ("plan", ((6, 8),))  # type: ignore[comparison-overlap]  # full: built per call
     assert (((6, 8),), cuda) not in T._PLANS
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert T.plan_for(((4, 8),), cuda) is first  # a cached plan needs no building

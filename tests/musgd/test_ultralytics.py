@@ -12,6 +12,7 @@ import io
 import math
 import sys
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,9 @@ def stock_groups(params: list[torch.nn.Parameter], decay: float = 5e-4) -> list[
     ]
 
 
-def set_grads(params: list[torch.nn.Parameter], step: int, skip: frozenset[int] = frozenset()):
+def set_grads(
+    params: list[torch.nn.Parameter], step: int, skip: frozenset[int] = frozenset()
+) -> None:
     gen = torch.Generator().manual_seed(100 + step)
     for i, p in enumerate(params):
         g = torch.randn(p.shape, generator=gen)
@@ -79,13 +82,14 @@ def _ns64(G: Tensor) -> Tensor:
     for _ in range(5):
         A = X @ X.T
         X = a * X + (b * A + c * A @ A) @ X
-    return X.T if tall else X
+    out: Tensor = X.T if tall else X
+    return out
 
 
 class Reference:
     """The spec's update rule in float64, one parameter at a time, Muon write before SGD write."""
 
-    def __init__(self, params: list[Tensor], groups: list[dict[str, Any]]) -> None:
+    def __init__(self, params: Sequence[Tensor], groups: list[dict[str, Any]]) -> None:
         self.p = [t.detach().double().clone() for t in params]
         self.groups = groups  # dicts with "idx", "use_muon", "weight_decay"
         self.m: dict[int, Tensor] = {}
@@ -301,7 +305,7 @@ def test_bad_settings_raise_naming_the_argument(kwargs: dict[str, Any], message:
 def test_bad_group_settings_raise_before_anything_is_stored() -> None:
     params = make_params()
     with pytest.raises(ValueError, match=r"param_groups\[1\]: momentum must be"):
-        UltralyticsMuSGD([{"params": params[:2]}, {"params": params[2:4], "momentum": -0.1}])
+        UltralyticsMuSGD([{"params": params[:2]}, {"params": params[2:4], "momentum": -0.1}])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"params\[1\] has shape \(16,\).*use_muon=False"):
         UltralyticsMuSGD([{"params": [params[0], params[len(MATRICES)]], "use_muon": True}])
 
@@ -346,7 +350,9 @@ def test_musgd_trainer_builds_ours_from_the_stock_musgd_groups() -> None:
     seen: list[str] = []
 
     class FakeTrainer:
-        def build_optimizer(self, model: Any, name: str = "auto", lr: float = 0.001, **kw: Any):
+        def build_optimizer(
+            self, model: Any, name: str = "auto", lr: float = 0.001, **kw: Any
+        ) -> _StockLike:
             seen.append(name)
             return _StockLike(stock_groups(model), **{**KW, "lr": lr})
 
@@ -461,7 +467,7 @@ def test_groups_given_generators_keep_their_parameters() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Linear(4, 2))
     weights = (m.weight for m in model)
     biases = (m.bias for m in model)
-    opt = UltralyticsMuSGD([{"params": weights, "use_muon": True}, {"params": biases}], **KW)
+    opt = UltralyticsMuSGD([{"params": weights, "use_muon": True}, {"params": biases}], **KW)  # type: ignore[arg-type]
     assert [len(g["params"]) for g in opt.param_groups] == [2, 2]
     opt.add_param_group({"params": torch.nn.Parameter(torch.zeros(3))})
     assert len(opt.param_groups[2]["params"]) == 1
@@ -492,8 +498,8 @@ def _step_trainer(spied: _Spied, **options: Any) -> Any:
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     for name in ("unscale_", "step", "update"):
         setattr(scaler, name, spied.wrap(f"scaler.{name}", getattr(scaler, name)))
-    opt.step = spied.wrap("optimizer.step", opt.step)  # type: ignore[method-assign]
-    opt.zero_grad = spied.wrap("zero_grad", opt.zero_grad)  # type: ignore[method-assign]
+    opt.step = spied.wrap("optimizer.step", opt.step)
+    opt.zero_grad = spied.wrap("zero_grad", opt.zero_grad)
     trainer.optimizer, trainer.scaler = opt, scaler
     trainer.ema = types.SimpleNamespace(update=spied.wrap("ema.update", lambda model: None))
     return trainer
@@ -603,7 +609,7 @@ def test_trainer_network_capture_installs_at_the_first_batch_and_leaves_at_the_e
     assert other.musgd_network is None
     assert "needs an Ultralytics model" in other.musgd_network_reason
     with pytest.raises(ValueError, match="capture_network must be True or False"):
-        musgd_trainer(FakeTrainer, capture_network="yes")  # type: ignore[arg-type]
+        musgd_trainer(FakeTrainer, capture_network="yes")
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ def _free_port() -> int:
 def spawned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     world = int(request.param)
     out = tmp_path_factory.mktemp(f"ul-world{world}")
-    mp.spawn(main, args=(world, _free_port(), str(out)), nprocs=world, join=True)
+    mp.spawn(main, args=(world, _free_port(), str(out)), nprocs=world, join=True)  # type: ignore[attr-defined,no-untyped-call]
     return world, [torch.load(out / f"rank{r}.pt") for r in range(world)]
 
 

@@ -8,6 +8,7 @@ with one warning that the MuSGD options do not apply. The real trainer is
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +16,11 @@ import torch
 
 from musgd.ultralytics import UltralyticsMuSGD, _trains_with_musgd, musgd_trainer
 
-STOCK = {"SGD": torch.optim.SGD, "AdamW": torch.optim.AdamW, "Adam": torch.optim.Adam}
+STOCK: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "SGD": torch.optim.SGD,
+    "AdamW": torch.optim.AdamW,
+    "Adam": torch.optim.Adam,
+}
 
 
 class FakeTrainer:
@@ -32,7 +37,7 @@ class FakeTrainer:
         matrices = [p for p in params if p.dim() > 1]
         vectors = [p for p in params if p.dim() <= 1]
         if name == "MuSGD":  # the stock MuSGD: its groups, and muon/sgd attributes
-            groups = [
+            groups: list[dict[str, Any]] = [
                 {"params": matrices, "use_muon": True, "param_group": "muon"},
                 {"params": vectors, "param_group": "bias"},
             ]

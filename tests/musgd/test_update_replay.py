@@ -27,7 +27,14 @@ from musgd._update_replay import HyperSlots, UpdateReplayer
 
 # The shared helper module sits beside this file; make it importable in any import mode.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_common import assert_same, record_first_group, set_grads, split_groups, step_both
+from replay_common import (
+    CaptureFlags,
+    assert_same,
+    record_first_group,
+    set_grads,
+    split_groups,
+    step_both,
+)
 from replay_fakes import FakeRecorder
 
 # The shared contracts, collected here with this file's `replay_backend` fixture.
@@ -63,7 +70,7 @@ def groups(params: list[torch.nn.Parameter], **extra: Any) -> list[dict[str, Any
 
 def twins(
     *,
-    flags: dict[str, bool] | None = None,
+    flags: CaptureFlags | None = None,
     recorder: FakeRecorder | None = None,
     **options: Any,
 ) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD, FakeRecorder]:
@@ -312,7 +319,7 @@ def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None
                 [p.detach().clone() for p in ps]
                 + [opt.state[p]["momentum_buffer"].clone() for p in ps if p in opt.state]
             )
-            scaler.scale(loss).backward()
+            scaler.scale(loss).backward()  # type: ignore[arg-type]
             scaler.step(opt)
             scaler.update()
             if poisoned:
@@ -412,7 +419,7 @@ def test_count_regression_fails_when_replay_turns_eager(monkeypatch: pytest.Monk
 
 class _CountFills(TorchDispatchMode):
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.fills = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -451,7 +458,7 @@ def test_cuda_padding_bound_replays_transposed_stacks_bit_for_bit(
         ref_p, rep_p = make(), make()
         ref = MuSGD(split_groups(ref_p, 5), lr=0.02)
         recorder = FakeRecorder()
-        rep = MuSGD(split_groups(rep_p, 5), lr=0.02, **flags, recorder=recorder)
+        rep = MuSGD(split_groups(rep_p, 5), lr=0.02, **flags, recorder=recorder)  # type: ignore[arg-type]
         for step in range(3):
             step_both(ref_p, ref, rep_p, rep, step)
             assert_same(ref_p, rep_p, ref, rep)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ STEPS = 4
 KW: dict[str, Any] = {"lr": 0.05, "momentum": 0.9, "nesterov": True, "muon": 0.2, "sgd": 1.0}
 
 
-def make(group: dist.ProcessGroup | None) -> tuple[list[Tensor], UltralyticsMuSGD]:
+def make(group: dist.ProcessGroup | None) -> tuple[list[torch.nn.Parameter], UltralyticsMuSGD]:
     gen = torch.Generator().manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
     groups = [
@@ -31,7 +32,7 @@ def make(group: dist.ProcessGroup | None) -> tuple[list[Tensor], UltralyticsMuSG
     return params, UltralyticsMuSGD(groups, process_group=group, **KW)
 
 
-def train(params: list[Tensor], opt: UltralyticsMuSGD) -> list[Tensor]:
+def train(params: Sequence[Tensor], opt: UltralyticsMuSGD) -> list[Tensor]:
     """``STEPS`` steps on seeded gradients; parameters, then both buffers of every parameter."""
     for step in range(STEPS):
         gen = torch.Generator().manual_seed(100 + step)

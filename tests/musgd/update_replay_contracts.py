@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from replay_common import assert_same, split_groups, step_both
+from replay_common import CaptureFlags, assert_same, split_groups, step_both
 
 from musgd import MuSGD
 from musgd._replay import Recorder
@@ -49,7 +49,7 @@ class ReplayBackend:
         return MuSGD(self.groups(params), lr=0.02, recorder=self.new_recorder(), **options)
 
     def twins(
-        self, flags: dict[str, bool] | None = None, **options: Any
+        self, flags: CaptureFlags | None = None, **options: Any
     ) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD]:
         """An eager optimizer and a replaying one over identical parameters."""
         ref_p, rep_p = self.make_params(), self.make_params()

@@ -17,6 +17,7 @@ import copy
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ KW: dict[str, Any] = {"lr": 0.01, "momentum": 0.937, "nesterov": True, "muon": 0
 SHAPES = json.loads((Path(__file__).parent / "data" / "yolo26n_shapes.json").read_text())
 
 
-def _groups(muon: list[Tensor], bn: list[Tensor], bias: list[Tensor]) -> list[dict[str, Any]]:
+def _groups(
+    muon: Sequence[Tensor], bn: Sequence[Tensor], bias: Sequence[Tensor]
+) -> list[dict[str, Any]]:
     return [
         {"params": muon, "use_muon": True, "weight_decay": 5e-4, "param_group": "muon"},
         {"params": bn, "weight_decay": 0.0, "param_group": "bn"},
@@ -58,7 +61,7 @@ def _rel(a: Tensor, b: Tensor, scale: Tensor) -> float:
 
 
 def _assert_parity(
-    ps: list[Tensor], pu: list[Tensor], init: list[Tensor], ours: Any, stock: Any
+    ps: Sequence[Tensor], pu: Sequence[Tensor], init: Sequence[Tensor], ours: Any, stock: Any
 ) -> dict[str, float]:
     worst = {"param": 0.0, "momentum_buffer": 0.0, "momentum_buffer_SGD": 0.0}
     for p_s, p_u, p0 in zip(ps, pu, init, strict=True):
@@ -109,7 +112,9 @@ def test_yolo26n_shaped_parameters_agree_with_stock_over_20_steps(
     assert worst["momentum_buffer"] < FP32_TOL, worst
 
 
-def _split(model: torch.nn.Module) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+def _split(
+    model: torch.nn.Module,
+) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter], list[torch.nn.Parameter]]:
     muon, bn, bias = [], [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
@@ -400,7 +405,7 @@ def test_trainer_optimizer_step_with_the_replayed_clip_is_the_stock_one_bit_for_
     results: list[bool] = []
     clips: list[GradClipReplay] = []
 
-    class Checked(MuSGDTrainer):  # type: ignore[misc,valid-type]
+    class Checked(MuSGDTrainer):  # type: ignore[misc]
         def optimizer_step(self) -> None:
             if "musgd_clip" not in self.__dict__:
                 self.musgd_clip = GradClipReplay(10.0, recorder=FakeRecorder())
@@ -452,7 +457,7 @@ def test_the_multi_gpu_launch_file_carries_the_trainer_class_with_its_options(
 
     from musgd.ultralytics import musgd_trainer
 
-    cls = {
+    cls = {  # type: ignore[no-untyped-call]
         "default": lambda: MuSGDTrainer,
         "options": lambda: musgd_trainer(ns_backend="torch", capture_clip=False),
         "segment": lambda: musgd_trainer(SegmentationTrainer, ns_dtype=torch.float32),

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+#: The frozen governance documents of a small governed repository (see fixtures/README.md).
+GOVERNED_DOCS = Path(__file__).resolve().parent / "fixtures" / "governed"
 
 
 def git(
@@ -46,13 +48,17 @@ def new_repository(parent: Path) -> Path:
     return root
 
 
+def copy_governed_docs(root: Path) -> None:
+    """Copy the fixture governance documents (``docs/PROVENANCE.md``, ``docs/ASSUMPTIONS.md``,
+    ``docs/work_packages/wp-004.md``) into ``root``."""
+    shutil.copytree(GOVERNED_DOCS, root, dirs_exist_ok=True)
+
+
 def governed_repository(parent: Path) -> Path:
-    """:func:`new_repository` holding this project's governance documents and the gate
+    """:func:`new_repository` holding the fixture governance documents and the gate
     ``tests/test_gate.py::test_gate``, in one ungoverned commit."""
     root = new_repository(parent)
-    for rel in ("docs/PROVENANCE.md", "docs/ASSUMPTIONS.md", "docs/work_packages/wp-004.md"):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / rel, root / rel)
+    copy_governed_docs(root)
     (root / "tests").mkdir()
     (root / "tests" / "test_gate.py").write_text("def test_gate():\n    pass\n", encoding="utf-8")
     git(root, "add", ".")

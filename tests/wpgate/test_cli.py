@@ -72,7 +72,7 @@ def test_unknown_module_attribute_is_an_attribute_error() -> None:
     import wpgate
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        _ = wpgate.nope  # type: ignore[attr-defined]
+        _ = wpgate.nope
 
 
 def test_module_entry_point() -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from git_helpers import git, governed_repository
+from git_helpers import copy_governed_docs, git, governed_repository
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,15 +13,11 @@ from wpgate._commits import lint_message, lint_range
 from wpgate._config import load_config
 from wpgate._git import parse_range
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("repo")
-    for rel in ("docs/PROVENANCE.md", "docs/ASSUMPTIONS.md", "docs/work_packages/wp-004.md"):
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / rel, path / rel)
+    copy_governed_docs(path)
     return path
 
 

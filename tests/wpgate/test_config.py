@@ -121,9 +121,9 @@ def test_any_config_loads_or_names_its_key(entries: list[tuple[str, str, object]
             for name, lines in sorted(tables.items())
         )
         root = _write(Path(folder), text)
-        key = _error_key(lambda: TrailerOptions.from_config(load_config(root)))
+        error_key = _error_key(lambda: TrailerOptions.from_config(load_config(root)))
     # Every wrong setting is a ConfigError naming its key (exit 2), never another exception.
-    assert key is None or key.startswith(("tool.wpgate", "pyproject.toml"))
+    assert error_key is None or error_key.startswith(("tool.wpgate", "pyproject.toml"))
 
 
 def _error_key(load: Callable[[], object]) -> str | None:

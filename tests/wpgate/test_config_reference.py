@@ -73,7 +73,7 @@ def test_documented_keys_kinds_and_defaults_are_the_records_fields(
 
 def _written_settings(path: Path) -> list[tuple[str, object]]:
     """``(file, table)`` for each ``Setting(...)`` in ``path`` whose table is written out."""
-    found = []
+    found: list[tuple[str, object]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Setting"):
             continue

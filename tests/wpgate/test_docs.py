@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -198,7 +199,7 @@ def test_switched_off_rules_skip_their_expensive_inputs(
         raise AssertionError(f"{name} ran")
 
     monkeypatch.setattr(importlib.import_module(module), name, refuse)
-    lint = {
+    lint: Callable[[Config], object] = {
         "provenance": lambda config: _docs.lint_provenance(ROOT, config, history=True),
         "wp": lambda config: _docs.lint_work_packages(ROOT, config),
         "changelog": lambda config: _docs.lint_changelog(ROOT, config),

@@ -7,13 +7,16 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Generator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from git_helpers import git, new_repository
 
 from wpgate import _git
 from wpgate._git import (
+    Commit,
     GitError,
     RevisionRange,
     history_range,
@@ -99,7 +102,7 @@ def test_one_git_log_process_for_the_whole_range(
         return real_popen(args, **kwargs)  # type: ignore[call-overload,no-any-return]
 
     first = git(repo, "rev-list", "--max-parents=0", "HEAD")
-    monkeypatch.setattr(_git.subprocess, "Popen", spy_popen)
+    monkeypatch.setattr("wpgate._git.subprocess.Popen", spy_popen)
     assert len(list(read_commits(repo, parse_range(f"{first}..HEAD")))) == 33
     assert sum("log" in call for call in calls) == 1
     assert len(calls) <= 3  # repository state, endpoint check, the log
@@ -186,7 +189,8 @@ def test_comment_char(repo: Path) -> None:
 def test_a_caller_that_stops_early_ends_git_without_error(repo: Path) -> None:
     for index in range(30):
         commit(repo, f"fix: more {index}\n".encode())
-    commits = read_commits(repo, parse_range("HEAD"))
+    # read_commits is a generator (typed as the Iterator it returns): close() ends it early.
+    commits = cast("Generator[Commit, None, None]", read_commits(repo, parse_range("HEAD")))
     first = next(commits)
     commits.close()  # kills git and lets the reader thread finish; must not raise or hang
     assert len(first.sha) == 40

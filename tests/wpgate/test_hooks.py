@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from git_helpers import copy_governed_docs
 
 REPO = Path(__file__).resolve().parents[2]
 PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
@@ -72,9 +73,7 @@ def test_pre_commit_hooks_end_to_end(tmp_path: Path) -> None:
     remote = tmp_path / "remote.git"
     assert git(tmp_path, "init", "-q", "--bare", str(remote)).returncode == 0
     assert git(tmp_path, "init", "-q", "-b", "main", str(consumer)).returncode == 0
-    for rel in ("docs/PROVENANCE.md", "docs/ASSUMPTIONS.md", "docs/work_packages/wp-004.md"):
-        (consumer / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / rel, consumer / rel)
+    copy_governed_docs(consumer)
     (consumer / "tests").mkdir()
     (consumer / "tests" / "test_gate.py").write_text("def test_gate():\n    pass\n")
     (consumer / ".pre-commit-config.yaml").write_text(

@@ -38,7 +38,7 @@ def test_the_crossover_is_the_smallest_size_from_which_bf16_stays_faster() -> No
     found = crossover(list(reversed(sweep)))  # the order of the sweep does not matter
     assert found is not None
     assert found.workload.name == "128x128"
-    assert (found.faster, found.bf16_speedup) == ("bfloat16", pytest.approx(2.0 / 1.5))
+    assert (found.faster, found.bf16_speedup) == ("bfloat16", pytest.approx(2.0 / 1.5))  # type: ignore[comparison-overlap]
 
 
 def test_a_bf16_win_below_a_float32_win_is_not_a_crossover() -> None:

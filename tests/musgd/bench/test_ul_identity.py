@@ -27,7 +27,7 @@ def test_clip_check_passes_the_eager_bits_and_flags_a_wrong_clip() -> None:
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen) * 50
         if nan:
-            params[1].grad[0] = float("nan")  # an overflowed AMP step: the total norm is NaN
+            params[1].grad[0] = float("nan")  # type: ignore[index]  # an overflowed AMP step: the total norm is NaN
 
     check = identity.ClipCheck(GradClipReplay(10.0))
     for nan in (False, True, False):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,7 +53,7 @@ def test_same_seed_same_labels(tmp_path: Path) -> None:
         ({"train_images": 1, "val_images": 1, "size": 16}, "size must be >= 32"),
     ],
 )
-def test_bad_sizes_raise(tmp_path: Path, kwargs: dict[str, int], message: str) -> None:
+def test_bad_sizes_raise(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         write_synthetic_dataset(tmp_path, **kwargs)
 

@@ -11,7 +11,8 @@ from wpgate._docs import lint_changelog
 from wpgate.options import ChangelogOptions
 from wpgate.parsers.changelog import parse_unreleased
 from wpgate.project_index import load_project_index
-from wpgate.rules.changelog import ProjectIndex, check_names, resolve_name
+from wpgate.records import ProjectIndex
+from wpgate.rules.changelog import check_names, resolve_name
 
 CLI = """import click
 
@@ -57,7 +58,7 @@ def index(tmp_path: Path) -> ProjectIndex:
         '[project]\nname = "pkg"\n[project.scripts]\npkg = "pkg.cli:main"\n', encoding="utf-8"
     )
     (tmp_path / "Makefile").write_text("gate: lint\n\tpytest\nlint:\n\truff\n", encoding="utf-8")
-    return load_project_index(tmp_path)  # type: ignore[no-any-return]
+    return load_project_index(tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ def _commit(root: Path, message: str) -> str:
 
 def _evidence(root: Path, commit: str | None, name: str = "a.json", **extra: object) -> None:
     digest = hashlib.sha256((root / "src/m.py").read_bytes()).hexdigest()
-    document = {
+    document: dict[str, object] = {
         "schema": "wpgate-evidence/1",
         "environment": {"torch": "2.9.1+cu129", "gpu": "NVIDIA H200"},
         "git_commit": commit,

@@ -13,7 +13,7 @@ from wpgate.site._escape import escape_html, escape_markdown, escape_markdown_ke
 
 def _render_inline(text: str) -> str:
     """``text`` through Python-Markdown (tables on, as on the site), unwrapped from ``<p>``."""
-    out = markdown.markdown(text, extensions=["tables", "attr_list", "admonition"])
+    out: str = markdown.markdown(text, extensions=["tables", "attr_list", "admonition"])
     assert out.startswith("<p>")
     assert out.endswith("</p>")
     return out[3:-4]

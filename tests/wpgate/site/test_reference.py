@@ -8,6 +8,7 @@ import click
 import pytest
 
 from wpgate._model import Finding, Rule
+from wpgate.errors import ReferenceBuildError
 from wpgate.site import _reference
 
 
@@ -69,7 +70,7 @@ def test_api_page_is_mkdocstrings_directives() -> None:
     ],
 )
 def test_api_page_refuses_what_is_not_a_name(module: str, members: list[str], message: str) -> None:
-    with pytest.raises(_reference.ReferenceBuildError, match=message):
+    with pytest.raises(ReferenceBuildError, match=message):
         _reference.render_api_page(module, members)
 
 
@@ -88,6 +89,6 @@ def test_rule_page_and_index_escape_the_summary() -> None:
 
 
 def test_import_target_errors() -> None:
-    with pytest.raises(_reference.ReferenceBuildError, match="has no attribute 'nope'"):
+    with pytest.raises(ReferenceBuildError, match="has no attribute 'nope'"):
         _reference.import_target("wpgate._model:nope")
     assert _reference.import_target("wpgate._model:RULES") is not None
