@@ -56,7 +56,7 @@ _REMOTES = "--remotes"
 _SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Commit:
     """One commit of a range: sha, parent shas, ``Name <email>`` author and raw message."""
 
@@ -64,6 +64,11 @@ class Commit:
     parents: tuple[str, ...]
     author: str
     message: bytes
+
+    def __init__(self, sha: str, parents: tuple[str, ...], author: str, message: bytes) -> None:
+        # One per commit of a range: one dictionary update instead of the frozen __init__'s
+        # object.__setattr__ per field (see wpgate._model.Finding). Still frozen.
+        self.__dict__.update(sha=sha, parents=parents, author=author, message=message)
 
 
 @dataclass(frozen=True)
