@@ -337,15 +337,19 @@ def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
     are raised when they are known: at the start, at the boundary commit, or at the end.
     """
     args = ["log", "-z", _FORMAT, *_revision_args(revisions)]
-    shallow, shallow_file = _repository_state(root)
-    _verify(root, [revisions.include, *revisions.exclude], shallow)
-    boundary = _shallow_boundary(shallow_file) if shallow else frozenset()
     count = 0
+    # git log starts first and works while the range is checked (two short git processes):
+    # when the check fails, it is killed below and the check's error is raised.
     with _open(root, [*args, "--"]) as process:
         stdout = process.stdout
         if not isinstance(stdout, io.BufferedIOBase):  # pragma: no cover - Popen gave a pipe
+            process.kill()
             raise GitError("git log gave no output stream")
+        _widen(stdout)
         try:
+            shallow, shallow_file = _repository_state(root)
+            _verify(root, [revisions.include, *revisions.exclude], shallow)
+            boundary = _shallow_boundary(shallow_file) if shallow else frozenset()
             for record in _records(stdout):
                 commit = _parse_record(record)
                 if commit.sha in boundary:
@@ -383,7 +387,23 @@ def _open(root: Path, args: Sequence[str]) -> subprocess.Popen[bytes]:
         raise GitError(f"cannot run git ({exc.strerror}); install git and put it on PATH") from exc
 
 
-def _records(stream: io.BufferedIOBase, chunk: int = 1 << 16) -> Iterator[bytes]:
+#: The pipe capacity asked for git log's output (Linux's default is 64 KiB, and the most an
+#: unprivileged process may ask for by default is 1 MiB): git writes a history's messages
+#: without waiting for the reader, which each read then takes in one piece.
+_PIPE_BYTES = 1 << 20
+
+
+def _widen(stream: io.BufferedIOBase) -> None:
+    """Ask for a :data:`_PIPE_BYTES` pipe under ``stream`` where the system allows it."""
+    try:
+        import fcntl  # POSIX; subprocess has imported it already
+
+        fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    except (ImportError, AttributeError, OSError, ValueError):  # not Linux, or refused: 64 KiB
+        pass
+
+
+def _records(stream: io.BufferedIOBase, chunk: int = _PIPE_BYTES) -> Iterator[bytes]:
     """NUL-terminated records of ``stream`` as they arrive (``git log -z``).
 
     A reader thread drains the pipe into a queue, so git never waits on a full pipe while the
