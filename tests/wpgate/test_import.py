@@ -49,36 +49,32 @@ def test_the_probe_sees_a_module_an_import_pulls_in() -> None:
 NOT_FOR_A_RANGE = ("tomllib", "json", "hashlib", "wpgate._docs", "wpgate.parsers.markdown")
 
 
-def test_a_range_lint_of_a_bare_history_loads_only_what_it_reads(tmp_path: Path) -> None:
+def _after_a_range_lint(tmp_path: Path, options: list[str], expression: str) -> list[str]:
+    """The exit status of ``wpgate trailers --range HEAD`` over a one-commit history with no
+    documents or configuration, and ``expression`` after it, printed by a new process."""
     root = new_repository(tmp_path)
     git(root, "commit", "-q", "--allow-empty", "-m", "add a feature")
-    code = (
-        "import sys\nfrom wpgate.cli import main\n"
-        f"status = main(['trailers', '--range', 'HEAD', '--root', {str(root)!r}])\n"
-        f"print(status, sorted(set(sys.modules) & {set(NOT_FOR_A_RANGE)!r}))"
-    )
+    arguments = ["trailers", "--range", "HEAD", *options, "--root", str(root)]
+    code = f"import sys\nfrom wpgate.cli import main\nstatus = main({arguments!r})\n"
+    code += f"print(status)\nprint({expression})"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr
-    status, loaded = done.stdout.strip().splitlines()[-1].split(" ", 1)
+    return done.stdout.strip().splitlines()[-2:]
+
+
+def test_a_range_lint_of_a_bare_history_loads_only_what_it_reads(tmp_path: Path) -> None:
+    loaded = f"sorted(set(sys.modules) & {set(NOT_FOR_A_RANGE)!r})"
+    status, modules = _after_a_range_lint(tmp_path, [], loaded)
     assert status == "1"  # the message carries no trailers: the lint ran
-    assert ast.literal_eval(loaded) == []
+    assert ast.literal_eval(modules) == []
 
 
 def test_the_json_report_still_loads_json(tmp_path: Path) -> None:
     # Control for the test above: the probe sees a lazily imported module once it is used.
-    root = new_repository(tmp_path)
-    git(root, "commit", "-q", "--allow-empty", "-m", "add a feature")
-    code = (
-        "import sys\nfrom wpgate.cli import main\n"
-        f"main(['trailers', '--range', 'HEAD', '--format', 'json', '--root', {str(root)!r}])\n"
-        "print('json' in sys.modules)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT
-    )
-    assert done.stdout.strip().splitlines()[-1] == "True", done.stderr
+    status, loaded = _after_a_range_lint(tmp_path, ["--format", "json"], "'json' in sys.modules")
+    assert (status, loaded) == ("1", "True")
 
 
 def _imported_top_levels(package: Path) -> set[str]:
