@@ -378,10 +378,18 @@ def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
 
 
 def _open(root: Path, args: Sequence[str]) -> subprocess.Popen[bytes]:
-    """Start git in ``root`` with piped output; a missing git binary is a :class:`GitError`."""
+    """Start git in ``root`` with piped output; a missing git binary is a :class:`GitError`.
+
+    ``GIT_FLUSH=0`` (git(1)): git's output is fully buffered. Into a pipe git log otherwise
+    flushes after every commit, so the reader woke once per commit (runc: 8,142 reads of a few
+    hundred bytes) instead of once per buffer.
+    """
     try:
         return subprocess.Popen(
-            ["git", "-C", str(root), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            ["git", "-C", str(root), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "GIT_FLUSH": "0"},
         )
     except OSError as exc:
         raise GitError(f"cannot run git ({exc.strerror}); install git and put it on PATH") from exc

@@ -322,3 +322,12 @@ def test_git_logs_pipe_is_widened_where_the_system_allows() -> None:
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_git_log_runs_with_fully_buffered_output(tmp_path: Path) -> None:
+    # Into a pipe git flushes after every commit unless GIT_FLUSH=0 (git(1)): the reader would
+    # wake once per commit. A shell alias shows the environment the reader's git runs in.
+    root = new_repository(tmp_path)
+    with _git._open(root, ["-c", "alias.environment=!env", "environment"]) as process:
+        out, _ = process.communicate()
+    assert "GIT_FLUSH=0" in out.decode().splitlines()
