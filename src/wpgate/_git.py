@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import io
 import os
-import queue
 import re
 import subprocess
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -414,27 +412,16 @@ def _widen(stream: io.BufferedIOBase) -> None:
 def _records(stream: io.BufferedIOBase, chunk: int = _PIPE_BYTES) -> Iterator[bytes]:
     """NUL-terminated records of ``stream`` as they arrive (``git log -z``).
 
-    A reader thread drains the pipe into a queue, so git never waits on a full pipe while the
-    caller parses: git's work and the parsing run on two cores at once.
+    Each read takes what the pipe holds, up to ``chunk`` bytes: git keeps writing into the
+    widened pipe (:func:`_widen`) while the caller parses, so git's work and the parsing still
+    run on two cores at once. (A reader thread that drained the pipe into a queue cost more
+    CPU in handing chunks and the interpreter lock over than it saved.)
     """
-    chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
-
-    def drain() -> None:
-        try:
-            while data := stream.read1(chunk):
-                chunks.put(data)
-        except (OSError, ValueError):  # the pipe was closed under us: the caller gave up
-            pass
-        finally:
-            chunks.put(b"")
-
-    reader = threading.Thread(target=drain, name="wpgate-git-log", daemon=True)
-    reader.start()
     # The bytes after the last NUL seen, as the chunks that hold them: joined once, when the
     # record's NUL arrives, so a record of any size is copied a bounded number of times (joining
     # the pending bytes to every chunk made one huge message quadratic).
     pending: list[bytes] = []
-    while data := chunks.get():
+    while data := stream.read1(chunk):
         if b"\0" not in data:
             pending.append(data)
             continue
@@ -447,7 +434,6 @@ def _records(stream: io.BufferedIOBase, chunk: int = _PIPE_BYTES) -> Iterator[by
         # A record of whitespace only (or nothing) is no commit; isspace() stops at the first
         # other byte instead of copying the record as strip() would.
         yield from (part for part in parts if part and not part.isspace())
-    reader.join()
     last = b"".join(pending)
     if last and not last.isspace():
         yield last
