@@ -45,11 +45,13 @@ SOURCES = (
     "src/wpgate/rules/trailers.py",
     "src/wpgate/_git.py",
     "src/wpgate/_commits.py",
+    "src/wpgate/_citable.py",
     "src/wpgate/_config.py",
     "src/wpgate/_documents.py",
     "src/wpgate/_model.py",
     "src/wpgate/_output.py",
     "src/wpgate/_docs.py",
+    "src/wpgate/options.py",
     "scripts/bench_trailers_git.py",
 )
 # The format wpgate's reader asks git for (wpgate._git._FORMAT).

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from wpgate._citable import load_references
 from wpgate._config import Config
 from wpgate._git import (
     Commit,
@@ -47,13 +48,6 @@ __all__ = [
     "load_references",
     "run_trailers",
 ]
-
-
-def load_references(root: Path, config: Config) -> References:
-    """The ids trailers may cite, read from the repository's governance documents."""
-    from wpgate._docs import load_references as read
-
-    return read(root, config)
 
 
 def _run(

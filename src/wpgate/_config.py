@@ -26,7 +26,6 @@ where they are read: ``history_start`` and the rule switches.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -262,6 +261,8 @@ def _read_toml(root: Path, name: str) -> dict[str, Any] | None:
         raise ConfigError(name, detail, source=name) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(name, f"cannot be read ({exc}); fix the file", source=name) from exc
+    import tomllib  # only when there is a file to parse: most runs have none or one
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -19,13 +19,13 @@ record (:mod:`wpgate.options`), built once per configuration. Document locations
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wpgate._citable import load_provenance
 from wpgate._config import Config
 from wpgate._documents import glob_pages, load_shared, read_text
 from wpgate._git import first_citing_commits, is_work_tree, require_full_history
@@ -40,8 +40,7 @@ from wpgate.options import (
     WorkPackageOptions,
 )
 from wpgate.parsers.front_matter import parse_front_matter
-from wpgate.parsers.markdown import MarkdownPage, MarkdownPages, parse_markdown
-from wpgate.parsers.provenance import Provenance, parse_provenance
+from wpgate.parsers.markdown import MarkdownPage, MarkdownPages
 from wpgate.parsers.work_packages import (
     WorkPackage,
     id_from_filename,
@@ -55,8 +54,6 @@ from wpgate.rules import (
     EVIDENCE_IDENTICAL_MARKER,
     MARKDOWN_LIST_BLANK_LINE,
     PROVENANCE_FIRST_USE_HISTORY,
-    PROVENANCE_ID_FORMAT,
-    PROVENANCE_TABLES,
     WP_DONE_GATES_RESOLVE,
     WP_FRONT_MATTER,
     WP_ID_MATCHES_FILE,
@@ -64,47 +61,9 @@ from wpgate.rules import (
 )
 
 if TYPE_CHECKING:
-    from wpgate.references import References
+    pass
 
 _PHASE_FILE_RE = re.compile(r"^phase-(\d+)(?:-[\w-]*)?\.md$")
-_ASSUMPTION_ID_RE = re.compile(r"^A\d+$")
-
-
-# --------------------------------------------------------------------------- provenance
-
-
-def load_provenance(root: Path, config: Config | None = None) -> Provenance:
-    """The parsed provenance document; a missing or unreadable file is one finding."""
-    rel = DocsLayout.from_config(config).provenance
-
-    def load() -> Provenance:
-        text, problem = read_text(root, rel)
-        if text is None:
-            found = (problem.finding(PROVENANCE_TABLES),) if problem else ()
-            return Provenance(rel, (), (), (), found)
-        return parse_provenance(
-            text, rel, table_rule=PROVENANCE_TABLES, id_rule=PROVENANCE_ID_FORMAT
-        )
-
-    parsed: Provenance = load_shared(("provenance", root, rel), load)
-    return parsed
-
-
-def load_assumption_ids(root: Path, config: Config | None = None) -> frozenset[str]:
-    """The ids (``A<n>``) in the first column of the assumptions document's ID tables."""
-    text, _ = read_text(root, DocsLayout.from_config(config).assumptions)
-    if text is None:
-        return frozenset()
-    ids: set[str] = set()
-    for table in parse_markdown(text).tables:
-        column = table.column("ID")
-        if column is None:
-            continue
-        for row in table.rows:
-            cell = row.cells[column].strip("` ") if column < len(row.cells) else ""
-            if _ASSUMPTION_ID_RE.match(cell):
-                ids.add(cell)
-    return frozenset(ids)
 
 
 # --------------------------------------------------------------------------- work packages
@@ -181,20 +140,6 @@ def load_work_packages(root: Path, config: Config | None = None) -> WorkPackageR
     return registry
 
 
-def load_wp_ids(root: Path, config: Config | None = None) -> frozenset[str]:
-    """The ids of the registry's pages, read from their file names (no page is parsed).
-
-    A commit's ``WP:`` trailer needs only which packages exist; ``wpgate wp`` checks that each
-    page's front matter agrees with its file name.
-    """
-    folder = root / DocsLayout.from_config(config).work_packages
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return frozenset()
-    return frozenset(wp_id for name in names if (wp_id := id_from_filename(name)) is not None)
-
-
 def _read_registry(
     root: Path, config: Config | None, layout: DocsLayout, extra: tuple[str, ...]
 ) -> WorkPackageRegistry:
@@ -230,19 +175,6 @@ def _read_registry(
     packages.sort(key=lambda p: (sort_key(p.id), p.path))
     return WorkPackageRegistry(
         tuple(packages), tuple(findings), load_phases(root, config), layout.work_packages
-    )
-
-
-def load_references(root: Path, config: Config | None = None) -> References:
-    """The ids a trailer may cite: work packages, sources, placeholders and assumptions."""
-    from wpgate.references import References
-
-    provenance = load_provenance(root, config)
-    return References(
-        wp_ids=load_wp_ids(root, config),
-        provenance_ids=provenance.source_ids,
-        placeholder_ids=provenance.placeholder_ids,
-        assumption_ids=load_assumption_ids(root, config),
     )
 
 

@@ -8,7 +8,6 @@ summary as a notice. ``sarif``: a SARIF 2.1.0 log for code scanning (:func:`form
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,6 +161,8 @@ def format_sarif(
     rule id, ``{name}``: its name), e.g. ``https://example.org/reference/rules/{id}/``; empty,
     the rules carry no ``helpUri``. The summaries go into the run's properties.
     """
+    import json
+
     import wpgate
     from wpgate._model import RULES
     from wpgate.rules import register_all
@@ -206,6 +207,8 @@ def format_report(
     if fmt == "sarif":
         return format_sarif(found, done, help_uri=help_uri)
     if fmt == "json":
+        import json  # the text report, the hooks' default, never loads it
+
         payload = {
             "findings": [
                 {

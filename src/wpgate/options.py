@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -149,6 +148,33 @@ def kind_of(item: dataclasses.Field[Any]) -> str:
     return str(item.metadata["kind"])
 
 
+# TOML basic strings escape as JSON does (``json.dumps(text, ensure_ascii=False)``, which the
+# tests compare with): the settings' defaults are rendered when wpgate._config is imported, and
+# importing json for them cost every command, the commit-msg hook included, a few milliseconds.
+_STRING_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\b": "\\b",
+    "\f": "\\f",
+}
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string: quoted, with ``"``, ``\\`` and control characters
+    escaped."""
+    return '"' + _NEEDS_ESCAPE.sub(_escape_one, text) + '"'
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    """The escape of one matched character: its short form, else ``\\uXXXX``."""
+    char = match.group()
+    return _STRING_ESCAPES.get(char) or f"\\u{ord(char):04x}"
+
+
 def _toml(value: Any) -> str:
     """``value`` as TOML writes it: ``true``, ``72``, ``"text"``, ``["a", "b"]``."""
     if isinstance(value, bool):
@@ -156,7 +182,7 @@ def _toml(value: Any) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(map(_toml, value)) + "]"
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # TOML basic strings escape as JSON does
+        return toml_string(value)
     return str(value)
 
 

@@ -441,10 +441,12 @@ def test_the_commit_msg_path_imports_no_docs_linter(repo: Path) -> None:
 
 def test_check_parses_each_document_once(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from wpgate import _docs
+    from wpgate.parsers import provenance
 
     calls: list[str] = []
-    for name in ("parse_provenance", "parse_work_package"):
-        original = getattr(_docs, name)
+    # The provenance parser is imported where the document is read (wpgate._citable).
+    for module, name in ((provenance, "parse_provenance"), (_docs, "parse_work_package")):
+        original = getattr(module, name)
 
         def counted(
             text: str, rel: str, *args: object, _original: object = original, **kwargs: object
@@ -452,7 +454,7 @@ def test_check_parses_each_document_once(repo: Path, monkeypatch: pytest.MonkeyP
             calls.append(rel)
             return _original(text, rel, *args, **kwargs)  # type: ignore[operator]
 
-        monkeypatch.setattr(_docs, name, counted)
+        monkeypatch.setattr(module, name, counted)
     first = git(repo, "rev-parse", "HEAD")
     (repo / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "{first}"\n')
     run(repo, "check")

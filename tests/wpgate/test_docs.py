@@ -29,13 +29,6 @@ def test_the_projects_own_docs_pass() -> None:
     assert _docs.run_work_packages(config).summary.checked >= 8
 
 
-def test_load_references_reads_every_id() -> None:
-    refs = _docs.load_references(ROOT, load_config(ROOT))
-    assert {"001", "006"} <= refs.wp_ids
-    assert "R1" in refs.provenance_ids
-    assert "A1" in refs.assumption_ids
-
-
 def test_layout_from_config_section() -> None:
     layout = DocsLayout.from_section({"evidence": "ev", "claims": "x/*.md"})
     assert (layout.evidence, layout.claims, layout.provenance) == (

@@ -309,3 +309,29 @@ def test_a_huge_message_lints_through_a_range(repo: Path) -> None:
     done = _run_python(code, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [sha, str(len(body))]
+
+
+def test_git_logs_pipe_is_widened_where_the_system_allows() -> None:
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("pipe sizes are Linux's")
+    read_end, write_end = os.pipe()
+    try:
+        with open(read_end, "rb", closefd=False) as stream:
+            before = fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ)
+            _git._widen(stream)
+            after = fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ)
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text(encoding="ascii"))
+        assert after == (_git._PIPE_BYTES if limit >= _git._PIPE_BYTES else before)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_git_log_runs_with_fully_buffered_output(tmp_path: Path) -> None:
+    # Into a pipe git flushes after every commit unless GIT_FLUSH=0 (git(1)): the reader would
+    # wake once per commit. A shell alias shows the environment the reader's git runs in.
+    root = new_repository(tmp_path)
+    with _git._open(root, ["-c", "alias.environment=!env", "environment"]) as process:
+        out, _ = process.communicate()
+    assert "GIT_FLUSH=0" in out.decode().splitlines()

@@ -15,6 +15,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+from git_helpers import git, new_repository
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "yaml")
@@ -41,6 +42,39 @@ def test_the_command_line_loads_neither_torch_nor_yaml(module: str) -> None:
 def test_the_probe_sees_a_module_an_import_pulls_in() -> None:
     # Control: the site's evidence renderer imports yaml at module level, so the probe must say so.
     assert _loaded_after("import wpgate.site._evidence") == ["yaml"]
+
+
+# What the range lint of a history with no governance documents and no configuration file does
+# not need: the TOML reader, JSON (a text report), hashing (no evidence) and the docs linters.
+NOT_FOR_A_RANGE = ("tomllib", "json", "hashlib", "wpgate._docs", "wpgate.parsers.markdown")
+
+
+def _after_a_range_lint(tmp_path: Path, options: list[str], expression: str) -> list[str]:
+    """The exit status of ``wpgate trailers --range HEAD`` over a one-commit history with no
+    documents or configuration, and ``expression`` after it, printed by a new process."""
+    root = new_repository(tmp_path)
+    git(root, "commit", "-q", "--allow-empty", "-m", "add a feature")
+    arguments = ["trailers", "--range", "HEAD", *options, "--root", str(root)]
+    code = f"import sys\nfrom wpgate.cli import main\nstatus = main({arguments!r})\n"
+    code += f"print(status)\nprint({expression})"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-2:]
+
+
+def test_a_range_lint_of_a_bare_history_loads_only_what_it_reads(tmp_path: Path) -> None:
+    loaded = f"sorted(set(sys.modules) & {set(NOT_FOR_A_RANGE)!r})"
+    status, modules = _after_a_range_lint(tmp_path, [], loaded)
+    assert status == "1"  # the message carries no trailers: the lint ran
+    assert ast.literal_eval(modules) == []
+
+
+def test_the_json_report_still_loads_json(tmp_path: Path) -> None:
+    # Control for the test above: the probe sees a lazily imported module once it is used.
+    status, loaded = _after_a_range_lint(tmp_path, ["--format", "json"], "'json' in sys.modules")
+    assert (status, loaded) == ("1", "True")
 
 
 def _imported_top_levels(package: Path) -> set[str]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
 import importlib
 import inspect
+import pickle
 import pkgutil
 import re
 from collections.abc import Iterator
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import wpgate.rules
+from wpgate._git import Commit
 from wpgate._model import (
     MAX_MESSAGE,
     RULES,
@@ -24,6 +28,8 @@ from wpgate._model import (
     with_severity,
 )
 from wpgate.parsers.front_matter import parse_front_matter
+from wpgate.rules.trailers import CommitMessage
+from wpgate.trailers import parse_message
 
 
 def _check(subject: object, options: object) -> Iterator[Finding]:
@@ -57,6 +63,42 @@ def test_finding_messages_are_capped() -> None:
     assert short.message == "fine"
     assert with_severity(short, "warning").severity == "warning"
     assert with_severity(short, "error") is short
+
+
+@pytest.mark.parametrize(
+    ("record", "changed"),
+    [
+        (Finding("a.md", 2, "WPG301", "m"), {"line": 3}),
+        (Commit("0" * 40, ("1" * 40,), "A <a@e>", b"fix: x\n"), {"author": "B <b@e>"}),
+        (CommitMessage(parse_message("fix: x\n"), "0" * 12, author="A <a@e>"), {"parents": 2}),
+    ],
+)
+def test_records_built_by_hand_written_initialisers_stay_frozen_values(
+    record: object, changed: dict[str, object]
+) -> None:
+    # Finding, Commit and CommitMessage fill their fields in one step, not the frozen
+    # dataclass __init__: they must still refuse assignment and compare, hash, copy and
+    # replace by their fields exactly as generated ones do.
+    name = next(iter(changed))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(record, name, changed[name])
+    fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    assert type(record)(**fields) == record
+    assert copy.copy(record) == record
+    if not isinstance(record, CommitMessage):  # its References compare by identity
+        assert pickle.loads(pickle.dumps(record)) == record
+    other = dataclasses.replace(record, **changed)  # type: ignore[type-var]
+    assert getattr(other, name) == changed[name]
+    assert other != record
+    assert hash(type(record)(**fields)) == hash(record)
+    assert set(vars(record)) == set(fields)
+
+
+def test_a_finding_orders_by_path_line_and_rule_ignoring_severity() -> None:
+    first, second = Finding("a", 2, "WPG1", "z"), Finding("a", 10, "WPG0", "a", "warning")
+    assert sorted([second, first]) == [first, second]
+    assert Finding("a", 2, "WPG1", "z", "warning") == first
+    assert repr(first) == "Finding(path='a', line=2, rule_id='WPG1', message='z', severity='error')"
 
 
 def test_every_rule_module_exports_one_typed_tuple_holding_every_rule_it_registers() -> None:

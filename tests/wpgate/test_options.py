@@ -113,3 +113,13 @@ def test_a_check_run_builds_each_record_once(
     assert {"DocsLayout", "ProvenanceOptions", "WorkPackageOptions", "EvidenceOptions"} <= set(
         built
     )
+
+
+def test_toml_strings_escape_as_json_does() -> None:
+    import json
+
+    from wpgate.options import toml_string
+
+    every = "".join(chr(code) for code in range(0x800))
+    for text in (every, "", 'a "quoted" \\ path\n', "tab\there\x7f\x1b[0m", "é ü 中"):
+        assert toml_string(text) == json.dumps(text, ensure_ascii=False)

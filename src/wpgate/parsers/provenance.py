@@ -17,9 +17,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from wpgate._model import Finding
-from wpgate.parsers.markdown import Table, find_table, parse_markdown
+
+if TYPE_CHECKING:
+    from wpgate.parsers.markdown import Table
 
 SOURCES_HEADING = "Sources"
 PLACEHOLDERS_HEADING = "Placeholders"
@@ -141,6 +144,10 @@ def parse_provenance(
     text: str, path: str = "docs/PROVENANCE.md", *, table_rule: str, id_rule: str
 ) -> Provenance:
     """Parse the provenance document ``text`` (found at repository-relative ``path``)."""
+    # The Markdown parser is loaded with a document to parse: a repository without one (and
+    # the commit linters reading its ids) needs only the records above.
+    from wpgate.parsers.markdown import find_table, parse_markdown
+
     document = parse_markdown(text)
     findings: list[Finding] = []
     sources: list[Source] = []

@@ -55,7 +55,12 @@ _FIXUP_PREFIXES = ("fixup!", "squash!", "amend!")
 _REVERT_BODY = re.compile(r"^This reverts commit [0-9a-f]{7,64}\b")
 
 
-@dataclass(frozen=True)
+def _resolves(_node: str) -> str | None:
+    """The default gate resolver: every node id resolves."""
+    return None
+
+
+@dataclass(frozen=True, init=False)
 class CommitMessage:
     """A parsed message with what it is checked against.
 
@@ -70,27 +75,55 @@ class CommitMessage:
     message: Message
     path: str
     references: References = field(default_factory=References)
-    resolve_gate: Callable[[str], str | None] = field(default=lambda _node: None, compare=False)
+    resolve_gate: Callable[[str], str | None] = field(default=_resolves, compare=False)
     commit: str = ""
     resolve_own_gate: Callable[[str, str], str | None] | None = field(default=None, compare=False)
     author: str | None = None
     parents: int = 1
     pr_mode: bool = False
 
+    def __init__(
+        self,
+        message: Message,
+        path: str,
+        references: References | None = None,
+        resolve_gate: Callable[[str], str | None] = _resolves,
+        commit: str = "",
+        resolve_own_gate: Callable[[str, str], str | None] | None = None,
+        author: str | None = None,
+        parents: int = 1,
+        pr_mode: bool = False,
+    ) -> None:
+        # One per commit of a range: one dictionary update instead of the frozen __init__'s
+        # nine object.__setattr__ calls (see wpgate._model.Finding). Still frozen.
+        self.__dict__.update(
+            message=message,
+            path=path,
+            references=References() if references is None else references,
+            resolve_gate=resolve_gate,
+            commit=commit,
+            resolve_own_gate=resolve_own_gate,
+            author=author,
+            parents=parents,
+            pr_mode=pr_mode,
+        )
+
+    @functools.cached_property
+    def last_line(self) -> int:
+        """The line a missing trailer should be added after: the last non-blank, non-comment
+        one (1 when there is none); found once, though a message without trailers asks for it
+        once per missing trailer."""
+        lines, comment = self.message.lines, self.message.comment_char
+        for index in range(len(lines) - 1, -1, -1):
+            line = lines[index]
+            if line.strip() and (comment is None or not line.startswith(comment)):
+                return index + 1
+        return 1
+
 
 def _finding(parsed: CommitMessage, line: int, rule_id: str, message: str) -> Finding:
     """A finding on ``parsed``."""
     return Finding(parsed.path, line, rule_id, message)
-
-
-def _last_line(message: Message) -> int:
-    """The line a missing trailer should be added after: the last non-blank, non-comment one."""
-    lines, comment = message.lines, message.comment_char
-    for index in range(len(lines) - 1, -1, -1):
-        line = lines[index]
-        if line.strip() and (comment is None or not line.startswith(comment)):
-            return index + 1
-    return 1
 
 
 def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
@@ -181,13 +214,7 @@ def _presence(
 ) -> Iterator[Finding]:
     """Findings for a missing required trailer or a repeated one (``found``: its trailers)."""
     if not found and key in options.required:
-        yield _finding(
-            parsed,
-            _last_line(parsed.message),
-            rule_id,
-            f"the `{key}:` trailer is missing; add `{example}` to the last paragraph of the "
-            "message (trailers follow a blank line)",
-        )
+        yield _finding(parsed, parsed.last_line, rule_id, _missing(key, example))
     for extra in found[1:]:
         yield _finding(
             parsed,
@@ -196,6 +223,15 @@ def _presence(
             f"`{key}:` appears {len(found)} times; keep exactly one (separate several ids "
             "with commas)",
         )
+
+
+@functools.lru_cache(maxsize=16)
+def _missing(key: str, example: str) -> str:
+    """The message of a missing ``key:`` trailer: the same text for every commit that lacks it."""
+    return (
+        f"the `{key}:` trailer is missing; add `{example}` to the last paragraph of the "
+        "message (trailers follow a blank line)"
+    )
 
 
 def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
@@ -330,7 +366,7 @@ def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Findi
     if not found and "Gate" in options.required:
         yield _finding(
             parsed,
-            _last_line(parsed.message),
+            parsed.last_line,
             GATE_TRAILER,
             "the `Gate:` trailer is missing; add `Gate: <test file>::<test name>` (e.g. "
             "`tests/test_x.py::test_y`, `pkg/x_test.go::TestY`) naming the tests that prove the "
@@ -358,7 +394,7 @@ def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Iterator[F
     if not found:
         yield _finding(
             parsed,
-            _last_line(parsed.message),
+            parsed.last_line,
             SIGNED_OFF_BY,
             "the `Signed-off-by:` trailer is missing; commit with `git commit -s`",
         )
@@ -393,7 +429,7 @@ def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> Iterator
             return
     yield _finding(
         parsed,
-        _last_line(parsed.message),
+        parsed.last_line,
         CLEAN_ROOM_STATEMENT,
         f"the PR description must keep the `{marker}` statement; restore it from the template "
         "and say which sources went into the change",

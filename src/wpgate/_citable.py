@@ -1,0 +1,93 @@
+"""The ids a commit's trailers may cite, read from the governance documents.
+
+Kept apart from :mod:`wpgate._docs` (the docs linters' I/O) so that the commit linters (the
+commit-msg hook, ``wpgate trailers --range``) import only what reading these ids needs: a
+document's parser is imported when the document is there to parse.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wpgate._config import Config
+from wpgate._documents import load_shared, read_text
+from wpgate.options import DocsLayout
+from wpgate.rules import PROVENANCE_ID_FORMAT, PROVENANCE_TABLES
+
+if TYPE_CHECKING:
+    from wpgate.parsers.provenance import Provenance
+    from wpgate.references import References
+
+__all__ = ["load_assumption_ids", "load_provenance", "load_references", "load_wp_ids"]
+
+_ASSUMPTION_ID_RE = re.compile(r"^A\d+$")
+
+
+def load_provenance(root: Path, config: Config | None = None) -> Provenance:
+    """The parsed provenance document; a missing or unreadable file is one finding."""
+    rel = DocsLayout.from_config(config).provenance
+
+    def load() -> Provenance:
+        from wpgate.parsers.provenance import Provenance, parse_provenance
+
+        text, problem = read_text(root, rel)
+        if text is None:
+            found = (problem.finding(PROVENANCE_TABLES),) if problem else ()
+            return Provenance(rel, (), (), (), found)
+        return parse_provenance(
+            text, rel, table_rule=PROVENANCE_TABLES, id_rule=PROVENANCE_ID_FORMAT
+        )
+
+    parsed: Provenance = load_shared(("provenance", root, rel), load)
+    return parsed
+
+
+def load_assumption_ids(root: Path, config: Config | None = None) -> frozenset[str]:
+    """The ids (``A<n>``) in the first column of the assumptions document's ID tables."""
+    text, _ = read_text(root, DocsLayout.from_config(config).assumptions)
+    if text is None:
+        return frozenset()
+    from wpgate.parsers.markdown import parse_markdown
+
+    ids: set[str] = set()
+    for table in parse_markdown(text).tables:
+        column = table.column("ID")
+        if column is None:
+            continue
+        for row in table.rows:
+            cell = row.cells[column].strip("` ") if column < len(row.cells) else ""
+            if _ASSUMPTION_ID_RE.match(cell):
+                ids.add(cell)
+    return frozenset(ids)
+
+
+def load_wp_ids(root: Path, config: Config | None = None) -> frozenset[str]:
+    """The ids of the registry's pages, read from their file names (no page is parsed).
+
+    A commit's ``WP:`` trailer needs only which packages exist; ``wpgate wp`` checks that each
+    page's front matter agrees with its file name.
+    """
+    folder = root / DocsLayout.from_config(config).work_packages
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return frozenset()
+    from wpgate.parsers.work_packages import id_from_filename
+
+    return frozenset(wp_id for name in names if (wp_id := id_from_filename(name)) is not None)
+
+
+def load_references(root: Path, config: Config | None = None) -> References:
+    """The ids a trailer may cite: work packages, sources, placeholders and assumptions."""
+    from wpgate.references import References
+
+    provenance = load_provenance(root, config)
+    return References(
+        wp_ids=load_wp_ids(root, config),
+        provenance_ids=provenance.source_ids,
+        placeholder_ids=provenance.placeholder_ids,
+        assumption_ids=load_assumption_ids(root, config),
+    )
