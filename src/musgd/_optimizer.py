@@ -187,11 +187,12 @@ class MuSGD(EngineOptimizer):
         recorder: what records and replays device work for the two capture options (default:
             a ``CudaGraphRecorder``); a seam for tests and tools, e.g. a recorder with other
             ``branches``, or a CPU fake with CUDA-graph semantics.
-        differentiable, fused, capturable: the generic ``torch.optim`` flags this optimizer
-            does not offer; anything but their defaults raises ValueError saying what serves
-            instead: the step is not differentiable; the fused work is ``ns_backend="triton"``
-            and ``capture_updates``; every step is capturable as it is (see above). Of the
-            generic flags, ``foreach`` and ``maximize`` are offered.
+
+    The generic ``torch.optim`` flags ``differentiable``, ``fused`` and ``capturable`` are not
+    offered: anything but their defaults raises ValueError saying what serves instead (the step
+    is not differentiable; the fused work is ``ns_backend="triton"`` and ``capture_updates``;
+    every step is capturable as it is, see above). Of the generic flags, ``foreach`` and
+    ``maximize`` are offered.
 
     A pickled or deep-copied optimizer carries its groups, state and settings, and builds its
     own engine: no recordings, the default recorder, no ``process_group``.

@@ -420,8 +420,10 @@ class UltralyticsMuSGD(EngineOptimizer):
         recorder: what records device work for replay (see :class:`musgd.MuSGD`).
         maximize: step on ``-grad``, as in ``torch.optim`` (every path). Default False. Lives
             in each param group (an extra key the Ultralytics optimizer ignores).
-        differentiable, fused, capturable: not offered, as in :class:`musgd.MuSGD` (raise
-            ValueError saying what serves instead).
+
+    ``differentiable``, ``fused`` and ``capturable`` are not offered, as in
+    :class:`musgd.MuSGD`: anything but their defaults raises ValueError saying what serves
+    instead.
     """
 
     def __init__(
