@@ -26,6 +26,7 @@ from musgd._newton_schulz import (
     MAX_STEPS,
     SCALES,
     SUPPORTED_NS_DTYPES,
+    UNWIRED_SCHEDULES,
     Triple,
     resolve_coefficients,
 )
@@ -35,16 +36,6 @@ from musgd._triton_ns import BACKENDS
 # schedule that needs another (issue #35's aol4) adds its entry and its branch in Newton-Schulz.
 NORMALIZATIONS = ("frobenius",)
 DEFAULT_SCHEDULE = "quintic"
-# Schedules that musgd._ns_schedules defines but the optimizer's backends do not run yet: the
-# name is refused with the reason and what to use meanwhile (WP-023).
-UNWIRED_SCHEDULES: Mapping[str, str] = {
-    "aol4": (
-        "aol4 normalizes by the AOL rescaling instead of the Frobenius norm, which the "
-        "optimizer's backends (torch, Triton table, replay, sharded) do not run yet (WP-023); "
-        "musgd._ns_schedules.orthogonalize_scheduled runs it on single matrices, and "
-        '"polar_express" is the better-than-quintic schedule the optimizer takes today'
-    ),
-}
 _DTYPE_NAMES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
