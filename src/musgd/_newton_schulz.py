@@ -144,8 +144,9 @@ def _as_triples(coefficients: Coefficients) -> list[Triple]:
                 f"{names}, or pass a sequence of (a, b, c) triples"
             )
         return list(schedule)
-    if not isinstance(coefficients, Sequence):
-        # Without this, len() below raises a TypeError that names no argument.
+    if not isinstance(coefficients, Sequence) or isinstance(coefficients, bytes | bytearray):
+        # Without this, len() below raises a TypeError that names no argument (and bytes, a
+        # sequence of ints, would read as triples: b"quintic" is not the name).
         raise ValueError(
             "ns_coefficients must be an (a, b, c) triple or a sequence of triples, "
             f"got {coefficients!r}"

@@ -57,6 +57,8 @@ def _names(options: Sequence[str] | Mapping[str, object]) -> str:
 
 def _triples(value: object) -> tuple[Triple, ...]:
     """An explicit schedule as float triples (1..MAX_STEPS of them, finite); else ValueError."""
+    if isinstance(value, bytes | bytearray):
+        value = None  # a sequence of ints, not a name or triples (b"quintic" is refused)
     if isinstance(value, Sequence) and len(value) == 3 and all(_real(v) for v in value):
         value = (value,)  # one triple, for every iteration
     if not isinstance(value, Sequence) or not 1 <= len(value) <= MAX_STEPS:

@@ -296,3 +296,9 @@ def test_a_schedule_the_backends_do_not_run_yet_is_refused_by_name_with_the_reas
         MuSGD([torch.zeros(4, 4, requires_grad=True)], ns_coefficients="aol4")
     with pytest.raises(ValueError, match="names no known schedule: 'polar'"):
         resolve_coefficients("polar", 5)
+
+
+@pytest.mark.parametrize("coefficients", [b"quintic", b"\x01\x02\x03", bytearray(b"abc")])
+def test_bytes_are_not_read_as_coefficient_triples(coefficients: object) -> None:
+    with pytest.raises(ValueError, match=r"^ns_coefficients must be an \(a, b, c\) triple or"):
+        resolve_coefficients(coefficients, 5)  # type: ignore[arg-type]
