@@ -16,9 +16,16 @@ except ImportError:  # pragma: no cover - exercised in a torch-free subprocess t
         '--index-url https://download.pytorch.org/whl/cpu && pip install "wpgate[optim]"; '
         'with an NVIDIA GPU: pip install "wpgate[optim]"'
     )
-    if _sys.argv[:1] == ["-m"]:
+    import os as _os
+
+    # The console scripts of pyproject.toml's [project.scripts] that import musgd; pip's
+    # wrapper runs as sys.argv[0] (``musgd-yolo``, ``musgd-yolo.exe``, ``musgd-yolo-script.py``).
+    _COMMANDS = ("musgd-yolo",)
+    _program = _os.path.splitext(_os.path.basename(_sys.argv[0] if _sys.argv else ""))[0]
+    if _sys.argv[:1] == ["-m"] or _program.removesuffix("-script") in _COMMANDS:
         # Python is locating a `python -m musgd.<command>` module (sys.argv[0] is "-m" until it
-        # is found): a command, so the line and exit status 2, not a traceback.
+        # is found), or a console script is running: a command, so the line and exit status
+        # 2, not a traceback.
         print(f"error: {_TORCH_MISSING}", file=_sys.stderr)
         raise SystemExit(2) from None
     raise ImportError(_TORCH_MISSING) from None

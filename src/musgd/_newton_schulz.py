@@ -47,6 +47,17 @@ POLAR_EXPRESS_COEFFICIENTS: tuple[Triple, ...] = (
     (2.300652019954818, -1.6689039845747504, 0.4188073119525674),
 )
 COEFFICIENT_SCHEDULES["polar_express"] = POLAR_EXPRESS_COEFFICIENTS
+# Schedules that musgd._ns_schedules defines but the optimizer's backends do not run yet: the
+# name is refused (by ``NSConfig`` and the flat ``ns_coefficients`` alike) with the reason and
+# what to use meanwhile (WP-023).
+UNWIRED_SCHEDULES: dict[str, str] = {
+    "aol4": (
+        "aol4 normalizes by the AOL rescaling instead of the Frobenius norm, which the "
+        "optimizer's backends (torch, Triton table, replay, sharded) do not run yet (WP-023); "
+        "musgd._ns_schedules.orthogonalize_scheduled runs it on single matrices, and "
+        '"polar_express" is the better-than-quintic schedule the optimizer takes today'
+    ),
+}
 
 # Muon's RMS-matching factor: 0.2*sqrt(max(rows, cols)) gives the orthogonalized update about
 # the RMS of an Adam/SGD update (Moonshot's "Muon is Scalable", arXiv 2502.16982; R3).
@@ -122,13 +133,20 @@ def _as_triples(coefficients: Coefficients) -> list[Triple]:
         schedule = COEFFICIENT_SCHEDULES.get(coefficients)
         if schedule is None:
             names = ", ".join(map(repr, COEFFICIENT_SCHEDULES))
+            why = UNWIRED_SCHEDULES.get(coefficients)
+            if why is not None:
+                raise ValueError(
+                    f"ns_coefficients={coefficients!r} is not one the optimizer runs (the names "
+                    f"are {names}): {why}"
+                )
             raise ValueError(
                 f"ns_coefficients names no known schedule: {coefficients!r}; the names are "
                 f"{names}, or pass a sequence of (a, b, c) triples"
             )
         return list(schedule)
-    if not isinstance(coefficients, Sequence):
-        # Without this, len() below raises a TypeError that names no argument.
+    if not isinstance(coefficients, Sequence) or isinstance(coefficients, bytes | bytearray):
+        # Without this, len() below raises a TypeError that names no argument (and bytes, a
+        # sequence of ints, would read as triples: b"quintic" is not the name).
         raise ValueError(
             "ns_coefficients must be an (a, b, c) triple or a sequence of triples, "
             f"got {coefficients!r}"

@@ -26,6 +26,7 @@ from musgd._newton_schulz import (
     MAX_STEPS,
     SCALES,
     SUPPORTED_NS_DTYPES,
+    UNWIRED_SCHEDULES,
     Triple,
     resolve_coefficients,
 )
@@ -35,16 +36,6 @@ from musgd._triton_ns import BACKENDS
 # schedule that needs another (issue #35's aol4) adds its entry and its branch in Newton-Schulz.
 NORMALIZATIONS = ("frobenius",)
 DEFAULT_SCHEDULE = "quintic"
-# Schedules that musgd._ns_schedules defines but the optimizer's backends do not run yet: the
-# name is refused with the reason and what to use meanwhile (WP-023).
-UNWIRED_SCHEDULES: Mapping[str, str] = {
-    "aol4": (
-        "aol4 normalizes by the AOL rescaling instead of the Frobenius norm, which the "
-        "optimizer's backends (torch, Triton table, replay, sharded) do not run yet (WP-023); "
-        "musgd._ns_schedules.orthogonalize_scheduled runs it on single matrices, and "
-        '"polar_express" is the better-than-quintic schedule the optimizer takes today'
-    ),
-}
 _DTYPE_NAMES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
@@ -66,6 +57,8 @@ def _names(options: Sequence[str] | Mapping[str, object]) -> str:
 
 def _triples(value: object) -> tuple[Triple, ...]:
     """An explicit schedule as float triples (1..MAX_STEPS of them, finite); else ValueError."""
+    if isinstance(value, bytes | bytearray):
+        value = None  # a sequence of ints, not a name or triples (b"quintic" is refused)
     if isinstance(value, Sequence) and len(value) == 3 and all(_real(v) for v in value):
         value = (value,)  # one triple, for every iteration
     if not isinstance(value, Sequence) or not 1 <= len(value) <= MAX_STEPS:

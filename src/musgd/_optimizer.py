@@ -229,6 +229,11 @@ class MuSGD(EngineOptimizer):
         refuse_generic_flags(
             "MuSGD", differentiable=differentiable, fused=fused, capturable=capturable
         )
+        if foreach is not None and not isinstance(foreach, bool):
+            raise ValueError(
+                f"MuSGD: foreach must be None, True or False, got {foreach!r}; None and True run "
+                "the torch._foreach_* body, False the per-tensor body"
+            )
         flat: dict[str, Any] = {
             "ns_steps": ns_steps,
             "ns_coefficients": ns_coefficients,

@@ -356,7 +356,15 @@ def parse_train_args(argv: list[str]) -> tuple[str, dict[str, Any]]:
         if not sep or not key:
             raise ValueError(f"arguments are key=value pairs (yolo train style), got {arg!r}")
         if key in ("trainer", "optimizer"):
-            raise ValueError(f"{key}= is fixed by musgd-yolo (it trains with UltralyticsMuSGD)")
+            other = (
+                f", or train with that optimizer through yolo train optimizer={value}"
+                if key == "optimizer" and value
+                else ""
+            )
+            raise ValueError(
+                f"{key}= is fixed by musgd-yolo (it trains with UltralyticsMuSGD): leave {key}= "
+                f"out{other}"
+            )
         parsed = _scalar(value, yaml.safe_load)
         if key == "model":
             model = str(parsed)

@@ -73,6 +73,23 @@ def test_a_musgd_command_without_torch_prints_one_line_and_exits_2(tmp_path: Pat
     assert CPU_ROUTE in lines[0]
 
 
+def test_the_musgd_yolo_console_script_without_torch_prints_one_line_and_exits_2(
+    tmp_path: Path,
+) -> None:
+    # A console script runs a wrapper named after the command (pip writes this one), not `-m`.
+    script = tmp_path / "bin" / "musgd-yolo"
+    script.parent.mkdir()
+    script.write_text(
+        "import sys\nfrom musgd.ultralytics import main\nsys.exit(main())\n", encoding="utf-8"
+    )
+    result = _python(str(script), "--help", extra_path=_without_torch(tmp_path))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: musgd needs PyTorch")
+    assert CPU_ROUTE in lines[0]
+
+
 def test_the_fake_torch_is_what_made_the_import_fail(tmp_path: Path) -> None:
     # Control for the test above: the same subprocess without the fake imports musgd fine.
     result = _python("-c", "import musgd; print(musgd.MuSGD.__name__)")

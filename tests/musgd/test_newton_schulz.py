@@ -9,7 +9,13 @@ import torch
 from musgd_reference import MUON_TRIPLE, ns64, quintic, rel_err
 from torch import Tensor
 
-from musgd import DEFAULT_COEFFICIENTS, _newton_schulz, orthogonalize, orthogonalize_batched
+from musgd import (
+    DEFAULT_COEFFICIENTS,
+    MuSGD,
+    _newton_schulz,
+    orthogonalize,
+    orthogonalize_batched,
+)
 from musgd._newton_schulz import CPU_BF16_MIN_WORK, ns_work, resolve_coefficients, resolve_ns_dtype
 
 # The band of the default coefficients. Newton–Schulz maps each singular value s of the
@@ -281,3 +287,19 @@ def test_without_native_bf16_a_cpu_never_reads_the_sizes(monkeypatch: pytest.Mon
         yield (2, 2)  # pragma: no cover
 
     assert resolve_ns_dtype("auto", torch.device("cpu"), unread()) is torch.float32
+
+
+def test_a_schedule_the_backends_do_not_run_yet_is_refused_by_name_with_the_reason() -> None:
+    # The flat ns_coefficients route says what NSConfig says: not "no known schedule".
+    with pytest.raises(ValueError, match=r"ns_coefficients='aol4'.*AOL rescaling.*polar_express"):
+        resolve_coefficients("aol4", 5)
+    with pytest.raises(ValueError, match=r"ns_coefficients='aol4'.*AOL rescaling"):
+        MuSGD([torch.zeros(4, 4, requires_grad=True)], ns_coefficients="aol4")
+    with pytest.raises(ValueError, match="names no known schedule: 'polar'"):
+        resolve_coefficients("polar", 5)
+
+
+@pytest.mark.parametrize("coefficients", [b"quintic", b"\x01\x02\x03", bytearray(b"abc")])
+def test_bytes_are_not_read_as_coefficient_triples(coefficients: object) -> None:
+    with pytest.raises(ValueError, match=r"^ns_coefficients must be an \(a, b, c\) triple or"):
+        resolve_coefficients(coefficients, 5)  # type: ignore[arg-type]

@@ -42,6 +42,8 @@ NAN = float("nan")
         ({"coefficients": [(1.0, 2.0)]}, r"coefficients\[0\]", "triple"),
         ({"coefficients": [(1.0, -1.0, 1.0), (1.0, 2.0, NAN)]}, r"coefficients\[1\]", "finite"),
         ({"coefficients": 3.0}, "coefficients", "triples"),
+        ({"coefficients": b"quintic"}, "coefficients", "a schedule name"),
+        ({"coefficients": b"\x01\x02\x03"}, "coefficients", "a schedule name"),
         ({"eps": 0.0}, "eps", "> 0"),
         ({"eps": NAN}, "eps", "finite"),
         ({"eps": "1e-7"}, "eps", "number"),

@@ -697,3 +697,13 @@ def test_auto_ns_dtype_runs_float32_on_cpu_bit_for_bit(
     same, other = (bf16, fp32) if bf16_expected else (fp32, bf16)
     assert all(torch.equal(a, b) for a, b in zip(auto, same, strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(auto, other, strict=True))
+
+
+@pytest.mark.parametrize("foreach", ["x", 1, 0])
+def test_a_foreach_that_is_not_a_bool_or_none_is_refused(foreach: object) -> None:
+    # A truthy string used to pick the foreach body silently, as True would.
+    params = [nn.Parameter(torch.zeros(4, 4))]
+    with pytest.raises(ValueError, match=rf"foreach must be None, True or False, got {foreach!r}"):
+        MuSGD(params, foreach=foreach)  # type: ignore[arg-type]
+    for ok in (None, True, False):
+        MuSGD(params, foreach=ok)

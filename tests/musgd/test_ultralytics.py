@@ -413,8 +413,13 @@ def test_command_line_pairs_become_train_arguments() -> None:
     assert parse_train_args([]) == ("yolo26n.yaml", {})
     with pytest.raises(ValueError, match="key=value pairs"):
         parse_train_args(["epochs"])
-    with pytest.raises(ValueError, match="optimizer= is fixed"):
+    with pytest.raises(ValueError, match="optimizer= is fixed") as refused:
         parse_train_args(["optimizer=SGD"])
+    # The message says how to go on: leave the key out, or the stock command for another one.
+    assert "leave optimizer= out" in str(refused.value)
+    assert "yolo train optimizer=SGD" in str(refused.value)
+    with pytest.raises(ValueError, match="leave trainer= out"):
+        parse_train_args(["trainer=x"])
 
 
 def test_command_line_errors_exit_2_with_a_message(

@@ -203,13 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` picks CUDA when available; ``cuda`` without a GPU is a usage error."""
+def resolve_device(name: str, *, given: bool = True) -> torch.device:
+    """``auto`` picks CUDA when available; ``cuda`` without a GPU is a usage error (``given``:
+    whether the command line said ``--device``, else ``name`` is the command's default)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
+        asked = "was requested" if given else "is this command's default"
         raise UsageError(
-            "--device cuda was requested but this torch sees no CUDA GPU "
+            f"--device cuda {asked} but this torch sees no CUDA GPU "
             f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); "
             "use --device cpu or install a CUDA build of torch"
         )
@@ -350,7 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_commit(args.commit)  # before the run, not after it
         # Every subcommand's --device is checked here, before any work: cuda without a GPU is
         # a usage error, not a traceback from deep inside a measurement.
-        device = resolve_device(getattr(args, "device", None) or "auto")
+        given = any(a == "--device" or a.startswith("--device=") for a in args_list)
+        device = resolve_device(getattr(args, "device", None) or "auto", given=given)
         if args.command in MEASUREMENTS:
             return MEASUREMENTS[args.command][2](args, args_list)
         return commands[args.command](args, device, args_list)

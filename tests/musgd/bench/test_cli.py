@@ -95,6 +95,17 @@ def test_cuda_requested_without_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert "use --device cpu" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_by_default_without_gpu_says_it_is_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `ultralytics` defaults to --device cuda: the stranger who gave no --device is told so.
+    assert main(["ultralytics"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--device cuda is this command's default but this torch sees no CUDA GPU" in err
+    assert "use --device cpu" in err
+
+
 def test_unwritable_out_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
