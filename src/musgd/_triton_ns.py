@@ -72,10 +72,19 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-@functools.cache
+def _triton_found() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+_triton_found_cached = functools.cache(_triton_found)
+
+
 def triton_importable() -> bool:
     """Whether the ``triton`` package can be imported (without importing it)."""
-    return importlib.util.find_spec("triton") is not None
+    if torch.compiler.is_compiling():
+        # Dynamo traces through a functools cache wrapper (and warns); the body traces the same.
+        return _triton_found()
+    return _triton_found_cached()
 
 
 def check_backend(value: object) -> None:

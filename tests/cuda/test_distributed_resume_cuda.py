@@ -8,14 +8,10 @@ run split them over two GPUs, so this checks that cuBLAS gives the same bits for
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
 from test_distributed_resume import check_resumed, check_saving_run, run_phases
 
 pytestmark = [

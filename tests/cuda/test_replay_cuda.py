@@ -7,13 +7,13 @@ bit-identical, not merely close.
 from __future__ import annotations
 
 import gc
-import sys
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
+from replay_common import assert_same, check_stacked, count_calls, count_ns_bodies
+from replay_helpers import assert_runs_identical, deterministic, train_detector
 from torch import Tensor
 
 from musgd import MuSGD
@@ -22,12 +22,6 @@ from musgd import _triton_ns as triton_ns
 from musgd._functional import EagerOrthogonalizer, NSSettings
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
 from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
-
-# The shared helper module sits beside this file; make it importable in any import mode.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
-from replay_common import assert_same, check_stacked, count_calls, count_ns_bodies
-from replay_helpers import assert_runs_identical, deterministic, train_detector
 
 pytestmark = [
     pytest.mark.cuda,

@@ -76,6 +76,8 @@ BF16_TOL = 5 * 2.0**-8
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> float:
+    # Detached: parameters require grad, and float() of such a tensor warns.
+    a, b, scale = a.detach(), b.detach(), scale.detach()
     return float((a.double() - b.double()).norm() / scale.double().norm().clamp_min(1e-30))
 
 

@@ -7,30 +7,12 @@ both recorders keep are tests/musgd/update_replay_contracts.py, imported here an
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from torch import Tensor
-
-from musgd import MuSGD, orthogonalize_batched
-from musgd._functional import (
-    EagerOrthogonalizer,
-    Hyper,
-    build_layout,
-    pad_bound,
-    prepare_updates_foreach,
-)
-from musgd._optimizer import group_structure
-from musgd._replay import STREAMS, CudaGraphRecorder
-
-# The shared helper module sits beside this file; make it importable in any import mode.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "musgd"))
 from replay_common import (
     CaptureFlags,
     assert_same,
@@ -50,6 +32,7 @@ from replay_helpers import (
     deterministic,
     train_detector,
 )
+from torch import Tensor
 
 # The shared contracts, collected here with this file's `replay_backend` fixture.
 from update_replay_contracts import (
@@ -59,6 +42,17 @@ from update_replay_contracts import (
     test_replayed_steps_match_eager_with_one_replay_per_group,  # noqa: F401
     test_resume_mid_run_matches_an_uninterrupted_run,  # noqa: F401
 )
+
+from musgd import MuSGD, orthogonalize_batched
+from musgd._functional import (
+    EagerOrthogonalizer,
+    Hyper,
+    build_layout,
+    pad_bound,
+    prepare_updates_foreach,
+)
+from musgd._optimizer import group_structure
+from musgd._replay import STREAMS, CudaGraphRecorder
 
 pytestmark = [
     pytest.mark.cuda,

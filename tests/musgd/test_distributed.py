@@ -12,7 +12,6 @@ results must match bitwise.
 from __future__ import annotations
 
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from distributed_worker import STEPS, Net, first_difference, main
 
 import musgd._distributed as distributed
 from musgd import MuSGD, orthogonalize_batched, param_groups
@@ -35,11 +35,6 @@ from musgd._distributed import (
     wire_dtype,
 )
 from musgd._functional import Bucket, Layout, build_layout
-
-# Spawned ranks import the worker by module name, whatever pytest's import mode: make its folder
-# importable here (spawn hands this sys.path to the children).
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from distributed_worker import STEPS, Net, first_difference, main
 
 KINDS = ("ddp", "fsdp")
 

@@ -10,15 +10,12 @@ momentum buffer must come out bit-identical to the uninterrupted world-size-2 ru
 from __future__ import annotations
 
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.multiprocessing as mp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from distributed_worker import first_difference
 from resume_worker import main
 

@@ -8,13 +8,12 @@ not a base class to override.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from replay_fakes import FakeRecorder
 from torch import Tensor, nn
 
 from musgd import MuSGD
@@ -24,9 +23,6 @@ from musgd._functional import NSSettings, StepRecord, Structure
 from musgd._optimizer import DefaultRule
 from musgd._ultralytics_optim import UltralyticsHyper, UltralyticsRule
 from musgd.ultralytics import UltralyticsMuSGD
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_fakes import FakeRecorder
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,19 +12,16 @@ import io
 import math
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from test_ultralytics import KW, _StockLike, make_params, set_grads, stock_groups
 from torch import Tensor, nn
 
 from musgd import DEFAULT_COEFFICIENTS, MuSGD, NSConfig
 from musgd import _newton_schulz as newton_schulz
 from musgd.ultralytics import UltralyticsMuSGD, from_stock, main, musgd_trainer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_ultralytics import KW, _StockLike, make_params, set_grads, stock_groups
 
 NAN = float("nan")
 

@@ -11,23 +11,19 @@ from __future__ import annotations
 import copy
 import io
 import pickle
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+from replay_fakes import FakeRecorder
+from test_distributed import single_rank  # noqa: F401 - a fixture, used by name
 from torch import Tensor, nn
 
 from musgd import MuSGD
 from musgd._optimizer import DEFAULT_LR
 from musgd.ultralytics import UltralyticsMuSGD
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_fakes import FakeRecorder
-from test_distributed import single_rank  # noqa: F401 - a fixture, used by name
 
 SHAPES = [(8, 6), (6, 3, 3, 3), (4, 4), (6,), (8,)]
 Make = Callable[..., torch.optim.Optimizer]

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import sys
 import warnings
 from collections.abc import Callable, Hashable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from replay_common import assert_same, check_stacked, count_calls, count_ns_bodies, set_grads
+from replay_fakes import FakeRecorder, InjectedFailureError
 from torch import Tensor
 
 from musgd import MuSGD
@@ -36,11 +36,6 @@ from musgd._replay import (
     typed,
 )
 from musgd.ultralytics import UltralyticsMuSGD
-
-# The shared helper module sits beside this file; make it importable in any import mode.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_common import assert_same, check_stacked, count_calls, count_ns_bodies, set_grads
-from replay_fakes import FakeRecorder, InjectedFailureError
 
 NS = NSSettings(
     steps=5,

@@ -13,11 +13,12 @@ import math
 import sys
 import types
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from replay_common import assert_same
+from replay_fakes import FakeRecorder
 from torch import Tensor
 
 from musgd import GradClipReplay, _functional
@@ -29,10 +30,6 @@ from musgd.ultralytics import (
     musgd_trainer,
     require_ultralytics,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_common import assert_same
-from replay_fakes import FakeRecorder
 
 # Conv kernels incl. depthwise (C, 1, 3, 3) and kh != kw, and plain matrices; two share a bucket.
 MATRICES = [(16, 3, 3, 3), (32, 16, 3, 1), (24, 1, 3, 3), (24, 1, 3, 3), (40, 8), (8, 40)]

@@ -9,15 +9,11 @@ checks it), so the one-process run is the reference to the bit.
 from __future__ import annotations
 
 import socket
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.multiprocessing as mp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ultralytics_ddp_worker import main, make, train
 
 

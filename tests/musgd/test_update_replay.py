@@ -10,23 +10,12 @@ runs them with real CUDA graphs.
 from __future__ import annotations
 
 import io
-import sys
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
-
-from musgd import MuSGD, _functional
-from musgd._functional import Hyper, PrepareFn, StepRecord
-from musgd._update_replay import HyperSlots, UpdateReplayer
-
-# The shared helper module sits beside this file; make it importable in any import mode.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay_common import (
     CaptureFlags,
     assert_same,
@@ -36,6 +25,8 @@ from replay_common import (
     step_both,
 )
 from replay_fakes import FakeRecorder
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # The shared contracts, collected here with this file's `replay_backend` fixture.
 from update_replay_contracts import (
@@ -45,6 +36,10 @@ from update_replay_contracts import (
     test_replayed_steps_match_eager_with_one_replay_per_group,  # noqa: F401
     test_resume_mid_run_matches_an_uninterrupted_run,  # noqa: F401
 )
+
+from musgd import MuSGD, _functional
+from musgd._functional import Hyper, PrepareFn, StepRecord
+from musgd._update_replay import HyperSlots, UpdateReplayer
 
 # (12, 16, 3, 3) shares the column count 144 of (16, 16, 3, 3): a zero-padded bucket.
 MATRICES = [

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -268,6 +269,31 @@ def test_history_start_cannot_inject_an_option(repo: Path, tmp_path: Path) -> No
     assert not target.exists()
 
 
+class _OverBudget(BaseException):
+    """Raised from the profiler to stop a run past its call budget (not an ``Exception``)."""
+
+
+def _calls_of(action: Callable[[], object], budget: int | None) -> int:
+    """The Python and C function calls ``action()`` makes; stops it past ``budget`` calls."""
+    count = 0
+
+    def profile(_frame: object, event: str, _arg: object) -> None:
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+            if budget is not None and count > budget:
+                raise _OverBudget
+
+    sys.setprofile(profile)
+    try:
+        action()
+    except _OverBudget:
+        pass
+    finally:
+        sys.setprofile(None)
+    return count
+
+
 def test_alias_bomb_in_a_work_package_is_one_short_finding(repo: Path) -> None:
     levels = ['a0: &a0 ["tests/test_gate.py::test_gate", "x", "x", "x", "x", "x", "x", "x"]']
     levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 8)}]" for i in range(1, 10)]
@@ -277,10 +303,19 @@ def test_alias_bomb_in_a_work_package_is_one_short_finding(repo: Path) -> None:
         + "\ngate: *a9\n---\n# WP-005\n"
     )
     assert len(page) < 2048
-    (repo / "docs/work_packages/wp-005.md").write_text(page, encoding="utf-8")
-    started = time.perf_counter()
-    status, out, err = run(repo, "wp")
-    assert time.perf_counter() - started < 5
+    plain = page.replace("gate: *a9", 'gate: ["tests/test_gate.py::test_gate"]')
+    for level in levels:
+        plain = plain.replace(level + "\n", "")
+    wp_005 = repo / "docs/work_packages/wp-005.md"
+    wp_005.write_text(plain, encoding="utf-8")
+    baseline = _calls_of(lambda: run(repo, "wp"), budget=None)
+    wp_005.write_text(page, encoding="utf-8")
+    # Counted, not timed: expanding the nine levels is 8**9 nodes, far past the budget.
+    budget = 2 * baseline + 100_000
+    result: list[tuple[int, str, str]] = []
+    calls = _calls_of(lambda: result.append(run(repo, "wp")), budget=budget)
+    assert calls <= budget, f"{calls} calls for the alias bomb, {baseline} without it"
+    status, out, err = result[0]
     assert (status, err) == (1, "")
     assert "docs/work_packages/wp-005.md:8: WPG301 the front matter uses a YAML alias" in out
     assert max(len(line) for line in out.splitlines()) < 1200
