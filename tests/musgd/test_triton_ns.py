@@ -11,6 +11,7 @@ import io
 import math
 import os
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -221,15 +222,23 @@ def test_packed_steps_resume_from_a_checkpoint_bit_for_bit() -> None:
     start = [torch.randn(s, generator=gen).to(DEVICE) for s in shapes]
     grads = [[torch.randn(s, generator=gen).to(DEVICE) for s in shapes] for _ in range(4)]
 
+    settings: dict[str, Any] = {
+        "lr": 0.1,
+        "weight_decay": 0.01,
+        "ns_backend": "triton",
+        "ns_dtype": torch.bfloat16,
+    }
+
     def run(resume_at: int | None) -> tuple[MuSGD, list[Tensor]]:
         params = [p.clone().requires_grad_() for p in start]
-        opt = MuSGD(params, lr=0.1, weight_decay=0.01, ns_backend="triton")
+        # bf16 named, as the Triton kernels need (see the test above).
+        opt = MuSGD(params, **settings)
         for k in range(4):
             if k == resume_at:
                 saved = io.BytesIO()
                 torch.save(opt.state_dict(), saved)
                 saved.seek(0)
-                opt = MuSGD(params, lr=0.1, weight_decay=0.01, ns_backend="triton")
+                opt = MuSGD(params, **settings)
                 opt.load_state_dict(torch.load(saved, weights_only=True))
             for p, g in zip(params, grads[k], strict=True):
                 p.grad = g.clone()
