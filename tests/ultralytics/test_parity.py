@@ -1,5 +1,8 @@
 """Ours against the installed Ultralytics MuSGD (black box), 20 steps, and its trainer.
 
+Steps. 20 where bf16 is fast (a GPU or a bf16-native CPU), 3 where it is emulated (the
+``parity_steps`` fixture says why).
+
 Tolerance. Both run Newton-Schulz in bfloat16 (8 significant bits, unit roundoff u = 2**-8) but
 in different orders (the package batches by column count with zero-padded rows, we batch equal
 shapes), so their orthogonalized parts differ by bf16 rounding, which each of the five
@@ -60,17 +63,46 @@ def _rel(a: Tensor, b: Tensor, scale: Tensor) -> float:
     return float((a.double() - b.double()).norm() / scale.double().norm().clamp_min(1e-30))
 
 
+class _Path:
+    """Each stock parameter's path length: the sum over steps of its change's norm."""
+
+    def __init__(self, ps: Sequence[Tensor]) -> None:
+        self.ps = ps
+        self.last = [p.detach().double().clone() for p in ps]
+        self.length = [0.0] * len(ps)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for i, p in enumerate(self.ps):
+            now = p.detach().double()
+            self.length[i] += float((now - self.last[i]).norm())
+            self.last[i] = now.clone()
+
+
 def _assert_parity(
-    ps: Sequence[Tensor], pu: Sequence[Tensor], init: Sequence[Tensor], ours: Any, stock: Any
+    ps: Sequence[Tensor],
+    pu: Sequence[Tensor],
+    init: Sequence[Tensor],
+    ours: Any,
+    stock: Any,
+    path: _Path,
+    steps: int,
 ) -> dict[str, float]:
-    worst = {"param": 0.0, "momentum_buffer": 0.0, "momentum_buffer_SGD": 0.0}
-    for p_s, p_u, p0 in zip(ps, pu, init, strict=True):
+    """Each step's bf16 difference is within 5u of that step's change, so a parameter's
+    difference is within 5u of its path length; over 20 steps (where warm-up has ended and
+    steps no longer cancel) also within 5u of its net change."""
+    worst = {"param": 0.0, "param_path": 0.0, "momentum_buffer": 0.0, "momentum_buffer_SGD": 0.0}
+    for i, (p_s, p_u, p0) in enumerate(zip(ps, pu, init, strict=True)):
         worst["param"] = max(worst["param"], _rel(p_u, p_s, p_s.detach() - p0))
+        diff = float((p_u.detach().double() - p_s.detach().double()).norm())
+        worst["param_path"] = max(worst["param_path"], diff / max(path.length[i], 1e-30))
         s_state, u_state = stock.state.get(p_s, {}), ours.state.get(p_u, {})
         assert s_state.keys() == u_state.keys()
         for name in s_state:
             worst[name] = max(worst[name], _rel(u_state[name], s_state[name], s_state[name]))
-    assert worst["param"] < BF16_TOL, worst
+    assert worst["param_path"] < BF16_TOL, worst
+    if steps >= 20:
+        assert worst["param"] < BF16_TOL, worst
     assert worst["momentum_buffer_SGD"] < BF16_TOL, worst
     return worst
 
@@ -78,7 +110,7 @@ def _assert_parity(
 @pytest.mark.parametrize("nesterov", [True, False])
 @pytest.mark.parametrize("stacks", ["cpu", "cuda"])
 def test_yolo26n_shaped_parameters_agree_with_stock_over_20_steps(
-    nesterov: bool, stacks: str, monkeypatch: pytest.MonkeyPatch
+    nesterov: bool, stacks: str, monkeypatch: pytest.MonkeyPatch, parity_steps: int
 ) -> None:
     """``stacks="cuda"``: the matrices stacked as on a GPU (41 shapes in 6 padded stacks)."""
     if stacks == "cuda":
@@ -100,15 +132,17 @@ def test_yolo26n_shaped_parameters_agree_with_stock_over_20_steps(
     ours = UltralyticsMuSGD(_groups(b["matrices"], b["norm_weights"], b["biases"]), **kw)
     ps, pu = [p for v in a.values() for p in v], [p for v in b.values() for p in v]
     init = [p.detach().clone() for p in ps]
+    path = _Path(ps)
     gen = torch.Generator().manual_seed(2)
-    for step in range(20):
+    for step in range(parity_steps):
         for p_s, p_u in zip(ps, pu, strict=True):
             g = torch.randn(p_s.shape, generator=gen)
             p_s.grad, p_u.grad = g.clone(), g.clone()
         _warmup((stock, ours), step)
         stock.step()
         ours.step()
-    worst = _assert_parity(ps, pu, init, ours, stock)
+        path.step()
+    worst = _assert_parity(ps, pu, init, ours, stock, path, parity_steps)
     assert worst["momentum_buffer"] < FP32_TOL, worst
 
 
@@ -141,6 +175,11 @@ def test_real_yolo26n_model_agrees_with_stock_over_20_steps() -> None:
     The gradients come from the stock-trained copy and are given to both optimizers: a free run
     of this model is chaotic (two stock runs 1e-6 apart end 80% of their change apart after 20
     steps at batch 4, 128 px), so only the same gradients compare the optimizers themselves.
+
+    Always 20 steps, even where bf16 is emulated (about 5 minutes there): over the first few
+    steps a real model's momenta are far from full rank, and Newton-Schulz maps their small
+    singular directions, where bf16 rounding is relatively large, to unit size, so the two
+    packages' first steps differ by more than 5u (4% after 3 steps on this project's EPYC).
     """
     from ultralytics import YOLO
 
@@ -153,6 +192,7 @@ def test_real_yolo26n_model_agrees_with_stock_over_20_steps() -> None:
     pu = [p for g in ours.param_groups for p in g["params"]]
     assert len(ps) > 300
     init = [p.detach().clone() for p in ps]
+    path = _Path(ps)
     gen = torch.Generator().manual_seed(3)
     for step in range(20):
         x = torch.rand(2, 3, 64, 64, generator=gen)
@@ -163,7 +203,8 @@ def test_real_yolo26n_model_agrees_with_stock_over_20_steps() -> None:
             p_u.grad = None if p_s.grad is None else p_s.grad.clone()
         stock.step()
         ours.step()
-    worst = _assert_parity(ps, pu, init, ours, stock)
+        path.step()
+    worst = _assert_parity(ps, pu, init, ours, stock, path, 20)
     assert worst["momentum_buffer"] < FP32_TOL, worst
 
 
@@ -228,7 +269,7 @@ def _layout(opt: torch.optim.Optimizer) -> list[tuple[Any, ...]]:
 
 
 def test_trainer_builds_the_stock_groups_into_ours_and_checkpoints_cross_load(
-    tiny_dataset: Path, tmp_path: Path
+    tiny_dataset: Path, tmp_path: Path, ours_trainer: Any
 ) -> None:
     saved: list[dict[str, Any]] = []
 
@@ -237,7 +278,7 @@ def test_trainer_builds_the_stock_groups_into_ours_and_checkpoints_cross_load(
 
     stock_model = _train(tiny_dataset, tmp_path, "stock", optimizer="MuSGD")
     ours_model = _train(
-        tiny_dataset, tmp_path, "ours", callback=keep_checkpoint, epochs=2, trainer=MuSGDTrainer
+        tiny_dataset, tmp_path, "ours", callback=keep_checkpoint, epochs=2, trainer=ours_trainer
     )
     stock_opt, ours_opt = stock_model.trainer.optimizer, ours_model.trainer.optimizer
     assert isinstance(ours_opt, UltralyticsMuSGD)
@@ -285,7 +326,11 @@ def test_trainer_honours_a_stock_optimizer_choice_and_says_so_once(
 
 @pytest.mark.parametrize("first", ["ours", "stock"])
 def test_resume_with_our_trainer_from_a_checkpoint_of_ours_or_stock(
-    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
+    tiny_dataset: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    first: str,
+    ours_trainer: Any,
 ) -> None:
     from ultralytics import YOLO
 
@@ -297,7 +342,7 @@ def test_resume_with_our_trainer_from_a_checkpoint_of_ours_or_stock(
             target.write_bytes(Path(trainer.last).read_bytes())
             checkpoints.append(target)
 
-    chosen = {"trainer": MuSGDTrainer} if first == "ours" else {"optimizer": "MuSGD"}
+    chosen = {"trainer": ours_trainer} if first == "ours" else {"optimizer": "MuSGD"}
     _train(tiny_dataset, tmp_path, "run", callback=keep, epochs=2, **chosen)
     assert checkpoints
     saved = torch.load(checkpoints[0], weights_only=False)["optimizer"]
@@ -314,7 +359,7 @@ def test_resume_with_our_trainer_from_a_checkpoint_of_ours_or_stock(
 
     monkeypatch.setattr(UltralyticsMuSGD, "load_state_dict", spy)
     resumed = YOLO(str(checkpoints[0]))
-    resumed.train(resume=True, trainer=MuSGDTrainer, device="cpu", workers=0)
+    resumed.train(resume=True, trainer=ours_trainer, device="cpu", workers=0)
     assert len(loaded) == 1
     assert len(loaded[0]["state"]) == len(saved["state"]) > 0
     opt = resumed.trainer.optimizer
@@ -393,7 +438,7 @@ def _same_state(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def test_trainer_optimizer_step_with_the_replayed_clip_is_the_stock_one_bit_for_bit(
-    tiny_dataset: Path, tmp_path: Path
+    tiny_dataset: Path, tmp_path: Path, ours_trainer: Any
 ) -> None:
     """Each optimizer step of a real training run is taken twice from the same state: by the stock
     trainer's method and by ours (its clip replayed through the CPU fake recorder)."""
@@ -405,7 +450,7 @@ def test_trainer_optimizer_step_with_the_replayed_clip_is_the_stock_one_bit_for_
     results: list[bool] = []
     clips: list[GradClipReplay] = []
 
-    class Checked(MuSGDTrainer):  # type: ignore[misc]
+    class Checked(ours_trainer):  # type: ignore[misc]
         def optimizer_step(self) -> None:
             if "musgd_clip" not in self.__dict__:
                 self.musgd_clip = GradClipReplay(10.0, recorder=FakeRecorder())
@@ -491,7 +536,7 @@ def test_the_multi_gpu_launch_file_carries_the_trainer_class_with_its_options(
 
 
 def test_the_network_capture_trains_exactly_as_the_eager_network(
-    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ours_trainer: Any
 ) -> None:
     """``musgd_trainer(capture_network=True)`` through the real trainer, with a fake grapher that
     warms up as the real one does (moving BatchNorm statistics) and then runs eagerly: the
@@ -508,7 +553,14 @@ def test_the_network_capture_trains_exactly_as_the_eager_network(
         def keep(trainer: Any, losses: list[Tensor] = losses) -> None:
             losses.append(trainer.loss.detach().clone())
 
-        model = _train_capturing(tiny_dataset, tmp_path, name, keep, capture=capture)
+        model = _train_capturing(
+            tiny_dataset,
+            tmp_path,
+            name,
+            keep,
+            capture=capture,
+            dtype=ours_trainer.musgd_options["ns_dtype"],
+        )
         runs[name] = (model, losses)
     (eager, eager_losses), (captured, captured_losses) = runs["eager"], runs["captured"]
     assert len(captured_losses) == len(eager_losses) == 6  # 3 epochs of 2 batches
@@ -524,7 +576,9 @@ def test_the_network_capture_trains_exactly_as_the_eager_network(
     assert eager.trainer.__dict__.get("musgd_network") is None
 
 
-def _train_capturing(data: Path, project: Path, name: str, keep: Any, *, capture: bool) -> Any:
+def _train_capturing(
+    data: Path, project: Path, name: str, keep: Any, *, capture: bool, dtype: torch.dtype
+) -> Any:
     """Three epochs of two batches with ``musgd_trainer(capture_network=capture)``; ``keep``
     runs at each batch's end."""
     return _train(
@@ -535,6 +589,7 @@ def _train_capturing(data: Path, project: Path, name: str, keep: Any, *, capture
         nbs=4,
         val=False,
         save=False,
-        trainer=musgd_trainer(capture_network=capture),
+        trainer=musgd_trainer(capture_network=capture, ns_dtype=dtype),
         callbacks={"on_train_batch_end": keep},
     )
+
