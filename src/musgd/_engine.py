@@ -39,6 +39,7 @@ from musgd._functional import (
     multi_neg,
     pad_bound,
 )
+from musgd._guard import GuardPlan, NonFiniteGuard
 from musgd._replay import CudaGraphRecorder, Recorder, ReplayOrthogonalizer, ReplayState
 from musgd._update_replay import UpdateReplayer
 
@@ -135,6 +136,8 @@ class StepEngine:
         self.update_replay = UpdateReplayer(self.replay)
         # Distributed (DDP with process_group, or FSDP2 DTensor parameters): NS work is shared.
         self.sharded = ShardedStep(process_group, shard_balance)
+        # skip_nonfinite (musgd._guard): the check, the backups and the skip counter.
+        self.guard = NonFiniteGuard(rule.name)
         # Single-process groups stack matrices of equal column count, zero-padding rows
         # (`build_layout`); the sharded plan slices same-shape buckets, so it never pads.
         self.pad_buckets = True
@@ -148,15 +151,33 @@ class StepEngine:
         )
 
     def step(self) -> None:
-        """One step of every param group."""
+        """One step of every param group; the groups with ``skip_nonfinite`` guarded."""
         groups = self.optimizer.param_groups
         # Check every group's gradients before any group is written, so that an unsupported
         # gradient in a later group raises with no parameter or momentum changed.
         gathered = [self.gather(index, group) for index, group in enumerate(groups)]
+        plan = self.begin_guard(groups, gathered)
         with self.replay.step_scope():
             for index, (group, (params, grads)) in enumerate(zip(groups, gathered, strict=True)):
                 if params:
                     self.step_group(index, group, params, grads)
+        if plan is not None:
+            self.guard.end(plan)
+
+    def begin_guard(
+        self, groups: list[dict[str, Any]], gathered: list[tuple[list[Tensor], list[Tensor]]]
+    ) -> GuardPlan | None:
+        """The guard's check and backups for the groups with ``skip_nonfinite`` (their buffers
+        made first, so that a skipped first step leaves them zero), or None where none asks."""
+        protected: list[Tensor] = []
+        checked: list[Tensor] = []
+        for group, (params, grads) in zip(groups, gathered, strict=True):
+            if params and group.get("skip_nonfinite", False):
+                protected += params
+                for key in self.rule.buffers(group):
+                    protected += self.buffers(params, key)
+                checked += grads
+        return self.guard.begin(protected, checked) if protected else None
 
     def step_group(
         self, index: int, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]
@@ -362,6 +383,21 @@ class EngineOptimizer(Optimizer):
                 loss = closure()
         self._engine.step()
         return loss
+
+    @property
+    def skipped_steps(self) -> Tensor:
+        """How many steps ``skip_nonfinite`` skipped (their gradients were not all finite), a
+        0-d int64 tensor on the parameters' device, counted there with no host read: read it
+        (``int(opt.skipped_steps)``, which waits for the device) every few hundred steps, not
+        every step. Zero where no group has ``skip_nonfinite``; a copy or a state dict does not
+        carry it."""
+        return self._engine.guard.skipped()
+
+    def last_step_skipped(self, device: torch.device) -> Tensor:
+        """1.0 where the last guarded step was skipped, else 0.0: a 0-d float32 tensor on
+        ``device``, for an update that must skip with the step (the trainer's EMA) on the
+        device."""
+        return self._engine.guard.last_skipped(device)
 
     # Read-only views of the engine, for tools and tests (see the class docstring).
     @property

@@ -144,6 +144,13 @@ class MuSGD(EngineOptimizer):
         maximize: step on ``-grad`` (maximize the objective), as in ``torch.optim``; every
             path (eager, replayed, sharded) negates the gradients first, exactly. Default
             False. Lives in each param group.
+        skip_nonfinite: skip a step whose gradients (of the groups that ask) are not all
+            finite, leaving parameters and every buffer bit-identical, decided on the device
+            with no host read (one fused inf/NaN check, a backup copy and a bitwise select:
+            ``musgd._guard``); eager, replayed and inside a whole-step CUDA graph alike.
+            Skipped steps are counted on the device (:attr:`skipped_steps`). Costs one copy
+            of the guarded parameters and buffers in memory. Off by default. Lives in each
+            param group. FSDP2 (DTensor) parameters are refused.
         foreach: use the ``torch._foreach_*`` body (default) or the per-tensor body.
         capture_orthogonalization: replay Newton-Schulz calls from CUDA graphs, recorded once
             per matrix signature; results are bit-identical to eager. Off by default. Lives in
@@ -215,6 +222,7 @@ class MuSGD(EngineOptimizer):
         *,
         ns: NSConfig | None = None,
         maximize: bool = False,
+        skip_nonfinite: bool = False,
         foreach: bool | None = None,
         capture_orthogonalization: bool = False,
         capture_updates: bool = False,
@@ -255,6 +263,7 @@ class MuSGD(EngineOptimizer):
             "capture_orthogonalization": capture_orthogonalization,
             "capture_updates": capture_updates,
             "maximize": maximize,
+            "skip_nonfinite": skip_nonfinite,
         }
         _validate_group(defaults, where="MuSGD")
         defaults["ns_coefficients"] = resolve_coefficients(
@@ -450,7 +459,7 @@ def _validate_group(group: dict[str, Any], *, where: str) -> None:
         fail("ns_dtype", '"auto", torch.bfloat16, torch.float16 or torch.float32')
     if group["use_muon"] not in (None, True, False):
         fail("use_muon", "None, True or False")
-    for name in ("capture_orthogonalization", "capture_updates", "maximize"):
+    for name in ("capture_orthogonalization", "capture_updates", "maximize", "skip_nonfinite"):
         if not isinstance(group[name], bool):
             fail(name, "True or False")
     if group["ns_backend"] not in NS_BACKENDS:

@@ -230,6 +230,7 @@ def validate_flavour_group(group: dict[str, Any], *, where: str) -> None:
         "capture_orthogonalization",
         "capture_updates",
         "maximize",
+        "skip_nonfinite",
     ):
         if not isinstance(group[name], bool):
             _fail(where, name, "True or False", group[name])
@@ -420,6 +421,14 @@ class UltralyticsMuSGD(EngineOptimizer):
         recorder: what records device work for replay (see :class:`musgd.MuSGD`).
         maximize: step on ``-grad``, as in ``torch.optim`` (every path). Default False. Lives
             in each param group (an extra key the Ultralytics optimizer ignores).
+        skip_nonfinite: skip a step whose gradients (of the groups that ask) are not all
+            finite, leaving parameters and every buffer bit-identical, decided on the device
+            with no host read (one fused inf/NaN check, a backup copy and a bitwise select:
+            ``musgd._guard``); eager, replayed and inside a whole-step CUDA graph alike.
+            Skipped steps are counted on the device (:attr:`skipped_steps`); an extra group key
+            the Ultralytics optimizer ignores. Costs one copy
+            of the guarded parameters and buffers in memory. Off by default. Lives in each
+            param group. FSDP2 (DTensor) parameters are refused.
 
     ``differentiable``, ``fused`` and ``capturable`` are not offered, as in
     :class:`musgd.MuSGD`: anything but their defaults raises ValueError saying what serves
@@ -445,6 +454,7 @@ class UltralyticsMuSGD(EngineOptimizer):
         process_group: ProcessGroup | None = None,
         recorder: Recorder | None = None,
         maximize: bool = False,
+        skip_nonfinite: bool = False,
         differentiable: bool = False,
         fused: bool | None = None,
         capturable: bool = False,
@@ -475,6 +485,7 @@ class UltralyticsMuSGD(EngineOptimizer):
             "capture_orthogonalization": capture_orthogonalization,
             "capture_updates": capture_updates,
             "maximize": maximize,
+            "skip_nonfinite": skip_nonfinite,
             "params": [],
         }
         validate_flavour_group(defaults, where="UltralyticsMuSGD")
