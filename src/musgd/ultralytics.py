@@ -33,6 +33,7 @@ import torch
 from torch.optim import Optimizer
 
 from musgd._clip_replay import GradClipReplay
+from musgd._ema import FusedEMA
 from musgd._network_capture import NetworkCapture
 from musgd._newton_schulz import SUPPORTED_NS_DTYPES
 from musgd._nsconfig import NSConfig, merge_flat, pop_command_line
@@ -66,6 +67,8 @@ _MUSGD_NAMES = frozenset({"auto", "musgd"})
 LOGGER = logging.getLogger("musgd")
 # The gradient-norm bound of the stock trainer's optimizer step (observed on 8.4: WP-011).
 CLIP_MAX_NORM = 10.0
+# With skip_nonfinite, the trainer reads the optimizer's skip counter every this many steps.
+SKIP_REPORT_EVERY = 200
 # Per Ultralytics task: the module and name of its documented trainer class, and the YOLO26n
 # model configuration of the task.
 TASK_TRAINERS: dict[str, tuple[str, str, str]] = {
@@ -109,6 +112,7 @@ def from_stock(
     ns_dtype: torch.dtype = torch.bfloat16,
     ns_backend: str = "auto",
     ns: NSConfig | None = None,
+    skip_nonfinite: bool = False,
 ) -> UltralyticsMuSGD:
     """An :class:`UltralyticsMuSGD` over the same param groups as an Ultralytics ``MuSGD``.
 
@@ -116,7 +120,7 @@ def from_stock(
     ``muon``/``sgd`` are read from the stock optimizer. The stock optimizer must not have
     stepped yet: its state is not carried over (load a checkpoint's state dict instead).
     ``ns`` (a :class:`musgd.NSConfig`) sets the Newton-Schulz settings, as in
-    :class:`UltralyticsMuSGD`.
+    :class:`UltralyticsMuSGD`; ``skip_nonfinite`` guards every group, as there.
     """
     if any(stock.state.values()):
         raise ValueError(
@@ -141,6 +145,7 @@ def from_stock(
         capture_updates=capture_updates,
         ns_backend=ns_backend,
         ns=ns,
+        skip_nonfinite=skip_nonfinite,
     )
 
 
@@ -154,6 +159,7 @@ def musgd_trainer(
     capture_clip: bool = True,
     capture_network: bool = False,
     ns: NSConfig | None = None,
+    skip_nonfinite: bool = False,
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
 
@@ -179,6 +185,13 @@ def musgd_trainer(
 
     ``ns`` (a :class:`musgd.NSConfig`) reaches every optimizer the trainer builds
     (``musgd_options["ns"]``); ``ns_dtype`` and ``ns_backend`` are shorthands for its fields.
+
+    With ``skip_nonfinite`` (off by default) a step whose gradients are not all finite leaves
+    the parameters, both momentum buffers and the EMA weights bit-identical, decided on the
+    device with no host read (the scaler's own skip reads its flag every iteration): see
+    :func:`_optimizer_step`. The skips are counted on the device, read every
+    ``SKIP_REPORT_EVERY`` steps and at the end of training, logged when there are new ones, and
+    kept as the trainer's ``musgd_skipped``.
     """
     # Checked now, not when the trainer builds its optimizer after setting up the whole run.
     if ns_backend not in NS_BACKENDS:
@@ -209,7 +222,12 @@ def musgd_trainer(
         raise TypeError(
             f"musgd_trainer needs an Ultralytics trainer class with build_optimizer, got {base!r}"
         )
-    for flag, value in (("capture_clip", capture_clip), ("capture_network", capture_network)):
+    flags = (
+        ("capture_clip", capture_clip),
+        ("capture_network", capture_network),
+        ("skip_nonfinite", skip_nonfinite),
+    )
+    for flag, value in flags:
         if not isinstance(value, bool):
             raise ValueError(f"musgd_trainer: {flag} must be True or False, got {value!r}")
     options: dict[str, Any] = {
@@ -220,6 +238,8 @@ def musgd_trainer(
     }
     if ns is not None:  # only when given: the default's options stay plain values
         options["ns"] = ns
+    if skip_nonfinite:  # likewise
+        options["skip_nonfinite"] = True
 
     def build_optimizer(
         self: Any, model: Any, name: str = "auto", *args: Any, **kwargs: Any
@@ -235,6 +255,8 @@ def musgd_trainer(
             )
             return base.build_optimizer(self, model, name, *args, **kwargs)
         stock = base.build_optimizer(self, model, _STOCK_NAME, *args, **kwargs)
+        if skip_nonfinite:  # the last count, read once when training ends
+            self.add_callback("on_train_end", report_skips)
         return from_stock(stock, **options)
 
     namespace: dict[str, Any] = {
@@ -248,8 +270,16 @@ def musgd_trainer(
         "__module__": __name__,
         "__doc__": f"{base.__name__} training with UltralyticsMuSGD (replay flags on).",
     }
-    if capture_clip and _stock_optimizer_step(base):
+    if (capture_clip or skip_nonfinite) and _stock_optimizer_step(base):
         namespace["optimizer_step"] = _optimizer_step
+        if skip_nonfinite:
+            namespace["musgd_report_skips"] = report_skips
+    elif skip_nonfinite:
+        LOGGER.warning(
+            "musgd_trainer: %s has its own optimizer_step: skip_nonfinite guards the optimizer "
+            "(parameters and momentum buffers), not the EMA, and the scaler keeps its host read",
+            base.__name__,
+        )
     if capture_network:
         namespace["preprocess_batch"] = _preprocess_batch
     # The default's name is the one this module exports: Ultralytics' DDP launch pickles the
@@ -309,23 +339,92 @@ def _stock_optimizer_step(base: type[Any]) -> bool:
 
 
 def _optimizer_step(self: Any) -> None:
-    """The stock trainer's optimizer step, its gradient clipping replayed.
+    """The stock trainer's optimizer step, its gradient clipping replayed (``capture_clip``) and,
+    with ``skip_nonfinite``, its non-finite skip decided on the device.
 
     The stock step, as observed on Ultralytics 8.4 (tests/ultralytics checks it bit for bit):
     the scaler unscales the gradients, their norm is clipped to 10 over
     ``self.model.parameters()``, the scaler steps the optimizer (skipping a step whose gradients
     are not finite) and updates its scale, the gradients are dropped, and the EMA follows.
+
+    With ``skip_nonfinite`` (and our optimizer) the scaler's skip, which reads its found-inf
+    flag on the host every iteration, is the optimizer's guard instead: the optimizer steps
+    directly and leaves every bit where the unscaled gradients are not finite, the scaler's
+    update still lowers its scale from the flag its ``unscale_`` made, and the EMA is
+    :class:`musgd._ema.FusedEMA`, skipped with the step. Every ``SKIP_REPORT_EVERY`` steps
+    (and at the end of training) the skip counter is read, and new skips are logged.
     """
-    clip = self.__dict__.get("musgd_clip")
-    if clip is None:
-        clip = self.musgd_clip = GradClipReplay(CLIP_MAX_NORM)
-    self.scaler.unscale_(self.optimizer)
+    options = type(self).musgd_options
+    if options["capture_clip"]:
+        clip = self.__dict__.get("musgd_clip")
+        if clip is None:
+            clip = self.musgd_clip = GradClipReplay(CLIP_MAX_NORM)
+    else:
+        clip = _clip_eagerly
+    optimizer = self.optimizer
+    guarded = options.get("skip_nonfinite", False) and isinstance(optimizer, UltralyticsMuSGD)
+    self.scaler.unscale_(optimizer)
     clip(self.model.parameters())
-    self.scaler.step(self.optimizer)
+    if guarded and self.scaler.is_enabled():
+        optimizer.step()
+    else:
+        self.scaler.step(optimizer)
     self.scaler.update()
-    self.optimizer.zero_grad()
+    optimizer.zero_grad()
     if self.ema:
-        self.ema.update(self.model)
+        if guarded:
+            _guarded_ema_update(self, optimizer)
+        else:
+            self.ema.update(self.model)
+    if guarded:
+        steps = self.__dict__.get("musgd_steps", 0) + 1
+        self.musgd_steps = steps
+        if steps % SKIP_REPORT_EVERY == 0:
+            report_skips(self)
+
+
+def _clip_eagerly(parameters: Any) -> None:
+    """The stock clip, eagerly (``capture_clip=False``)."""
+    torch.nn.utils.clip_grad_norm_(parameters, max_norm=CLIP_MAX_NORM)
+
+
+def _guarded_ema_update(self: Any, optimizer: UltralyticsMuSGD) -> None:
+    """The EMA's update as the stock ``ModelEMA.update`` makes it (its ``updates`` counted, its
+    ``decay(updates)``, every floating-point entry averaged), fused and skipped with the step.
+
+    ``updates`` still counts a skipped step (the host cannot know of the skip without a read),
+    so the decay schedule runs one update ahead per skip; the EMA weights keep every bit.
+    """
+    ema = self.ema
+    if not getattr(ema, "enabled", True):
+        return
+    fused = self.__dict__.get("musgd_ema")
+    if fused is None:
+        fused = self.musgd_ema = FusedEMA()
+    ema.updates += 1
+    model = self.model
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
+        model = model.module
+    fused.update(ema.ema, model, float(ema.decay(ema.updates)), optimizer.last_step_skipped)
+
+
+def report_skips(self: Any) -> int:
+    """Read the optimizer's skip counter (one host read), log the steps skipped since the last
+    read, and return the count (also kept as the trainer's ``musgd_skipped``)."""
+    optimizer = self.optimizer
+    if not isinstance(optimizer, UltralyticsMuSGD):
+        return 0
+    total = int(optimizer.skipped_steps)
+    before = self.__dict__.get("musgd_skipped", 0)
+    self.musgd_skipped = total
+    if total > before:
+        LOGGER.warning(
+            "musgd: skipped %d optimizer step(s) whose gradients were not finite (%d in all, "
+            "parameters, momentum buffers and EMA left as they were)",
+            total - before,
+            total,
+        )
+    return total
 
 
 def _scalar(value: str, load: Any) -> Any:
@@ -394,15 +493,18 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in args):
         print(
             "usage: musgd-yolo [model=yolo26n.yaml] [task=detect|segment|pose|obb|classify] "
-            "[capture_network=true] [ns_steps=5 ns_coefficients=quintic ns_dtype=bf16 ...] "
+            "[capture_network=true] [skip_nonfinite=true] "
+            "[ns_steps=5 ns_coefficients=quintic ns_dtype=bf16 ...] "
             "key=value ...  (model.train arguments; ns_* are musgd.NSConfig fields)"
         )
         return 0
     try:
         model_name, kwargs = parse_train_args(args)
         network = kwargs.pop("capture_network", False)
-        if not isinstance(network, bool):
-            raise ValueError(f"capture_network= takes true or false, got {network!r}")
+        guard = kwargs.pop("skip_nonfinite", False)
+        for key, value in (("capture_network", network), ("skip_nonfinite", guard)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{key}= takes true or false, got {value!r}")
         ns = pop_command_line(kwargs)  # ns_steps=3 ns_coefficients=quintic ...
         model_given = any(a.partition("=")[0] == "model" for a in args)
         task, task_model = _task_of(kwargs.pop("task", None), model_given)
@@ -424,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     # Detection keeps the exported MuSGDTrainer (a DDP launch writes it by reference).
     base = None if task == "detect" else task_trainer(task)
     options: dict[str, Any] = {"capture_network": network}
+    if guard:
+        options["skip_nonfinite"] = True
     if ns is not None:
         options["ns"] = ns
     model.train(trainer=musgd_trainer(base, **options), **kwargs)

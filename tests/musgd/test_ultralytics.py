@@ -8,7 +8,9 @@ the installed Ultralytics package is tests/ultralytics/ (its own environment, `m
 
 from __future__ import annotations
 
+import copy
 import io
+import logging
 import math
 import sys
 import types
@@ -20,7 +22,9 @@ import torch
 from replay_common import assert_same
 from replay_fakes import FakeRecorder
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
+import musgd.ultralytics as trainer_module
 from musgd import GradClipReplay, _functional
 from musgd import _ultralytics_optim as flavour
 from musgd.ultralytics import (
@@ -453,16 +457,21 @@ def test_command_line_capture_network_reaches_the_trainer(monkeypatch: pytest.Mo
 
     monkeypatch.setitem(sys.modules, "ultralytics", types.SimpleNamespace(YOLO=FakeYOLO))
     monkeypatch.setattr(module, "require_ultralytics", lambda: None)
-    made: list[bool] = []
+    made: list[tuple[bool, bool]] = []
     monkeypatch.setattr(
         module,
         "musgd_trainer",
-        lambda base=None, capture_network=False: made.append(capture_network),
+        lambda base=None, capture_network=False, skip_nonfinite=False: made.append(
+            (capture_network, skip_nonfinite)
+        ),
     )
     assert module.main(["capture_network=true", "epochs=2"]) == 0
     assert module.main(["epochs=2"]) == 0
-    assert made == [True, False]
-    assert [kw for _, kw in calls] == [{"trainer": None, "epochs": 2}] * 2
+    assert module.main(["skip_nonfinite=true", "epochs=2"]) == 0
+    assert made == [(True, False), (False, False), (False, True)]
+    assert [kw for _, kw in calls] == [{"trainer": None, "epochs": 2}] * 3
+    assert module.main(["skip_nonfinite=often"]) == 2  # a clear message, no training
+    assert len(made) == 3
 
 
 def test_groups_given_generators_keep_their_parameters() -> None:
@@ -686,3 +695,105 @@ def test_task_trainer_refuses_an_unknown_task_and_needs_ultralytics(
     monkeypatch.setitem(sys.modules, "ultralytics", None)
     with pytest.raises(ImportError, match=r"pip install \"wpgate\[ultralytics\]\""):
         task_trainer("segment")
+
+
+class _NoHostReads(TorchDispatchMode):
+    """Fails on any host read of a tensor's value (``.item()``, ``int()``, ``bool()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise AssertionError("a host read of a device value in the guarded optimizer step")
+        return func(*args, **(kwargs or {}))
+
+
+def _ema_decay(updates: int) -> float:
+    return 0.9999 * (1 - math.exp(-updates / 2000))
+
+
+def test_trainer_guarded_step_skips_on_the_device_with_the_scaler_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``skip_nonfinite``: the AMP optimizer step with no host read; a step whose unscaled
+    gradients are not finite leaves parameters, both buffers and the EMA bit-identical, while
+    the scaler lowers its scale exactly as with its own skip. The reference is the stock
+    sequence (the scaler's host-read skip) with the EMA updated only where the step was taken."""
+
+    class FakeTrainer:
+        def __init__(self) -> None:
+            self.callbacks: dict[str, list[Any]] = {}
+
+        def add_callback(self, event: str, fn: Any) -> None:
+            self.callbacks.setdefault(event, []).append(fn)
+
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            return _StockLike(stock_groups(list(model.parameters())), **KW)
+
+    made = musgd_trainer(
+        FakeTrainer,
+        skip_nonfinite=True,
+        capture_clip=False,
+        capture_orthogonalization=False,
+        capture_updates=False,
+        ns_dtype=torch.float32,
+    )
+    trainer = made()
+    trainer.model = torch.nn.ParameterList(make_params())
+    trainer.optimizer = trainer.build_optimizer(trainer.model)
+    assert trainer.callbacks["on_train_end"] == [trainer_module.report_skips]
+    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**6, growth_interval=2)
+    ema_model = copy.deepcopy(trainer.model).requires_grad_(False)
+    trainer.ema = types.SimpleNamespace(ema=ema_model, updates=0, decay=_ema_decay, enabled=True)
+
+    twin = torch.nn.ParameterList(make_params())
+    ref_opt = UltralyticsMuSGD(stock_groups(list(twin)), **KW, ns_dtype=torch.float32)
+    ref_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**6, growth_interval=2)
+    ref_ema = [t.detach().clone() for t in twin]
+    poisoned = {2: float("inf"), 3: float("nan")}
+    for step in range(6):
+        for params, scaler in ((list(trainer.model), trainer.scaler), (list(twin), ref_scaler)):
+            gen = torch.Generator().manual_seed(100 + step)
+            loss = sum((p * torch.randn(p.shape, generator=gen)).sum() for p in params)
+            scaler.scale(loss).backward()  # gradients times the scale, exactly (a power of 2)
+            if step in poisoned:
+                params[1].grad.view(-1)[3] = poisoned[step]
+        with _NoHostReads():
+            trainer.optimizer_step()
+        # The reference: the stock sequence; its EMA follows only a step that was taken.
+        ref_scaler.unscale_(ref_opt)
+        torch.nn.utils.clip_grad_norm_(list(twin), 10.0)
+        ref_scaler.step(ref_opt)
+        ref_scaler.update()
+        ref_opt.zero_grad()
+        if step not in poisoned:
+            d = _ema_decay(step + 1)
+            for v, m in zip(ref_ema, twin, strict=True):
+                v.mul_(d).add_((1 - d) * m.detach())
+        assert trainer.scaler.get_scale() == ref_scaler.get_scale()
+        for p, q in zip(trainer.model, twin, strict=True):
+            assert torch.equal(p, q)
+            assert trainer.optimizer.state[p].keys() == ref_opt.state[q].keys()
+            for key, t in trainer.optimizer.state[p].items():
+                assert torch.equal(t, ref_opt.state[q][key])
+        for v, r in zip(ema_model, ref_ema, strict=True):
+            assert torch.equal(v, r)
+    assert trainer.ema.updates == 6  # the host counts every update it asked for
+    with caplog.at_level(logging.WARNING, logger="musgd"):
+        assert trainer.musgd_report_skips() == 2
+    assert "skipped 2 optimizer step(s) whose gradients were not finite" in caplog.text
+    assert trainer.musgd_skipped == 2
+
+
+def test_trainer_skip_nonfinite_is_checked_and_reaches_the_options() -> None:
+    class FakeTrainer:
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            raise AssertionError("never reached")
+
+    with pytest.raises(ValueError, match="skip_nonfinite must be True or False, got 1"):
+        musgd_trainer(FakeTrainer, skip_nonfinite=1)  # type: ignore[arg-type]
+    made = musgd_trainer(FakeTrainer, skip_nonfinite=True, capture_clip=False)
+    assert made.musgd_options["skip_nonfinite"] is True
+    assert "optimizer_step" in vars(made)  # the guarded step, though the clip is not replayed
+    assert "skip_nonfinite" not in musgd_trainer(FakeTrainer).musgd_options

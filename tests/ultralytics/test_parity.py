@@ -593,3 +593,77 @@ def _train_capturing(
         callbacks={"on_train_batch_end": keep},
     )
 
+
+def test_the_fused_ema_is_the_stock_model_ema_bit_for_bit() -> None:
+    """``musgd._ema.FusedEMA`` (the EMA of ``skip_nonfinite``) against Ultralytics' ``ModelEMA``
+    as a black box, on a real YOLO26n whose weights and BatchNorm statistics move."""
+    from ultralytics.utils.torch_utils import ModelEMA
+
+    from musgd._ema import FusedEMA
+    from ultralytics import YOLO
+
+    torch.manual_seed(0)
+    model = YOLO("yolo26n.yaml").model.float().train()
+    stock = ModelEMA(model)
+    ours = copy.deepcopy(stock.ema)
+    fused = FusedEMA()
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * 0.01)
+        model(torch.rand(2, 3, 64, 64, generator=gen))  # the BatchNorm statistics move
+        stock.update(model)
+        fused.update(ours, model, float(stock.decay(stock.updates)))
+    expected = stock.ema.state_dict()
+    got = ours.state_dict()
+    assert expected.keys() == got.keys()
+    assert all(torch.equal(got[k], v) for k, v in expected.items())
+    assert any(not torch.equal(v, model.state_dict()[k]) for k, v in expected.items())
+
+
+def test_a_guarded_training_run_skips_the_poisoned_step_and_says_so(
+    tiny_dataset: Path, tmp_path: Path, ours_trainer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``musgd_trainer(skip_nonfinite=True)`` in the real trainer: the optimizer step whose
+    gradient was poisoned leaves the weights, both buffers and the EMA bit-identical; the other
+    steps move them; the end of training reads the count once and logs it."""
+    guarded = musgd_trainer(skip_nonfinite=True, ns_dtype=ours_trainer.musgd_options["ns_dtype"])
+    kept: list[bool] = []
+
+    def snapshot(trainer: Any) -> dict[str, Any]:
+        return {
+            "model": {k: v.clone() for k, v in trainer.model.state_dict().items()},
+            "ema": {k: v.clone() for k, v in trainer.ema.ema.state_dict().items()},
+            "optimizer": copy.deepcopy(trainer.optimizer.state_dict()["state"]),
+        }
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, Tensor):
+            return torch.equal(a, b)
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+
+    class Poisoning(guarded):  # type: ignore[misc,valid-type]
+        def optimizer_step(self) -> None:
+            calls = self.__dict__.get("poison_calls", 0)
+            self.poison_calls = calls + 1
+            before = snapshot(self)
+            if calls == 2:
+                next(p for p in self.model.parameters() if p.grad is not None).grad.view(-1)[0] = (
+                    float("nan")
+                )
+            super().optimizer_step()
+            after = snapshot(self)
+            # BatchNorm statistics move in the forward, not the step: compare what it writes.
+            weights = {k: v for k, v in after["model"].items() if "running" not in k}
+            kept.append(
+                same(weights, {k: before["model"][k] for k in weights})
+                and same(after["ema"], before["ema"])
+                and same(after["optimizer"], before["optimizer"])
+            )
+
+    with caplog.at_level(logging.WARNING, logger="musgd"):
+        model = _train(tiny_dataset, tmp_path, "guarded", epochs=2, trainer=Poisoning)
+    assert kept == [False, False, True, False]  # 2 epochs of 2 batches; the third is poisoned
+    assert model.trainer.musgd_skipped == 1
+    assert "skipped 1 optimizer step(s) whose gradients were not finite" in caplog.text
