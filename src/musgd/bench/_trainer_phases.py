@@ -39,6 +39,9 @@ MARKS = (
     "previous_end",  # the previous iteration's batch_end, when in the same epoch
     "batch_start",
     "preprocessed",
+    "forward_start",  # the network's forward (the model's predict), inside the loss call
+    "forward_end",
+    "backward_start",  # the loss scaled for its backward (the scaler's scale)
     "optimizer_enter",
     "unscale_start",
     "unscale_end",
@@ -70,6 +73,9 @@ PHASES = (
     Phase("data_wait", "previous_end", "batch_start"),
     Phase("preprocess", "batch_start", "preprocessed"),  # warm-up writes, batch to the device
     Phase("forward_backward", "preprocessed", "optimizer_enter"),
+    Phase("forward", "forward_start", "forward_end"),  # the network (replayed where captured)
+    Phase("loss", "forward_end", "backward_start"),  # the detection loss and its bookkeeping
+    Phase("backward", "backward_start", "optimizer_enter"),
     Phase("trainer_optimizer_step", "optimizer_enter", "optimizer_exit"),
     Phase("unscale", "unscale_start", "unscale_end"),
     Phase("clip", "unscale_end", "scaler_step_start"),  # gradient clipping, between the two

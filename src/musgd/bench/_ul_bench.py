@@ -1,7 +1,7 @@
 """``python -m musgd.bench ultralytics``: YOLO26 in the Ultralytics trainer, stock MuSGD against
 ours, and replay bit-identity, for any Ultralytics task.
 
-Four parts on a synthetic dataset of the task's documented format generated offline, one
+Five parts on a synthetic dataset of the task's documented format generated offline, one
 evidence file each (:mod:`musgd.bench._ul_identity` for the first two,
 :mod:`musgd.bench._ul_runs` for the runs, :mod:`musgd.bench._ul_design` for the pairs):
 
@@ -9,6 +9,8 @@ evidence file each (:mod:`musgd.bench._ul_identity` for the first two,
 * ``network``: the captured network against the eager one, losses and final state;
 * ``phases``: per batch size, one stock and one of our runs with the device synchronised at every
   phase boundary of the iteration: where the time goes;
+* ``syncs``: per batch size, one stock and one of our runs unsynchronised, every host
+  synchronization of every iteration counted, with its source (:mod:`musgd.bench._syncs`);
 * ``train``: per batch size, ``--pairs`` rounds of stock and ours with the same seed (seed k in
   round k), unsynchronised: iteration, compute and epoch times, losses, per-pair ratios
   stock/ours, and the loss and iteration curves (``results.curves``); where the data loader's
@@ -39,7 +41,7 @@ from musgd.bench._ul_design import DATA_BOUND_SHARE, SKIP_FIRST, lowdata_wanted
 from musgd.bench._ul_identity import run_identity, run_network_identity
 from musgd.bench._ul_plan import Budget, UsageError, configure, plan_lines
 from musgd.bench._ul_report import build_curves, read_train_results
-from musgd.bench._ul_runs import RunFailedError, run_one, run_pairs, run_phases
+from musgd.bench._ul_runs import RunFailedError, run_one, run_pairs, run_phases, run_syncs
 from musgd.bench._yolo_data import write_synthetic_dataset
 from musgd.ultralytics import require_ultralytics
 
@@ -123,6 +125,11 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
             for entry in phases["batches"].values()
             if "stock" in entry["arms"]
         )
+    if "syncs" in args.parts:
+        syncs = run_syncs(args, data, budget)
+        syncs["budget"] = budget.as_dict()
+        save("ultralytics-syncs", syncs)
+        print("wrote", args.out / "ultralytics-syncs.json")
     if "train" in args.parts:
         _train(args, data, budget, shares, save)
     print(f"budget: used {budget.used():.0f} s, skipped {len(budget.skipped)} runs")
@@ -147,6 +154,7 @@ def _train(
         "settle_s": args.settle_s,
         "design": args.design,
         "ours_network": args.ours_network,
+        "ours_guard": args.ours_guard,
         "variants": {},
     }
 

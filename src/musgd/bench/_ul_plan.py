@@ -33,7 +33,7 @@ __all__ = [
     "run_estimate",
 ]
 
-PARTS = ("identity", "network", "phases", "train")
+PARTS = ("identity", "network", "phases", "syncs", "train")
 # Steps the gradient scaler may skip (inf/nan gradients under AMP) on top of the identity target.
 SKIP_ALLOWANCE = 0.1
 
@@ -160,6 +160,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="our arm captures the network's forward and backward (capture_network=True)",
     )
     parser.add_argument(
+        "--ours-guard",
+        action="store_true",
+        help="our arm trains with skip_nonfinite=True (the non-finite step skipped on the device)",
+    )
+    parser.add_argument(
         "--network-iters",
         type=int,
         default=None,
@@ -266,6 +271,10 @@ def plan_lines(args: argparse.Namespace, budget: Budget) -> list[str]:
     if "phases" in args.parts:
         est = 2 * 1.3 * sum(runs.values())
         lines.append(f"plan: phases 2 runs x {len(runs)} batch sizes, about {est:.0f} s")
+        total += est
+    if "syncs" in args.parts:
+        est = 2 * 1.2 * sum(runs.values())
+        lines.append(f"plan: syncs 2 runs x {len(runs)} batch sizes, about {est:.0f} s")
         total += est
     if "train" in args.parts:
         est = len(round_order(0, args.design)) * args.pairs * sum(runs.values())

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 import musgd
+from musgd.bench._syncs import SyncCounter
 from musgd.bench._trainer_phases import PhaseClock, phase_trace, summarize_phases
 from musgd.bench._ul_design import (
     ARMS,
@@ -54,6 +55,7 @@ __all__ = [
     "run_one",
     "run_pairs",
     "run_phases",
+    "run_syncs",
     "stats_dict",
     "timed_trainer",
     "train_kwargs",
@@ -104,9 +106,10 @@ class RunLog:
     clock does (the ``phases`` measurement).
     """
 
-    def __init__(self, device: str, clock: PhaseClock) -> None:
+    def __init__(self, device: str, clock: PhaseClock, syncs: SyncCounter | None = None) -> None:
         self.device = device
         self.clock = clock
+        self.syncs = syncs
         self.epoch_s: list[float] = []
         self._loss_items: list[Any] = []
         self._epoch_start = 0.0
@@ -131,10 +134,15 @@ class RunLog:
         self.epoch_s.append(time.perf_counter() - self._epoch_start)
 
     def batch_start(self, trainer: Any) -> None:
+        instrument_network(trainer, self.clock)
+        if self.syncs is not None:
+            self.syncs.start_iteration()
         self.clock.start_iteration()
 
     def batch_end(self, trainer: Any) -> None:
         self.clock.end_iteration()
+        if self.syncs is not None:
+            self.syncs.end_iteration()
         self._loss_items.append(_snapshot(getattr(trainer, "loss_items", None)))
 
     @property
@@ -170,6 +178,16 @@ def instrument_trainer_objects(trainer: Any, clock: PhaseClock) -> None:
         _wrap(scaler, "unscale_", clock, "unscale_start", "unscale_end")
         _wrap(scaler, "step", clock, "scaler_step_start", "scaler_step_end")
         _wrap(scaler, "update", clock, "update_start", "update_end")
+        _wrap(scaler, "scale", clock, "backward_start", "backward_start")
+
+
+def instrument_network(trainer: Any, clock: PhaseClock) -> None:
+    """Marks around the network's forward: the model's ``predict``, which the loss call reaches
+    (observed on 8.4; with ``capture_network`` the capture's own ``predict``, installed at the
+    first batch, so this runs at every batch start and wraps whichever is there)."""
+    model = getattr(trainer, "model", None)
+    if model is not None and callable(getattr(model, "predict", None)):
+        _wrap(model, "predict", clock, "forward_start", "forward_end")
 
 
 def timed_trainer(base: type[Any], clock: PhaseClock) -> type[Any]:
@@ -226,10 +244,10 @@ def train_kwargs(
     return kw
 
 
-def _base_trainer(arm: str, task: str, *, network: bool = False) -> type[Any]:
+def _base_trainer(arm: str, task: str, *, network: bool = False, guard: bool = False) -> type[Any]:
     base = task_trainer(task)
     if arm == "ours":
-        return musgd_trainer(base, capture_network=network)
+        return musgd_trainer(base, capture_network=network, skip_nonfinite=guard)
     return base  # with optimizer="MuSGD": the stock optimizer
 
 
@@ -256,25 +274,33 @@ def train_once(
     seed: int,
     synchronize: bool,
     variant: str = "default",
+    count_syncs: bool = False,
 ) -> dict[str, Any]:
-    """One training run of ``arm``: iteration, compute and epoch times, phases, losses."""
+    """One training run of ``arm``: iteration, compute and epoch times, phases, losses (and,
+    with ``count_syncs``, the host synchronizations of each iteration: :class:`SyncCounter`)."""
     from ultralytics import YOLO
 
     iterations_per_epoch = math.ceil(args.n_train / batch)
     epochs = epochs_for(args.iters, iterations_per_epoch)
     clock = PhaseClock((lambda: _sync(args.device)) if synchronize else None)
-    log = RunLog(args.device, clock)
+    syncs = SyncCounter() if count_syncs else None
+    log = RunLog(args.device, clock, syncs)
     model = YOLO(args.model)
     log.attach(model)
     kw = train_kwargs(args, data, batch, epochs, variant)
     sync_tag = "sync" if synchronize else "nosync"
     kw.update(seed=seed, name=f"b{batch}-{variant}-{arm}-s{seed}-{sync_tag}")
-    kw["trainer"] = timed_trainer(_base_trainer(arm, args.task, network=args.ours_network), clock)
+    base = _base_trainer(arm, args.task, network=args.ours_network, guard=args.ours_guard)
+    kw["trainer"] = timed_trainer(base, clock)
     if arm == "stock":
         kw["optimizer"] = "MuSGD"
     host_before = host_snapshot()
     start = time.perf_counter()
-    model.train(**kw)
+    if syncs is not None:
+        with syncs.counting():
+            model.train(**kw)
+    else:
+        model.train(**kw)
     total = time.perf_counter() - start
     host_after = host_snapshot()
     opt = model.trainer.optimizer
@@ -305,6 +331,8 @@ def train_once(
         "replay": replay_stats(opt),
         "clip_replay": clip_stats(model.trainer),
         "network": network_stats(model.trainer),
+        "skipped_steps": getattr(model.trainer, "musgd_skipped", None),
+        "host_syncs": None if syncs is None else syncs.summary(skip),
     }
 
 
@@ -317,6 +345,7 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
     argv += ["--workers", str(args.workers), "--work", str(args.work)]
     argv += ["--quick"] if args.quick else []
     argv += ["--ours-network"] if args.ours_network else []
+    argv += ["--ours-guard"] if args.ours_guard else []
     argv += ["--one-run", json.dumps(run, sort_keys=True), "--one-run-data", str(data)]
     return [*argv, "--one-run-out", str(out)]
 
@@ -397,6 +426,42 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
         "synchronized": True,
         "isolation": args.isolation,
         "settle_s": args.settle_s,
+        "batches": batches,
+    }
+
+
+def run_syncs(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
+    """Per batch size, stock then ours, unsynchronised, with every host synchronization of
+    every iteration counted (:class:`musgd.bench._syncs.SyncCounter`) and the phase marks."""
+    batches: dict[str, Any] = {}
+    for batch in args.batch_sizes:
+        arms: dict[str, Any] = {}
+        for arm in ARMS:
+            key = f"syncs-b{batch}"
+            default = run_estimate(args, batch, per_iteration_s=args.per_iteration_s * 1.2)
+            if not budget.admit(f"syncs batch {batch} {arm}", key, default):
+                continue
+            start = time.perf_counter()
+            run = train_run(
+                args, data, arm=arm, batch=batch, seed=0, synchronize=False, count_syncs=True
+            )
+            budget.record(key, time.perf_counter() - start)
+            run.pop("losses")
+            arms[arm] = run
+            syncs = run["host_syncs"]["per_iteration"]
+            print(
+                f"syncs batch {batch} {arm}: iteration {fmt(run['iteration_ms'])} ms, host "
+                f"synchronizations per iteration median {syncs['median']} (min {syncs['min']}, "
+                f"max {syncs['max']})"
+            )
+        batches[str(batch)] = {"arms": arms}
+    return {
+        "imgsz": args.imgsz,
+        "train_images": args.n_train,
+        "synchronized": False,
+        "ours_network": args.ours_network,
+        "ours_guard": args.ours_guard,
+        "isolation": args.isolation,
         "batches": batches,
     }
 

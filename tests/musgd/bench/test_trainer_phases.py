@@ -29,8 +29,11 @@ def test_split_iteration_phases_and_derived() -> None:
     phases = split_iteration(_marks(10.0, data=0.050, step=0.010))
     assert phases["data_wait"] == pytest.approx(50.0)
     assert phases["optimizer_step"] == pytest.approx(10.0)
-    # 16 gaps of 2 ms between the 17 marks from batch_start to batch_end, one of them the step.
-    assert phases["iteration"] == pytest.approx(50.0 + 15 * 2.0 + 10.0)
+    # 19 gaps of 2 ms between the 20 marks from batch_start to batch_end, one of them the step.
+    assert phases["iteration"] == pytest.approx(50.0 + 18 * 2.0 + 10.0)
+    # The network's forward, the loss and the backward: one gap each.
+    assert (phases["forward"], phases["loss"], phases["backward"]) == pytest.approx((2, 2, 2))
+    assert phases["forward_backward"] == pytest.approx(4 * 2.0)
     assert phases["compute"] == pytest.approx(phases["iteration"] - 50.0)
     # optimizer_enter .. optimizer_exit spans 13 gaps, one of them the 10 ms step.
     assert phases["trainer_optimizer_step"] == pytest.approx(12 * 2.0 + 10.0)
@@ -55,7 +58,7 @@ def test_phase_trace_keeps_every_iteration_in_order() -> None:
     trace = phase_trace([first, _marks(0.5, data=0.010, step=0.010), slow])
     assert set(trace) == {"iteration", "forward_backward", "trainer_optimizer_step"}
     assert trace["iteration"][0] is None
-    assert trace["iteration"][1:] == [pytest.approx(50.0), pytest.approx(70.12)]
+    assert trace["iteration"][1:] == [pytest.approx(56.0), pytest.approx(76.12)]
     assert trace["trainer_optimizer_step"] == [
         pytest.approx(34.0),
         pytest.approx(34.0),

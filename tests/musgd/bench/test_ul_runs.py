@@ -42,7 +42,7 @@ def test_lowdata_kwargs_turn_the_augmentations_off(tmp_path: Path) -> None:
 
 
 def test_a_child_runs_the_subcommand_with_this_configuration(tmp_path: Path) -> None:
-    args = _args("--quick", "--task", "obb", "--ours-network", "--amp", "false")
+    args = _args("--quick", "--task", "obb", "--ours-network", "--ours-guard", "--amp", "false")
     args.work = tmp_path
     run = {"arm": "ours", "batch": 4, "seed": 1, "synchronize": False}
     argv = _ul_runs.child_argv(args, tmp_path / "data.yaml", run, tmp_path / "out.json")
@@ -51,7 +51,10 @@ def test_a_child_runs_the_subcommand_with_this_configuration(tmp_path: Path) -> 
     assert options["--task"] == "obb"
     assert options["--model"] == "yolo26n-obb.yaml"
     assert options["--amp"] == "false"
-    assert {"--quick", "--ours-network"} <= set(argv)
+    assert {"--quick", "--ours-network", "--ours-guard"} <= set(argv)
+    assert "--ours-guard" not in _ul_runs.child_argv(
+        _args("--quick"), tmp_path / "data.yaml", run, tmp_path / "out.json"
+    )
     assert json.loads(argv[argv.index("--one-run") + 1]) == run
     assert argv[-2:] == ["--one-run-out", str(tmp_path / "out.json")]
 
