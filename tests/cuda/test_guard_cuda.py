@@ -3,6 +3,7 @@ bit against a run that simply is not stepped at the poisoned steps, with no host
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from musgd import MuSGD
+from musgd.bench._syncs import PROTOTYPE_WARNING
 from musgd.ultralytics import UltralyticsMuSGD
 
 pytestmark = pytest.mark.cuda
@@ -99,8 +101,10 @@ def test_guarded_steps_are_the_unpoisoned_run_bit_for_bit(
             step_fn = graph.replay
             continue
         if step >= 3:  # steady state: any host synchronization is an error
-            torch.cuda.set_sync_debug_mode("error")
             try:
+                with warnings.catch_warnings():  # setting the mode warns that it is a prototype
+                    warnings.filterwarnings("ignore", message=PROTOTYPE_WARNING)
+                    torch.cuda.set_sync_debug_mode("error")
                 step_fn()
             finally:
                 torch.cuda.set_sync_debug_mode("default")

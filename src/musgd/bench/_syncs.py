@@ -21,10 +21,12 @@ from typing import Any, TextIO
 
 import torch
 
-__all__ = ["SYNC_WARNING", "SyncCounter"]
+__all__ = ["PROTOTYPE_WARNING", "SYNC_WARNING", "SyncCounter"]
 
 # The warning CUDA's sync debug mode issues for a synchronizing operation.
 SYNC_WARNING = re.compile(r"called a synchronizing CUDA operation")
+# What setting the mode warns (torch 2.11), once: the feature is a prototype.
+PROTOTYPE_WARNING = r"Synchronization debug mode is a prototype"
 # Sources kept in the summary, most frequent first.
 TOP_SITES = 12
 
@@ -77,9 +79,11 @@ class SyncCounter:
                     shown(message, category, filename, lineno, file, line)
 
             warnings.showwarning = show
-            if cuda:
-                torch.cuda.set_sync_debug_mode("warn")
             try:
+                if cuda:
+                    with warnings.catch_warnings():
+                        warnings.filterwarnings("ignore", message=PROTOTYPE_WARNING)
+                        torch.cuda.set_sync_debug_mode("warn")
                 yield
             finally:
                 if cuda:
