@@ -274,6 +274,7 @@ def musgd_trainer(
         namespace["optimizer_step"] = _optimizer_step
         if skip_nonfinite:
             namespace["musgd_report_skips"] = report_skips
+            namespace["musgd_update_ema"] = _guarded_ema_update
     elif skip_nonfinite:
         LOGGER.warning(
             "musgd_trainer: %s has its own optimizer_step: skip_nonfinite guards the optimizer "
@@ -373,7 +374,7 @@ def _optimizer_step(self: Any) -> None:
     optimizer.zero_grad()
     if self.ema:
         if guarded:
-            _guarded_ema_update(self, optimizer)
+            self.musgd_update_ema(optimizer)
         else:
             self.ema.update(self.model)
     if guarded:
@@ -390,7 +391,8 @@ def _clip_eagerly(parameters: Any) -> None:
 
 def _guarded_ema_update(self: Any, optimizer: UltralyticsMuSGD) -> None:
     """The EMA's update as the stock ``ModelEMA.update`` makes it (its ``updates`` counted, its
-    ``decay(updates)``, every floating-point entry averaged), fused and skipped with the step.
+    ``decay(updates)``, every floating-point entry averaged, the same bits), skipped with the
+    step: the trainer's ``musgd_update_ema`` (a method, so that benchmarks can mark it).
 
     ``updates`` still counts a skipped step (the host cannot know of the skip without a read),
     so the decay schedule runs one update ahead per skip; the EMA weights keep every bit.

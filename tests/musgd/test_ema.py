@@ -25,16 +25,16 @@ def model_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
 
 
 def per_tensor(ema: torch.nn.Module, model: torch.nn.Module, d: float) -> None:
-    """The average one entry at a time: ``v *= d; v += (1 - d) * m``."""
+    """The average one entry at a time: ``v.lerp_(m, 1 - d)``."""
     current = model.state_dict()
     with torch.no_grad():
         for name, v in ema.state_dict().items():
             if v.dtype.is_floating_point:
-                v.mul_(d).add_((1 - d) * current[name].detach())
+                v.lerp_(current[name].detach(), 1 - d)
 
 
 @pytest.mark.parametrize("decay", [0.0, 0.5, 0.9999 * (1 - 2.718281828**-0.5)])
-def test_fused_average_is_the_per_tensor_one_bit_for_bit(decay: float) -> None:
+def test_fused_average_is_the_per_tensor_lerp_bit_for_bit(decay: float) -> None:
     ema, model = model_pair()
     reference = copy.deepcopy(ema)
     fused = FusedEMA()
@@ -74,3 +74,14 @@ def test_an_ema_of_another_model_is_refused_with_a_message() -> None:
     ):
         FusedEMA().update(ema, other, 0.5)
     assert all(torch.equal(v, before[k]) for k, v in ema.state_dict().items())  # nothing written
+
+
+def test_the_entry_lists_are_kept_until_reset() -> None:
+    ema, model = model_pair()
+    fused = FusedEMA()
+    first = fused.entries(ema, model)
+    assert fused.entries(ema, model) is first
+    fused.reset()
+    again = fused.entries(ema, model)
+    assert again is not first
+    assert [t.data_ptr() for t in again[0]] == [t.data_ptr() for t in first[0]]

@@ -770,7 +770,7 @@ def test_trainer_guarded_step_skips_on_the_device_with_the_scaler_on(
         if step not in poisoned:
             d = _ema_decay(step + 1)
             for v, m in zip(ref_ema, twin, strict=True):
-                v.mul_(d).add_((1 - d) * m.detach())
+                v.lerp_(m.detach(), 1 - d)
         assert trainer.scaler.get_scale() == ref_scaler.get_scale()
         for p, q in zip(trainer.model, twin, strict=True):
             assert torch.equal(p, q)

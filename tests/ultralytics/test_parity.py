@@ -663,7 +663,7 @@ def test_a_guarded_training_run_skips_the_poisoned_step_and_says_so(
             )
 
     with caplog.at_level(logging.WARNING, logger="musgd"):
-        model = _train(tiny_dataset, tmp_path, "guarded", epochs=2, trainer=Poisoning)
+        model = _train(tiny_dataset, tmp_path, "guarded", epochs=2, nbs=4, trainer=Poisoning)
     assert kept == [False, False, True, False]  # 2 epochs of 2 batches; the third is poisoned
     assert model.trainer.musgd_skipped == 1
     assert "skipped 1 optimizer step(s) whose gradients were not finite" in caplog.text
