@@ -74,7 +74,9 @@ def test_replayed_clip_launches_no_per_gradient_kernels() -> None:
     for p, g in zip(params, _grads(5), strict=True):
         p.grad = g
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    # acc_events: torch 2.11 warns (an error here) that events() without it sees one cycle.
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=cpu, acc_events=True) as prof:
         clip(params)
         torch.cuda.synchronize()
     names = [e.name for e in prof.events()]

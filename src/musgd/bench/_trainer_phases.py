@@ -79,6 +79,8 @@ PHASES = (
     Phase("trainer_optimizer_step", "optimizer_enter", "optimizer_exit"),
     Phase("unscale", "unscale_start", "unscale_end"),
     Phase("clip", "unscale_end", "scaler_step_start"),  # gradient clipping, between the two
+    # Unscale's end to the optimizer's step: the clip, and the scaler's check where it steps.
+    Phase("clip_to_step", "unscale_end", "step_start"),
     Phase("scaler_step", "scaler_step_start", "scaler_step_end"),
     Phase("optimizer_step", "step_start", "step_end"),
     Phase("scaler_update", "update_start", "update_end"),

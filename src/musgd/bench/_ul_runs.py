@@ -173,6 +173,8 @@ def instrument_trainer_objects(trainer: Any, clock: PhaseClock) -> None:
     ema = getattr(trainer, "ema", None)
     if ema is not None:
         _wrap(ema, "update", clock, "ema_start", "ema_end")
+    if callable(getattr(trainer, "musgd_update_ema", None)):  # skip_nonfinite's fused EMA
+        _wrap(trainer, "musgd_update_ema", clock, "ema_start", "ema_end")
     scaler = getattr(trainer, "scaler", None)
     if scaler is not None:
         _wrap(scaler, "unscale_", clock, "unscale_start", "unscale_end")
