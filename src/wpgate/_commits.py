@@ -38,6 +38,7 @@ from wpgate.rules.trailers import (
     TrailerOptions,
     lint_messages,
     metadata_exemption,
+    resolves_all,
 )
 from wpgate.trailers import Message, TrailerSyntax, decode_message, parse_message
 
@@ -141,10 +142,13 @@ def _commit_messages(
     Merges and bot commits are exempt whatever they say (a third of a busy history's commits):
     their messages are not parsed.
     """
+    resolve_own = own.resolve
     for commit in commits:
-        if metadata_exemption(len(commit.parents), commit.author, options) is not None:
+        parents = len(commit.parents)
+        if metadata_exemption(parents, commit.author, options) is not None:
+            # Only counted: nothing reads its references or gates.
             yield CommitMessage(
-                _UNREAD, commit.sha[:12], author=commit.author, parents=len(commit.parents)
+                _UNREAD, commit.sha[:12], references, resolves_all, "", None, commit.author, parents
             )
             continue
         try:
@@ -152,17 +156,13 @@ def _commit_messages(
         except UnicodeDecodeError:
             decoded = decode_message(commit.message)
             text, error_line = decoded.text, decoded.error_line
+        message = parse_message(
+            text, comment_char=comment_char, encoding_error_line=error_line, syntax=syntax
+        )
+        # Positional: one per commit, and a call with keywords costs a dictionary more.
+        sha = commit.sha
         yield CommitMessage(
-            message=parse_message(
-                text, comment_char=comment_char, encoding_error_line=error_line, syntax=syntax
-            ),
-            path=commit.sha[:12],
-            references=references,
-            resolve_gate=resolve,
-            commit=commit.sha,
-            resolve_own_gate=own.resolve,
-            author=commit.author,
-            parents=len(commit.parents),
+            message, sha[:12], references, resolve, sha, resolve_own, commit.author, parents
         )
 
 

@@ -1,6 +1,6 @@
 """Commit-message rules (WPG1xx): the subject line and the governance trailers.
 
-Each rule is a pure ``check_x(parsed, options) -> Iterator[Finding]`` over a
+Each rule is a pure ``check_x(parsed, options) -> Sequence[Finding]`` over a
 :class:`CommitMessage` (the parsed message with what it is checked against) and
 :class:`TrailerOptions` (``[tool.wpgate.trailers]``, declared in ``wpgate.options`` with the
 other linters' records and re-exported here). :func:`lint_messages` runs the enabled rules over
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from wpgate._model import WP_ID_PATTERN, Finding, Rule, register, switched_on
@@ -42,6 +41,7 @@ __all__ = [
     "is_revert",
     "lint_messages",
     "metadata_exemption",
+    "resolves_all",
 ]
 
 _SUBJECT = re.compile(r"^(?P<type>[A-Za-z][\w-]*)(?:\((?P<scope>[^()]*)\))?!?: (?P<text>\S.*)$")
@@ -55,7 +55,7 @@ _FIXUP_PREFIXES = ("fixup!", "squash!", "amend!")
 _REVERT_BODY = re.compile(r"^This reverts commit [0-9a-f]{7,64}\b")
 
 
-def _resolves(_node: str) -> str | None:
+def resolves_all(_node: str) -> str | None:
     """The default gate resolver: every node id resolves."""
     return None
 
@@ -75,7 +75,7 @@ class CommitMessage:
     message: Message
     path: str
     references: References = field(default_factory=References)
-    resolve_gate: Callable[[str], str | None] = field(default=_resolves, compare=False)
+    resolve_gate: Callable[[str], str | None] = field(default=resolves_all, compare=False)
     commit: str = ""
     resolve_own_gate: Callable[[str, str], str | None] | None = field(default=None, compare=False)
     author: str | None = None
@@ -87,7 +87,7 @@ class CommitMessage:
         message: Message,
         path: str,
         references: References | None = None,
-        resolve_gate: Callable[[str], str | None] = _resolves,
+        resolve_gate: Callable[[str], str | None] = resolves_all,
         commit: str = "",
         resolve_own_gate: Callable[[str, str], str | None] | None = None,
         author: str | None = None,
@@ -108,17 +108,26 @@ class CommitMessage:
             pr_mode=pr_mode,
         )
 
-    @functools.cached_property
+    @property
     def last_line(self) -> int:
         """The line a missing trailer should be added after: the last non-blank, non-comment
         one (1 when there is none); found once, though a message without trailers asks for it
-        once per missing trailer."""
-        lines, comment = self.message.lines, self.message.comment_char
-        for index in range(len(lines) - 1, -1, -1):
-            line = lines[index]
-            if line.strip() and (comment is None or not line.startswith(comment)):
-                return index + 1
-        return 1
+        once per missing trailer. (Cached in the instance by hand: Python 3.11's
+        ``functools.cached_property`` takes a lock on every first read, once per commit.)"""
+        cached: int | None = self.__dict__.get("_last_line")
+        if cached is None:
+            cached = self.__dict__["_last_line"] = _last_text_line(self.message)
+        return cached
+
+
+def _last_text_line(message: Message) -> int:
+    """The 1-based number of ``message``'s last non-blank, non-comment line (1: none)."""
+    lines, comment = message.lines, message.comment_char
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        if line.strip() and (comment is None or not line.startswith(comment)):
+            return index + 1
+    return 1
 
 
 def _finding(parsed: CommitMessage, line: int, rule_id: str, message: str) -> Finding:
@@ -126,81 +135,109 @@ def _finding(parsed: CommitMessage, line: int, rule_id: str, message: str) -> Fi
     return Finding(parsed.path, line, rule_id, message)
 
 
-def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+# Each rule runs once per commit of a history, and most runs find nothing: a rule returns a
+# tuple (empty, the usual answer, costs nothing to make) rather than being a generator.
+_NONE: tuple[Finding, ...] = ()
+
+
+def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """The message is valid UTF-8 and holds no NUL byte."""
-    if parsed.message.nul_line is not None:
-        yield _finding(
-            parsed,
-            parsed.message.nul_line,
-            MESSAGE_ENCODING,
-            "the message holds a NUL byte on this line; git refuses such a message (and its "
-            "readers stop at the NUL), so remove it",
+    message = parsed.message
+    if message.nul_line is None and message.encoding_error_line is None:
+        return _NONE
+    found = []
+    if message.nul_line is not None:
+        found.append(
+            _finding(
+                parsed,
+                message.nul_line,
+                MESSAGE_ENCODING,
+                "the message holds a NUL byte on this line; git refuses such a message (and "
+                "its readers stop at the NUL), so remove it",
+            )
         )
-    line = parsed.message.encoding_error_line
+    line = message.encoding_error_line
     if line is not None:
-        yield _finding(
-            parsed,
-            line,
-            MESSAGE_ENCODING,
-            "the message is not valid UTF-8 (the first bad byte is on this line); re-encode it as "
-            "UTF-8 (`git commit --amend`, with i18n.commitEncoding unset)",
+        found.append(
+            _finding(
+                parsed,
+                line,
+                MESSAGE_ENCODING,
+                "the message is not valid UTF-8 (the first bad byte is on this line); re-encode "
+                "it as UTF-8 (`git commit --amend`, with i18n.commitEncoding unset)",
+            )
         )
+    return tuple(found)
 
 
-def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """The subject reads ``type(scope): text`` with a configured type."""
     subject, line = parsed.message.subject, parsed.message.subject_line
     if not subject:
-        yield _finding(
-            parsed,
-            line,
-            SUBJECT_FORMAT,
-            "the message is empty; write a subject `type(scope): summary`",
+        return (
+            _finding(
+                parsed,
+                line,
+                SUBJECT_FORMAT,
+                "the message is empty; write a subject `type(scope): summary`",
+            ),
         )
-        return
     match = _SUBJECT.match(subject)
     if match is None:
-        yield _finding(
-            parsed,
-            line,
-            SUBJECT_FORMAT,
-            f"subject {subject[:60]!r} is not `type(scope): summary`; start it with one of "
-            f"{', '.join(options.types)}, e.g. `fix(cli): handle an empty range`",
+        return (
+            _finding(
+                parsed,
+                line,
+                SUBJECT_FORMAT,
+                f"subject {subject[:60]!r} is not `type(scope): summary`; start it with one of "
+                f"{', '.join(options.types)}, e.g. `fix(cli): handle an empty range`",
+            ),
         )
-    elif match["type"] not in options.types:
-        yield _finding(
-            parsed,
-            line,
-            SUBJECT_FORMAT,
-            f"`{match['type']}` is not a commit type; use one of {', '.join(options.types)} "
-            "(configurable in [tool.wpgate.trailers] types)",
+    if match["type"] not in options.types:
+        return (
+            _finding(
+                parsed,
+                line,
+                SUBJECT_FORMAT,
+                f"`{match['type']}` is not a commit type; use one of {', '.join(options.types)} "
+                "(configurable in [tool.wpgate.trailers] types)",
+            ),
         )
-    elif match["scope"] is not None and not match["scope"].strip():
-        yield _finding(parsed, line, SUBJECT_FORMAT, "the scope `()` is empty; name it or drop it")
+    if match["scope"] is not None and not match["scope"].strip():
+        return (
+            _finding(parsed, line, SUBJECT_FORMAT, "the scope `()` is empty; name it or drop it"),
+        )
+    return _NONE
 
 
-def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """The subject is at most ``max_subject_length`` characters."""
     subject = parsed.message.subject
-    if len(subject) > options.max_subject_length:
-        yield _finding(
+    if len(subject) <= options.max_subject_length:
+        return _NONE
+    return (
+        _finding(
             parsed,
             parsed.message.subject_line,
             SUBJECT_LENGTH,
             f"the subject is {len(subject)} characters; shorten it to at most "
             f"{options.max_subject_length} and move detail into the body",
-        )
+        ),
+    )
 
 
-def check_subject_period(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_subject_period(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """The subject does not end with a period."""
-    if parsed.message.subject.endswith("."):
-        yield _finding(
+    if not parsed.message.subject.endswith("."):
+        return _NONE
+    return (
+        _finding(
             parsed,
             parsed.message.subject_line,
             SUBJECT_PERIOD,
             "the subject ends with a period; remove it",
-        )
+        ),
+    )
 
 
 def _presence(
@@ -211,18 +248,22 @@ def _presence(
     example: str,
     *,
     found: tuple[Trailer, ...],
-) -> Iterator[Finding]:
+) -> list[Finding]:
     """Findings for a missing required trailer or a repeated one (``found``: its trailers)."""
-    if not found and key in options.required:
-        yield _finding(parsed, parsed.last_line, rule_id, _missing(key, example))
-    for extra in found[1:]:
-        yield _finding(
+    if not found:
+        if key in options.required:
+            return [_finding(parsed, parsed.last_line, rule_id, _missing(key, example))]
+        return []
+    return [
+        _finding(
             parsed,
             extra.line,
             rule_id,
             f"`{key}:` appears {len(found)} times; keep exactly one (separate several ids "
             "with commas)",
         )
+        for extra in found[1:]
+    ]
 
 
 @functools.lru_cache(maxsize=16)
@@ -234,31 +275,34 @@ def _missing(key: str, example: str) -> str:
     )
 
 
-def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``WP:`` appears once and names a registered work package (or ``none``)."""
     found = parsed.message.values("WP")
     if len(found) != 1:
-        yield from _presence(parsed, options, "WP", WP_TRAILER, "WP: NNN", found=found)
-    trailer = found[0] if len(found) == 1 else None
-    if trailer is None:
-        return
+        return _presence(parsed, options, "WP", WP_TRAILER, "WP: NNN", found=found)
+    trailer = found[0]
     value = trailer.value
     if not _WP_ID.match(value):
-        yield _finding(
-            parsed,
-            trailer.line,
-            WP_TRAILER,
-            f"`WP: {value[:60]}` is not a work-package id; write three or more digits with an "
-            "optional letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
+        return (
+            _finding(
+                parsed,
+                trailer.line,
+                WP_TRAILER,
+                f"`WP: {value[:60]}` is not a work-package id; write three or more digits with "
+                "an optional letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
+            ),
         )
-    elif value != "none" and value not in parsed.references.wp_ids:
-        yield _finding(
-            parsed,
-            trailer.line,
-            WP_TRAILER,
-            f"work package {value} is not in the registry (docs/work_packages/wp-{value}.md); "
-            "fix the id or create the package with `wpgate new-wp`",
+    if value != "none" and value not in parsed.references.wp_ids:
+        return (
+            _finding(
+                parsed,
+                trailer.line,
+                WP_TRAILER,
+                f"work package {value} is not in the registry (docs/work_packages/wp-{value}.md); "
+                "fix the id or create the package with `wpgate new-wp`",
+            ),
         )
+    return _NONE
 
 
 # Real histories repeat the same trailer values, so each distinct value's verdict is computed
@@ -298,11 +342,12 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
     return tuple(problems)
 
 
-def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+_PROVENANCE_SPEC = ("Provenance", PROVENANCE_TRAILER, "Provenance: R12")
+
+
+def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Provenance:`` cites allowlisted source ids (with locators) or says ``none (reason)``."""
-    yield from _check_once(
-        parsed, options, ("Provenance", PROVENANCE_TRAILER, "Provenance: R12"), provenance_problems
-    )
+    return _check_once(parsed, options, _PROVENANCE_SPEC, provenance_problems)
 
 
 def _check_once(
@@ -310,16 +355,17 @@ def _check_once(
     options: TrailerOptions,
     trailer_spec: tuple[str, str, str],
     problems: Callable[[str, References], tuple[str, ...]],
-) -> Iterator[Finding]:
+) -> Sequence[Finding]:
     """A trailer that must appear once: its presence, then ``problems`` of its value."""
     key, rule_id, example = trailer_spec
     found = parsed.message.values(key)
     if len(found) != 1:
-        yield from _presence(parsed, options, key, rule_id, example, found=found)
-        return
+        return _presence(parsed, options, key, rule_id, example, found=found)
     trailer = found[0]
-    for problem in problems(trailer.value, parsed.references):
-        yield _finding(parsed, trailer.line, rule_id, problem)
+    return [
+        _finding(parsed, trailer.line, rule_id, problem)
+        for problem in problems(trailer.value, parsed.references)
+    ]
 
 
 @functools.lru_cache(maxsize=_VERDICT_CACHE)
@@ -340,14 +386,12 @@ def assumption_problems(value: str, references: References) -> tuple[str, ...]:
     return tuple(problems)
 
 
-def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+_ASSUMPTIONS_SPEC = ("Assumptions", ASSUMPTIONS_TRAILER, "Assumptions: none")
+
+
+def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Assumptions:`` is ``none`` or ids from docs/ASSUMPTIONS.md."""
-    yield from _check_once(
-        parsed,
-        options,
-        ("Assumptions", ASSUMPTIONS_TRAILER, "Assumptions: none"),
-        assumption_problems,
-    )
+    return _check_once(parsed, options, _ASSUMPTIONS_SPEC, assumption_problems)
 
 
 @functools.lru_cache(maxsize=_VERDICT_CACHE)
@@ -359,24 +403,28 @@ def gate_problems(value: str, resolve: Callable[[str], str | None]) -> tuple[str
     return tuple(f"gate {why}" for why in map(resolve, node_ids) if why is not None)
 
 
-def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+_GATE_MISSING = (
+    "the `Gate:` trailer is missing; add `Gate: <test file>::<test name>` (e.g. "
+    "`tests/test_x.py::test_y`, `pkg/x_test.go::TestY`) naming the tests that prove the change"
+)
+
+
+def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Gate:`` names tests that resolve statically (``path::name`` in any configured
     language, a whole test file, or ``ci:<job>``)."""
     found = parsed.message.values("Gate")
-    if not found and "Gate" in options.required:
-        yield _finding(
-            parsed,
-            parsed.last_line,
-            GATE_TRAILER,
-            "the `Gate:` trailer is missing; add `Gate: <test file>::<test name>` (e.g. "
-            "`tests/test_x.py::test_y`, `pkg/x_test.go::TestY`) naming the tests that prove the "
-            "change",
-        )
+    if not found:
+        if "Gate" in options.required:
+            return (_finding(parsed, parsed.last_line, GATE_TRAILER, _GATE_MISSING),)
+        return _NONE
+    findings: list[Finding] = []
     for trailer in found:
         problems = gate_problems(trailer.value, parsed.resolve_gate)
+        if not problems:
+            continue
         own = parsed.resolve_own_gate
         node_ids = split_node_ids(trailer.value)
-        if problems and own is not None and node_ids:
+        if own is not None and node_ids:
             # Rare (a gate gone from the working tree): asked per commit, never cached.
             problems = tuple(
                 f"gate {why}"
@@ -384,55 +432,63 @@ def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Findi
                 if (why := parsed.resolve_gate(node)) is not None
                 and own(parsed.commit, node) is not None
             )
-        for problem in problems:
-            yield _finding(parsed, trailer.line, GATE_TRAILER, problem)
+        findings.extend(_finding(parsed, trailer.line, GATE_TRAILER, p) for p in problems)
+    return findings
 
 
-def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Signed-off-by: Name <email>`` is present (and matches the author when configured)."""
     found = parsed.message.values("Signed-off-by")
     if not found:
-        yield _finding(
-            parsed,
-            parsed.last_line,
-            SIGNED_OFF_BY,
-            "the `Signed-off-by:` trailer is missing; commit with `git commit -s`",
-        )
-        return
-    for trailer in found:
-        if not _SIGN_OFF.match(trailer.value):
-            yield _finding(
+        return (
+            _finding(
                 parsed,
-                trailer.line,
+                parsed.last_line,
                 SIGNED_OFF_BY,
-                f"`Signed-off-by: {trailer.value}` is not `Name <email>`; fix it or use "
-                "`git commit -s`",
-            )
+                "the `Signed-off-by:` trailer is missing; commit with `git commit -s`",
+            ),
+        )
+    findings = [
+        _finding(
+            parsed,
+            trailer.line,
+            SIGNED_OFF_BY,
+            f"`Signed-off-by: {trailer.value}` is not `Name <email>`; fix it or use "
+            "`git commit -s`",
+        )
+        for trailer in found
+        if not _SIGN_OFF.match(trailer.value)
+    ]
     values = {t.value for t in found}
     if options.signoff_matches_author and parsed.author and parsed.author not in values:
-        yield _finding(
-            parsed,
-            found[-1].line,
-            SIGNED_OFF_BY,
-            f"no sign-off matches the author `{parsed.author}`; add `Signed-off-by: "
-            f"{parsed.author}` (`git commit -s`)",
+        findings.append(
+            _finding(
+                parsed,
+                found[-1].line,
+                SIGNED_OFF_BY,
+                f"no sign-off matches the author `{parsed.author}`; add `Signed-off-by: "
+                f"{parsed.author}` (`git commit -s`)",
+            )
         )
+    return findings
 
 
-def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """PR mode: the description keeps the clean-room statement."""
     if not parsed.pr_mode:
-        return
+        return _NONE
     marker = options.clean_room_statement
     for _, line in parsed.message.text_lines():
         if line.startswith(marker) and line[len(marker) :].strip():
-            return
-    yield _finding(
-        parsed,
-        parsed.last_line,
-        CLEAN_ROOM_STATEMENT,
-        f"the PR description must keep the `{marker}` statement; restore it from the template "
-        "and say which sources went into the change",
+            return _NONE
+    return (
+        _finding(
+            parsed,
+            parsed.last_line,
+            CLEAN_ROOM_STATEMENT,
+            f"the PR description must keep the `{marker}` statement; restore it from the "
+            "template and say which sources went into the change",
+        ),
     )
 
 
@@ -513,14 +569,15 @@ def lint_messages(
     """
     checks = [rule.check for rule in switched_on(CHECKS, enabled)]
     findings: list[Finding] = []
-    exempt: Counter[str] = Counter()
+    extend = findings.extend
+    exempt: dict[str, int] = {}
     checked = 0
     for parsed in messages:
         reason = exemption(parsed, options)
         if reason is not None:
-            exempt[reason] += 1
+            exempt[reason] = exempt.get(reason, 0) + 1
             continue
         checked += 1
         for check in checks:
-            findings.extend(check(parsed, options))
+            extend(check(parsed, options))
     return LintResult(tuple(findings), checked, dict(sorted(exempt.items())))

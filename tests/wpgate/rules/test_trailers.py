@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
+from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
@@ -67,7 +68,7 @@ def _commit(text: str, **kwargs: object) -> CommitMessage:
 
 
 def _run(
-    check: Callable[[CommitMessage, TrailerOptions], Iterator[Finding]],
+    check: Callable[[CommitMessage, TrailerOptions], Iterable[Finding]],
     text: str,
     options: TrailerOptions = OPTIONS,
     **kwargs: object,
@@ -80,6 +81,19 @@ def test_good_message_has_no_findings() -> None:
     result = lint_messages([_commit(GOOD)], OPTIONS)
     assert result.findings == ()
     assert result.checked == 1
+
+
+def test_the_line_of_a_missing_trailer_is_kept_without_changing_the_record() -> None:
+    text = "feat(x): add y\n\nWhy y.\n# a comment\n\n"
+    parsed, twin = _commit(text, cleanup=True), _commit(text, cleanup=True)
+    assert parsed.last_line == 3
+    assert parsed.last_line == 3  # the second read is the kept answer
+    assert parsed == twin
+    assert repr(parsed) == repr(twin)
+    assert replace(parsed, path="0123456789ab").last_line == 3
+    assert _commit("").last_line == 1
+    with pytest.raises(FrozenInstanceError):
+        parsed.path = "changed"  # type: ignore[misc]
 
 
 def test_registry_has_stable_ids_and_names() -> None:
