@@ -38,9 +38,8 @@ from wpgate.rules.trailers import (
     TrailerOptions,
     lint_messages,
     metadata_exemption,
-    resolves_all,
 )
-from wpgate.trailers import Message, TrailerSyntax, decode_message, parse_message
+from wpgate.trailers import TrailerSyntax, decode_message, parse_message
 
 __all__ = [
     "differences_from_git",
@@ -52,7 +51,7 @@ __all__ = [
 
 
 def _run(
-    messages: Iterable[CommitMessage], options: TrailerOptions, config: Config, kind: str
+    messages: Iterable[CommitMessage | str], options: TrailerOptions, config: Config, kind: str
 ) -> LinterRun:
     """Lint ``messages`` and summarise the run."""
     result = lint_messages(messages, options, config.enabled)
@@ -98,10 +97,6 @@ def lint_message(
     return _run([parsed], options, config, "pull request" if pr_mode else "message")
 
 
-# The message of a commit exempt by its parents or author: never read, so never parsed.
-_UNREAD = Message(subject="", subject_line=1, lines=(), trailers=())
-
-
 class OwnTreeGates:
     """Resolves node ids in the tree of the commit that names them, read from git (one
     ``cat-file`` per file asked for; asked only for a gate that does not resolve in the working
@@ -136,20 +131,19 @@ def _commit_messages(
     comment_char: str,
     options: TrailerOptions,
     syntax: TrailerSyntax,
-) -> Iterator[CommitMessage]:
+) -> Iterator[CommitMessage | str]:
     """Each commit parsed as git stores it (no commit-msg cleanup).
 
     Merges and bot commits are exempt whatever they say (a third of a busy history's commits):
-    their messages are not parsed.
+    their messages are not parsed, and the reason stands for the commit (see
+    :func:`~wpgate.rules.trailers.lint_messages`).
     """
     resolve_own = own.resolve
     for commit in commits:
         parents = len(commit.parents)
-        if metadata_exemption(parents, commit.author, options) is not None:
-            # Only counted: nothing reads its references or gates.
-            yield CommitMessage(
-                _UNREAD, commit.sha[:12], references, resolves_all, "", None, commit.author, parents
-            )
+        reason = metadata_exemption(parents, commit.author, options)
+        if reason is not None:
+            yield reason  # counted, never read
             continue
         try:
             text, error_line = commit.message.decode("utf-8"), None

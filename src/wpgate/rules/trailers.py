@@ -41,7 +41,6 @@ __all__ = [
     "is_revert",
     "lint_messages",
     "metadata_exemption",
-    "resolves_all",
 ]
 
 _SUBJECT = re.compile(r"^(?P<type>[A-Za-z][\w-]*)(?:\((?P<scope>[^()]*)\))?!?: (?P<text>\S.*)$")
@@ -55,7 +54,7 @@ _FIXUP_PREFIXES = ("fixup!", "squash!", "amend!")
 _REVERT_BODY = re.compile(r"^This reverts commit [0-9a-f]{7,64}\b")
 
 
-def resolves_all(_node: str) -> str | None:
+def _resolves(_node: str) -> str | None:
     """The default gate resolver: every node id resolves."""
     return None
 
@@ -75,7 +74,7 @@ class CommitMessage:
     message: Message
     path: str
     references: References = field(default_factory=References)
-    resolve_gate: Callable[[str], str | None] = field(default=resolves_all, compare=False)
+    resolve_gate: Callable[[str], str | None] = field(default=_resolves, compare=False)
     commit: str = ""
     resolve_own_gate: Callable[[str, str], str | None] | None = field(default=None, compare=False)
     author: str | None = None
@@ -87,7 +86,7 @@ class CommitMessage:
         message: Message,
         path: str,
         references: References | None = None,
-        resolve_gate: Callable[[str], str | None] = resolves_all,
+        resolve_gate: Callable[[str], str | None] = _resolves,
         commit: str = "",
         resolve_own_gate: Callable[[str, str], str | None] | None = None,
         author: str | None = None,
@@ -130,11 +129,6 @@ def _last_text_line(message: Message) -> int:
     return 1
 
 
-def _finding(parsed: CommitMessage, line: int, rule_id: str, message: str) -> Finding:
-    """A finding on ``parsed``."""
-    return Finding(parsed.path, line, rule_id, message)
-
-
 # Each rule runs once per commit of a history, and most runs find nothing: a rule returns a
 # tuple (empty, the usual answer, costs nothing to make) rather than being a generator.
 _NONE: tuple[Finding, ...] = ()
@@ -148,8 +142,8 @@ def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> tuple[Find
     found = []
     if message.nul_line is not None:
         found.append(
-            _finding(
-                parsed,
+            Finding(
+                parsed.path,
                 message.nul_line,
                 MESSAGE_ENCODING,
                 "the message holds a NUL byte on this line; git refuses such a message (and "
@@ -159,8 +153,8 @@ def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> tuple[Find
     line = message.encoding_error_line
     if line is not None:
         found.append(
-            _finding(
-                parsed,
+            Finding(
+                parsed.path,
                 line,
                 MESSAGE_ENCODING,
                 "the message is not valid UTF-8 (the first bad byte is on this line); re-encode "
@@ -175,8 +169,8 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tupl
     subject, line = parsed.message.subject, parsed.message.subject_line
     if not subject:
         return (
-            _finding(
-                parsed,
+            Finding(
+                parsed.path,
                 line,
                 SUBJECT_FORMAT,
                 "the message is empty; write a subject `type(scope): summary`",
@@ -185,8 +179,8 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tupl
     match = _SUBJECT.match(subject)
     if match is None:
         return (
-            _finding(
-                parsed,
+            Finding(
+                parsed.path,
                 line,
                 SUBJECT_FORMAT,
                 f"subject {subject[:60]!r} is not `type(scope): summary`; start it with one of "
@@ -195,8 +189,8 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tupl
         )
     if match["type"] not in options.types:
         return (
-            _finding(
-                parsed,
+            Finding(
+                parsed.path,
                 line,
                 SUBJECT_FORMAT,
                 f"`{match['type']}` is not a commit type; use one of {', '.join(options.types)} "
@@ -205,7 +199,9 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tupl
         )
     if match["scope"] is not None and not match["scope"].strip():
         return (
-            _finding(parsed, line, SUBJECT_FORMAT, "the scope `()` is empty; name it or drop it"),
+            Finding(
+                parsed.path, line, SUBJECT_FORMAT, "the scope `()` is empty; name it or drop it"
+            ),
         )
     return _NONE
 
@@ -216,8 +212,8 @@ def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> tupl
     if len(subject) <= options.max_subject_length:
         return _NONE
     return (
-        _finding(
-            parsed,
+        Finding(
+            parsed.path,
             parsed.message.subject_line,
             SUBJECT_LENGTH,
             f"the subject is {len(subject)} characters; shorten it to at most "
@@ -231,8 +227,8 @@ def check_subject_period(parsed: CommitMessage, options: TrailerOptions) -> tupl
     if not parsed.message.subject.endswith("."):
         return _NONE
     return (
-        _finding(
-            parsed,
+        Finding(
+            parsed.path,
             parsed.message.subject_line,
             SUBJECT_PERIOD,
             "the subject ends with a period; remove it",
@@ -240,52 +236,66 @@ def check_subject_period(parsed: CommitMessage, options: TrailerOptions) -> tupl
     )
 
 
+@dataclass(frozen=True)
+class _Governed:
+    """A governed trailer as its rule reads it: the key, the rule, an example, the folded key
+    (``Message.by_key``) and the message of its absence (the same text for every commit)."""
+
+    key: str
+    rule_id: str
+    example: str
+
+    @functools.cached_property
+    def folded(self) -> str:
+        """The key as ``Message.by_key`` holds it."""
+        return self.key.lower()
+
+    @functools.cached_property
+    def missing(self) -> str:
+        """The message of a missing trailer."""
+        return (
+            f"the `{self.key}:` trailer is missing; add `{self.example}` to the last paragraph "
+            "of the message (trailers follow a blank line)"
+        )
+
+
 def _presence(
     parsed: CommitMessage,
     options: TrailerOptions,
-    key: str,
-    rule_id: str,
-    example: str,
-    *,
+    governed: _Governed,
     found: tuple[Trailer, ...],
-) -> list[Finding]:
+) -> Sequence[Finding]:
     """Findings for a missing required trailer or a repeated one (``found``: its trailers)."""
     if not found:
-        if key in options.required:
-            return [_finding(parsed, parsed.last_line, rule_id, _missing(key, example))]
-        return []
+        if governed.key in options.required:
+            return (Finding(parsed.path, parsed.last_line, governed.rule_id, governed.missing),)
+        return _NONE
     return [
-        _finding(
-            parsed,
+        Finding(
+            parsed.path,
             extra.line,
-            rule_id,
-            f"`{key}:` appears {len(found)} times; keep exactly one (separate several ids "
-            "with commas)",
+            governed.rule_id,
+            f"`{governed.key}:` appears {len(found)} times; keep exactly one (separate several "
+            "ids with commas)",
         )
         for extra in found[1:]
     ]
 
 
-@functools.lru_cache(maxsize=16)
-def _missing(key: str, example: str) -> str:
-    """The message of a missing ``key:`` trailer: the same text for every commit that lacks it."""
-    return (
-        f"the `{key}:` trailer is missing; add `{example}` to the last paragraph of the "
-        "message (trailers follow a blank line)"
-    )
+_WP = _Governed("WP", WP_TRAILER, "WP: NNN")
 
 
 def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``WP:`` appears once and names a registered work package (or ``none``)."""
-    found = parsed.message.values("WP")
+    found = parsed.message.by_key.get(_WP.folded, ())
     if len(found) != 1:
-        return _presence(parsed, options, "WP", WP_TRAILER, "WP: NNN", found=found)
+        return _presence(parsed, options, _WP, found)
     trailer = found[0]
     value = trailer.value
     if not _WP_ID.match(value):
         return (
-            _finding(
-                parsed,
+            Finding(
+                parsed.path,
                 trailer.line,
                 WP_TRAILER,
                 f"`WP: {value[:60]}` is not a work-package id; write three or more digits with "
@@ -294,8 +304,8 @@ def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding
         )
     if value != "none" and value not in parsed.references.wp_ids:
         return (
-            _finding(
-                parsed,
+            Finding(
+                parsed.path,
                 trailer.line,
                 WP_TRAILER,
                 f"work package {value} is not in the registry (docs/work_packages/wp-{value}.md); "
@@ -342,28 +352,27 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
     return tuple(problems)
 
 
-_PROVENANCE_SPEC = ("Provenance", PROVENANCE_TRAILER, "Provenance: R12")
+_PROVENANCE = _Governed("Provenance", PROVENANCE_TRAILER, "Provenance: R12")
 
 
 def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Provenance:`` cites allowlisted source ids (with locators) or says ``none (reason)``."""
-    return _check_once(parsed, options, _PROVENANCE_SPEC, provenance_problems)
+    return _check_once(parsed, options, _PROVENANCE, provenance_problems)
 
 
 def _check_once(
     parsed: CommitMessage,
     options: TrailerOptions,
-    trailer_spec: tuple[str, str, str],
+    governed: _Governed,
     problems: Callable[[str, References], tuple[str, ...]],
 ) -> Sequence[Finding]:
     """A trailer that must appear once: its presence, then ``problems`` of its value."""
-    key, rule_id, example = trailer_spec
-    found = parsed.message.values(key)
+    found = parsed.message.by_key.get(governed.folded, ())
     if len(found) != 1:
-        return _presence(parsed, options, key, rule_id, example, found=found)
+        return _presence(parsed, options, governed, found)
     trailer = found[0]
     return [
-        _finding(parsed, trailer.line, rule_id, problem)
+        Finding(parsed.path, trailer.line, governed.rule_id, problem)
         for problem in problems(trailer.value, parsed.references)
     ]
 
@@ -386,12 +395,12 @@ def assumption_problems(value: str, references: References) -> tuple[str, ...]:
     return tuple(problems)
 
 
-_ASSUMPTIONS_SPEC = ("Assumptions", ASSUMPTIONS_TRAILER, "Assumptions: none")
+_ASSUMPTIONS = _Governed("Assumptions", ASSUMPTIONS_TRAILER, "Assumptions: none")
 
 
 def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Assumptions:`` is ``none`` or ids from docs/ASSUMPTIONS.md."""
-    return _check_once(parsed, options, _ASSUMPTIONS_SPEC, assumption_problems)
+    return _check_once(parsed, options, _ASSUMPTIONS, assumption_problems)
 
 
 @functools.lru_cache(maxsize=_VERDICT_CACHE)
@@ -412,10 +421,10 @@ _GATE_MISSING = (
 def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Gate:`` names tests that resolve statically (``path::name`` in any configured
     language, a whole test file, or ``ci:<job>``)."""
-    found = parsed.message.values("Gate")
+    found = parsed.message.by_key.get("gate", ())
     if not found:
         if "Gate" in options.required:
-            return (_finding(parsed, parsed.last_line, GATE_TRAILER, _GATE_MISSING),)
+            return (Finding(parsed.path, parsed.last_line, GATE_TRAILER, _GATE_MISSING),)
         return _NONE
     findings: list[Finding] = []
     for trailer in found:
@@ -432,7 +441,7 @@ def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Findi
                 if (why := parsed.resolve_gate(node)) is not None
                 and own(parsed.commit, node) is not None
             )
-        findings.extend(_finding(parsed, trailer.line, GATE_TRAILER, p) for p in problems)
+        findings.extend(Finding(parsed.path, trailer.line, GATE_TRAILER, p) for p in problems)
     return findings
 
 
@@ -441,16 +450,16 @@ def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Sequence[F
     found = parsed.message.values("Signed-off-by")
     if not found:
         return (
-            _finding(
-                parsed,
+            Finding(
+                parsed.path,
                 parsed.last_line,
                 SIGNED_OFF_BY,
                 "the `Signed-off-by:` trailer is missing; commit with `git commit -s`",
             ),
         )
     findings = [
-        _finding(
-            parsed,
+        Finding(
+            parsed.path,
             trailer.line,
             SIGNED_OFF_BY,
             f"`Signed-off-by: {trailer.value}` is not `Name <email>`; fix it or use "
@@ -462,8 +471,8 @@ def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Sequence[F
     values = {t.value for t in found}
     if options.signoff_matches_author and parsed.author and parsed.author not in values:
         findings.append(
-            _finding(
-                parsed,
+            Finding(
+                parsed.path,
                 found[-1].line,
                 SIGNED_OFF_BY,
                 f"no sign-off matches the author `{parsed.author}`; add `Signed-off-by: "
@@ -482,8 +491,8 @@ def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> tuple[Fi
         if line.startswith(marker) and line[len(marker) :].strip():
             return _NONE
     return (
-        _finding(
-            parsed,
+        Finding(
+            parsed.path,
             parsed.last_line,
             CLEAN_ROOM_STATEMENT,
             f"the PR description must keep the `{marker}` statement; restore it from the "
@@ -558,26 +567,31 @@ class LintResult:
 
 
 def lint_messages(
-    messages: Iterable[CommitMessage],
+    messages: Iterable[CommitMessage | str],
     options: TrailerOptions,
     enabled: Callable[[str], bool] | None = None,
 ) -> LintResult:
     """Run every enabled WPG1xx rule over ``messages``; exempt messages are only counted.
 
-    ``enabled`` says whether a rule id is on (``Config.enabled``); by default each rule's own
-    default applies.
+    An item that is a string is a commit already found exempt for that reason, unread (a
+    range's merges and bot commits, :func:`metadata_exemption`). ``enabled`` says whether a
+    rule id is on (``Config.enabled``); by default each rule's own default applies.
     """
     checks = [rule.check for rule in switched_on(CHECKS, enabled)]
     findings: list[Finding] = []
     extend = findings.extend
     exempt: dict[str, int] = {}
     checked = 0
-    for parsed in messages:
-        reason = exemption(parsed, options)
-        if reason is not None:
-            exempt[reason] = exempt.get(reason, 0) + 1
-            continue
-        checked += 1
-        for check in checks:
-            extend(check(parsed, options))
+    for item in messages:
+        if isinstance(item, str):
+            reason = item
+        else:
+            found = exemption(item, options)
+            if found is None:
+                checked += 1
+                for check in checks:
+                    extend(check(item, options))
+                continue
+            reason = found
+        exempt[reason] = exempt.get(reason, 0) + 1
     return LintResult(tuple(findings), checked, dict(sorted(exempt.items())))

@@ -366,6 +366,14 @@ def test_exemptions_are_counted() -> None:
     assert exemption(_commit(bad, author="Tom <tom@example.org>"), OPTIONS) is None
 
 
+def test_a_commit_exempt_before_it_is_read_is_counted_by_its_reason() -> None:
+    # A range's merges and bot commits reach the rules as their reason alone, unparsed.
+    result = lint_messages(["merge", _commit("Update stuff\n"), "bot", "merge"], OPTIONS)
+    assert result.checked == 1
+    assert result.exempt == {"bot": 1, "merge": 2}
+    assert [f.rule_id for f in result.findings] == ["WPG101", "WPG104", "WPG105", "WPG107"]
+
+
 def test_options_from_section_errors_name_the_key() -> None:
     assert TrailerOptions.from_section({"types": ["feat"], "max_subject_length": 50}) == (
         TrailerOptions(types=("feat",), max_subject_length=50)
