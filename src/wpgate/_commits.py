@@ -1,5 +1,9 @@
 """The commit-message linter's shell: reads messages (file, stdin, git range, PR text), parses
-them and runs the WPG1xx rules with the repository's references loaded once."""
+them and runs the WPG1xx rules with the repository's references loaded once.
+
+The rules, the references and the gate resolver are imported by the function that runs them:
+a range lint starts ``git log`` first, and git works while they load.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wpgate._citable import load_references
 from wpgate._config import Config
 from wpgate._git import (
     Commit,
@@ -31,21 +35,17 @@ from wpgate._git import (
 )
 from wpgate._output import LinterRun, Summary
 from wpgate.errors import InvocationError
-from wpgate.options import GateOptions
-from wpgate.references import GateResolver, References
-from wpgate.rules.trailers import (
-    CommitMessage,
-    TrailerOptions,
-    lint_messages,
-    metadata_exemption,
-)
+from wpgate.options import GateOptions, TrailerOptions
 from wpgate.trailers import TrailerSyntax, decode_message, parse_message
+
+if TYPE_CHECKING:
+    from wpgate.references import GateResolver, References
+    from wpgate.rules.trailers import CommitMessage
 
 __all__ = [
     "differences_from_git",
     "lint_message",
     "lint_range",
-    "load_references",
     "run_trailers",
 ]
 
@@ -54,6 +54,8 @@ def _run(
     messages: Iterable[CommitMessage | str], options: TrailerOptions, config: Config, kind: str
 ) -> LinterRun:
     """Lint ``messages`` and summarise the run."""
+    from wpgate.rules.trailers import lint_messages
+
     result = lint_messages(messages, options, config.enabled)
     summary = Summary("trailers", result.checked, kind, result.exempt)
     return LinterRun(result.findings, summary)
@@ -74,6 +76,10 @@ def lint_message(
 
     ``syntax`` is git's ``trailer.*`` configuration (read from git when None).
     """
+    from wpgate._citable import load_references
+    from wpgate.references import GateResolver
+    from wpgate.rules.trailers import CommitMessage
+
     root = config.root
     decoded = decode_message(data)
     message = parse_message(
@@ -111,6 +117,8 @@ class OwnTreeGates:
         """Why ``node_id`` does not resolve in commit ``sha``'s tree (None when it does)."""
         resolver = self._resolvers.get(sha)
         if resolver is None:
+            from wpgate.references import GateResolver
+
             read = functools.partial(self._read, sha)
             resolver = GateResolver(self._root, read=read, options=self._options)
             self._resolvers = {sha: resolver}  # commits come one at a time: keep the last
@@ -138,6 +146,8 @@ def _commit_messages(
     their messages are not parsed, and the reason stands for the commit (see
     :func:`~wpgate.rules.trailers.lint_messages`).
     """
+    from wpgate.rules.trailers import CommitMessage, metadata_exemption
+
     resolve_own = own.resolve
     for commit in commits:
         parents = len(commit.parents)
@@ -188,11 +198,15 @@ def lint_range(
 
     ``syntax`` is git's ``trailer.*`` configuration (read from git when None).
     """
-    syntax = trailer_syntax(config.root) if syntax is None else syntax
     options = TrailerOptions.from_config(config)
-    commits = read_commits(config.root, revisions)
-    references = load_references(config.root, config)
     gates = GateOptions.from_config(config)
+    # git starts now and writes the history into its pipe while the rest is read and loaded.
+    commits = read_commits(config.root, revisions)
+    from wpgate._citable import load_references
+    from wpgate.references import GateResolver
+
+    syntax = trailer_syntax(config.root) if syntax is None else syntax
+    references = load_references(config.root, config)
     resolve = GateResolver(config.root, options=gates).resolve
     own = OwnTreeGates(config.root, gates)
     messages = _commit_messages(commits, references, resolve, own, comment_char, options, syntax)

@@ -330,15 +330,25 @@ def _revision_args(revisions: RevisionRange) -> list[str]:
 def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
     """The commits of ``revisions``, newest first, read by one ``git log`` process.
 
-    Commits are yielded while git is still writing, so that git's work on one core overlaps the
-    caller's parsing on another. Errors (a shallow-clone boundary, an empty range, git failing)
-    are raised when they are known: at the start, at the boundary commit, or at the end.
+    git starts at this call, before the first commit is asked for, so that it works while the
+    caller loads what it checks the commits against; commits are yielded while git is still
+    writing, so that git's work on one core overlaps the caller's parsing on another. Errors
+    are raised when they are known: a name git would misread at this call; a shallow-clone
+    boundary, an empty range or git failing at the first commit, the boundary commit or the
+    end. Read the iterator to its end or close it: that ends git.
     """
     args = ["log", "-z", _FORMAT, *_revision_args(revisions)]
+    return _log_commits(_open(root, [*args, "--"]), root, revisions)
+
+
+def _log_commits(
+    process: subprocess.Popen[bytes], root: Path, revisions: RevisionRange
+) -> Iterator[Commit]:
+    """The commits ``git log`` (``process``) writes, checked against the range as they come."""
     count = 0
-    # git log starts first and works while the range is checked (two short git processes):
-    # when the check fails, it is killed below and the check's error is raised.
-    with _open(root, [*args, "--"]) as process:
+    # git log works while the range is checked (two short git processes): when the check
+    # fails, it is killed below and the check's error is raised.
+    with process:
         stdout = process.stdout
         if not isinstance(stdout, io.BufferedIOBase):  # pragma: no cover - Popen gave a pipe
             process.kill()
