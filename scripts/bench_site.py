@@ -5,7 +5,8 @@ For each size in ``--sizes`` it writes a repository of that many work packages (
 builds its site with mkdocs and the Material theme in a fresh interpreter: the total build
 time (wall and CPU: on a shared machine the CPU seconds are the steadier figure), and the
 plugin's own share (the time spent inside its mkdocs events: reading the
-registry, generating the roadmap and phase pages, the headers, the navigation trim). With
+registry, generating the roadmap and phase pages, the headers, the navigation trim, the icons
+expanded in each page's HTML). With
 ``--all-in-nav N`` it also builds a site of N packages with every one in the navigation
 (``nav_limit`` above N), the layout that made a 10,000-package build quadratic.
 
@@ -37,12 +38,13 @@ from wpgate.evidence import write_evidence  # noqa: E402
 SOURCES = (
     "src/wpgate/site/plugin.py",
     "src/wpgate/site/_roadmap.py",
+    "src/wpgate/site/_icons.py",
     "src/wpgate/_docs.py",
     "src/wpgate/_documents.py",
     "scripts/bench_site.py",
 )
 _STATUSES = ("todo", "in-progress", "blocked")
-_EVENTS = ("on_config", "on_files", "on_nav", "on_page_markdown")
+_EVENTS = ("on_config", "on_files", "on_nav", "on_page_markdown", "on_page_content")
 
 
 def write_site(root: Path, packages: int, phases: int, nav_limit: int) -> None:

@@ -18,6 +18,7 @@ from wpgate.options import DocsLayout
 from wpgate.rules import PROVENANCE_ID_FORMAT, PROVENANCE_TABLES
 
 if TYPE_CHECKING:
+    from wpgate._model import Problem
     from wpgate.parsers.provenance import Provenance
     from wpgate.references import References
 
@@ -29,11 +30,16 @@ _ASSUMPTION_ID_RE = re.compile(r"^A\d+$")
 def load_provenance(root: Path, config: Config | None = None) -> Provenance:
     """The parsed provenance document; a missing or unreadable file is one finding."""
     rel = DocsLayout.from_config(config).provenance
+    return _provenance(root, rel, read_text(root, rel))
+
+
+def _provenance(root: Path, rel: str, read: tuple[str | None, Problem | None]) -> Provenance:
+    """The provenance document ``rel`` parsed from ``read`` (what :func:`read_text` gave)."""
 
     def load() -> Provenance:
         from wpgate.parsers.provenance import Provenance, parse_provenance
 
-        text, problem = read_text(root, rel)
+        text, problem = read
         if text is None:
             found = (problem.finding(PROVENANCE_TABLES),) if problem else ()
             return Provenance(rel, (), (), (), found)
@@ -84,10 +90,16 @@ def load_references(root: Path, config: Config | None = None) -> References:
     """The ids a trailer may cite: work packages, sources, placeholders and assumptions."""
     from wpgate.references import References
 
-    provenance = load_provenance(root, config)
+    rel = DocsLayout.from_config(config).provenance
+    read = read_text(root, rel)
+    sources: frozenset[str] = frozenset()
+    placeholders: frozenset[str] = frozenset()
+    if read[0] is not None:  # no document, no ids: its parser is not even imported
+        provenance = _provenance(root, rel, read)
+        sources, placeholders = provenance.source_ids, provenance.placeholder_ids
     return References(
         wp_ids=load_wp_ids(root, config),
-        provenance_ids=provenance.source_ids,
-        placeholder_ids=provenance.placeholder_ids,
+        provenance_ids=sources,
+        placeholder_ids=placeholders,
         assumption_ids=load_assumption_ids(root, config),
     )

@@ -1,5 +1,9 @@
 """The commit-message linter's shell: reads messages (file, stdin, git range, PR text), parses
-them and runs the WPG1xx rules with the repository's references loaded once."""
+them and runs the WPG1xx rules with the repository's references loaded once.
+
+The rules, the references and the gate resolver are imported by the function that runs them:
+a range lint starts ``git log`` first, and git works while they load.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wpgate._citable import load_references
 from wpgate._config import Config
 from wpgate._git import (
     Commit,
@@ -31,29 +35,27 @@ from wpgate._git import (
 )
 from wpgate._output import LinterRun, Summary
 from wpgate.errors import InvocationError
-from wpgate.options import GateOptions
-from wpgate.references import GateResolver, References
-from wpgate.rules.trailers import (
-    CommitMessage,
-    TrailerOptions,
-    lint_messages,
-    metadata_exemption,
-)
-from wpgate.trailers import Message, TrailerSyntax, decode_message, parse_message
+from wpgate.options import GateOptions, TrailerOptions
+from wpgate.trailers import TrailerSyntax, decode_message, parse_message
+
+if TYPE_CHECKING:
+    from wpgate.references import GateResolver, References
+    from wpgate.rules.trailers import CommitMessage
 
 __all__ = [
     "differences_from_git",
     "lint_message",
     "lint_range",
-    "load_references",
     "run_trailers",
 ]
 
 
 def _run(
-    messages: Iterable[CommitMessage], options: TrailerOptions, config: Config, kind: str
+    messages: Iterable[CommitMessage | str], options: TrailerOptions, config: Config, kind: str
 ) -> LinterRun:
     """Lint ``messages`` and summarise the run."""
+    from wpgate.rules.trailers import lint_messages
+
     result = lint_messages(messages, options, config.enabled)
     summary = Summary("trailers", result.checked, kind, result.exempt)
     return LinterRun(result.findings, summary)
@@ -74,6 +76,10 @@ def lint_message(
 
     ``syntax`` is git's ``trailer.*`` configuration (read from git when None).
     """
+    from wpgate._citable import load_references
+    from wpgate.references import GateResolver
+    from wpgate.rules.trailers import CommitMessage
+
     root = config.root
     decoded = decode_message(data)
     message = parse_message(
@@ -97,10 +103,6 @@ def lint_message(
     return _run([parsed], options, config, "pull request" if pr_mode else "message")
 
 
-# The message of a commit exempt by its parents or author: never read, so never parsed.
-_UNREAD = Message(subject="", subject_line=1, lines=(), trailers=())
-
-
 class OwnTreeGates:
     """Resolves node ids in the tree of the commit that names them, read from git (one
     ``cat-file`` per file asked for; asked only for a gate that does not resolve in the working
@@ -115,6 +117,8 @@ class OwnTreeGates:
         """Why ``node_id`` does not resolve in commit ``sha``'s tree (None when it does)."""
         resolver = self._resolvers.get(sha)
         if resolver is None:
+            from wpgate.references import GateResolver
+
             read = functools.partial(self._read, sha)
             resolver = GateResolver(self._root, read=read, options=self._options)
             self._resolvers = {sha: resolver}  # commits come one at a time: keep the last
@@ -135,34 +139,34 @@ def _commit_messages(
     comment_char: str,
     options: TrailerOptions,
     syntax: TrailerSyntax,
-) -> Iterator[CommitMessage]:
+) -> Iterator[CommitMessage | str]:
     """Each commit parsed as git stores it (no commit-msg cleanup).
 
     Merges and bot commits are exempt whatever they say (a third of a busy history's commits):
-    their messages are not parsed.
+    their messages are not parsed, and the reason stands for the commit (see
+    :func:`~wpgate.rules.trailers.lint_messages`).
     """
+    from wpgate.rules.trailers import CommitMessage, metadata_exemption
+
+    resolve_own = own.resolve
     for commit in commits:
-        if metadata_exemption(len(commit.parents), commit.author, options) is not None:
-            yield CommitMessage(
-                _UNREAD, commit.sha[:12], author=commit.author, parents=len(commit.parents)
-            )
+        parents = len(commit.parents)
+        reason = metadata_exemption(parents, commit.author, options)
+        if reason is not None:
+            yield reason  # counted, never read
             continue
         try:
             text, error_line = commit.message.decode("utf-8"), None
         except UnicodeDecodeError:
             decoded = decode_message(commit.message)
             text, error_line = decoded.text, decoded.error_line
+        message = parse_message(
+            text, comment_char=comment_char, encoding_error_line=error_line, syntax=syntax
+        )
+        # Positional: one per commit, and a call with keywords costs a dictionary more.
+        sha = commit.sha
         yield CommitMessage(
-            message=parse_message(
-                text, comment_char=comment_char, encoding_error_line=error_line, syntax=syntax
-            ),
-            path=commit.sha[:12],
-            references=references,
-            resolve_gate=resolve,
-            commit=commit.sha,
-            resolve_own_gate=own.resolve,
-            author=commit.author,
-            parents=len(commit.parents),
+            message, sha[:12], references, resolve, sha, resolve_own, commit.author, parents
         )
 
 
@@ -194,11 +198,15 @@ def lint_range(
 
     ``syntax`` is git's ``trailer.*`` configuration (read from git when None).
     """
-    syntax = trailer_syntax(config.root) if syntax is None else syntax
     options = TrailerOptions.from_config(config)
-    commits = read_commits(config.root, revisions)
-    references = load_references(config.root, config)
     gates = GateOptions.from_config(config)
+    # git starts now and writes the history into its pipe while the rest is read and loaded.
+    commits = read_commits(config.root, revisions)
+    from wpgate._citable import load_references
+    from wpgate.references import GateResolver
+
+    syntax = trailer_syntax(config.root) if syntax is None else syntax
+    references = load_references(config.root, config)
     resolve = GateResolver(config.root, options=gates).resolve
     own = OwnTreeGates(config.root, gates)
     messages = _commit_messages(commits, references, resolve, own, comment_char, options, syntax)

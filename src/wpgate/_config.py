@@ -129,10 +129,15 @@ class Config:
         ]
         return lines
 
+    @property
+    def respells(self) -> bool:
+        """Whether :meth:`spelled` changes any message: the file is not ``pyproject.toml``."""
+        return self.source not in ("", _PYPROJECT)
+
     def spelled(self, text: str) -> str:
         """``text`` (a message) naming each ``[tool.wpgate.<table>]`` as this configuration's
         file writes it: ``[<table>]`` in a ``wpgate.toml`` or ``.wpgate.toml``."""
-        if self.source in ("", _PYPROJECT):
+        if not self.respells:
             return text
         return _TABLE_NAME.sub(r"[\1]", text)
 

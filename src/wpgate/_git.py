@@ -330,15 +330,25 @@ def _revision_args(revisions: RevisionRange) -> list[str]:
 def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
     """The commits of ``revisions``, newest first, read by one ``git log`` process.
 
-    Commits are yielded while git is still writing, so that git's work on one core overlaps the
-    caller's parsing on another. Errors (a shallow-clone boundary, an empty range, git failing)
-    are raised when they are known: at the start, at the boundary commit, or at the end.
+    git starts at this call, before the first commit is asked for, so that it works while the
+    caller loads what it checks the commits against; commits are yielded while git is still
+    writing, so that git's work on one core overlaps the caller's parsing on another. Errors
+    are raised when they are known: a name git would misread at this call; a shallow-clone
+    boundary, an empty range or git failing at the first commit, the boundary commit or the
+    end. Read the iterator to its end or close it: that ends git.
     """
     args = ["log", "-z", _FORMAT, *_revision_args(revisions)]
+    return _log_commits(_open(root, [*args, "--"]), root, revisions)
+
+
+def _log_commits(
+    process: subprocess.Popen[bytes], root: Path, revisions: RevisionRange
+) -> Iterator[Commit]:
+    """The commits ``git log`` (``process``) writes, checked against the range as they come."""
     count = 0
-    # git log starts first and works while the range is checked (two short git processes):
-    # when the check fails, it is killed below and the check's error is raised.
-    with _open(root, [*args, "--"]) as process:
+    # git log works while the range is checked (two short git processes): when the check
+    # fails, it is killed below and the check's error is raised.
+    with process:
         stdout = process.stdout
         if not isinstance(stdout, io.BufferedIOBase):  # pragma: no cover - Popen gave a pipe
             process.kill()
@@ -348,16 +358,18 @@ def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
             shallow, shallow_file = _repository_state(root)
             _verify(root, [revisions.include, *revisions.exclude], shallow)
             boundary = _shallow_boundary(shallow_file) if shallow else frozenset()
-            for record in _records(stdout):
-                commit = _parse_record(record)
-                if commit.sha in boundary:
-                    raise GitError(
-                        f"range {revisions.describe()} reaches the shallow-clone boundary at "
-                        f"{commit.sha[:12]}, so older commits are missing; fetch the history "
-                        "(`git fetch --unshallow`, or `fetch-depth: 0` in actions/checkout)"
-                    )
-                count += 1
-                yield commit
+            for batch in _record_batches(stdout):
+                for record in batch:
+                    commit = _parse_record(record)
+                    if commit.sha in boundary:
+                        raise GitError(
+                            f"range {revisions.describe()} reaches the shallow-clone boundary "
+                            f"at {commit.sha[:12]}, so older commits are missing; fetch the "
+                            "history (`git fetch --unshallow`, or `fetch-depth: 0` in "
+                            "actions/checkout)"
+                        )
+                    yield commit
+                count += len(batch)
         except BaseException:  # an error, or a caller that stopped early: git need not finish
             process.kill()
             raise
@@ -410,12 +422,19 @@ def _widen(stream: io.BufferedIOBase) -> None:
 
 
 def _records(stream: io.BufferedIOBase, chunk: int = _PIPE_BYTES) -> Iterator[bytes]:
-    """NUL-terminated records of ``stream`` as they arrive (``git log -z``).
+    """NUL-terminated records of ``stream`` as they arrive (``git log -z``), one by one."""
+    for batch in _record_batches(stream, chunk):
+        yield from batch
+
+
+def _record_batches(stream: io.BufferedIOBase, chunk: int = _PIPE_BYTES) -> Iterator[list[bytes]]:
+    """The NUL-terminated records of ``stream``, as the list of those each read completes.
 
     Each read takes what the pipe holds, up to ``chunk`` bytes: git keeps writing into the
     widened pipe (:func:`_widen`) while the caller parses, so git's work and the parsing still
     run on two cores at once. (A reader thread that drained the pipe into a queue cost more
-    CPU in handing chunks and the interpreter lock over than it saved.)
+    CPU in handing chunks and the interpreter lock over than it saved.) A list per read, not a
+    generator per record: the caller walks a read's records in one loop.
     """
     # The bytes after the last NUL seen, as the chunks that hold them: joined once, when the
     # record's NUL arrives, so a record of any size is copied a bounded number of times (joining
@@ -433,10 +452,10 @@ def _records(stream: io.BufferedIOBase, chunk: int = _PIPE_BYTES) -> Iterator[by
         pending = [tail] if tail else []
         # A record of whitespace only (or nothing) is no commit; isspace() stops at the first
         # other byte instead of copying the record as strip() would.
-        yield from (part for part in parts if part and not part.isspace())
+        yield [part for part in parts if part and not part.isspace()]
     last = b"".join(pending)
     if last and not last.isspace():
-        yield last
+        yield [last]
 
 
 def _shallow_boundary(path: Path) -> frozenset[str]:
@@ -447,14 +466,18 @@ def _shallow_boundary(path: Path) -> frozenset[str]:
         return frozenset()
 
 
+_FIELD_BYTE = _FIELD.encode()
+
+
 def _parse_record(record: bytes) -> Commit:
     """One ``git log -z`` record: sha, parents, author, message."""
-    sha, parents, author, message = record.split(_FIELD.encode(), 3)
+    sha, parents, author, message = record.split(_FIELD_BYTE, 3)
+    # Positional: one per commit of a range.
     return Commit(
-        sha=sha.decode("ascii").strip(),
-        parents=tuple(parents.decode("ascii").split()),
-        author=author.decode("utf-8", "replace"),
-        message=message,
+        sha.decode("ascii").strip(),
+        tuple(parents.decode("ascii").split()),
+        author.decode("utf-8", "replace"),
+        message,
     )
 
 

@@ -77,16 +77,17 @@ Options = TypeVar("Options")
 class Rule(Generic[Subject, Options]):
     """A lint rule with a stable id (``WPG101``), a kebab-case name and a one-line summary.
 
-    The one rule contract: ``check(subject, options)`` yields the rule's findings, where the
-    subject is what the linter loaded (everything the rule reads is on it) and ``options`` is
-    the linter's options record. Each rule module exports its rules as one typed tuple,
-    ``CHECKS``, made by :func:`register`.
+    The one rule contract: ``check(subject, options)`` returns the rule's findings as an
+    iterable (a generator, or a tuple where a rule runs once per commit of a history and most
+    runs find nothing), where the subject is what the linter loaded (everything the rule reads
+    is on it) and ``options`` is the linter's options record. Each rule module exports its
+    rules as one typed tuple, ``CHECKS``, made by :func:`register`.
     """
 
     rule_id: str
     name: str
     summary: str
-    check: Callable[[Subject, Options], Iterator[Finding]] = field(compare=False, repr=False)
+    check: Callable[[Subject, Options], Iterable[Finding]] = field(compare=False, repr=False)
     enabled_by_default: bool = True
     options: dict[str, Any] = field(default_factory=dict, compare=False)
 

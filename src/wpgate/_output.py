@@ -84,11 +84,6 @@ def _github(finding: Finding) -> str:
     return f"::{finding.severity} {','.join(props)}::{_escape_data(finding.message)}"
 
 
-def _label(finding: Finding) -> str:
-    """`` (warning)`` after the rule id of a warning; errors carry no label."""
-    return " (warning)" if finding.severity == "warning" else ""
-
-
 def _totals(findings: list[Finding], summaries: list[Summary]) -> str:
     """The closing line of a text or github report."""
     parts = [s.describe() for s in summaries]
@@ -240,6 +235,11 @@ def format_report(
         return "\n".join(lines) + "\n"
     if fmt != "text":
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    lines = [f"{f.path}:{f.line}: {f.rule_id}{_label(f)} {f.message}" for f in found]
+    # A warning is labelled after its rule id; errors carry no label.
+    lines = [
+        f"{f.path}:{f.line}: {f.rule_id}{' (warning)' if f.severity == 'warning' else ''} "
+        f"{f.message}"
+        for f in found
+    ]
     lines.append(_totals(found, done))
     return "\n".join(lines) + "\n"

@@ -37,7 +37,7 @@ def _emit(runs: Sequence[LinterRun], fmt: str, config: Config | None = None) -> 
     findings = [f for run in runs for f in run.findings]
     if config is not None and config.warnings:
         findings = [with_severity(f, config.severity(f.rule_id)) for f in findings]
-    if config is not None:
+    if config is not None and config.respells:
         findings = [_spelled(f, config) for f in findings]
     help_uri = OutputOptions.from_config(config).help_uri
     report = format_report(findings, [run.summary for run in runs], fmt, help_uri=help_uri)

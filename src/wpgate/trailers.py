@@ -106,13 +106,24 @@ def _patterns(separators: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
     )
 
 
-@dataclass(frozen=True, slots=True)
+# The records below are made once per commit of a history (and a trailer per trailer line):
+# their initialisers set each slot with one bound call instead of the generated __init__'s
+# attribute lookup per field. They stay frozen: assignment still raises.
+_set = object.__setattr__
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Trailer:
     """One trailer: its key as written, its unfolded value and its 1-based line."""
 
     key: str
     value: str
     line: int
+
+    def __init__(self, key: str, value: str, line: int) -> None:
+        _set(self, "key", key)
+        _set(self, "value", value)
+        _set(self, "line", line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +138,7 @@ class DecodedText:
     nul_line: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Message:
     """A parsed commit message.
 
@@ -146,6 +157,26 @@ class Message:
     by_key: Mapping[str, tuple[Trailer, ...]] = field(
         default_factory=dict, repr=False, compare=False
     )
+
+    def __init__(
+        self,
+        subject: str,
+        subject_line: int,
+        lines: tuple[str, ...],
+        trailers: tuple[Trailer, ...],
+        comment_char: str | None = None,
+        encoding_error_line: int | None = None,
+        nul_line: int | None = None,
+        by_key: Mapping[str, tuple[Trailer, ...]] | None = None,
+    ) -> None:
+        _set(self, "subject", subject)
+        _set(self, "subject_line", subject_line)
+        _set(self, "lines", lines)
+        _set(self, "trailers", trailers)
+        _set(self, "comment_char", comment_char)
+        _set(self, "encoding_error_line", encoding_error_line)
+        _set(self, "nul_line", nul_line)
+        _set(self, "by_key", {} if by_key is None else by_key)
 
     def text_lines(self) -> Iterator[tuple[int, str]]:
         """The message's own lines with their 1-based numbers, comment lines left out."""
@@ -441,13 +472,14 @@ def _parse_plain(
     else:
         trailers = _mixed_block(lines[first:], first)
     return Message(
-        subject=lines[0].rstrip(_LINE_SPACE),
-        subject_line=1,
-        lines=tuple(lines),
-        trailers=trailers,
-        comment_char=skip,
-        encoding_error_line=encoding_error_line,
-        by_key=_index(trailers),
+        lines[0].rstrip(_LINE_SPACE),
+        1,
+        tuple(lines),
+        trailers,
+        skip,
+        encoding_error_line,
+        None,
+        _index(trailers),
     )
 
 

@@ -335,3 +335,23 @@ def test_git_log_runs_with_fully_buffered_output(tmp_path: Path) -> None:
     with _git._open(root, ["-c", "alias.environment=!env", "environment"]) as process:
         out, _ = process.communicate()
     assert "GIT_FLUSH=0" in out.decode().splitlines()
+
+
+def test_git_log_starts_before_the_first_commit_is_asked_for(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The range lint loads its rules and documents while git writes the history.
+    started: list[list[str]] = []
+    original = _git._open
+
+    def recorded(root: Path, args: list[str]) -> subprocess.Popen[bytes]:
+        started.append(list(args))
+        return original(root, args)
+
+    monkeypatch.setattr(_git, "_open", recorded)
+    commits = read_commits(repo, parse_range("HEAD"))
+    assert [args[0] for args in started] == ["log"]
+    assert len(list(commits)) == 4
+    with pytest.raises(GitError, match="starts with `-`"):
+        read_commits(repo, parse_range("--all"))  # refused at the call, before git runs
+    assert len(started) == 1

@@ -17,9 +17,7 @@ hook reads the provenance table and the registry without importing the docs rule
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -275,7 +273,7 @@ DECLARED: Mapping[str, RuleInfo] = _by_id(
 
 def declared(
     rule_id: str,
-    check: Callable[[Subject, Options], Iterator[Finding]],
+    check: Callable[[Subject, Options], Iterable[Finding]],
     *,
     enabled_by_default: bool = True,
     options: dict[str, Any] | None = None,
@@ -294,5 +292,8 @@ def declared(
 
 def register_all() -> None:
     """Import every rule module, which registers its rules."""
+    import importlib  # the commit linters import one rule module by name, never this walk
+    import pkgutil
+
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")

@@ -1,6 +1,6 @@
 """Commit-message rules (WPG1xx): the subject line and the governance trailers.
 
-Each rule is a pure ``check_x(parsed, options) -> Iterator[Finding]`` over a
+Each rule is a pure ``check_x(parsed, options) -> Sequence[Finding]`` over a
 :class:`CommitMessage` (the parsed message with what it is checked against) and
 :class:`TrailerOptions` (``[tool.wpgate.trailers]``, declared in ``wpgate.options`` with the
 other linters' records and re-exported here). :func:`lint_messages` runs the enabled rules over
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from wpgate._model import WP_ID_PATTERN, Finding, Rule, register, switched_on
@@ -108,157 +107,212 @@ class CommitMessage:
             pr_mode=pr_mode,
         )
 
-    @functools.cached_property
+    @property
     def last_line(self) -> int:
         """The line a missing trailer should be added after: the last non-blank, non-comment
         one (1 when there is none); found once, though a message without trailers asks for it
-        once per missing trailer."""
-        lines, comment = self.message.lines, self.message.comment_char
-        for index in range(len(lines) - 1, -1, -1):
-            line = lines[index]
-            if line.strip() and (comment is None or not line.startswith(comment)):
-                return index + 1
-        return 1
+        once per missing trailer. (Cached in the instance by hand: Python 3.11's
+        ``functools.cached_property`` takes a lock on every first read, once per commit.)"""
+        cached: int | None = self.__dict__.get("_last_line")
+        if cached is None:
+            cached = self.__dict__["_last_line"] = _last_text_line(self.message)
+        return cached
 
 
-def _finding(parsed: CommitMessage, line: int, rule_id: str, message: str) -> Finding:
-    """A finding on ``parsed``."""
-    return Finding(parsed.path, line, rule_id, message)
+def _last_text_line(message: Message) -> int:
+    """The 1-based number of ``message``'s last non-blank, non-comment line (1: none)."""
+    lines, comment = message.lines, message.comment_char
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        if line.strip() and (comment is None or not line.startswith(comment)):
+            return index + 1
+    return 1
 
 
-def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+# Each rule runs once per commit of a history, and most runs find nothing: a rule returns a
+# tuple (empty, the usual answer, costs nothing to make) rather than being a generator.
+_NONE: tuple[Finding, ...] = ()
+
+
+def check_encoding(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """The message is valid UTF-8 and holds no NUL byte."""
-    if parsed.message.nul_line is not None:
-        yield _finding(
-            parsed,
-            parsed.message.nul_line,
-            MESSAGE_ENCODING,
-            "the message holds a NUL byte on this line; git refuses such a message (and its "
-            "readers stop at the NUL), so remove it",
+    message = parsed.message
+    if message.nul_line is None and message.encoding_error_line is None:
+        return _NONE
+    found = []
+    if message.nul_line is not None:
+        found.append(
+            Finding(
+                parsed.path,
+                message.nul_line,
+                MESSAGE_ENCODING,
+                "the message holds a NUL byte on this line; git refuses such a message (and "
+                "its readers stop at the NUL), so remove it",
+            )
         )
-    line = parsed.message.encoding_error_line
+    line = message.encoding_error_line
     if line is not None:
-        yield _finding(
-            parsed,
-            line,
-            MESSAGE_ENCODING,
-            "the message is not valid UTF-8 (the first bad byte is on this line); re-encode it as "
-            "UTF-8 (`git commit --amend`, with i18n.commitEncoding unset)",
+        found.append(
+            Finding(
+                parsed.path,
+                line,
+                MESSAGE_ENCODING,
+                "the message is not valid UTF-8 (the first bad byte is on this line); re-encode "
+                "it as UTF-8 (`git commit --amend`, with i18n.commitEncoding unset)",
+            )
         )
+    return tuple(found)
 
 
-def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """The subject reads ``type(scope): text`` with a configured type."""
     subject, line = parsed.message.subject, parsed.message.subject_line
     if not subject:
-        yield _finding(
-            parsed,
-            line,
-            SUBJECT_FORMAT,
-            "the message is empty; write a subject `type(scope): summary`",
+        return (
+            Finding(
+                parsed.path,
+                line,
+                SUBJECT_FORMAT,
+                "the message is empty; write a subject `type(scope): summary`",
+            ),
         )
-        return
     match = _SUBJECT.match(subject)
     if match is None:
-        yield _finding(
-            parsed,
-            line,
-            SUBJECT_FORMAT,
-            f"subject {subject[:60]!r} is not `type(scope): summary`; start it with one of "
-            f"{', '.join(options.types)}, e.g. `fix(cli): handle an empty range`",
+        return (
+            Finding(
+                parsed.path,
+                line,
+                SUBJECT_FORMAT,
+                f"subject {subject[:60]!r} is not `type(scope): summary`; start it with one of "
+                f"{', '.join(options.types)}, e.g. `fix(cli): handle an empty range`",
+            ),
         )
-    elif match["type"] not in options.types:
-        yield _finding(
-            parsed,
-            line,
-            SUBJECT_FORMAT,
-            f"`{match['type']}` is not a commit type; use one of {', '.join(options.types)} "
-            "(configurable in [tool.wpgate.trailers] types)",
+    if match["type"] not in options.types:
+        return (
+            Finding(
+                parsed.path,
+                line,
+                SUBJECT_FORMAT,
+                f"`{match['type']}` is not a commit type; use one of {', '.join(options.types)} "
+                "(configurable in [tool.wpgate.trailers] types)",
+            ),
         )
-    elif match["scope"] is not None and not match["scope"].strip():
-        yield _finding(parsed, line, SUBJECT_FORMAT, "the scope `()` is empty; name it or drop it")
+    if match["scope"] is not None and not match["scope"].strip():
+        return (
+            Finding(
+                parsed.path, line, SUBJECT_FORMAT, "the scope `()` is empty; name it or drop it"
+            ),
+        )
+    return _NONE
 
 
-def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """The subject is at most ``max_subject_length`` characters."""
     subject = parsed.message.subject
-    if len(subject) > options.max_subject_length:
-        yield _finding(
-            parsed,
+    if len(subject) <= options.max_subject_length:
+        return _NONE
+    return (
+        Finding(
+            parsed.path,
             parsed.message.subject_line,
             SUBJECT_LENGTH,
             f"the subject is {len(subject)} characters; shorten it to at most "
             f"{options.max_subject_length} and move detail into the body",
-        )
+        ),
+    )
 
 
-def check_subject_period(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_subject_period(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """The subject does not end with a period."""
-    if parsed.message.subject.endswith("."):
-        yield _finding(
-            parsed,
+    if not parsed.message.subject.endswith("."):
+        return _NONE
+    return (
+        Finding(
+            parsed.path,
             parsed.message.subject_line,
             SUBJECT_PERIOD,
             "the subject ends with a period; remove it",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class _Governed:
+    """A governed trailer as its rule reads it: the key, the rule, an example, the folded key
+    (``Message.by_key``) and the message of its absence (the same text for every commit)."""
+
+    key: str
+    rule_id: str
+    example: str
+
+    @functools.cached_property
+    def folded(self) -> str:
+        """The key as ``Message.by_key`` holds it."""
+        return self.key.lower()
+
+    @functools.cached_property
+    def missing(self) -> str:
+        """The message of a missing trailer."""
+        return (
+            f"the `{self.key}:` trailer is missing; add `{self.example}` to the last paragraph "
+            "of the message (trailers follow a blank line)"
         )
 
 
 def _presence(
     parsed: CommitMessage,
     options: TrailerOptions,
-    key: str,
-    rule_id: str,
-    example: str,
-    *,
+    governed: _Governed,
     found: tuple[Trailer, ...],
-) -> Iterator[Finding]:
+) -> Sequence[Finding]:
     """Findings for a missing required trailer or a repeated one (``found``: its trailers)."""
-    if not found and key in options.required:
-        yield _finding(parsed, parsed.last_line, rule_id, _missing(key, example))
-    for extra in found[1:]:
-        yield _finding(
-            parsed,
+    if not found:
+        if governed.key in options.required:
+            return (Finding(parsed.path, parsed.last_line, governed.rule_id, governed.missing),)
+        return _NONE
+    return [
+        Finding(
+            parsed.path,
             extra.line,
-            rule_id,
-            f"`{key}:` appears {len(found)} times; keep exactly one (separate several ids "
-            "with commas)",
+            governed.rule_id,
+            f"`{governed.key}:` appears {len(found)} times; keep exactly one (separate several "
+            "ids with commas)",
         )
+        for extra in found[1:]
+    ]
 
 
-@functools.lru_cache(maxsize=16)
-def _missing(key: str, example: str) -> str:
-    """The message of a missing ``key:`` trailer: the same text for every commit that lacks it."""
-    return (
-        f"the `{key}:` trailer is missing; add `{example}` to the last paragraph of the "
-        "message (trailers follow a blank line)"
-    )
+_WP = _Governed("WP", WP_TRAILER, "WP: NNN")
 
 
-def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``WP:`` appears once and names a registered work package (or ``none``)."""
-    found = parsed.message.values("WP")
+    found = parsed.message.by_key.get(_WP.folded, ())
     if len(found) != 1:
-        yield from _presence(parsed, options, "WP", WP_TRAILER, "WP: NNN", found=found)
-    trailer = found[0] if len(found) == 1 else None
-    if trailer is None:
-        return
+        return _presence(parsed, options, _WP, found)
+    trailer = found[0]
     value = trailer.value
     if not _WP_ID.match(value):
-        yield _finding(
-            parsed,
-            trailer.line,
-            WP_TRAILER,
-            f"`WP: {value[:60]}` is not a work-package id; write three or more digits with an "
-            "optional letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
+        return (
+            Finding(
+                parsed.path,
+                trailer.line,
+                WP_TRAILER,
+                f"`WP: {value[:60]}` is not a work-package id; write three or more digits with "
+                "an optional letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
+            ),
         )
-    elif value != "none" and value not in parsed.references.wp_ids:
-        yield _finding(
-            parsed,
-            trailer.line,
-            WP_TRAILER,
-            f"work package {value} is not in the registry (docs/work_packages/wp-{value}.md); "
-            "fix the id or create the package with `wpgate new-wp`",
+    if value != "none" and value not in parsed.references.wp_ids:
+        return (
+            Finding(
+                parsed.path,
+                trailer.line,
+                WP_TRAILER,
+                f"work package {value} is not in the registry (docs/work_packages/wp-{value}.md); "
+                "fix the id or create the package with `wpgate new-wp`",
+            ),
         )
+    return _NONE
 
 
 # Real histories repeat the same trailer values, so each distinct value's verdict is computed
@@ -298,28 +352,29 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
     return tuple(problems)
 
 
-def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+_PROVENANCE = _Governed("Provenance", PROVENANCE_TRAILER, "Provenance: R12")
+
+
+def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Provenance:`` cites allowlisted source ids (with locators) or says ``none (reason)``."""
-    yield from _check_once(
-        parsed, options, ("Provenance", PROVENANCE_TRAILER, "Provenance: R12"), provenance_problems
-    )
+    return _check_once(parsed, options, _PROVENANCE, provenance_problems)
 
 
 def _check_once(
     parsed: CommitMessage,
     options: TrailerOptions,
-    trailer_spec: tuple[str, str, str],
+    governed: _Governed,
     problems: Callable[[str, References], tuple[str, ...]],
-) -> Iterator[Finding]:
+) -> Sequence[Finding]:
     """A trailer that must appear once: its presence, then ``problems`` of its value."""
-    key, rule_id, example = trailer_spec
-    found = parsed.message.values(key)
+    found = parsed.message.by_key.get(governed.folded, ())
     if len(found) != 1:
-        yield from _presence(parsed, options, key, rule_id, example, found=found)
-        return
+        return _presence(parsed, options, governed, found)
     trailer = found[0]
-    for problem in problems(trailer.value, parsed.references):
-        yield _finding(parsed, trailer.line, rule_id, problem)
+    return [
+        Finding(parsed.path, trailer.line, governed.rule_id, problem)
+        for problem in problems(trailer.value, parsed.references)
+    ]
 
 
 @functools.lru_cache(maxsize=_VERDICT_CACHE)
@@ -340,14 +395,12 @@ def assumption_problems(value: str, references: References) -> tuple[str, ...]:
     return tuple(problems)
 
 
-def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+_ASSUMPTIONS = _Governed("Assumptions", ASSUMPTIONS_TRAILER, "Assumptions: none")
+
+
+def check_assumptions(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Assumptions:`` is ``none`` or ids from docs/ASSUMPTIONS.md."""
-    yield from _check_once(
-        parsed,
-        options,
-        ("Assumptions", ASSUMPTIONS_TRAILER, "Assumptions: none"),
-        assumption_problems,
-    )
+    return _check_once(parsed, options, _ASSUMPTIONS, assumption_problems)
 
 
 @functools.lru_cache(maxsize=_VERDICT_CACHE)
@@ -359,24 +412,28 @@ def gate_problems(value: str, resolve: Callable[[str], str | None]) -> tuple[str
     return tuple(f"gate {why}" for why in map(resolve, node_ids) if why is not None)
 
 
-def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+_GATE_MISSING = (
+    "the `Gate:` trailer is missing; add `Gate: <test file>::<test name>` (e.g. "
+    "`tests/test_x.py::test_y`, `pkg/x_test.go::TestY`) naming the tests that prove the change"
+)
+
+
+def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Gate:`` names tests that resolve statically (``path::name`` in any configured
     language, a whole test file, or ``ci:<job>``)."""
-    found = parsed.message.values("Gate")
-    if not found and "Gate" in options.required:
-        yield _finding(
-            parsed,
-            parsed.last_line,
-            GATE_TRAILER,
-            "the `Gate:` trailer is missing; add `Gate: <test file>::<test name>` (e.g. "
-            "`tests/test_x.py::test_y`, `pkg/x_test.go::TestY`) naming the tests that prove the "
-            "change",
-        )
+    found = parsed.message.by_key.get("gate", ())
+    if not found:
+        if "Gate" in options.required:
+            return (Finding(parsed.path, parsed.last_line, GATE_TRAILER, _GATE_MISSING),)
+        return _NONE
+    findings: list[Finding] = []
     for trailer in found:
         problems = gate_problems(trailer.value, parsed.resolve_gate)
+        if not problems:
+            continue
         own = parsed.resolve_own_gate
         node_ids = split_node_ids(trailer.value)
-        if problems and own is not None and node_ids:
+        if own is not None and node_ids:
             # Rare (a gate gone from the working tree): asked per commit, never cached.
             problems = tuple(
                 f"gate {why}"
@@ -384,55 +441,63 @@ def check_gate(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Findi
                 if (why := parsed.resolve_gate(node)) is not None
                 and own(parsed.commit, node) is not None
             )
-        for problem in problems:
-            yield _finding(parsed, trailer.line, GATE_TRAILER, problem)
+        findings.extend(Finding(parsed.path, trailer.line, GATE_TRAILER, p) for p in problems)
+    return findings
 
 
-def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_sign_off(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``Signed-off-by: Name <email>`` is present (and matches the author when configured)."""
     found = parsed.message.values("Signed-off-by")
     if not found:
-        yield _finding(
-            parsed,
-            parsed.last_line,
-            SIGNED_OFF_BY,
-            "the `Signed-off-by:` trailer is missing; commit with `git commit -s`",
-        )
-        return
-    for trailer in found:
-        if not _SIGN_OFF.match(trailer.value):
-            yield _finding(
-                parsed,
-                trailer.line,
+        return (
+            Finding(
+                parsed.path,
+                parsed.last_line,
                 SIGNED_OFF_BY,
-                f"`Signed-off-by: {trailer.value}` is not `Name <email>`; fix it or use "
-                "`git commit -s`",
-            )
+                "the `Signed-off-by:` trailer is missing; commit with `git commit -s`",
+            ),
+        )
+    findings = [
+        Finding(
+            parsed.path,
+            trailer.line,
+            SIGNED_OFF_BY,
+            f"`Signed-off-by: {trailer.value}` is not `Name <email>`; fix it or use "
+            "`git commit -s`",
+        )
+        for trailer in found
+        if not _SIGN_OFF.match(trailer.value)
+    ]
     values = {t.value for t in found}
     if options.signoff_matches_author and parsed.author and parsed.author not in values:
-        yield _finding(
-            parsed,
-            found[-1].line,
-            SIGNED_OFF_BY,
-            f"no sign-off matches the author `{parsed.author}`; add `Signed-off-by: "
-            f"{parsed.author}` (`git commit -s`)",
+        findings.append(
+            Finding(
+                parsed.path,
+                found[-1].line,
+                SIGNED_OFF_BY,
+                f"no sign-off matches the author `{parsed.author}`; add `Signed-off-by: "
+                f"{parsed.author}` (`git commit -s`)",
+            )
         )
+    return findings
 
 
-def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> Iterator[Finding]:
+def check_clean_room(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
     """PR mode: the description keeps the clean-room statement."""
     if not parsed.pr_mode:
-        return
+        return _NONE
     marker = options.clean_room_statement
     for _, line in parsed.message.text_lines():
         if line.startswith(marker) and line[len(marker) :].strip():
-            return
-    yield _finding(
-        parsed,
-        parsed.last_line,
-        CLEAN_ROOM_STATEMENT,
-        f"the PR description must keep the `{marker}` statement; restore it from the template "
-        "and say which sources went into the change",
+            return _NONE
+    return (
+        Finding(
+            parsed.path,
+            parsed.last_line,
+            CLEAN_ROOM_STATEMENT,
+            f"the PR description must keep the `{marker}` statement; restore it from the "
+            "template and say which sources went into the change",
+        ),
     )
 
 
@@ -502,25 +567,31 @@ class LintResult:
 
 
 def lint_messages(
-    messages: Iterable[CommitMessage],
+    messages: Iterable[CommitMessage | str],
     options: TrailerOptions,
     enabled: Callable[[str], bool] | None = None,
 ) -> LintResult:
     """Run every enabled WPG1xx rule over ``messages``; exempt messages are only counted.
 
-    ``enabled`` says whether a rule id is on (``Config.enabled``); by default each rule's own
-    default applies.
+    An item that is a string is a commit already found exempt for that reason, unread (a
+    range's merges and bot commits, :func:`metadata_exemption`). ``enabled`` says whether a
+    rule id is on (``Config.enabled``); by default each rule's own default applies.
     """
     checks = [rule.check for rule in switched_on(CHECKS, enabled)]
     findings: list[Finding] = []
-    exempt: Counter[str] = Counter()
+    extend = findings.extend
+    exempt: dict[str, int] = {}
     checked = 0
-    for parsed in messages:
-        reason = exemption(parsed, options)
-        if reason is not None:
-            exempt[reason] += 1
-            continue
-        checked += 1
-        for check in checks:
-            findings.extend(check(parsed, options))
+    for item in messages:
+        if isinstance(item, str):
+            reason = item
+        else:
+            found = exemption(item, options)
+            if found is None:
+                checked += 1
+                for check in checks:
+                    extend(check(item, options))
+                continue
+            reason = found
+        exempt[reason] = exempt.get(reason, 0) + 1
     return LintResult(tuple(findings), checked, dict(sorted(exempt.items())))

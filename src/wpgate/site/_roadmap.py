@@ -140,8 +140,34 @@ def build_model(
 
 
 def relative_link(from_src: str, to_src: str) -> str:
-    """A Markdown link target from page ``from_src`` to file ``to_src`` (both docs-relative)."""
-    return posixpath.relpath(to_src, posixpath.dirname(from_src) or ".")
+    """A Markdown link target from page ``from_src`` to file ``to_src`` (both docs-relative).
+
+    ``posixpath.relpath``'s answer, computed from the two paths alone: relpath makes both
+    absolute against the current directory (a ``getcwd`` call each time, and a registry's
+    pages make tens of thousands of links), which cancels out for two paths inside it. A path
+    that is absolute or climbs out with ``..`` is left to relpath itself.
+    """
+    start = _parts(posixpath.dirname(from_src))
+    target = _parts(to_src)
+    if start is None or target is None or not to_src:
+        return posixpath.relpath(to_src, posixpath.dirname(from_src) or ".")
+    common = 0
+    for mine, theirs in zip(start, target, strict=False):
+        if mine != theirs:
+            break
+        common += 1
+    parts = [".."] * (len(start) - common) + list(target[common:])
+    return "/".join(parts) if parts else "."
+
+
+@functools.lru_cache(maxsize=1024)
+def _parts(path: str) -> tuple[str, ...] | None:
+    """The components of a relative path as ``posixpath.normpath`` leaves them, or None when
+    the path is absolute or climbs above its start."""
+    if path.startswith("/"):
+        return None
+    parts = tuple(part for part in posixpath.normpath(path).split("/") if part not in ("", "."))
+    return None if ".." in parts else parts
 
 
 def wp_label(wp_id: str) -> str:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
+from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
@@ -67,7 +68,7 @@ def _commit(text: str, **kwargs: object) -> CommitMessage:
 
 
 def _run(
-    check: Callable[[CommitMessage, TrailerOptions], Iterator[Finding]],
+    check: Callable[[CommitMessage, TrailerOptions], Iterable[Finding]],
     text: str,
     options: TrailerOptions = OPTIONS,
     **kwargs: object,
@@ -80,6 +81,19 @@ def test_good_message_has_no_findings() -> None:
     result = lint_messages([_commit(GOOD)], OPTIONS)
     assert result.findings == ()
     assert result.checked == 1
+
+
+def test_the_line_of_a_missing_trailer_is_kept_without_changing_the_record() -> None:
+    text = "feat(x): add y\n\nWhy y.\n# a comment\n\n"
+    parsed, twin = _commit(text, cleanup=True), _commit(text, cleanup=True)
+    assert parsed.last_line == 3
+    assert parsed.last_line == 3  # the second read is the kept answer
+    assert parsed == twin
+    assert repr(parsed) == repr(twin)
+    assert replace(parsed, path="0123456789ab").last_line == 3
+    assert _commit("").last_line == 1
+    with pytest.raises(FrozenInstanceError):
+        parsed.path = "changed"  # type: ignore[misc]
 
 
 def test_registry_has_stable_ids_and_names() -> None:
@@ -350,6 +364,14 @@ def test_exemptions_are_counted() -> None:
     assert exemption(_commit("fixup! x\n", pr_mode=True), OPTIONS) is None
     # A human whose name merely contains b, o or t is not a bot.
     assert exemption(_commit(bad, author="Tom <tom@example.org>"), OPTIONS) is None
+
+
+def test_a_commit_exempt_before_it_is_read_is_counted_by_its_reason() -> None:
+    # A range's merges and bot commits reach the rules as their reason alone, unparsed.
+    result = lint_messages(["merge", _commit("Update stuff\n"), "bot", "merge"], OPTIONS)
+    assert result.checked == 1
+    assert result.exempt == {"bot": 1, "merge": 2}
+    assert [f.rule_id for f in result.findings] == ["WPG101", "WPG104", "WPG105", "WPG107"]
 
 
 def test_options_from_section_errors_name_the_key() -> None:

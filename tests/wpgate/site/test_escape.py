@@ -8,7 +8,12 @@ import markdown
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wpgate.site._escape import escape_html, escape_markdown, escape_markdown_keep_code
+from wpgate.site._escape import (
+    _escape_chars,
+    escape_html,
+    escape_markdown,
+    escape_markdown_keep_code,
+)
 
 
 def _render_inline(text: str) -> str:
@@ -50,3 +55,11 @@ def test_keep_code_escapes_around_code_spans() -> None:
     assert rendered.startswith("Use <code>Name &lt;email&gt;</code> not &#60;b&#62;")
     assert rendered.endswith("<code>a`b</code>")
     assert "<b>" not in rendered
+
+
+def test_every_ascii_character_that_could_start_markup_becomes_a_reference() -> None:
+    safe = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ,:;-.?/=%@'")
+    for code in range(0x250):
+        char = chr(code)
+        expected = char if char in safe or code > 127 else f"&#{code};"
+        assert _escape_chars(f"a{char}b") == f"a{expected}b", code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 
@@ -216,3 +217,26 @@ def test_icons_cross_markdown_as_tokens_and_expand_to_theme_svg() -> None:
     )
     assert _roadmap.icon_token("no-such-icon-anywhere", "->") == "->"
     assert expand_icons("<p>no icon</p>") == "<p>no icon</p>"
+
+
+_LINK_PATHS = (
+    "ROADMAP.md",
+    "work_packages/wp-001.md",
+    "work_packages/wp-002.md",
+    "engineering/phase-01.md",
+    "a/b/c.md",
+    "a/./b//d.md",
+    "a/b/../e.md",
+    "../out.md",
+    "/abs/x.md",
+    "x.md/",
+    ".",
+)
+
+
+@pytest.mark.parametrize("from_src", _LINK_PATHS)
+def test_a_relative_link_is_the_one_posixpath_relpath_gives(from_src: str) -> None:
+    # The pages' links are computed without the current directory, with the same answers.
+    for to_src in _LINK_PATHS:
+        expected = posixpath.relpath(to_src, posixpath.dirname(from_src) or ".")
+        assert _roadmap.relative_link(from_src, to_src) == expected, (from_src, to_src)
