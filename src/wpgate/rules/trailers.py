@@ -40,6 +40,7 @@ __all__ = [
     "exemption",
     "is_revert",
     "lint_messages",
+    "message_exemption",
     "metadata_exemption",
 ]
 
@@ -541,8 +542,12 @@ def metadata_exemption(parents: int, author: str | None, options: TrailerOptions
 def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
     """Why this message is not checked (``merge``, ``bot``, ``fixup``, ``revert``), or None."""
     reason = metadata_exemption(parsed.parents, parsed.author, options)
-    if reason is not None:
-        return reason
+    return reason if reason is not None else message_exemption(parsed, options)
+
+
+def message_exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
+    """``fixup`` or ``revert`` when what the message says exempts it, else None (the part of
+    :func:`exemption` that reads the message)."""
     if not parsed.pr_mode and parsed.message.subject.startswith(_FIXUP_PREFIXES):
         return "fixup"
     if options.revert_exempt and is_revert(parsed.message):
@@ -570,12 +575,17 @@ def lint_messages(
     messages: Iterable[CommitMessage | str],
     options: TrailerOptions,
     enabled: Callable[[str], bool] | None = None,
+    *,
+    screened: bool = False,
 ) -> LintResult:
     """Run every enabled WPG1xx rule over ``messages``; exempt messages are only counted.
 
-    An item that is a string is a commit already found exempt for that reason, unread (a
-    range's merges and bot commits, :func:`metadata_exemption`). ``enabled`` says whether a
-    rule id is on (``Config.enabled``); by default each rule's own default applies.
+    An item that is a string is a commit already found exempt for that reason (a range's
+    merges and bot commits, unread, :func:`metadata_exemption`; with ``screened``, its fixups
+    and reverts too). ``screened`` says the caller asked :func:`exemption` of every message it
+    hands over, so each one is checked without being asked again (a range's reader does, once
+    per commit). ``enabled`` says whether a rule id is on (``Config.enabled``); by default each
+    rule's own default applies.
     """
     checks = [rule.check for rule in switched_on(CHECKS, enabled)]
     findings: list[Finding] = []
@@ -586,11 +596,13 @@ def lint_messages(
         if isinstance(item, str):
             reason = item
         else:
-            found = exemption(item, options)
+            found = None if screened else exemption(item, options)
             if found is None:
                 checked += 1
                 for check in checks:
-                    extend(check(item, options))
+                    # Most checks find nothing: an empty answer is not handed to extend.
+                    if result := check(item, options):
+                        extend(result)
                 continue
             reason = found
         exempt[reason] = exempt.get(reason, 0) + 1
