@@ -188,16 +188,9 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tupl
                 f"{', '.join(options.types)}, e.g. `fix(cli): handle an empty range`",
             ),
         )
-    if match["type"] not in options.types:
-        return (
-            Finding(
-                parsed.path,
-                line,
-                SUBJECT_FORMAT,
-                f"`{match['type']}` is not a commit type; use one of {', '.join(options.types)} "
-                "(configurable in [tool.wpgate.trailers] types)",
-            ),
-        )
+    kind = match["type"]
+    if kind not in options.types:
+        return (Finding(parsed.path, line, SUBJECT_FORMAT, _not_a_type(kind, options.types)),)
     if match["scope"] is not None and not match["scope"].strip():
         return (
             Finding(
@@ -205,6 +198,16 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tupl
             ),
         )
     return _NONE
+
+
+@functools.lru_cache(maxsize=256)
+def _not_a_type(kind: str, types: tuple[str, ...]) -> str:
+    """The message of a subject whose type is not one of ``types``: made once per type a
+    history uses (runc's subjects name a few dozen, `libct:` thousands of times)."""
+    return (
+        f"`{kind}` is not a commit type; use one of {', '.join(types)} "
+        "(configurable in [tool.wpgate.trailers] types)"
+    )
 
 
 def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
@@ -268,9 +271,7 @@ def _presence(
 ) -> Sequence[Finding]:
     """Findings for a missing required trailer or a repeated one (``found``: its trailers)."""
     if not found:
-        if governed.key in options.required:
-            return (Finding(parsed.path, parsed.last_line, governed.rule_id, governed.missing),)
-        return _NONE
+        return _missing(parsed, options, governed)
     return [
         Finding(
             parsed.path,
@@ -283,12 +284,23 @@ def _presence(
     ]
 
 
+def _missing(
+    parsed: CommitMessage, options: TrailerOptions, governed: _Governed
+) -> tuple[Finding, ...]:
+    """The finding of an absent trailer, when it is required."""
+    if governed.key in options.required:
+        return (Finding(parsed.path, parsed.last_line, governed.rule_id, governed.missing),)
+    return _NONE
+
+
 _WP = _Governed("WP", WP_TRAILER, "WP: NNN")
 
 
 def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``WP:`` appears once and names a registered work package (or ``none``)."""
-    found = parsed.message.by_key.get(_WP.folded, ())
+    found = parsed.message.by_key.get(_WP.folded)
+    if found is None:  # the usual case in an ungoverned history: answered without a call
+        return _missing(parsed, options, _WP)
     if len(found) != 1:
         return _presence(parsed, options, _WP, found)
     trailer = found[0]
@@ -368,7 +380,9 @@ def _check_once(
     problems: Callable[[str, References], tuple[str, ...]],
 ) -> Sequence[Finding]:
     """A trailer that must appear once: its presence, then ``problems`` of its value."""
-    found = parsed.message.by_key.get(governed.folded, ())
+    found = parsed.message.by_key.get(governed.folded)
+    if found is None:
+        return _missing(parsed, options, governed)
     if len(found) != 1:
         return _presence(parsed, options, governed, found)
     trailer = found[0]
