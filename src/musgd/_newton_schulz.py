@@ -81,8 +81,8 @@ def schedule_normalization(coefficients: Coefficients, normalize: str | None = N
         raise ValueError(f"ns normalize must be one of {names}, got {normalize!r}")
     if own is not None and normalize != own:
         raise ValueError(
-            f"ns_coefficients={coefficients!r} is tuned for the {own!r} normalization, not "
-            f"{normalize!r}: leave normalize out, or pass the triples themselves"
+            f"the {coefficients!r} schedule is tuned for the {own!r} normalization, not "
+            f"{normalize!r}: leave normalize out, or pass the schedule's triples themselves"
         )
     return normalize
 
