@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -163,20 +164,21 @@ def trailers(
     MESSAGE_FILE is the commit-msg hook's file (comments and the scissors part are dropped);
     `-` reads stdin.
     """
-    from wpgate._commits import run_trailers
-
     config = _config(root)
     if pushed and not config.history_start and not (message_file or rev_range or history or pr):
         return _emit([_history_not_set("--pushed")], fmt, config)
-    run = run_trailers(
-        config,
-        message_file=message_file,
-        rev_range=rev_range,
-        history=history,
-        pushed=pushed,
-        pr=pr,
-        pre_push=_pre_push_input() if pushed else None,
-    )
+    from wpgate._commits import run_trailers
+
+    with _naming_history_start(config, history or pushed):
+        run = run_trailers(
+            config,
+            message_file=message_file,
+            rev_range=rev_range,
+            history=history,
+            pushed=pushed,
+            pr=pr,
+            pre_push=_pre_push_input() if pushed else None,
+        )
     return _emit([run], fmt, config)
 
 
@@ -198,6 +200,21 @@ def _pre_push_input() -> str | None:
         raise InvocationError(
             f"cannot read git's pre-push input ({exc}); run --pushed from git's pre-push hook"
         ) from exc
+
+
+@contextmanager
+def _naming_history_start(config: Config, reads_history: bool) -> Iterator[None]:
+    """A git error of a run that reads the governed history becomes, when ``history_start``
+    names no commit git knows, a configuration error naming that setting and its file."""
+    try:
+        yield
+    except GitError as exc:
+        from wpgate._config import unknown_history_start
+
+        error = unknown_history_start(config) if reads_history else None
+        if error is None:
+            raise
+        raise error from exc
 
 
 def _history_not_set(what: str) -> LinterRun:
@@ -257,9 +274,10 @@ def _check_trailers(config: Config) -> LinterRun:
 
     if not config.history_start:
         return _history_not_set("history")
-    return run_trailers(
-        config, message_file=None, rev_range=None, history=True, pushed=False, pr=None
-    )
+    with _naming_history_start(config, reads_history=True):
+        return run_trailers(
+            config, message_file=None, rev_range=None, history=True, pushed=False, pr=None
+        )
 
 
 CHECK_LINTERS: list[tuple[str, Linter]] = [("trailers", _check_trailers)]

@@ -376,11 +376,38 @@ def test_evidence_numbers_must_be_finite_and_sized(repo: Path, number: str, mess
     assert message in line
 
 
-def test_unknown_history_start_is_named_in_full(repo: Path) -> None:
+HOW_TO_FIX_HISTORY_START = (
+    "is not a commit git knows here (`git rev-parse --verify v9.9.9^{commit}` fails); set "
+    "history_start to the first governed commit (its sha, from `git log --oneline`), or fetch "
+    "that commit (`git fetch origin`; `git fetch --unshallow` in a shallow clone)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("pyproject.toml", "[tool.wpgate]\n", "pyproject.toml: tool.wpgate.history_start"),
+        ("wpgate.toml", "", "wpgate.toml: history_start"),
+        (".wpgate.toml", "", ".wpgate.toml: history_start"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command", [("trailers", "--history"), ("trailers", "--pushed"), ("check",)]
+)
+def test_unknown_history_start_names_its_file_and_how_to_fix_it(
+    repo: Path, name: str, text: str, where: str, command: tuple[str, ...]
+) -> None:
+    (repo / name).write_text(f'{text}history_start = "v9.9.9"\n')
+    status, out, err = run(repo, *command)
+    assert (status, out) == (2, "")
+    assert err == f"wpgate: error: {where}: `v9.9.9` {HOW_TO_FIX_HISTORY_START}"
+
+
+def test_a_bad_range_is_not_blamed_on_history_start(repo: Path) -> None:
     (repo / "pyproject.toml").write_text('[tool.wpgate]\nhistory_start = "v9.9.9"\n')
-    status, _, err = run(repo, "trailers", "--history")
+    status, _, err = run(repo, "trailers", "--range", "nope..HEAD")
     assert status == 2
-    assert "unknown revision `v9.9.9`;" in err
+    assert err.startswith("wpgate: error: unknown revision `nope`;")
 
 
 def test_shallow_clone_history_checks_exit_2(repo: Path, tmp_path: Path) -> None:
