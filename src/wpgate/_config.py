@@ -142,6 +142,16 @@ class Config:
             return text
         return _TABLE_NAME.sub(r"[\1]", text)
 
+    def table_in_file(self, name: str) -> str:
+        """Where the ``name`` table is written, in words: ``[tool.wpgate.docs] in
+        pyproject.toml`` or ``[docs] in wpgate.toml``; both forms when no file configures
+        wpgate (the adopter may create either)."""
+        if not self.source:
+            return f"[tool.wpgate.{name}] in pyproject.toml (or [{name}] in wpgate.toml)"
+        if self.respells:
+            return f"[{name}] in {self.source}"
+        return f"[tool.wpgate.{name}] in {self.source}"
+
     def section(self, name: str) -> Mapping[str, Any]:
         """The ``[tool.wpgate.<name>]`` sub-table (empty when absent)."""
         value = self.table.get(name)

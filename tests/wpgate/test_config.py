@@ -250,3 +250,13 @@ def test_unknown_history_start_is_asked_of_git_only_in_a_work_tree(tmp_path: Pat
     assert error is not None
     assert (error.source, error.key) == ("wpgate.toml", "history_start")
     assert str(error).startswith("wpgate.toml: history_start: `v9.9.9` is not a commit git knows")
+
+
+def test_a_table_is_named_as_the_file_that_holds_it_writes_it(tmp_path: Path) -> None:
+    assert load_config(tmp_path).table_in_file("docs") == (
+        "[tool.wpgate.docs] in pyproject.toml (or [docs] in wpgate.toml)"
+    )
+    (tmp_path / "pyproject.toml").write_text("[tool.wpgate]\n", encoding="utf-8")
+    assert load_config(tmp_path).table_in_file("docs") == "[tool.wpgate.docs] in pyproject.toml"
+    (tmp_path / ".wpgate.toml").write_text("", encoding="utf-8")
+    assert load_config(tmp_path).table_in_file("docs") == "[docs] in .wpgate.toml"
