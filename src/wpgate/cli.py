@@ -462,25 +462,47 @@ def _stopped(exc: BaseException) -> int:
     return EXIT_USAGE
 
 
+def _requested_format(args: Sequence[str]) -> str:
+    """The ``--format`` the command line asks for (the last one, as click reads it), read from
+    the arguments themselves: a usage error can come before click has parsed any option."""
+    fmt = "text"
+    for arg, following in zip(args, [*args[1:], ""], strict=True):
+        if arg == "--":
+            break
+        if arg == "--format":
+            fmt = following
+        elif arg.startswith("--format="):
+            fmt = arg.removeprefix("--format=")
+    return fmt
+
+
+def _failed(args: Sequence[str], message: str) -> int:
+    """Exit status 2; with ``--format sarif``, a SARIF log of the failed run on stdout as well,
+    so that code scanning reads why there are no results instead of a missing file."""
+    if _requested_format(args) == "sarif":
+        from wpgate._output import format_sarif_failure
+
+        click.echo(format_sarif_failure(message, EXIT_USAGE), nl=False)
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 clean, 1 findings, 2 usage or git error, 130
     interrupted by Ctrl-C)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = cli.main(
-            args=list(sys.argv[1:] if argv is None else argv),
-            prog_name="wpgate",
-            standalone_mode=False,
-        )
+        result = cli.main(args=args, prog_name="wpgate", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
-        return EXIT_USAGE
+        return _failed(args, exc.format_message())
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
-        return _stopped(exc)
+        status = _stopped(exc)
+        return _failed(args, "aborted") if status == EXIT_USAGE else status
     except (ConfigError, GitError, InvocationError) as exc:
         click.echo(f"wpgate: error: {exc}", err=True)
-        return EXIT_USAGE
+        return _failed(args, str(exc))
     return int(result) if isinstance(result, int) else EXIT_CLEAN
 
 

@@ -668,6 +668,40 @@ def test_sarif_from_the_command_line_links_the_configured_rule_pages(repo: Path)
     assert {r["ruleId"] for r in log["runs"][0]["results"]} >= {"WPG101", "WPG104"}
 
 
+@pytest.mark.parametrize(
+    ("config", "args", "error"),
+    [
+        ("[tool.wpgate\n", ("check", "--format", "sarif"), "pyproject.toml: is not valid TOML"),
+        ("", ("trailers", "--range", "nope..HEAD", "--format=sarif"), "unknown revision `nope`"),
+        ("", ("wp", "--format", "sarif", "--bogus"), "--bogus"),
+        ("", ("wp", "--format", "text", "--format", "sarif", "--bogus"), "No such option"),
+    ],
+)
+def test_sarif_is_written_when_the_run_exits_2(
+    repo: Path, config: str, args: tuple[str, ...], error: str
+) -> None:
+    if config:
+        (repo / "pyproject.toml").write_text(config)
+    status, out, err = run(repo, *args)
+    assert status == 2
+    assert error in err  # people still read the error on stderr
+    (sarif_run,) = json.loads(out)["runs"]
+    assert "results" not in sarif_run
+    (invocation,) = sarif_run["invocations"]
+    assert (invocation["executionSuccessful"], invocation["exitCode"]) == (False, 2)
+    (notification,) = invocation["toolExecutionNotifications"]
+    assert notification["level"] == "error"
+    assert error in notification["message"]["text"]
+
+
+def test_other_formats_write_nothing_on_stdout_when_the_run_exits_2(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text("[tool.wpgate\n")
+    for fmt in ("text", "json", "github"):
+        assert run(repo, "check", "--format", fmt)[:2] == (2, "")
+    # `--format` after `--` is an argument, not the option.
+    assert run(repo, "trailers", "--bogus", "--", "--format", "sarif")[:2] == (2, "")
+
+
 def test_a_bad_help_uri_template_exits_2(repo: Path) -> None:
     (repo / "pyproject.toml").write_text('[tool.wpgate.output]\nhelp_uri = "https://x/{rule}"\n')
     status, _, err = run(repo, "wp", "--format", "sarif")
