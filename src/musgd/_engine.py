@@ -202,7 +202,12 @@ class StepEngine:
             params=params,
             grads=grads,
             bufs=bufs,
-            layout=self.layout(params, group["use_muon"], sharded=shares),
+            layout=self.layout(
+                params,
+                group["use_muon"],
+                sharded=shares,
+                orient=values.structure.ns.normalize == "aol",
+            ),
             hyper=values.hyper,
             structure=values.structure,
             orth=self.orth_replay if group["capture_orthogonalization"] else self.orth,
@@ -217,11 +222,14 @@ class StepEngine:
             updates = self.body(record)
         apply_updates(params, updates, values.lr)
 
-    def layout(self, params: list[Tensor], use_muon: bool | None, *, sharded: bool) -> Layout:
+    def layout(
+        self, params: list[Tensor], use_muon: bool | None, *, sharded: bool, orient: bool = False
+    ) -> Layout:
         """The group's layout: matrices in padded stacks within the device's bound, except
-        where the sharded plan runs (it slices same-shape buckets across ranks)."""
+        where the sharded plan runs (it slices same-shape buckets across ranks); ``orient``
+        holds every stack's matrices wide (the AOL normalization's need)."""
         pad = pad_bound(params[0].device) if self.pad_buckets and not sharded else None
-        return build_layout(params, use_muon, pad=pad)
+        return build_layout(params, use_muon, pad=pad, orient=orient)
 
     def gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
         """Parameters with gradients and their gradients; unsupported gradients raise.

@@ -57,6 +57,8 @@ class NSSettings:
     dtype: torch.dtype
     # "auto", "triton" or "torch": which Newton–Schulz backend the foreach body runs (WP-009).
     backend: str = "torch"
+    # "frobenius" or "aol": how each matrix is normalized first (musgd._newton_schulz).
+    normalize: str = "frobenius"
 
 
 @dataclass(frozen=True)
@@ -227,12 +229,22 @@ class EagerOrthogonalizer(Orthogonalizer):
 
     def single(self, G: Tensor, ns: NSSettings) -> Tensor:
         return orthogonalize(
-            G, steps=ns.steps, coefficients=ns.coefficients, eps=ns.eps, dtype=ns.dtype
+            G,
+            steps=ns.steps,
+            coefficients=ns.coefficients,
+            eps=ns.eps,
+            dtype=ns.dtype,
+            normalize=ns.normalize,
         )
 
     def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
         return orthogonalize_batched(
-            G, steps=ns.steps, coefficients=ns.coefficients, eps=ns.eps, dtype=ns.dtype
+            G,
+            steps=ns.steps,
+            coefficients=ns.coefficients,
+            eps=ns.eps,
+            dtype=ns.dtype,
+            normalize=ns.normalize,
         )
 
 
@@ -293,7 +305,11 @@ LAYOUT_CACHE_SIZE = 256
 
 
 def build_layout(
-    params: Sequence[Tensor], use_muon: bool | None, *, pad: PadBound | None = None
+    params: Sequence[Tensor],
+    use_muon: bool | None,
+    *,
+    pad: PadBound | None = None,
+    orient: bool = False,
 ) -> Layout:
     """Route each parameter and bucket its matrices for batched Newton–Schulz.
 
@@ -301,10 +317,12 @@ def build_layout(
     matrices of one (dtype, device) (and one column count, unless ``pad.pad_cols``) are stacked
     within that bound (:func:`plan_stacks`). Buckets are ordered by their first matrix in group
     order, and each keeps its matrices in group order. The layout depends on nothing but each
-    parameter's (shape, dtype, device), ``use_muon`` and ``pad``, so it is planned once per
-    such description and then reused.
+    parameter's (shape, dtype, device), ``use_muon``, ``pad`` and ``orient``, so it is planned
+    once per such description and then reused. ``orient`` makes every padded stack hold its
+    matrices wide (tall ones transposed) on every device, as ``pad.pad_cols`` does: what the
+    AOL normalization needs, which rescales the rows of a matrix's wide orientation.
     """
-    return _plan_layout(tuple(map(_DESCRIBE, params)), use_muon, pad)
+    return _plan_layout(tuple(map(_DESCRIBE, params)), use_muon, pad, orient)
 
 
 @functools.lru_cache(maxsize=LAYOUT_CACHE_SIZE)
@@ -312,6 +330,7 @@ def _plan_layout(
     described: tuple[tuple[torch.Size, torch.dtype, torch.device], ...],
     use_muon: bool | None,
     pad: PadBound | None,
+    orient: bool = False,
 ) -> Layout:
     shapes = tuple(matrix_shape(shape, use_muon) for shape, _, _ in described)
     groups: dict[tuple[object, ...], list[tuple[int, tuple[int, int]]]] = {}
@@ -327,9 +346,9 @@ def _plan_layout(
     for members in groups.values():
         own = [rc for _, rc in members]
         stacks = [list(range(len(own)))] if pad is None else plan_stacks(own, pad)
-        orient = pad is not None and pad.pad_cols
+        wide = pad is not None and (pad.pad_cols or orient)
         buckets.extend(
-            _bucket([members[k][0] for k in s], [own[k] for k in s], orient=orient) for s in stacks
+            _bucket([members[k][0] for k in s], [own[k] for k in s], orient=wide) for s in stacks
         )
     buckets.sort(key=lambda b: b.indices[0])
     kinds = {(dtype, device) for _, dtype, device in described}
@@ -566,9 +585,19 @@ def orthogonalize_bucket(
 
 def _table_may_run(ns: NSSettings, device: torch.device) -> bool:
     """Whether the Triton table may run a group's matrices on ``device`` at all, before its own
-    checks: not the torch backend, and for ``"auto"`` only on CUDA (skipping the table's set-up
-    on every other device)."""
-    return ns.backend != "torch" and (ns.backend != "auto" or device.type == "cuda")
+    checks: not the torch backend, for ``"auto"`` only on CUDA (skipping the table's set-up
+    on every other device), and only with the Frobenius normalization its kernels compute
+    (``ns_backend="triton"`` with another says so once)."""
+    if ns.backend == "torch" or (ns.backend == "auto" and device.type != "cuda"):
+        return False
+    if ns.normalize != "frobenius":
+        from musgd._triton_ns import warn_fallback  # Triton is imported only when asked for
+
+        warn_fallback(
+            ns.backend, f"its kernels normalize by the Frobenius norm, not {ns.normalize!r}"
+        )
+        return False
+    return True
 
 
 def orthogonalize_table_views(

@@ -47,17 +47,45 @@ POLAR_EXPRESS_COEFFICIENTS: tuple[Triple, ...] = (
     (2.300652019954818, -1.6689039845747504, 0.4188073119525674),
 )
 COEFFICIENT_SCHEDULES["polar_express"] = POLAR_EXPRESS_COEFFICIENTS
-# Schedules that musgd._ns_schedules defines but the optimizer's backends do not run yet: the
-# name is refused (by ``NSConfig`` and the flat ``ns_coefficients`` alike) with the reason and
-# what to use meanwhile (WP-023).
-UNWIRED_SCHEDULES: dict[str, str] = {
-    "aol4": (
-        "aol4 normalizes by the AOL rescaling instead of the Frobenius norm, which the "
-        "optimizer's backends (torch, Triton table, replay, sharded) do not run yet (WP-023); "
-        "musgd._ns_schedules.orthogonalize_scheduled runs it on single matrices, and "
-        '"polar_express" is the better-than-quintic schedule the optimizer takes today'
-    ),
-}
+# aol4 (WP-023): four Polar Express-style minimax quintics for [5e-3, 1] after the AOL
+# rescaling (Turbo-Muon, arXiv 2512.04632, R270; AOL, R271) in place of the Frobenius
+# normalization. These are musgd._ns_schedules.polar_express_triples(4, lower=AOL_LOWER),
+# printed with repr(); tests/musgd/test_ns_schedules.py re-derives them.
+AOL4_COEFFICIENTS: tuple[Triple, ...] = (
+    (8.071393522978342, -22.52856987447433, 16.192369401672423),
+    (3.870724547407258, -2.8144986353949144, 0.5269889347722406),
+    (3.1582359606108845, -2.321602152947545, 0.4749026120309498),
+    (2.200028180035982, -1.5770596350587671, 0.40893738237389954),
+)
+COEFFICIENT_SCHEDULES["aol4"] = AOL4_COEFFICIENTS
+
+# How a matrix is normalized before the first iteration: "frobenius" (X/||X||_F) or "aol" (the
+# AOL row rescaling, :func:`aol_normalize`). A named schedule tuned for another normalization
+# than the Frobenius one names it here; every other schedule (and explicit triples) defaults to
+# "frobenius".
+NORMALIZATIONS = ("frobenius", "aol")
+SCHEDULE_NORMALIZATIONS: dict[str, str] = {"aol4": "aol"}
+# Named schedules of their own length (``NSConfig(coefficients="aol4")`` runs 4 iterations);
+# every other name runs DEFAULT_STEPS unless told otherwise.
+SCHEDULE_STEPS: dict[str, int] = {"aol4": len(AOL4_COEFFICIENTS)}
+
+
+def schedule_normalization(coefficients: Coefficients, normalize: str | None = None) -> str:
+    """The normalization a schedule runs with: ``normalize`` where given (a name's own must
+    agree), else the name's own (:data:`SCHEDULE_NORMALIZATIONS`), else ``"frobenius"``."""
+    own = SCHEDULE_NORMALIZATIONS.get(coefficients) if isinstance(coefficients, str) else None
+    if normalize is None:
+        return own or "frobenius"
+    if normalize not in NORMALIZATIONS:
+        names = ", ".join(map(repr, NORMALIZATIONS))
+        raise ValueError(f"ns normalize must be one of {names}, got {normalize!r}")
+    if own is not None and normalize != own:
+        raise ValueError(
+            f"the {coefficients!r} schedule is tuned for the {own!r} normalization, not "
+            f"{normalize!r}: leave normalize out, or pass the schedule's triples themselves"
+        )
+    return normalize
+
 
 # Muon's RMS-matching factor: 0.2*sqrt(max(rows, cols)) gives the orthogonalized update about
 # the RMS of an Adam/SGD update (Moonshot's "Muon is Scalable", arXiv 2502.16982; R3).
@@ -133,12 +161,6 @@ def _as_triples(coefficients: Coefficients) -> list[Triple]:
         schedule = COEFFICIENT_SCHEDULES.get(coefficients)
         if schedule is None:
             names = ", ".join(map(repr, COEFFICIENT_SCHEDULES))
-            why = UNWIRED_SCHEDULES.get(coefficients)
-            if why is not None:
-                raise ValueError(
-                    f"ns_coefficients={coefficients!r} is not one the optimizer runs (the names "
-                    f"are {names}): {why}"
-                )
             raise ValueError(
                 f"ns_coefficients names no known schedule: {coefficients!r}; the names are "
                 f"{names}, or pass a sequence of (a, b, c) triples"
@@ -259,17 +281,37 @@ def check_settings(dtype: torch.dtype, eps: float) -> None:
         raise ValueError(f"eps must be > 0, got {eps!r}")
 
 
-def _newton_schulz(X: Tensor, triples: tuple[Triple, ...], eps: float) -> Tensor:
+def _newton_schulz(
+    X: Tensor, triples: tuple[Triple, ...], eps: float, normalize: str = "frobenius"
+) -> Tensor:
     """Run the iteration on a (B, rows, cols) stack already in the working dtype."""
     transposed = X.size(-2) > X.size(-1)
     if transposed:
         X = X.mT
-    # Per-matrix Frobenius normalization puts every singular value in (0, 1].
-    X = X / (torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True) + eps)
-    X = iterate(X, triples)
+    if normalize == "aol":
+        X, gram = aol_normalize(X, eps)
+        X = iterate(X, triples, gram)
+    else:
+        # Per-matrix Frobenius normalization puts every singular value in (0, 1].
+        X = X / (torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True) + eps)
+        X = iterate(X, triples)
     if transposed:
         X = X.mT
     return X
+
+
+def aol_normalize(X: Tensor, eps: float = DEFAULT_EPS) -> tuple[Tensor, Tensor]:
+    """AOL rescaling of a wide ``(B, rows <= cols)`` stack: ``(D·X, D·A·D)`` with ``A = X·Xᵀ``.
+
+    ``D = diag(1 / sqrt(Σ_j |A_ij| + eps))``. By the AOL theorem (R271, Theorem 1, applied to
+    ``Xᵀ``, whose columns are the rows of ``X``), ``‖Xᵀ·D‖₂ <= 1``, so every singular value of
+    ``D·X`` is at most 1 without any norm estimate; ``eps`` keeps a zero row at zero, so a
+    zero-padded stack rescales each matrix as alone (zero columns add nothing to ``A``). The
+    second result is the Gram matrix of ``D·X``, exact up to rounding, for the first iteration.
+    """
+    A = torch.bmm(X, X.mT)
+    d = torch.rsqrt(A.abs().sum(dim=-1, keepdim=True) + eps)  # (B, rows, 1)
+    return X * d, A * d * d.mT
 
 
 def iterate(X: Tensor, triples: Sequence[Triple], gram: Tensor | None = None) -> Tensor:
@@ -293,11 +335,14 @@ def orthogonalize_batched(
     coefficients: Coefficients = DEFAULT_COEFFICIENTS,
     eps: float = DEFAULT_EPS,
     dtype: torch.dtype = DEFAULT_NS_DTYPE,
+    normalize: str | None = None,
 ) -> Tensor:
     """Approximately orthogonalize each matrix of a ``(B, rows, cols)`` stack.
 
-    Each matrix is normalized by its own Frobenius norm, then ``steps`` quintic Newton–Schulz
-    iterations run in ``dtype``. The result has ``G``'s shape and dtype; ``G`` is not modified.
+    Each matrix is normalized by its own Frobenius norm (or, with ``normalize="aol"`` or the
+    ``"aol4"`` schedule, by the AOL row rescaling of its wide orientation), then ``steps``
+    quintic Newton–Schulz iterations run in ``dtype``. The result has ``G``'s shape and dtype;
+    ``G`` is not modified.
     """
     if G.dim() != 3:
         raise ValueError(
@@ -305,7 +350,8 @@ def orthogonalize_batched(
         )
     check_settings(dtype, eps)
     triples = resolve_coefficients(coefficients, steps)
-    return _newton_schulz(G.to(dtype), triples, eps).to(G.dtype)
+    how = schedule_normalization(coefficients, normalize)
+    return _newton_schulz(G.to(dtype), triples, eps, how).to(G.dtype)
 
 
 def orthogonalize(
@@ -315,13 +361,20 @@ def orthogonalize(
     coefficients: Coefficients = DEFAULT_COEFFICIENTS,
     eps: float = DEFAULT_EPS,
     dtype: torch.dtype = DEFAULT_NS_DTYPE,
+    normalize: str | None = None,
 ) -> Tensor:
-    """Approximately orthogonalize one ``(rows, cols)`` matrix (its polar factor ``U·Vᵀ``).
+    """Approximately orthogonalize one ``(rows, cols)`` matrix (its polar factor ``U·Vᵀ``;
+    with the AOL normalization, that of its rescaled form).
 
     The result has ``G``'s shape and dtype; ``G`` is not modified.
     """
     if G.dim() != 2:
         raise ValueError(f"orthogonalize expects a (rows, cols) tensor, got {tuple(G.shape)}")
     return orthogonalize_batched(
-        G.unsqueeze(0), steps=steps, coefficients=coefficients, eps=eps, dtype=dtype
+        G.unsqueeze(0),
+        steps=steps,
+        coefficients=coefficients,
+        eps=eps,
+        dtype=dtype,
+        normalize=normalize,
     ).squeeze(0)

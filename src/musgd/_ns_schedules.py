@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from musgd._newton_schulz import (
+    AOL4_COEFFICIENTS,
     DEFAULT_COEFFICIENTS,
     DEFAULT_EPS,
     DEFAULT_NS_DTYPE,
@@ -36,8 +37,8 @@ from musgd._newton_schulz import (
     POLAR_EXPRESS_COEFFICIENTS,
     Triple,
     _newton_schulz,
+    aol_normalize,
     check_settings,
-    iterate,
     resolve_coefficients,
 )
 
@@ -171,9 +172,9 @@ class Schedule:
         return len(self.triples)
 
 
-# The literal triples are polar_express_triples(5) (held in musgd._newton_schulz, where the
-# optimizer's schedule names live) and polar_express_triples(4, lower=AOL_LOWER), printed with
-# repr(); tests/musgd/test_ns_schedules.py re-derives them.
+# The literal triples are polar_express_triples(5) and polar_express_triples(4,
+# lower=AOL_LOWER), printed with repr() and held in musgd._newton_schulz, where the optimizer's
+# schedule names live; tests/musgd/test_ns_schedules.py re-derives them.
 _POLAR_EXPRESS_5 = POLAR_EXPRESS_COEFFICIENTS
 # AOL rescaling leaves every singular value <= 1 (R271, Theorem 1) and raises the smallest ones
 # over the Frobenius normalization (1.5-7x on the YOLO-like matrices of the tests; wp-023), so
@@ -182,12 +183,7 @@ _POLAR_EXPRESS_5 = POLAR_EXPRESS_COEFFICIENTS
 # iterations over [AOL_LOWER, 1], AOL_LOWER picked from {1, 2, 3, 5, 10}e-3 as the value whose
 # 4 iterations beat the quintic's 5 in ||OᵀO - I|| on every test matrix, fp64 and bf16.
 AOL_LOWER = 5e-3
-_AOL_4: tuple[Triple, ...] = (
-    (8.071393522978342, -22.52856987447433, 16.192369401672423),
-    (3.870724547407258, -2.8144986353949144, 0.5269889347722406),
-    (3.1582359606108845, -2.321602152947545, 0.4749026120309498),
-    (2.200028180035982, -1.5770596350587671, 0.40893738237389954),
-)
+_AOL_4 = AOL4_COEFFICIENTS
 
 SCHEDULES: Mapping[str, Schedule] = MappingProxyType(
     {
@@ -232,29 +228,10 @@ def schedule(name: str) -> Schedule:
         ) from None
 
 
-def aol_normalize(X: Tensor, eps: float = DEFAULT_EPS) -> tuple[Tensor, Tensor]:
-    """AOL rescaling of a wide ``(B, rows <= cols)`` stack: ``(D·X, D·A·D)`` with ``A = X·Xᵀ``.
-
-    ``D = diag(1 / sqrt(Σ_j |A_ij| + eps))``. By the AOL theorem (R271, Theorem 1, applied to
-    ``Xᵀ``, whose columns are the rows of ``X``), ``‖Xᵀ·D‖₂ <= 1``, so every singular value of
-    ``D·X`` is at most 1 without any norm estimate; ``eps`` keeps a zero row at zero. The second
-    result is the Gram matrix of ``D·X``, exact up to rounding, for the first iteration.
-    """
-    A = torch.bmm(X, X.mT)
-    d = torch.rsqrt(A.abs().sum(dim=-1, keepdim=True) + eps)  # (B, rows, 1)
-    return X * d, A * d * d.mT
-
-
 def _run(X: Tensor, sched: Schedule, eps: float) -> Tensor:
-    """``sched`` on a (B, rows, cols) stack already in the working dtype."""
-    if sched.normalize == "frobenius":
-        return _newton_schulz(X, sched.triples, eps)
-    transposed = X.size(-2) > X.size(-1)
-    if transposed:
-        X = X.mT
-    X, gram = aol_normalize(X, eps)
-    X = iterate(X, sched.triples, gram)
-    return X.mT if transposed else X
+    """``sched`` on a (B, rows, cols) stack already in the working dtype: the optimizer's own
+    iteration (:func:`musgd._newton_schulz._newton_schulz`), with the schedule's normalization."""
+    return _newton_schulz(X, sched.triples, eps, sched.normalize)
 
 
 def _as_schedule(value: str | Schedule) -> Schedule:

@@ -24,18 +24,18 @@ from musgd._newton_schulz import (
     DEFAULT_EPS,
     DEFAULT_STEPS,
     MAX_STEPS,
+    NORMALIZATIONS,
     SCALES,
+    SCHEDULE_STEPS,
     SUPPORTED_NS_DTYPES,
-    UNWIRED_SCHEDULES,
     Triple,
     resolve_coefficients,
+    schedule_normalization,
 )
 from musgd._triton_ns import BACKENDS
 
-# How a matrix is normalized before the first iteration. Only the Frobenius norm today; a
-# schedule that needs another (issue #35's aol4) adds its entry and its branch in Newton-Schulz.
-NORMALIZATIONS = ("frobenius",)
 DEFAULT_SCHEDULE = "quintic"
+DEFAULT_NORMALIZE = "frobenius"
 _DTYPE_NAMES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
@@ -105,7 +105,9 @@ class NSConfig:
     """The Newton-Schulz settings of one optimizer: keyword-only, validated at construction.
 
     Args:
-        steps: iterations, 1..100. Default 5.
+        steps: iterations, 1..100. None (default): the schedule's own, 4 for ``"aol4"`` and 5
+            for every other (an explicit schedule shorter than ``steps`` repeats its last
+            triple). Read back as the resolved value.
         coefficients: a schedule name (``"quintic"``, the default, the Muon write-up's
             ``(3.4445, -4.7750, 2.0315)`` for every iteration; ``"polar_express"``, Polar
             Express's five per-iteration minimax quintics, arXiv 2505.16932) or an explicit
@@ -122,32 +124,35 @@ class NSConfig:
         scale: the Muon scale of each orthogonalized matrix, by name: ``"muon"``
             (``0.2*sqrt(max(rows, cols))``) or ``"ultralytics"``
             (``sqrt(max(1, shape[-2]/shape[-1]))``). None (default): the flavour's own.
-        normalize: how a matrix is normalized before the iteration: ``"frobenius"`` (the only
-            one today).
+        normalize: how a matrix is normalized before the iteration: ``"frobenius"``
+            (``X/‖X‖_F``) or ``"aol"`` (the AOL row rescaling of its wide orientation, R271).
+            None (default): the schedule's own, ``"aol"`` for ``"aol4"`` and ``"frobenius"``
+            for every other schedule; a name's own cannot be overridden. Read back as the
+            resolved value.
     """
 
-    steps: int = DEFAULT_STEPS
+    # None (the default) resolves in __post_init__, so that readers always see an int.
+    steps: int = None  # type: ignore[assignment]
     coefficients: str | tuple[Triple, ...] = DEFAULT_SCHEDULE
     eps: float = DEFAULT_EPS
     dtype: torch.dtype | str | None = None
     backend: str = "auto"
     scale: str | None = None
-    normalize: str = "frobenius"
+    normalize: str | None = None
 
     def __post_init__(self) -> None:
+        if self.steps is None:  # the schedule's own length ("aol4": 4), else 5
+            own = (
+                SCHEDULE_STEPS.get(self.coefficients)
+                if isinstance(self.coefficients, str)
+                else None
+            )
+            object.__setattr__(self, "steps", own or DEFAULT_STEPS)
         steps = self.steps
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
             _fail("steps", f"an int in 1..{MAX_STEPS}", steps, "5 is the quintic schedule's")
         coefficients = self.coefficients
         if isinstance(coefficients, str):
-            if coefficients in UNWIRED_SCHEDULES:
-                _fail(
-                    "coefficients",
-                    f"one of the names {_names(COEFFICIENT_SCHEDULES)} or a sequence of "
-                    "(a, b, c) triples",
-                    coefficients,
-                    UNWIRED_SCHEDULES[coefficients],
-                )
             if coefficients not in COEFFICIENT_SCHEDULES:
                 _fail(
                     "coefficients",
@@ -167,8 +172,13 @@ class NSConfig:
             _fail("backend", f"one of {_names(BACKENDS)}", self.backend)
         if self.scale is not None and (not isinstance(self.scale, str) or self.scale not in SCALES):
             _fail("scale", f"one of {_names(SCALES)} or None (the flavour's own)", self.scale)
-        if self.normalize not in NORMALIZATIONS:
-            _fail("normalize", f"one of {_names(NORMALIZATIONS)}", self.normalize)
+        if self.normalize is not None and self.normalize not in NORMALIZATIONS:
+            _fail("normalize", f"one of {_names(NORMALIZATIONS)} or None", self.normalize)
+        try:  # a named schedule brings its own normalization ("aol4": "aol")
+            how = schedule_normalization(self.coefficients, self.normalize)
+        except ValueError as exc:
+            _fail("normalize", "the schedule's own", self.normalize, str(exc))
+        object.__setattr__(self, "normalize", how)
 
     @property
     def triples(self) -> tuple[Triple, ...]:
@@ -259,13 +269,14 @@ def _same(name: str, value: object, default: object) -> bool:
 def group_entries(config: NSConfig) -> dict[str, Any]:
     """The default flavour's param-group keys for ``config`` (plain Python values, so that
     ``state_dict()`` carries them): ``ns_steps``, ``ns_coefficients`` (the schedule expanded to
-    ``ns_steps`` triples), ``eps``, ``ns_dtype`` and ``ns_backend``."""
+    ``ns_steps`` triples), ``eps``, ``ns_dtype``, ``ns_backend`` and ``ns_normalize``."""
     return {
         "ns_steps": config.steps,
         "ns_coefficients": config.triples,
         "eps": config.eps,
         "ns_dtype": AUTO_NS_DTYPE if config.dtype is None else config.dtype,
         "ns_backend": config.backend,
+        "ns_normalize": config.normalize,
     }
 
 
@@ -279,6 +290,7 @@ def from_group(group: Mapping[str, Any], *, scale: str) -> NSConfig:
         dtype=group["ns_dtype"],
         backend=group["ns_backend"],
         scale=scale,
+        normalize=group.get("ns_normalize", DEFAULT_NORMALIZE),
     )
 
 

@@ -37,10 +37,12 @@ from musgd._newton_schulz import (
     DEFAULT_COEFFICIENTS,
     DEFAULT_EPS,
     DEFAULT_STEPS,
+    SCHEDULE_STEPS,
     SUPPORTED_NS_DTYPES,
     Coefficients,
     resolve_coefficients,
     resolve_ns_dtype,
+    schedule_normalization,
 )
 from musgd._nsconfig import NSConfig, from_group, group_entries, merge_flat
 from musgd._replay import Recorder
@@ -242,6 +244,8 @@ class MuSGD(EngineOptimizer):
                 f"MuSGD: foreach must be None, True or False, got {foreach!r}; None and True run "
                 "the torch._foreach_* body, False the per-tensor body"
             )
+        if ns is None:  # ns_steps left at its default takes a named schedule's own ("aol4": 4)
+            ns_steps = _schedule_steps(ns_coefficients, ns_steps)
         flat: dict[str, Any] = {
             "ns_steps": ns_steps,
             "ns_coefficients": ns_coefficients,
@@ -266,6 +270,7 @@ class MuSGD(EngineOptimizer):
             "skip_nonfinite": skip_nonfinite,
         }
         _validate_group(defaults, where="MuSGD")
+        defaults["ns_normalize"] = _normalization(defaults, where="MuSGD")
         defaults["ns_coefficients"] = resolve_coefficients(
             defaults["ns_coefficients"], defaults["ns_steps"]
         )
@@ -306,8 +311,17 @@ class DefaultRule:
             flat = {k: group.pop(k) for k in FLAT_DEFAULTS if k in group}
             config = merge_flat(given, flat, FLAT_DEFAULTS, where=where)
             group.update(group_entries(default_ns(config, where=where)))
+        if "ns_coefficients" in group and "ns_steps" not in group:
+            own = _schedule_steps(group["ns_coefficients"], DEFAULT_STEPS)
+            if own != DEFAULT_STEPS:
+                group = {**group, "ns_steps": own}
         merged = {**defaults, **group}
         _validate_group(merged, where=where)
+        if "ns_coefficients" in group or "ns_normalize" in group:
+            group = dict(group)  # a group's own schedule brings its own normalization
+            group["ns_normalize"] = _normalization(
+                {**merged, "ns_normalize": group.get("ns_normalize")}, where=where
+            )
         if "ns_coefficients" in group or "ns_steps" in group:
             group = dict(group)
             group["ns_coefficients"] = resolve_coefficients(
@@ -342,6 +356,22 @@ class DefaultRule:
 
 
 BUFFERS = (MOMENTUM_BUFFER,)
+
+
+def _schedule_steps(coefficients: object, steps: object) -> Any:
+    """``steps``, or a named schedule's own length where ``steps`` is the default (5)."""
+    if isinstance(coefficients, str) and steps == DEFAULT_STEPS and type(steps) is int:
+        return SCHEDULE_STEPS.get(coefficients, steps)
+    return steps
+
+
+def _normalization(group: Mapping[str, Any], *, where: str) -> str:
+    """The group's ``ns_normalize``: its own where set, else its schedule's (``"aol"`` for
+    ``"aol4"``, ``"frobenius"`` otherwise); a contradiction raises ValueError."""
+    try:
+        return schedule_normalization(group["ns_coefficients"], group.get("ns_normalize"))
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 # The default flavour's own Newton-Schulz working dtype and Muon scale (NSConfig's None).
@@ -414,6 +444,7 @@ def group_structure(group: Mapping[str, Any], device: torch.device) -> Structure
                 filter(None, (matrix_shape(p.shape, group["use_muon"]) for p in group["params"])),
             ),
             backend=str(group["ns_backend"]),
+            normalize=str(group.get("ns_normalize", "frobenius")),
         ),
     )
 

@@ -309,7 +309,7 @@ class UltralyticsRule:
             ns = self.ns
             assert ns.dtype is not None  # the constructor filled it
             dtype = resolve_ns_dtype(ns.dtype, device)
-            found = NSSettings(ns.steps, ns.triples, ns.eps, dtype, ns.backend)
+            found = NSSettings(ns.steps, ns.triples, ns.eps, dtype, ns.backend, str(ns.normalize))
             self._settings[device] = found
         return found
 

@@ -67,6 +67,7 @@ __all__ = [
     "Setting",
     "find_config",
     "load_config",
+    "unknown_history_start",
 ]
 
 _RULE_ID = re.compile(r"^WPG\d{3}$", re.IGNORECASE)
@@ -140,6 +141,16 @@ class Config:
         if not self.respells:
             return text
         return _TABLE_NAME.sub(r"[\1]", text)
+
+    def table_in_file(self, name: str) -> str:
+        """Where the ``name`` table is written, in words: ``[tool.wpgate.docs] in
+        pyproject.toml`` or ``[docs] in wpgate.toml``; both forms when no file configures
+        wpgate (the adopter may create either)."""
+        if not self.source:
+            return f"[tool.wpgate.{name}] in pyproject.toml (or [{name}] in wpgate.toml)"
+        if self.respells:
+            return f"[{name}] in {self.source}"
+        return f"[tool.wpgate.{name}] in {self.source}"
 
     def section(self, name: str) -> Mapping[str, Any]:
         """The ``[tool.wpgate.<name>]`` sub-table (empty when absent)."""
@@ -350,6 +361,31 @@ def load_config(root: Path) -> Config:
             _local(exc.key) or "(top level)", _local(exc.detail), source=source
         ) from exc
     return replace(config, source=source, unread=others)
+
+
+def unknown_history_start(config: Config) -> ConfigError | None:
+    """The error for a ``history_start`` git does not know, naming the file that set it; None
+    when it names a commit, when none is set, or when ``root`` is no git work tree.
+
+    Asked only after git has refused a range (the CLI's error path): a run that reads the
+    history costs no extra git process.
+    """
+    value = config.history_start
+    if not value:
+        return None
+    from wpgate._git import is_work_tree, resolve_commits
+
+    if not is_work_tree(config.root) or resolve_commits(config.root, [value])[value] is not None:
+        return None
+    source = config.source or _PYPROJECT
+    return ConfigError(
+        "tool.wpgate.history_start" if source == _PYPROJECT else "history_start",
+        f"`{value}` is not a commit git knows here (`git rev-parse --verify "
+        f"{value}^{{commit}}` fails); set history_start to the first governed commit (its "
+        "sha, from `git log --oneline`), or fetch that commit (`git fetch origin`; `git fetch "
+        "--unshallow` in a shallow clone)",
+        source=source,
+    )
 
 
 def _load(root: Path, table: Mapping[str, Any]) -> Config:

@@ -300,9 +300,8 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
         # An existing configuration's docs table decides where the documents go.
         config = load_config(root)
     except ConfigError as exc:
-        raise ValueError(
-            f"{exc.source} cannot be read ({exc.detail}); fix it, then run init"
-        ) from exc
+        # The error already names the file, the key and the fix; say it once.
+        raise ValueError(f"{exc}; then run `wpgate init` again") from exc
     layout = DocsLayout.from_config(config)
     written: list[str] = []
     kept: list[str] = []

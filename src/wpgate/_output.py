@@ -15,7 +15,14 @@ from urllib.parse import quote
 
 from wpgate._model import Finding, Rule
 
-__all__ = ["FORMATS", "LinterRun", "Summary", "format_report", "format_sarif"]
+__all__ = [
+    "FORMATS",
+    "LinterRun",
+    "Summary",
+    "format_report",
+    "format_sarif",
+    "format_sarif_failure",
+]
 
 FORMATS = ("text", "json", "github", "sarif")
 
@@ -156,25 +163,11 @@ def format_sarif(
     rule id, ``{name}``: its name), e.g. ``https://example.org/reference/rules/{id}/``; empty,
     the rules carry no ``helpUri``. The summaries go into the run's properties.
     """
-    import json
-
-    import wpgate
-    from wpgate._model import RULES
-    from wpgate.rules import register_all
-
-    register_all()  # every rule is described, not only those of the linters that ran
-    found = list(findings)
-    rules = [_sarif_rule(rule, help_uri) for rule in RULES]
-    index = {descriptor["id"]: i for i, descriptor in enumerate(rules)}
+    driver = _sarif_driver(help_uri)
+    index = {descriptor["id"]: i for i, descriptor in enumerate(driver["rules"])}
     run: dict[str, Any] = {
-        "tool": {
-            "driver": {
-                "name": "wpgate",
-                "version": wpgate.__version__,
-                "rules": rules,
-            }
-        },
-        "results": [_sarif_result(f, index.get(f.rule_id)) for f in found],
+        "tool": {"driver": driver},
+        "results": [_sarif_result(f, index.get(f.rule_id)) for f in findings],
         "properties": {
             "summaries": [
                 {"linter": s.linter, "kind": s.kind, "checked": s.checked, "exempt": dict(s.exempt)}
@@ -182,6 +175,40 @@ def format_sarif(
             ]
         },
     }
+    return _sarif_log(run)
+
+
+def format_sarif_failure(message: str, exit_code: int) -> str:
+    """A SARIF 2.1.0 log of a run that could not lint (a usage, configuration or git error).
+
+    The run's one invocation failed (``executionSuccessful`` false, SARIF §3.20.14) and carries
+    the error as a tool execution notification of level ``error``, which means the run failed
+    (§3.20.21). ``results`` is left out: a run that never began its analysis has none to list,
+    and an empty array would claim a clean one (§3.14.23).
+    """
+    invocation = {
+        "executionSuccessful": False,
+        "exitCode": exit_code,
+        "toolExecutionNotifications": [{"level": "error", "message": {"text": message}}],
+    }
+    return _sarif_log({"tool": {"driver": _sarif_driver("")}, "invocations": [invocation]})
+
+
+def _sarif_driver(help_uri: str) -> dict[str, Any]:
+    """wpgate as a SARIF ``toolComponent``: name, version and every registered rule."""
+    import wpgate
+    from wpgate._model import RULES
+    from wpgate.rules import register_all
+
+    register_all()  # every rule is described, not only those of the linters that ran
+    rules = [_sarif_rule(rule, help_uri) for rule in RULES]
+    return {"name": "wpgate", "version": wpgate.__version__, "rules": rules}
+
+
+def _sarif_log(run: Mapping[str, Any]) -> str:
+    """The SARIF log of one ``run``, as JSON text ending with a newline."""
+    import json
+
     log = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
@@ -167,20 +168,21 @@ def trailers(
     MESSAGE_FILE is the commit-msg hook's file (comments and the scissors part are dropped);
     `-` reads stdin.
     """
-    from wpgate._commits import run_trailers
-
     config = _config(root)
     if pushed and not config.history_start and not (message_file or rev_range or history or pr):
         return _emit([_history_not_set("--pushed")], fmt, config)
-    run = run_trailers(
-        config,
-        message_file=message_file,
-        rev_range=rev_range,
-        history=history,
-        pushed=pushed,
-        pr=pr,
-        pre_push=_pre_push_input() if pushed else None,
-    )
+    from wpgate._commits import run_trailers
+
+    with _naming_history_start(config, history or pushed):
+        run = run_trailers(
+            config,
+            message_file=message_file,
+            rev_range=rev_range,
+            history=history,
+            pushed=pushed,
+            pr=pr,
+            pre_push=_pre_push_input() if pushed else None,
+        )
     return _emit([run], fmt, config)
 
 
@@ -202,6 +204,21 @@ def _pre_push_input() -> str | None:
         raise InvocationError(
             f"cannot read git's pre-push input ({exc}); run --pushed from git's pre-push hook"
         ) from exc
+
+
+@contextmanager
+def _naming_history_start(config: Config, reads_history: bool) -> Iterator[None]:
+    """A git error of a run that reads the governed history becomes, when ``history_start``
+    names no commit git knows, a configuration error naming that setting and its file."""
+    try:
+        yield
+    except GitError as exc:
+        from wpgate._config import unknown_history_start
+
+        error = unknown_history_start(config) if reads_history else None
+        if error is None:
+            raise
+        raise error from exc
 
 
 def _history_not_set(what: str) -> LinterRun:
@@ -261,9 +278,10 @@ def _check_trailers(config: Config) -> LinterRun:
 
     if not config.history_start:
         return _history_not_set("history")
-    return run_trailers(
-        config, message_file=None, rev_range=None, history=True, pushed=False, pr=None
-    )
+    with _naming_history_start(config, reads_history=True):
+        return run_trailers(
+            config, message_file=None, rev_range=None, history=True, pushed=False, pr=None
+        )
 
 
 CHECK_LINTERS: list[tuple[str, Linter]] = [("trailers", _check_trailers)]
@@ -448,6 +466,30 @@ def _stopped(exc: BaseException) -> int:
     return EXIT_USAGE
 
 
+def _requested_format(args: Sequence[str]) -> str:
+    """The ``--format`` the command line asks for (the last one, as click reads it), read from
+    the arguments themselves: a usage error can come before click has parsed any option."""
+    fmt = "text"
+    for arg, following in zip(args, [*args[1:], ""], strict=True):
+        if arg == "--":
+            break
+        if arg == "--format":
+            fmt = following
+        elif arg.startswith("--format="):
+            fmt = arg.removeprefix("--format=")
+    return fmt
+
+
+def _failed(args: Sequence[str], message: str) -> int:
+    """Exit status 2; with ``--format sarif``, a SARIF log of the failed run on stdout as well,
+    so that code scanning reads why there are no results instead of a missing file."""
+    if _requested_format(args) == "sarif":
+        from wpgate._output import format_sarif_failure
+
+        click.echo(format_sarif_failure(message, EXIT_USAGE), nl=False)
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 clean, 1 findings, 2 usage or git error, 130
     interrupted by Ctrl-C).
@@ -481,22 +523,20 @@ def run() -> NoReturn:
 
 def _main(argv: Sequence[str] | None) -> int:
     """:func:`main` without the collector's pause."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = cli.main(
-            args=list(sys.argv[1:] if argv is None else argv),
-            prog_name="wpgate",
-            standalone_mode=False,
-        )
+        result = cli.main(args=args, prog_name="wpgate", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
-        return EXIT_USAGE
+        return _failed(args, exc.format_message())
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
-        return _stopped(exc)
+        status = _stopped(exc)
+        return _failed(args, "aborted") if status == EXIT_USAGE else status
     except (ConfigError, GitError, InvocationError) as exc:
         click.echo(f"wpgate: error: {exc}", err=True)
-        return EXIT_USAGE
+        return _failed(args, str(exc))
     return int(result) if isinstance(result, int) else EXIT_CLEAN
 
 

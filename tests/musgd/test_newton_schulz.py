@@ -11,7 +11,6 @@ from torch import Tensor
 
 from musgd import (
     DEFAULT_COEFFICIENTS,
-    MuSGD,
     _newton_schulz,
     orthogonalize,
     orthogonalize_batched,
@@ -289,14 +288,40 @@ def test_without_native_bf16_a_cpu_never_reads_the_sizes(monkeypatch: pytest.Mon
     assert resolve_ns_dtype("auto", torch.device("cpu"), unread()) is torch.float32
 
 
-def test_a_schedule_the_backends_do_not_run_yet_is_refused_by_name_with_the_reason() -> None:
-    # The flat ns_coefficients route says what NSConfig says: not "no known schedule".
-    with pytest.raises(ValueError, match=r"ns_coefficients='aol4'.*AOL rescaling.*polar_express"):
-        resolve_coefficients("aol4", 5)
-    with pytest.raises(ValueError, match=r"ns_coefficients='aol4'.*AOL rescaling"):
-        MuSGD([torch.zeros(4, 4, requires_grad=True)], ns_coefficients="aol4")
+def test_aol4_by_name_runs_the_aol_normalization_and_its_four_triples() -> None:
+    from musgd._ns_schedules import orthogonalize_scheduled_batched
+
+    G = torch.randn(3, 24, 40, generator=torch.Generator().manual_seed(9))
+    f32 = torch.float32
+    named = orthogonalize_batched(G, steps=4, coefficients="aol4", dtype=f32)
+    assert torch.equal(named, orthogonalize_scheduled_batched(G, "aol4", dtype=f32))
+    triples = _newton_schulz.AOL4_COEFFICIENTS
+    explicit = orthogonalize_batched(G, steps=4, coefficients=triples, normalize="aol", dtype=f32)
+    assert torch.equal(named, explicit)
+    frobenius = orthogonalize_batched(G, steps=4, coefficients=triples, dtype=f32)
+    assert not torch.allclose(named, frobenius, atol=1e-3)
+    with pytest.raises(ValueError, match="tuned for the 'aol' normalization, not 'frobenius'"):
+        orthogonalize_batched(G, coefficients="aol4", normalize="frobenius")
+    with pytest.raises(ValueError, match="normalize must be one of 'frobenius', 'aol'"):
+        orthogonalize_batched(G, normalize="spectral")
     with pytest.raises(ValueError, match="names no known schedule: 'polar'"):
         resolve_coefficients("polar", 5)
+
+
+def test_aol_on_a_zero_padded_stack_is_each_matrix_alone() -> None:
+    gen = torch.Generator().manual_seed(10)
+    members = [torch.randn(s, generator=gen) for s in ((6, 10), (4, 7), (6, 10))]
+    stack = torch.zeros(3, 6, 10)
+    for k, m in enumerate(members):
+        stack[k, : m.shape[0], : m.shape[1]] = m
+    out = orthogonalize_batched(stack, steps=4, coefficients="aol4", dtype=torch.float32)
+    for k, m in enumerate(members):
+        alone = orthogonalize_batched(m[None], steps=4, coefficients="aol4", dtype=torch.float32)
+        torch.testing.assert_close(
+            out[k, : m.shape[0], : m.shape[1]], alone[0], rtol=1e-5, atol=1e-6
+        )
+        assert not out[k, m.shape[0] :].any()
+        assert not out[k, :, m.shape[1] :].any()
 
 
 @pytest.mark.parametrize("coefficients", [b"quintic", b"\x01\x02\x03", bytearray(b"abc")])

@@ -354,8 +354,107 @@ def test_polar_express_by_name_is_its_triples_in_both_flavours() -> None:
         assert any(not torch.equal(a, b) for a, b in zip(named, quintic, strict=True))
 
 
-def test_a_schedule_the_backends_do_not_run_yet_is_refused_saying_why() -> None:
-    with pytest.raises(ValueError, match=r"coefficients .*'aol4'.*AOL rescaling.*polar_express"):
-        NSConfig(coefficients="aol4")
-    with pytest.raises(ValueError, match="'quintic', 'polar_express'"):
+def test_aol4_brings_its_normalization_and_its_four_steps() -> None:
+    config = NSConfig(coefficients="aol4")
+    assert (config.steps, config.normalize) == (4, "aol")
+    assert config.triples == newton_schulz.AOL4_COEFFICIENTS
+    assert NSConfig(coefficients="aol4", steps=6).steps == 6  # an explicit count is kept
+    assert NSConfig().normalize == "frobenius"
+    triples = newton_schulz.AOL4_COEFFICIENTS
+    assert NSConfig(coefficients=triples, normalize="aol").normalize == "aol"
+    with pytest.raises(
+        ValueError, match=r"normalize must be the schedule's own.*tuned for the 'aol'"
+    ):
+        NSConfig(coefficients="aol4", normalize="frobenius")
+    with pytest.raises(ValueError, match="'quintic', 'polar_express', 'aol4'"):
         NSConfig(coefficients="polar")
+    # The flat shorthand: ns_steps left at its default takes the name's own four.
+    opt = MuSGD([nn.Parameter(torch.zeros(4, 4))], ns_coefficients="aol4")
+    group = opt.param_groups[0]
+    assert (group["ns_steps"], group["ns_normalize"], len(group["ns_coefficients"])) == (
+        4,
+        "aol",
+        4,
+    )
+    assert opt.ns_config().normalize == "aol"
+
+
+# Equal column counts, rows within 2x: one CPU stack, a tall, a wide and a square matrix.
+MIXED = [(12, 8), (6, 8), (8, 8), (12, 8)]
+
+
+def _aol_run(flavour: type[Any], *, pad: bool, orient: bool = True) -> list[Tensor]:
+    gen = torch.Generator().manual_seed(7)
+    params = [nn.Parameter(torch.randn(s, generator=gen)) for s in MIXED]
+    groups = [{"params": params, "use_muon": True, "weight_decay": 0.0}]
+    kw = KW if flavour is UltralyticsMuSGD else {"lr": 0.02}
+    opt = flavour(groups, **kw, ns=NSConfig(coefficients="aol4", dtype=torch.float32))
+    opt._engine.pad_buckets = pad
+    if not orient:  # the control: stacks left in their mixed orientation
+        layout = opt._engine.layout
+        opt._engine.layout = lambda *a, **k: layout(*a, **{**k, "orient": False})
+    for k in range(2):
+        grads = torch.Generator().manual_seed(20 + k)
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=grads)
+        opt.step()
+    return [p.detach().clone() for p in params]
+
+
+@pytest.mark.parametrize("flavour", [MuSGD, UltralyticsMuSGD])
+def test_aol4_in_a_padded_mixed_stack_is_each_matrix_alone(flavour: type[Any]) -> None:
+    """The AOL rescaling acts on the rows of a matrix's wide orientation: in a stack it must
+    keep every matrix wide (tall ones transposed) to give each its unpadded result (float32,
+    up to rounding); left as they were, the wide ones are rescaled by columns, not rows."""
+    alone = _aol_run(flavour, pad=False)
+    stacked = _aol_run(flavour, pad=True)
+    unoriented = _aol_run(flavour, pad=True, orient=False)
+    for a, b in zip(alone, stacked, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    rounding = max(float((b - a).abs().max()) for b, a in zip(stacked, alone, strict=True))
+    wrong = max(float((u - a).abs().max()) for u, a in zip(unoriented, alone, strict=True))
+    assert wrong > 100 * max(rounding, 1e-7)
+
+
+def test_aol4_replays_bit_identically_and_round_trips_a_state_dict() -> None:
+    from replay_fakes import FakeRecorder
+
+    gen = torch.Generator().manual_seed(8)
+    shapes = [*MIXED, (5,)]
+    ref_p = [nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+    rep_p = [nn.Parameter(p.detach().clone()) for p in ref_p]
+    config = NSConfig(coefficients="aol4", dtype=torch.float32)
+    ref = MuSGD(ref_p, lr=0.02, ns=config)
+    rep = MuSGD(
+        rep_p,
+        lr=0.02,
+        ns=config,
+        capture_updates=True,
+        capture_orthogonalization=True,
+        recorder=FakeRecorder(),
+    )
+    for k in range(3):
+        grads = torch.Generator().manual_seed(30 + k)
+        for p, q in zip(ref_p, rep_p, strict=True):
+            p.grad = torch.randn(p.shape, generator=grads)
+            q.grad = p.grad.clone()
+        ref.step()
+        rep.step()
+    assert all(torch.equal(a, b) for a, b in zip(ref_p, rep_p, strict=True))
+    back = MuSGD([nn.Parameter(p.detach().clone()) for p in ref_p], lr=0.02)
+    back.load_state_dict(ref.state_dict())
+    assert back.ns_config() == ref.ns_config()
+    assert back.ns_config().normalize == "aol"
+
+
+def test_aol4_asked_of_the_triton_backend_runs_torch_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from musgd import _triton_ns
+
+    monkeypatch.setattr(_triton_ns, "_WARNED", set())
+    p = nn.Parameter(torch.randn(8, 8))
+    opt = MuSGD([p], ns=NSConfig(coefficients="aol4", backend="triton", dtype=torch.float32))
+    p.grad = torch.randn(8, 8)
+    with pytest.warns(RuntimeWarning, match="normalize by the Frobenius norm, not 'aol'"):
+        opt.step()

@@ -376,11 +376,38 @@ def test_evidence_numbers_must_be_finite_and_sized(repo: Path, number: str, mess
     assert message in line
 
 
-def test_unknown_history_start_is_named_in_full(repo: Path) -> None:
+HOW_TO_FIX_HISTORY_START = (
+    "is not a commit git knows here (`git rev-parse --verify v9.9.9^{commit}` fails); set "
+    "history_start to the first governed commit (its sha, from `git log --oneline`), or fetch "
+    "that commit (`git fetch origin`; `git fetch --unshallow` in a shallow clone)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("pyproject.toml", "[tool.wpgate]\n", "pyproject.toml: tool.wpgate.history_start"),
+        ("wpgate.toml", "", "wpgate.toml: history_start"),
+        (".wpgate.toml", "", ".wpgate.toml: history_start"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command", [("trailers", "--history"), ("trailers", "--pushed"), ("check",)]
+)
+def test_unknown_history_start_names_its_file_and_how_to_fix_it(
+    repo: Path, name: str, text: str, where: str, command: tuple[str, ...]
+) -> None:
+    (repo / name).write_text(f'{text}history_start = "v9.9.9"\n')
+    status, out, err = run(repo, *command)
+    assert (status, out) == (2, "")
+    assert err == f"wpgate: error: {where}: `v9.9.9` {HOW_TO_FIX_HISTORY_START}"
+
+
+def test_a_bad_range_is_not_blamed_on_history_start(repo: Path) -> None:
     (repo / "pyproject.toml").write_text('[tool.wpgate]\nhistory_start = "v9.9.9"\n')
-    status, _, err = run(repo, "trailers", "--history")
+    status, _, err = run(repo, "trailers", "--range", "nope..HEAD")
     assert status == 2
-    assert "unknown revision `v9.9.9`;" in err
+    assert err.startswith("wpgate: error: unknown revision `nope`;")
 
 
 def test_shallow_clone_history_checks_exit_2(repo: Path, tmp_path: Path) -> None:
@@ -639,6 +666,40 @@ def test_sarif_from_the_command_line_links_the_configured_rule_pages(repo: Path)
     rules = {r["id"]: r for r in log["runs"][0]["tool"]["driver"]["rules"]}
     assert rules["WPG101"]["helpUri"] == "https://example.org/rules/wpg101/"
     assert {r["ruleId"] for r in log["runs"][0]["results"]} >= {"WPG101", "WPG104"}
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "error"),
+    [
+        ("[tool.wpgate\n", ("check", "--format", "sarif"), "pyproject.toml: is not valid TOML"),
+        ("", ("trailers", "--range", "nope..HEAD", "--format=sarif"), "unknown revision `nope`"),
+        ("", ("wp", "--format", "sarif", "--bogus"), "--bogus"),
+        ("", ("wp", "--format", "text", "--format", "sarif", "--bogus"), "No such option"),
+    ],
+)
+def test_sarif_is_written_when_the_run_exits_2(
+    repo: Path, config: str, args: tuple[str, ...], error: str
+) -> None:
+    if config:
+        (repo / "pyproject.toml").write_text(config)
+    status, out, err = run(repo, *args)
+    assert status == 2
+    assert error in err  # people still read the error on stderr
+    (sarif_run,) = json.loads(out)["runs"]
+    assert "results" not in sarif_run
+    (invocation,) = sarif_run["invocations"]
+    assert (invocation["executionSuccessful"], invocation["exitCode"]) == (False, 2)
+    (notification,) = invocation["toolExecutionNotifications"]
+    assert notification["level"] == "error"
+    assert error in notification["message"]["text"]
+
+
+def test_other_formats_write_nothing_on_stdout_when_the_run_exits_2(repo: Path) -> None:
+    (repo / "pyproject.toml").write_text("[tool.wpgate\n")
+    for fmt in ("text", "json", "github"):
+        assert run(repo, "check", "--format", fmt)[:2] == (2, "")
+    # `--format` after `--` is an argument, not the option.
+    assert run(repo, "trailers", "--bogus", "--", "--format", "sarif")[:2] == (2, "")
 
 
 def test_a_bad_help_uri_template_exits_2(repo: Path) -> None:

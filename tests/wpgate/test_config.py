@@ -7,10 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from git_helpers import git, new_repository
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wpgate._config import SCHEMA, ConfigError, load_config
+from wpgate._config import SCHEMA, ConfigError, load_config, unknown_history_start
 from wpgate.rules.trailers import TrailerOptions
 
 
@@ -233,3 +234,29 @@ def test_a_wrong_value_is_refused_when_the_file_is_loaded(
     with pytest.raises(ConfigError) as error:
         load_config(_write(tmp_path, text))
     assert error.value.key == key
+
+
+def test_unknown_history_start_is_asked_of_git_only_in_a_work_tree(tmp_path: Path) -> None:
+    (tmp_path / "wpgate.toml").write_text('history_start = "v9.9.9"\n', encoding="utf-8")
+    # No repository: git cannot answer, so the git error that led here stands.
+    assert unknown_history_start(load_config(tmp_path)) is None
+    root = new_repository(tmp_path)
+    git(root, "commit", "-q", "--allow-empty", "-m", "feat: first")
+    assert unknown_history_start(load_config(root)) is None  # none set
+    (root / "wpgate.toml").write_text('history_start = "HEAD"\n', encoding="utf-8")
+    assert unknown_history_start(load_config(root)) is None  # a commit git knows
+    (root / "wpgate.toml").write_text('history_start = "v9.9.9"\n', encoding="utf-8")
+    error = unknown_history_start(load_config(root))
+    assert error is not None
+    assert (error.source, error.key) == ("wpgate.toml", "history_start")
+    assert str(error).startswith("wpgate.toml: history_start: `v9.9.9` is not a commit git knows")
+
+
+def test_a_table_is_named_as_the_file_that_holds_it_writes_it(tmp_path: Path) -> None:
+    assert load_config(tmp_path).table_in_file("docs") == (
+        "[tool.wpgate.docs] in pyproject.toml (or [docs] in wpgate.toml)"
+    )
+    (tmp_path / "pyproject.toml").write_text("[tool.wpgate]\n", encoding="utf-8")
+    assert load_config(tmp_path).table_in_file("docs") == "[tool.wpgate.docs] in pyproject.toml"
+    (tmp_path / ".wpgate.toml").write_text("", encoding="utf-8")
+    assert load_config(tmp_path).table_in_file("docs") == "[docs] in .wpgate.toml"

@@ -4,6 +4,7 @@ commit through the installed pre-commit hooks."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -76,8 +77,33 @@ def test_init_refuses_a_malformed_pyproject(
 ) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool\n", encoding="utf-8")
     assert main(["init", "--root", str(tmp_path)]) == 2
-    assert "pyproject.toml cannot be read" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # One line, one reason, one fix: the parser's message is not wrapped in a second one.
+    assert re.fullmatch(
+        r"wpgate: error: pyproject\.toml: is not valid TOML \([^\n]*\); fix the syntax; then "
+        r"run `wpgate init` again\n",
+        err,
+    )
+    assert err.count("is not valid TOML") == err.count("fix") == 1
     assert not (tmp_path / "mkdocs.yml").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "start"),
+    [
+        ("pyproject.toml", "[tool.wpgate.docs]\nwork_packages = 3\n", "pyproject.toml: "),
+        ("wpgate.toml", "[docs]\nwork_packages = 3\n", "wpgate.toml: "),
+    ],
+)
+def test_init_names_the_bad_key_of_the_configuration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str, start: str
+) -> None:
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    assert main(["init", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"wpgate: error: {start}")
+    assert "work_packages: must be a string" in err
+    assert err.endswith("; then run `wpgate init` again\n")
 
 
 def test_new_wp_in_a_fresh_repository_writes_its_phase_page(

@@ -12,7 +12,7 @@ import pytest
 
 from wpgate import __version__
 from wpgate._model import RULES, Finding
-from wpgate._output import SARIF_SCHEMA, Summary, format_report
+from wpgate._output import SARIF_SCHEMA, Summary, format_report, format_sarif_failure
 from wpgate.rules import register_all
 
 #: The official SARIF 2.1.0 schema (OASIS, errata 01), copied verbatim (docs/PROVENANCE.md R252).
@@ -91,6 +91,24 @@ def test_the_schema_refuses_a_log_that_breaks_it() -> None:
     del broken["runs"][0]["results"][1]["message"]
     with pytest.raises(jsonschema.ValidationError, match="'message' is a required property"):
         jsonschema.Draft4Validator(SCHEMA).validate(broken)
+
+
+def test_a_run_that_could_not_lint_is_a_failed_invocation_without_results() -> None:
+    log = json.loads(format_sarif_failure("pyproject.toml: is not valid TOML; fix it", 2))
+    jsonschema.Draft4Validator(SCHEMA).validate(log)
+    (run,) = log["runs"]
+    assert run["tool"]["driver"]["name"] == "wpgate"
+    assert run["invocations"] == [
+        {
+            "executionSuccessful": False,
+            "exitCode": 2,
+            "toolExecutionNotifications": [
+                {"level": "error", "message": {"text": "pyproject.toml: is not valid TOML; fix it"}}
+            ],
+        }
+    ]
+    # No analysis ran: no results array, which would read as a clean run (SARIF §3.14.23).
+    assert "results" not in run
 
 
 def test_sarif_is_one_run_of_wpgate_with_every_rule() -> None:

@@ -116,8 +116,7 @@ def _image_size(text: str) -> int:
     return value
 
 
-def _int_list(text: str) -> list[int]:
-    return [_positive_int(part) for part in text.split(",") if part.strip()]
+_int_list = _profile.positive_int_list
 
 
 def _name_list(text: str) -> list[str]:
@@ -335,6 +334,16 @@ def _write(evidence: dict[str, Any], out: Path | None) -> None:
     print(f"evidence: {path}")
 
 
+def _check_combinations(args: argparse.Namespace) -> None:
+    """Options that do nothing without another are refused, not silently ignored."""
+    if args.command == "distributed" and args.calibration is not None and args.predict is None:
+        raise UsageError(
+            "--calibration calibrates the scaling model that --predict WORLD prints, and "
+            "without --predict this run times the arms instead; add --predict WORLD (e.g. "
+            "--predict 8) or drop --calibration"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m musgd.bench`` with ``argv`` (default: ``sys.argv[1:]``); the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -348,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     commands = {"demo": _demo, "optimizer": _optimizer, "train": _train}
     try:
+        _check_combinations(args)
         if args.commit is not None:
             check_commit(args.commit)  # before the run, not after it
         # Every subcommand's --device is checked here, before any work: cuda without a GPU is

@@ -27,9 +27,8 @@ import cProfile
 import functools
 import pstats
 import statistics
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +49,12 @@ from musgd._functional import (
 )
 from musgd._optimizer import group_structure
 from musgd._replay import ReplayOrthogonalizer, environment_key
+from musgd.bench._args import non_negative_int, positive_int
 from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._models import PARAMETER_SETS, make_parameters
 from musgd.bench._optimizer_bench import _operands
 from musgd.bench._timing import time_steps
-from musgd.bench._variants import Variant, select_variants
+from musgd.bench._variants import Variant, all_variants, select_variants
 
 DEFAULT_VARIANTS = ["bucketed eager", "capture_orthogonalization", "capture_updates", "both"]
 UPDATE_REPLAY_VARIANTS = {"capture_updates", "both"}
@@ -241,36 +241,97 @@ def profile_variant(
     }
 
 
+def positive_int_list(text: str) -> list[int]:
+    """An argparse type: comma-separated positive integers (``1,2,4``)."""
+    try:
+        values = [positive_int(part.strip()) for part in text.split(",") if part.strip()]
+    except argparse.ArgumentTypeError:
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers, e.g. 1,2,4; got {text!r}"
+        )
+    return values
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def choose_variants(
+    names: Sequence[str] | None, device: torch.device
+) -> tuple[list[Variant], list[str]]:
+    """The variants to profile on ``device``, and the default ones left out because it has no
+    CUDA.
+
+    Without ``names`` the default list runs; on a device other than CUDA its CUDA-graph
+    variants are left out (and returned, so the run says so). A variant named on the command
+    line that needs CUDA, on such a device, is a ValueError naming it and the variants that run
+    there.
+    """
+    if device.type == "cuda":
+        return select_variants(DEFAULT_VARIANTS if names is None else names, device), []
+    cuda_only = {v.name for v in all_variants() if v.cuda_only}
+    if names is None:
+        runnable = [n for n in DEFAULT_VARIANTS if n not in cuda_only]
+        return select_variants(runnable, device), [n for n in DEFAULT_VARIANTS if n in cuda_only]
+    needing = [n for n in names if n in cuda_only]
+    if needing:
+        here = ", ".join(repr(v.name) for v in select_variants(None, device))
+        verb = "needs" if len(needing) == 1 else "need"
+        raise ValueError(
+            f"{', '.join(repr(n) for n in needing)} {verb} CUDA (--device cuda on a machine "
+            f"with a GPU); on --device {device.type} pass --variants from {here}"
+        )
+    return select_variants(names, device), []
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``python -m musgd.bench profile``."""
     parser.add_argument(
         "--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu"
     )
     parser.add_argument("--set", default="nano", choices=sorted(PARAMETER_SETS))
-    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--top", type=int, default=15)
     parser.add_argument(
-        "--branches", default="", help="e.g. 1,4: parallel branches for capture_updates variants"
+        "--variants",
+        type=_names,
+        default=None,
+        help=f"comma-separated (default: {', '.join(DEFAULT_VARIANTS)}; on cpu the ones that "
+        "need CUDA are left out)",
+    )
+    parser.add_argument("--steps", type=positive_int, default=50)
+    parser.add_argument("--warmup", type=non_negative_int, default=10)
+    parser.add_argument("--top", type=positive_int, default=15)
+    parser.add_argument(
+        "--branches",
+        type=positive_int_list,
+        default=None,
+        help="e.g. 1,4: parallel branches for the capture_updates and both variants",
     )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-evidence", action="store_true")
     parser.add_argument("--commit", default=None, help="the commit a copied tree came from")
-    parser.add_argument("--phase-repeats", type=int, default=30)
+    parser.add_argument("--phase-repeats", type=positive_int, default=30)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Profile the variants; print a summary and write the evidence JSON."""
     device = torch.device(args.device)
-    names = [n.strip() for n in args.variants.split(",") if n.strip()]
-    try:
-        variants = select_variants(names, device)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    variants, skipped = choose_variants(args.variants, device)
+    sweep: list[int] = args.branches or []
+    if sweep and not any(v.name in UPDATE_REPLAY_VARIANTS for v in variants):
+        where = "" if device.type == "cuda" else " on a GPU (--device cuda)"
+        swept = [n for n in DEFAULT_VARIANTS if n in UPDATE_REPLAY_VARIANTS]
+        raise ValueError(
+            f"--branches sweeps the {' and '.join(swept)} variants, "
+            f"which this run does not profile; add one to --variants{where}, or drop --branches"
+        )
+    if skipped:
+        print(
+            f"note: on {device.type} the default variants leave out {', '.join(skipped)} "
+            "(CUDA-graph replay: run on a GPU with --device cuda to profile them)"
+        )
     params, grads = make_parameters(PARAMETER_SETS[args.set](), device=device, seed=0)
-    sweep = [int(b) for b in args.branches.split(",") if b.strip()]
     rows: list[dict[str, Any]] = []
     for v in variants:
         options = sweep if sweep and v.name in UPDATE_REPLAY_VARIANTS else [None]
@@ -291,6 +352,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             "benchmark": "replay-profile",
             "set": args.set,
             "variants": rows,
+            "skipped_variants": skipped,
             "phases": phases,
         }
         evidence = build_evidence(

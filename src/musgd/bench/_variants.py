@@ -194,6 +194,16 @@ def musgd_variants() -> list[Variant]:
     ]
 
 
+def schedule_variants() -> list[Variant]:
+    """Each named Newton-Schulz schedule (WP-023) on the torch backend, the step captured whole
+    (timing only): the Triton table runs only the Frobenius normalization, so the torch backend
+    is where ``"aol4"`` compares with the others like for like. ``aol4`` runs its own 4 steps."""
+    return [
+        Variant(f"torch-NS {name}", _musgd(ns_backend="torch", ns_coefficients=name)).graphed()
+        for name in ("quintic", "polar_express", "aol4")
+    ]
+
+
 _MUON_ARGS = ("params", "lr", "momentum", "nesterov", "ns_steps", "weight_decay")
 
 
@@ -326,6 +336,7 @@ def all_variants() -> list[Variant]:
         peers.append(ultralytics.graphed())
     return [
         *musgd_variants(),
+        *schedule_variants(),
         *ultralytics_flavour_variants(),
         *(p for p in peers if p is not None),
     ]

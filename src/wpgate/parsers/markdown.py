@@ -260,7 +260,85 @@ class MarkdownPages:
 _LIST_ITEM_RE = re.compile(r"^ {0,3}(?:[*+-]|(\d{1,9})\.)(?=[ \t]|$)")
 _BREAK_RE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _SETEXT_RE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
-_NOT_PARAGRAPH_RE = re.compile(r"^ {0,3}(?:[>|<]|\[\^?[^\]]*\]:|!!!|\?\?\?|:::)")
+_NOT_PARAGRAPH_RE = re.compile(r"^ {0,3}(?:[>|]|\[\^?[^\]]*\]:|!!!|\?\?\?|:::)")
+
+# HTML blocks (CommonMark 0.30, §4.6): seven kinds, by the start of their first line (after up to
+# three spaces). Kinds 1-5 end on the line that holds their end string; 6 and 7 before a blank
+# line. Kind 7 (any complete tag alone on its line) cannot interrupt a paragraph.
+_HTML_VERBATIM = "pre|script|style|textarea"
+# The tag names of kind 6, in the spec's order.
+# fmt: off
+_HTML_BLOCK_NAMES = frozenset((
+    "address", "article", "aside", "base", "basefont", "blockquote", "body", "caption", "center",
+    "col", "colgroup", "dd", "details", "dialog", "dir", "div", "dl", "dt", "fieldset",
+    "figcaption", "figure", "footer", "form", "frame", "frameset", "h1", "h2", "h3", "h4", "h5",
+    "h6", "head", "header", "hr", "html", "iframe", "legend", "li", "link", "main", "menu",
+    "menuitem", "nav", "noframes", "ol", "optgroup", "option", "p", "param", "section", "source",
+    "summary", "table", "tbody", "td", "tfoot", "th", "thead", "title", "tr", "track", "ul",
+))
+# fmt: on
+_HTML_STARTS: tuple[tuple[int, re.Pattern[str]], ...] = (
+    (1, re.compile(rf"^ {{0,3}}<(?:{_HTML_VERBATIM})(?:[ \t>]|$)", re.IGNORECASE)),
+    (2, re.compile(r"^ {0,3}<!--")),
+    (3, re.compile(r"^ {0,3}<\?")),
+    (4, re.compile(r"^ {0,3}<![A-Za-z]")),
+    (5, re.compile(r"^ {0,3}<!\[CDATA\[")),
+)
+_HTML_ENDS = {
+    1: re.compile(rf"</(?:{_HTML_VERBATIM})>", re.IGNORECASE),
+    2: re.compile(r"-->"),
+    3: re.compile(r"\?>"),
+    4: re.compile(r">"),
+    5: re.compile(r"\]\]>"),
+}
+_HTML_BLOCK_TAG_RE = re.compile(r"^ {0,3}</?([A-Za-z][A-Za-z0-9]*)(?:[ \t>]|/>|$)")
+# A complete open or closing tag (CommonMark §6.6), alone on its line: the start of kind 7.
+_ATTRIBUTE = (
+    r"[ \t]+[A-Za-z_:][A-Za-z0-9_.:-]*"
+    r"(?:[ \t]*=[ \t]*(?:[^ \t\"'=<>`]+|'[^']*'|\"[^\"]*\"))?"
+)
+_HTML_TAG_LINE_RE = re.compile(
+    rf"^ {{0,3}}(?:<(?!(?:{_HTML_VERBATIM})(?![A-Za-z0-9-]))[A-Za-z][A-Za-z0-9-]*"
+    rf"(?:{_ATTRIBUTE})*[ \t]*/?>|</[A-Za-z][A-Za-z0-9-]*[ \t]*>)[ \t]*$",
+    re.IGNORECASE,
+)
+# Python-Markdown's md_in_html: a `markdown` attribute (bare, "1" or "block") on the opening
+# tag makes the element's content Markdown again, so its lines are read as Markdown.
+_MARKDOWN_ATTRIBUTE_RE = re.compile(
+    r"[ \t]markdown(?:[ \t]*=[ \t]*(?:\"(?:1|block)\"|'(?:1|block)'|1|block))?(?=[ \t/>]|$)",
+    re.IGNORECASE,
+)
+
+
+#: What :func:`html_block_kind` answers for a tag whose ``markdown`` attribute keeps its content
+#: Markdown: the line is a block boundary, and the lines after it are read as Markdown.
+MARKDOWN_IN_HTML = 0
+
+
+def html_block_kind(line: str, *, in_paragraph: bool = False) -> int | None:
+    """The kind (1-7, CommonMark 0.30 §4.6) of the HTML block ``line`` starts, or None.
+
+    ``in_paragraph``: the line follows a paragraph line, which only kinds 1-6 may interrupt. A
+    tag with Python-Markdown's ``markdown`` attribute starts no raw block:
+    :data:`MARKDOWN_IN_HTML`.
+    """
+    for kind, start in _HTML_STARTS:
+        if start.match(line):
+            return kind
+    tag = _HTML_BLOCK_TAG_RE.match(line)
+    if tag and tag.group(1).lower() in _HTML_BLOCK_NAMES:
+        kind = 6
+    elif not in_paragraph and _HTML_TAG_LINE_RE.match(line):
+        kind = 7
+    else:
+        return None
+    return MARKDOWN_IN_HTML if _MARKDOWN_ATTRIBUTE_RE.search(line) else kind
+
+
+def html_block_ends(kind: int, line: str) -> bool:
+    """Whether ``line`` ends an HTML block of ``kind`` 1-5 (kinds 6 and 7 end at a blank line)."""
+    end = _HTML_ENDS.get(kind)
+    return end is not None and end.search(line) is not None
 
 
 def _body_lines(text: str) -> list[tuple[int, str]]:
@@ -289,18 +367,36 @@ def list_interruptions(text: str) -> tuple[int, ...]:
 
     CommonMark lets a list interrupt a paragraph; Python-Markdown (which mkdocs renders with)
     does not, and joins the items into the paragraph. Lines in fenced code, front matter, lists,
-    tables, block quotes, HTML and indented blocks are not paragraphs; a heading or a thematic
-    break above a list is fine.
+    tables, block quotes and indented blocks are not paragraphs; a heading or a thematic break
+    above a list is fine. Raw HTML blocks (:func:`html_block_kind`) are skipped whole: what looks
+    like a paragraph and a list inside a ``<div>`` is HTML text, not Markdown.
     """
     found: list[int] = []
     state = "blank"  # what the previous line was: blank, paragraph, list or other
     previous = 0
+    html: int | None = None  # the kind of the raw HTML block being skipped
+    in_list = False  # whether that block sits in a list (it resumes the list when it ends)
     for number, line in _body_lines(text):
-        if number != previous + 1:
-            state = "other"  # a fence closed in between
+        gap = number != previous + 1
         previous = number
         stripped = line.strip()
-        if not stripped:
+        if html is not None and html <= 5:
+            if html_block_ends(html, line):
+                html, state = None, "list" if in_list else "other"
+            continue
+        if html is not None:  # kinds 6 and 7 end before a blank line (or a fence)
+            if stripped and not gap:
+                continue
+            html, state = None, "list" if in_list else "other"
+        if gap:
+            state = "other"  # a fence closed in between
+        kind = html_block_kind(line, in_paragraph=state in ("paragraph", "list"))
+        if kind is not None:
+            in_list = state in ("list", "list-blank")
+            if kind != MARKDOWN_IN_HTML and (kind > 5 or not html_block_ends(kind, line)):
+                html = kind
+            state = "list" if in_list else "other"
+        elif not stripped:
             state = "blank" if state != "list" else "list-blank"
         elif _LIST_ITEM_RE.match(line) and not _BREAK_RE.match(line):
             if state == "paragraph" and _is_list_start(line):

@@ -79,16 +79,23 @@ def check_citations_inside(tree: EvidenceTree, options: EvidenceOptions) -> Iter
 
 
 def check_citations_exist(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
-    """Every cited file exists."""
+    """Every cited file exists.
+
+    The finding sits on the citation's line and names the claim's page and line, the link as
+    written and the repository path it resolves to, so that either side can be fixed.
+    """
     for context in tree.claims:
+        claim = context.claim
         for citation in context.citations:
             if citation.path is not None and not citation.exists:
                 yield Finding(
-                    context.claim.path,
+                    claim.path,
                     citation.line,
                     EVIDENCE_CITATION_EXISTS,
-                    f"the cited file `{citation.target}` ({citation.path}) does not exist; run "
-                    "the benchmark that writes it or fix the link",
+                    f"the [MEASURED] claim at {claim.path}:{claim.line} cites "
+                    f"`{citation.target}`, looked for as {citation.path}, which does not exist; "
+                    f"write the evidence file at {citation.path} (run the benchmark that "
+                    "records it) or correct the link to name an existing file",
                 )
 
 

@@ -54,7 +54,8 @@ class WpgateConfig(base.Config):  # type: ignore[no-untyped-call]  # mkdocs leav
     """Options of the plugin in ``mkdocs.yml`` (pages relative to ``docs_dir``).
 
     Where the registry, the phase pages and the evidence live is not repeated here: it comes
-    from ``[tool.wpgate.docs]`` in ``pyproject.toml``, as for the linters.
+    from the ``docs`` table of wpgate's configuration (``[tool.wpgate.docs]`` in
+    ``pyproject.toml``, ``[docs]`` in ``wpgate.toml``), as for the linters.
     """
 
     roadmap = c.Type(str, default="ROADMAP.md")
@@ -94,6 +95,8 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
         self._phase_by_src: dict[str, int] = {}
         self._root = Path.cwd()
         self._docs_dir = Path.cwd()
+        # Where the docs layout is configured, for messages: the file the build reads.
+        self._layout_source = "[tool.wpgate.docs] in pyproject.toml"
 
     # -- events -----------------------------------------------------------------------------
 
@@ -107,6 +110,7 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
     def on_files(self, files: Files, /, *, config: MkDocsConfig) -> Files | None:
         """Read the registry; add the roadmap, missing phase pages and reference pages."""
         wpgate_config = read_wpgate_config(self._root)
+        self._layout_source = wpgate_config.table_in_file(DocsLayout.TABLE)
         registry = load_work_packages(self._root, wpgate_config)
         for finding in registry.findings:
             log.warning(
@@ -202,7 +206,7 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
         if not full.is_relative_to(self._docs_dir):
             raise PluginError(
                 f"wpgate: {repo_path} is outside the docs directory {self._docs_dir}; point "
-                "[tool.wpgate.docs] in pyproject.toml (or docs_dir in mkdocs.yml) at one tree"
+                f"{self._layout_source} (or docs_dir in mkdocs.yml) at one tree"
             )
         return full.relative_to(self._docs_dir).as_posix()
 

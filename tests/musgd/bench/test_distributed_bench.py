@@ -42,6 +42,27 @@ def test_a_calibration_without_a_world_of_one_is_a_usage_error(
     assert "no world-size-1 run to calibrate from" in capsys.readouterr().err
 
 
+def test_a_calibration_without_predict_is_refused_before_any_timing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by an audit: --calibration alone was ignored and the arms were timed instead."""
+
+    def timed(*_: object) -> None:
+        raise AssertionError("the arms were timed")
+
+    monkeypatch.setattr(db, "run_rank", timed)
+    monkeypatch.setattr(db.mp, "spawn", timed)
+    path = tmp_path / "calibration.json"
+    assert main(["distributed", "--calibration", str(path)]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "error: --calibration calibrates the scaling model that --predict WORLD prints, and "
+        "without --predict this run times the arms instead; add --predict WORLD (e.g. "
+        "--predict 8) or drop --calibration\n"
+    )
+
+
 def test_bad_sizes_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["distributed", "--steps", "0"]) == EXIT_USAGE
     assert "--steps must be >= 1" in capsys.readouterr().err

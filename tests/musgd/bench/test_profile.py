@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from musgd.bench._cli import EXIT_OK, EXIT_USAGE, main
+from musgd.bench._profile import DEFAULT_VARIANTS, choose_variants, positive_int_list
 
 TINY = ["--device", "cpu", "--steps", "2", "--warmup", "1", "--top", "3", "--phase-repeats", "2"]
 
@@ -44,10 +45,65 @@ def test_profile_without_evidence_writes_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_profile_refuses_a_variant_this_device_lacks(capsys: pytest.CaptureFixture[str]) -> None:
-    # The default list holds the replay variants, which need CUDA.
-    assert main(["profile", *TINY, "--no-evidence"]) == EXIT_USAGE
-    assert "capture_orthogonalization" in capsys.readouterr().err
+def test_profile_on_cpu_leaves_out_the_cuda_variants_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by an audit: the default variants failed on the CPU without a hint."""
+    assert main(["profile", *TINY, "--out", str(tmp_path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "note: on cpu the default variants leave out capture_orthogonalization, "
+        "capture_updates, both (CUDA-graph replay: run on a GPU with --device cuda to profile "
+        "them)\n"
+    )
+    (path,) = tmp_path.glob("musgd-replay-profile-*.json")
+    results = json.loads(path.read_text())["results"]
+    assert [row["variant"] for row in results["variants"]] == ["bucketed eager"]
+    assert results["skipped_variants"] == ["capture_orthogonalization", "capture_updates", "both"]
+
+
+def test_the_default_variants_on_cuda_are_all_four() -> None:
+    chosen, skipped = choose_variants(None, torch.device("cuda"))  # chosen, not built: no GPU
+    assert ([v.name for v in chosen], skipped) == (DEFAULT_VARIANTS, [])
+
+
+def test_profile_refuses_a_named_variant_that_needs_cuda(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["profile", *TINY, "--variants", "bucketed eager,both", "--no-evidence"]
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: 'both' needs CUDA (--device cuda on a machine with a GPU); on --device cpu "
+        "pass --variants from 'per-matrix eager', 'bucketed eager', 'float32-NS eager'"
+    )
+
+
+@pytest.mark.parametrize("value", ["x", "0", "1,x", ",", "-1"])
+def test_branches_are_comma_separated_positive_integers(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["profile", *TINY, f"--branches={value}", "--no-evidence"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "error: argument --branches: expected comma-separated positive integers, e.g. 1,2,4; "
+        f"got {value!r}\n"
+    )
+    assert "Traceback" not in err
+
+
+def test_branches_parse_to_a_sweep() -> None:
+    assert positive_int_list(" 1, 4,") == [1, 4]
+
+
+def test_branches_without_an_update_replay_variant_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["profile", *TINY, "--branches", "1,4", "--no-evidence"]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "error: --branches sweeps the capture_updates and both variants, which this run does "
+        "not profile; add one to --variants on a GPU (--device cuda), or drop --branches\n"
+    )
 
 
 @pytest.mark.skipif(

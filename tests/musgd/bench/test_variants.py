@@ -131,7 +131,13 @@ def test_graphed_variants_time_a_whole_step_graph_on_cuda_only(
     assert "bucketed eager graphed" in names
     assert f"{ULTRALYTICS_NAME} graphed" in names
     graphed = [v for v in _variants.all_variants() if v.whole_graph]
-    assert len(graphed) == 3
+    # The default and tensor-hyperparameter steps, one per schedule, the peer's.
+    assert len(graphed) == 6
+    schedules = [v.name for v in _variants.schedule_variants()]
+    assert schedules == [f"torch-NS {n} graphed" for n in ("quintic", "polar_express", "aol4")]
+    aol4 = _variants.schedule_variants()[2].build([torch.zeros(4, 4, requires_grad=True)])
+    assert aol4.param_groups[0]["ns_steps"] == 4
+    assert aol4.param_groups[0]["ns_normalize"] == "aol"
     assert all(v.cuda_only for v in graphed)
     # Frozen values make a step captured whole timing-only; tensor hyperparameters let it train.
     trainable = [v.name for v in graphed if not v.timing_only]

@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from wpgate._model import Finding
-from wpgate.parsers.markdown import find_table, list_interruptions, parse_markdown, split_row
+from wpgate.parsers.markdown import (
+    find_table,
+    html_block_ends,
+    html_block_kind,
+    list_interruptions,
+    parse_markdown,
+    split_row,
+)
 
 DOC = """# Title
 
@@ -121,10 +128,83 @@ def test_parser_never_raises(text: str) -> None:
         # An indented block (code, or an admonition's body) is not checked.
         ("    code line\n- one\n", ()),
         ("Prose\n\n  - item after a blank line\n  continued\n- next\n", ()),
+        # Raw HTML blocks (CommonMark 0.30, §4.6) are HTML, whatever their lines look like:
+        # kind 6 ends before a blank line, kinds 1-5 on the line with their end string.
+        ('<div class="note">\nSteps:\n- install\n- run\n</div>\n', ()),
+        ("Prose:\n<DIV>\nSteps:\n- one\n", ()),  # kind 6 interrupts a paragraph
+        ("<div>\nSteps:\n\nAfter the block:\n- one\n", (5,)),
+        ("<pre>\nSteps:\n\n- one\n</pre>\nProse\n- two\n", (7,)),
+        ("<!--\nNotes:\n- hidden\n-->\n- shown\n", ()),
+        ("<!-- one line -->\nProse\n- one\n", (3,)),
+        ("<?php\nProse\n- one\n?>\n", ()),
+        ("<!DOCTYPE\nhtml>\nProse\n- one\n", (4,)),
+        ("<![CDATA[\nProse\n- one\n]]>\n", ()),
+        # Kind 7: any complete tag alone on its line, but not inside a paragraph.
+        ('<custom-box data-x="1">\nSteps:\n- one\n', ()),
+        ("Prose\n<span>\n- one\n", (3,)),
+        # A line that starts with inline HTML is a paragraph: its list is reported.
+        ("<span>Steps:</span>\n- one\n", (2,)),
+        ("<https://example.org> lists:\n- one\n", (2,)),
+        # md_in_html: a `markdown` attribute makes the element's content Markdown again.
+        ('<div class="grid" markdown>\nSteps:\n- one\n</div>\n', (3,)),
+        ('<div markdown="1">\n- first line of the content\n</div>\n', ()),
+        # Inside a list, a raw block leaves the list's own lines as they were.
+        ("- one\n  <div>\n  Steps:\n  - x\n\n  more\n- two\n", ()),
     ],
 )
 def test_list_interruptions(text: str, lines: tuple[int, ...]) -> None:
     assert list_interruptions(text) == lines
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("<pre>", 1),
+        ("   <script src=x>", 1),
+        ("<TEXTAREA", 1),
+        ("<!-- c", 2),
+        ("<?x", 3),
+        ("<!DOCTYPE html>", 4),
+        ("<![CDATA[", 5),
+        ("<div>", 6),
+        ("</table>", 6),
+        ("<hr/>", 6),
+        ("<h1 id=x>Title</h1>", 6),
+        ("<a href='x'>", 7),
+        ("</span>  ", 7),
+        ("<my-tag flag a=b c='d' e=\"f\" />", 7),
+        ("<div markdown>", 0),
+        ('<details markdown="block">', 0),
+        ('<div markdown="span">', 6),  # span content is inline: the block stays raw
+    ],
+)
+def test_html_block_kinds(line: str, kind: int) -> None:
+    assert html_block_kind(line) == kind
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "    <div>",  # four spaces: indented code
+        "<divx>",  # not a kind-6 name, and <divx> alone is kind 7 only outside a paragraph
+        "<span>text</span>",  # a tag with text after it: inline HTML
+        "<a href=>",  # an attribute value is not empty
+        "<pre/>",  # kind 1 needs a space, `>` or the end after the name; kind 7 excludes pre
+        "<https://example.org>",  # an autolink
+        "< div>",
+    ],
+)
+def test_lines_that_start_no_html_block_in_a_paragraph(line: str) -> None:
+    assert html_block_kind(line, in_paragraph=True) is None
+
+
+def test_html_block_ends() -> None:
+    assert html_block_ends(1, "text </PRE> more")
+    assert html_block_ends(2, "end -->")
+    assert not html_block_ends(2, "-- >")
+    assert html_block_ends(4, ">")
+    assert html_block_ends(5, "]]>")
+    assert not html_block_ends(6, "")  # kinds 6 and 7 end at a blank line, not at a string
 
 
 def test_list_interruptions_report_every_list_of_a_page() -> None:

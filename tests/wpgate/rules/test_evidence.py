@@ -127,8 +127,16 @@ def test_wpg402_hostile_citations_are_refused(
 
 def test_wpg403_missing_file(repo: tuple[Path, str]) -> None:
     root, _ = repo
-    _page(root, "[MEASURED] See [it](evidence/gone.json) and [ok](../docs/evidence/a.json).")
-    assert _ids(lint_evidence(root)) == [(PAGE, 5, "WPG403")]
+    _page(root, "[MEASURED] See [ok](../docs/evidence/a.json)\nand [it](evidence/gone.json).")
+    findings = lint_evidence(root)
+    assert _ids(findings) == [(PAGE, 6, "WPG403")]
+    # The claim's page and line, the link as written and as resolved, and both ways out.
+    assert findings[0].message == (
+        "the [MEASURED] claim at docs/page.md:5 cites `evidence/gone.json`, looked for as "
+        "docs/evidence/gone.json, which does not exist; write the evidence file at "
+        "docs/evidence/gone.json (run the benchmark that records it) or correct the link to "
+        "name an existing file"
+    )
 
 
 def test_wpg404_invalid_evidence_file(repo: tuple[Path, str]) -> None:

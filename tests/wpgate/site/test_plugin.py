@@ -467,6 +467,34 @@ def test_layout_from_pyproject_and_a_hand_written_roadmap_intro(
     assert "<em>Source: out.json · commit" in article
 
 
+@pytest.mark.parametrize(
+    ("name", "text", "named"),
+    [
+        ("pyproject.toml", "[tool.wpgate.docs]\n", "[tool.wpgate.docs] in pyproject.toml"),
+        ("wpgate.toml", "[docs]\n", "[docs] in wpgate.toml"),
+        (".wpgate.toml", "[docs]\n", "[docs] in .wpgate.toml"),
+    ],
+)
+def test_a_registry_outside_docs_dir_names_the_file_that_put_it_there(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    text: str,
+    named: str,
+) -> None:
+    config = _write_tree(tmp_path)
+    (tmp_path / "docs" / "work_packages").rename(tmp_path / "wps")
+    (tmp_path / name).write_text(f'{text}work_packages = "wps"\n', encoding="utf-8")
+    with pytest.raises(Abort):
+        _build(config, monkeypatch)
+    docs = (tmp_path / "docs").resolve()
+    assert (
+        f"wpgate: wps/wp-001.md is outside the docs directory {docs}; point {named} "
+        "(or docs_dir in mkdocs.yml) at one tree"
+    ) in caplog.text
+
+
 def test_malformed_pyproject_fails_with_the_reason(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
