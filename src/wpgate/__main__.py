@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from wpgate.cli import run
 
-from wpgate.cli import main
-
-sys.exit(main())
+run()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from wpgate._config import Config
 from wpgate._git import (
-    Commit,
+    CommitFields,
     PushedRef,
     RevisionRange,
     blobs_at,
@@ -28,6 +28,7 @@ from wpgate._git import (
     parse_range,
     pre_push_ranges,
     pushed_range,
+    read_commit_fields,
     read_commits,
     reading_settings,
     resolve_commits,
@@ -51,12 +52,17 @@ __all__ = [
 
 
 def _run(
-    messages: Iterable[CommitMessage | str], options: TrailerOptions, config: Config, kind: str
+    messages: Iterable[CommitMessage | str],
+    options: TrailerOptions,
+    config: Config,
+    kind: str,
+    *,
+    screened: bool = False,
 ) -> LinterRun:
-    """Lint ``messages`` and summarise the run."""
+    """Lint ``messages`` and summarise the run (``screened``: see ``lint_messages``)."""
     from wpgate.rules.trailers import lint_messages
 
-    result = lint_messages(messages, options, config.enabled)
+    result = lint_messages(messages, options, config.enabled, screened=screened)
     summary = Summary("trailers", result.checked, kind, result.exempt)
     return LinterRun(result.findings, summary)
 
@@ -132,7 +138,7 @@ class OwnTreeGates:
 
 
 def _commit_messages(
-    commits: Iterable[Commit],
+    commits: Iterable[CommitFields],
     references: References,
     resolve: Callable[[str], str | None],
     own: OwnTreeGates,
@@ -140,34 +146,38 @@ def _commit_messages(
     options: TrailerOptions,
     syntax: TrailerSyntax,
 ) -> Iterator[CommitMessage | str]:
-    """Each commit parsed as git stores it (no commit-msg cleanup).
+    """Each commit parsed as git stores it (no commit-msg cleanup), or why it is exempt.
 
     Merges and bot commits are exempt whatever they say (a third of a busy history's commits):
     their messages are not parsed, and the reason stands for the commit (see
-    :func:`~wpgate.rules.trailers.lint_messages`).
+    :func:`~wpgate.rules.trailers.lint_messages`); a fixup or a revert is found exempt here
+    too, so every message yielded is one to check (``screened``).
     """
-    from wpgate.rules.trailers import CommitMessage, metadata_exemption
+    from wpgate.rules.trailers import CommitMessage, message_exemption, metadata_exemption
 
     resolve_own = own.resolve
-    for commit in commits:
-        parents = len(commit.parents)
-        reason = metadata_exemption(parents, commit.author, options)
+    # git's fields, decoded as wpgate._git.Commit decodes them, each only when it is read.
+    for raw_sha, raw_parents, raw_author, raw_message in commits:
+        parents = len(raw_parents.split())
+        author = raw_author.decode("utf-8", "replace")
+        reason = metadata_exemption(parents, author, options)
         if reason is not None:
             yield reason  # counted, never read
             continue
         try:
-            text, error_line = commit.message.decode("utf-8"), None
+            text, error_line = raw_message.decode("utf-8"), None
         except UnicodeDecodeError:
-            decoded = decode_message(commit.message)
+            decoded = decode_message(raw_message)
             text, error_line = decoded.text, decoded.error_line
         message = parse_message(
             text, comment_char=comment_char, encoding_error_line=error_line, syntax=syntax
         )
         # Positional: one per commit, and a call with keywords costs a dictionary more.
-        sha = commit.sha
-        yield CommitMessage(
-            message, sha[:12], references, resolve, sha, resolve_own, commit.author, parents
+        sha = raw_sha.decode("ascii").strip()
+        parsed = CommitMessage(
+            message, sha[:12], references, resolve, sha, resolve_own, author, parents
         )
+        yield message_exemption(parsed, options) or parsed
 
 
 @contextmanager
@@ -191,27 +201,31 @@ def lint_range(
     config: Config,
     revisions: RevisionRange,
     *,
-    comment_char: str = "#",
+    comment_char: str | None = "#",
     syntax: TrailerSyntax | None = None,
 ) -> LinterRun:
     """Lint every commit of ``revisions`` (one git process reads them all).
 
-    ``syntax`` is git's ``trailer.*`` configuration (read from git when None).
+    ``syntax`` is git's ``trailer.*`` configuration (read from git when None); a None
+    ``comment_char`` reads it from git too, with the syntax, in one call made while git log
+    already runs.
     """
     options = TrailerOptions.from_config(config)
     gates = GateOptions.from_config(config)
     # git starts now and writes the history into its pipe while the rest is read and loaded.
-    commits = read_commits(config.root, revisions)
+    commits = read_commit_fields(config.root, revisions)
     from wpgate._citable import load_references
     from wpgate.references import GateResolver
 
+    if comment_char is None:
+        comment_char, syntax = reading_settings(config.root)
     syntax = trailer_syntax(config.root) if syntax is None else syntax
     references = load_references(config.root, config)
     resolve = GateResolver(config.root, options=gates).resolve
     own = OwnTreeGates(config.root, gates)
     messages = _commit_messages(commits, references, resolve, own, comment_char, options, syntax)
     with _no_cycle_collection():
-        return _run(messages, options, config, "commit")
+        return _run(messages, options, config, "commit", screened=True)
 
 
 def differences_from_git(
@@ -329,5 +343,4 @@ def run_trailers(
                 "configuration: wpgate.toml, or [tool.wpgate] of pyproject.toml"
             )
         revisions = history_range(config.history_start)
-    char, syntax = reading_settings(root)
-    return lint_range(config, revisions, comment_char=char, syntax=syntax)
+    return lint_range(config, revisions, comment_char=None)

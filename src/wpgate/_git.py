@@ -14,7 +14,7 @@ import io
 import os
 import re
 import subprocess
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from wpgate.trailers import DEFAULT_SYNTAX, TrailerSyntax
 
 __all__ = [
     "Commit",
+    "CommitFields",
     "GitError",
     "PushedRef",
     "RevisionRange",
@@ -36,6 +37,7 @@ __all__ = [
     "paths_identical",
     "pre_push_ranges",
     "pushed_range",
+    "read_commit_fields",
     "read_commits",
     "reading_settings",
     "require_full_history",
@@ -337,13 +339,43 @@ def read_commits(root: Path, revisions: RevisionRange) -> Iterator[Commit]:
     boundary, an empty range or git failing at the first commit, the boundary commit or the
     end. Read the iterator to its end or close it: that ends git.
     """
+    return _commits(_start_log(root, revisions))
+
+
+def _commits(records: Generator[CommitFields, None, None]) -> Iterator[Commit]:
+    """Each of ``records`` as a :class:`Commit`; closing this closes ``records`` (ends git)."""
+    try:
+        for fields in records:
+            yield _commit(fields)
+    finally:
+        records.close()
+
+
+#: One commit as ``git log -z`` wrote it: sha, parents (space-separated), ``Name <email>``
+#: author and raw message, each the bytes git wrote.
+CommitFields = list[bytes]
+
+
+def read_commit_fields(root: Path, revisions: RevisionRange) -> Iterator[CommitFields]:
+    """What :func:`read_commits` reads, each commit as its four fields of bytes
+    (:data:`CommitFields`), decoded by the caller as far as it needs them.
+
+    The range lint's reader: a merge needs only its parents counted, and no :class:`Commit`
+    is made for a commit that is linted once and dropped (one per commit of a history).
+    Started, checked and ended as :func:`read_commits` is.
+    """
+    return _start_log(root, revisions)
+
+
+def _start_log(root: Path, revisions: RevisionRange) -> Generator[CommitFields, None, None]:
+    """``git log`` of ``revisions`` started now, and the generator that reads it."""
     args = ["log", "-z", _FORMAT, *_revision_args(revisions)]
-    return _log_commits(_open(root, [*args, "--"]), root, revisions)
+    return _log_records(_open(root, [*args, "--"]), root, revisions)
 
 
-def _log_commits(
+def _log_records(
     process: subprocess.Popen[bytes], root: Path, revisions: RevisionRange
-) -> Iterator[Commit]:
+) -> Generator[CommitFields, None, None]:
     """The commits ``git log`` (``process``) writes, checked against the range as they come."""
     count = 0
     # git log works while the range is checked (two short git processes): when the check
@@ -360,15 +392,15 @@ def _log_commits(
             boundary = _shallow_boundary(shallow_file) if shallow else frozenset()
             for batch in _record_batches(stdout):
                 for record in batch:
-                    commit = _parse_record(record)
-                    if commit.sha in boundary:
+                    fields = record.split(_FIELD_BYTE, 3)
+                    if boundary and (sha := fields[0].decode("ascii").strip()) in boundary:
                         raise GitError(
                             f"range {revisions.describe()} reaches the shallow-clone boundary "
-                            f"at {commit.sha[:12]}, so older commits are missing; fetch the "
+                            f"at {sha[:12]}, so older commits are missing; fetch the "
                             "history (`git fetch --unshallow`, or `fetch-depth: 0` in "
                             "actions/checkout)"
                         )
-                    yield commit
+                    yield fields
                 count += len(batch)
         except BaseException:  # an error, or a caller that stopped early: git need not finish
             process.kill()
@@ -469,9 +501,9 @@ def _shallow_boundary(path: Path) -> frozenset[str]:
 _FIELD_BYTE = _FIELD.encode()
 
 
-def _parse_record(record: bytes) -> Commit:
-    """One ``git log -z`` record: sha, parents, author, message."""
-    sha, parents, author, message = record.split(_FIELD_BYTE, 3)
+def _commit(fields: CommitFields) -> Commit:
+    """One ``git log -z`` record's fields (:data:`CommitFields`) as a :class:`Commit`."""
+    sha, parents, author, message = fields
     # Positional: one per commit of a range.
     return Commit(
         sha.decode("ascii").strip(),

@@ -462,15 +462,23 @@ def _parse_plain(
     first = len(lines) - size
     pairs = _TRAILER_LINES.findall(paragraph)
     if len(pairs) == size:  # the usual case: every line of the last paragraph is a trailer
-        trailers = tuple(
-            [
-                Trailer(key, value.strip(_GIT_SPACE), number)
-                for number, (key, value) in enumerate(pairs, first + 1)
-                if not value.startswith(_URL)
-            ]
-        )
+        # One loop in this frame (a comprehension is a call of its own in Python 3.11) makes
+        # the trailers and their index by folded key; a key seen twice re-indexes them all.
+        found: list[Trailer] = []
+        by_key: dict[str, tuple[Trailer, ...]] = {}
+        number = first
+        for key, value in pairs:
+            number += 1
+            if not value.startswith(_URL):
+                trailer = Trailer(key, value.strip(_GIT_SPACE), number)
+                found.append(trailer)
+                by_key[key.lower()] = (trailer,)
+        trailers = tuple(found)
+        if len(by_key) != len(trailers):
+            by_key = _index(trailers)
     else:
         trailers = _mixed_block(lines[first:], first)
+        by_key = _index(trailers)
     return Message(
         lines[0].rstrip(_LINE_SPACE),
         1,
@@ -479,7 +487,7 @@ def _parse_plain(
         skip,
         encoding_error_line,
         None,
-        _index(trailers),
+        by_key,
     )
 
 

@@ -732,3 +732,47 @@ def test_findings_name_the_tables_as_the_configuration_file_writes_them(repo: Pa
     (repo / "pyproject.toml").write_text('[tool.wpgate.gates]\nlanguages = ["python"]\n')
     out = run(repo, "trailers", "-", stdin=message)[1]
     assert "rust is not among the [tool.wpgate.gates] languages; add it there" in out
+
+
+def test_the_collector_is_paused_for_a_command_and_restored_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+
+    import wpgate.cli
+
+    seen: list[bool] = []
+    monkeypatch.setattr(wpgate.cli, "_main", lambda argv: seen.append(gc.isenabled()) or 0)
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert main([]) == 0
+        assert gc.isenabled()
+        gc.disable()
+        assert main([]) == 0
+        assert not gc.isenabled()  # a caller's own setting is kept
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False]
+
+
+def test_run_exits_with_the_status_of_main_after_freezing_what_is_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import wpgate.cli
+
+    calls: list[str] = []
+    monkeypatch.setattr(wpgate.cli, "main", lambda: calls.append("main") or 1)
+    monkeypatch.setattr(wpgate.cli.gc, "freeze", lambda: calls.append("freeze"))
+    with pytest.raises(SystemExit) as exit_info:
+        wpgate.cli.run()
+    assert (exit_info.value.code, calls) == (1, ["main", "freeze"])
+
+
+def test_an_escape_sequence_in_a_report_is_stripped_off_a_terminal(repo: Path) -> None:
+    # The report is written with click's stripping of ANSI sequences skipped only when it
+    # holds no ESC; one that does is still stripped on output that is no terminal.
+    status, out, _ = run(repo, "trailers", "-", stdin=b"fix: x\n\nWP: \x1b[31m12\n")
+    assert status == 1
+    assert "\x1b" not in out
+    assert "`WP: 12` is not a work-package id" in out

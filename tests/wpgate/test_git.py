@@ -22,6 +22,7 @@ from wpgate._git import (
     history_range,
     parse_range,
     pushed_range,
+    read_commit_fields,
     read_commits,
 )
 
@@ -57,6 +58,44 @@ def test_reads_a_range_newest_first(repo: Path) -> None:
     ]
     assert commits[-1].parents == (first,)
     assert commits[0].author == "Ada Lovelace <ada@example.org>"
+
+
+def test_commit_fields_are_the_bytes_read_commits_decodes(repo: Path) -> None:
+    # The range lint reads git's fields undecoded; read_commits decodes the same records.
+    merge_base = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "side", "HEAD~1")
+    commit(repo, "fix: sid\xe9\n\nWP: 004\n".encode())
+    git(repo, "checkout", "-q", "-")
+    git(repo, "merge", "-q", "--no-ff", "-m", "Merge side", "side")
+    fields = list(read_commit_fields(repo, parse_range("HEAD")))
+    commits = list(read_commits(repo, parse_range("HEAD")))
+    assert len(fields) == len(commits) == 6
+    assert commits[0].parents[0] == merge_base
+    assert len(commits[0].parents) == 2
+    assert [
+        Commit(
+            sha.decode("ascii"),
+            tuple(parents.decode("ascii").split()),
+            author.decode("utf-8", "replace"),
+            message,
+        )
+        for sha, parents, author, message in fields
+    ] == commits
+
+
+def test_closing_read_commits_ends_git(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    processes: list[subprocess.Popen[bytes]] = []
+    original = _git._open
+
+    def recorded(root: Path, args: list[str]) -> subprocess.Popen[bytes]:
+        processes.append(original(root, args))
+        return processes[-1]
+
+    monkeypatch.setattr(_git, "_open", recorded)
+    commits = cast("Generator[Commit, None, None]", read_commits(repo, parse_range("HEAD")))
+    assert next(commits).message.startswith(b"fix: change 3")
+    commits.close()
+    assert processes[0].returncode is not None  # killed and waited for, not left running
 
 
 def test_history_range_includes_its_start(repo: Path) -> None:

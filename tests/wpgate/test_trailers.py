@@ -499,3 +499,21 @@ def test_a_repository_configuration_is_read_and_matches_git_log(tmp_path: Path) 
     count, differ = differences_from_git(root, parse_range("main"))
     assert (count, differ) == (len(FIDELITY_CASES) - 6, [])
     assert reading_settings(tmp_path) == ("#", DEFAULT_SYNTAX)  # no repository: defaults
+
+
+def test_the_index_of_a_trailer_block_groups_a_repeated_key_in_message_order() -> None:
+    # The common reading builds the trailers and their index in one loop; a key seen twice
+    # (in any case) groups its trailers, and a URL line is in neither.
+    message = parse_message("fix: x\n\nBody.\n\nWP: 004\nGate: a\nwp: 005\nSee://x\nGATE: b\n")
+    assert message.trailers == (
+        Trailer("WP", "004", 5),
+        Trailer("Gate", "a", 6),
+        Trailer("wp", "005", 7),
+        Trailer("GATE", "b", 9),
+    )
+    assert dict(message.by_key) == {
+        "wp": (Trailer("WP", "004", 5), Trailer("wp", "005", 7)),
+        "gate": (Trailer("Gate", "a", 6), Trailer("GATE", "b", 9)),
+    }
+    single = parse_message("fix: x\n\nWP: 004\nSee://x\n")
+    assert dict(single.by_key) == {"wp": (Trailer("WP", "004", 3),)}

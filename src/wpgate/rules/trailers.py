@@ -40,6 +40,7 @@ __all__ = [
     "exemption",
     "is_revert",
     "lint_messages",
+    "message_exemption",
     "metadata_exemption",
 ]
 
@@ -187,16 +188,9 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tupl
                 f"{', '.join(options.types)}, e.g. `fix(cli): handle an empty range`",
             ),
         )
-    if match["type"] not in options.types:
-        return (
-            Finding(
-                parsed.path,
-                line,
-                SUBJECT_FORMAT,
-                f"`{match['type']}` is not a commit type; use one of {', '.join(options.types)} "
-                "(configurable in [tool.wpgate.trailers] types)",
-            ),
-        )
+    kind = match["type"]
+    if kind not in options.types:
+        return (Finding(parsed.path, line, SUBJECT_FORMAT, _not_a_type(kind, options.types)),)
     if match["scope"] is not None and not match["scope"].strip():
         return (
             Finding(
@@ -204,6 +198,16 @@ def check_subject_format(parsed: CommitMessage, options: TrailerOptions) -> tupl
             ),
         )
     return _NONE
+
+
+@functools.lru_cache(maxsize=256)
+def _not_a_type(kind: str, types: tuple[str, ...]) -> str:
+    """The message of a subject whose type is not one of ``types``: made once per type a
+    history uses (runc's subjects name a few dozen, `libct:` thousands of times)."""
+    return (
+        f"`{kind}` is not a commit type; use one of {', '.join(types)} "
+        "(configurable in [tool.wpgate.trailers] types)"
+    )
 
 
 def check_subject_length(parsed: CommitMessage, options: TrailerOptions) -> tuple[Finding, ...]:
@@ -267,9 +271,7 @@ def _presence(
 ) -> Sequence[Finding]:
     """Findings for a missing required trailer or a repeated one (``found``: its trailers)."""
     if not found:
-        if governed.key in options.required:
-            return (Finding(parsed.path, parsed.last_line, governed.rule_id, governed.missing),)
-        return _NONE
+        return _missing(parsed, options, governed)
     return [
         Finding(
             parsed.path,
@@ -282,12 +284,23 @@ def _presence(
     ]
 
 
+def _missing(
+    parsed: CommitMessage, options: TrailerOptions, governed: _Governed
+) -> tuple[Finding, ...]:
+    """The finding of an absent trailer, when it is required."""
+    if governed.key in options.required:
+        return (Finding(parsed.path, parsed.last_line, governed.rule_id, governed.missing),)
+    return _NONE
+
+
 _WP = _Governed("WP", WP_TRAILER, "WP: NNN")
 
 
 def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
     """``WP:`` appears once and names a registered work package (or ``none``)."""
-    found = parsed.message.by_key.get(_WP.folded, ())
+    found = parsed.message.by_key.get(_WP.folded)
+    if found is None:  # the usual case in an ungoverned history: answered without a call
+        return _missing(parsed, options, _WP)
     if len(found) != 1:
         return _presence(parsed, options, _WP, found)
     trailer = found[0]
@@ -367,7 +380,9 @@ def _check_once(
     problems: Callable[[str, References], tuple[str, ...]],
 ) -> Sequence[Finding]:
     """A trailer that must appear once: its presence, then ``problems`` of its value."""
-    found = parsed.message.by_key.get(governed.folded, ())
+    found = parsed.message.by_key.get(governed.folded)
+    if found is None:
+        return _missing(parsed, options, governed)
     if len(found) != 1:
         return _presence(parsed, options, governed, found)
     trailer = found[0]
@@ -541,8 +556,12 @@ def metadata_exemption(parents: int, author: str | None, options: TrailerOptions
 def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
     """Why this message is not checked (``merge``, ``bot``, ``fixup``, ``revert``), or None."""
     reason = metadata_exemption(parsed.parents, parsed.author, options)
-    if reason is not None:
-        return reason
+    return reason if reason is not None else message_exemption(parsed, options)
+
+
+def message_exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
+    """``fixup`` or ``revert`` when what the message says exempts it, else None (the part of
+    :func:`exemption` that reads the message)."""
     if not parsed.pr_mode and parsed.message.subject.startswith(_FIXUP_PREFIXES):
         return "fixup"
     if options.revert_exempt and is_revert(parsed.message):
@@ -570,12 +589,17 @@ def lint_messages(
     messages: Iterable[CommitMessage | str],
     options: TrailerOptions,
     enabled: Callable[[str], bool] | None = None,
+    *,
+    screened: bool = False,
 ) -> LintResult:
     """Run every enabled WPG1xx rule over ``messages``; exempt messages are only counted.
 
-    An item that is a string is a commit already found exempt for that reason, unread (a
-    range's merges and bot commits, :func:`metadata_exemption`). ``enabled`` says whether a
-    rule id is on (``Config.enabled``); by default each rule's own default applies.
+    An item that is a string is a commit already found exempt for that reason (a range's
+    merges and bot commits, unread, :func:`metadata_exemption`; with ``screened``, its fixups
+    and reverts too). ``screened`` says the caller asked :func:`exemption` of every message it
+    hands over, so each one is checked without being asked again (a range's reader does, once
+    per commit). ``enabled`` says whether a rule id is on (``Config.enabled``); by default each
+    rule's own default applies.
     """
     checks = [rule.check for rule in switched_on(CHECKS, enabled)]
     findings: list[Finding] = []
@@ -586,11 +610,13 @@ def lint_messages(
         if isinstance(item, str):
             reason = item
         else:
-            found = exemption(item, options)
+            found = None if screened else exemption(item, options)
             if found is None:
                 checked += 1
                 for check in checks:
-                    extend(check(item, options))
+                    # Most checks find nothing: an empty answer is not handed to extend.
+                    if result := check(item, options):
+                        extend(result)
                 continue
             reason = found
         exempt[reason] = exempt.get(reason, 0) + 1

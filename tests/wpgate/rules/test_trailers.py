@@ -25,6 +25,7 @@ from wpgate.rules.trailers import (
     check_wp,
     exemption,
     lint_messages,
+    message_exemption,
 )
 from wpgate.trailers import decode_message, parse_message
 
@@ -372,6 +373,20 @@ def test_a_commit_exempt_before_it_is_read_is_counted_by_its_reason() -> None:
     assert result.checked == 1
     assert result.exempt == {"bot": 1, "merge": 2}
     assert [f.rule_id for f in result.findings] == ["WPG101", "WPG104", "WPG105", "WPG107"]
+
+
+def test_screened_messages_are_checked_without_asking_their_exemption_again() -> None:
+    # A range's reader asks exemption() of each commit itself, once, and passes only the
+    # reason of an exempt one; screened, the rules run on every message item they are given.
+    fixup = _commit("fixup! feat: x\n")
+    assert message_exemption(fixup, OPTIONS) == exemption(fixup, OPTIONS) == "fixup"
+    merge = _commit("Update stuff\n", parents=2)
+    assert (message_exemption(merge, OPTIONS), exemption(merge, OPTIONS)) == (None, "merge")
+    asked = lint_messages([fixup, merge], OPTIONS)
+    assert (asked.checked, asked.exempt, asked.findings) == (0, {"fixup": 1, "merge": 1}, ())
+    screened = lint_messages(["fixup", merge], OPTIONS, screened=True)
+    assert (screened.checked, screened.exempt) == (1, {"fixup": 1})
+    assert [f.rule_id for f in screened.findings] == ["WPG101", "WPG104", "WPG105", "WPG107"]
 
 
 def test_options_from_section_errors_name_the_key() -> None:
