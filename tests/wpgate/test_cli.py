@@ -742,7 +742,12 @@ def test_the_collector_is_paused_for_a_command_and_restored_after(
     import wpgate.cli
 
     seen: list[bool] = []
-    monkeypatch.setattr(wpgate.cli, "_main", lambda argv: seen.append(gc.isenabled()) or 0)
+
+    def command(argv: object) -> int:
+        seen.append(gc.isenabled())
+        return 0
+
+    monkeypatch.setattr(wpgate.cli, "_main", command)
     was = gc.isenabled()
     try:
         gc.enable()
@@ -759,11 +764,18 @@ def test_the_collector_is_paused_for_a_command_and_restored_after(
 def test_run_exits_with_the_status_of_main_after_freezing_what_is_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import gc
+
     import wpgate.cli
 
     calls: list[str] = []
-    monkeypatch.setattr(wpgate.cli, "main", lambda: calls.append("main") or 1)
-    monkeypatch.setattr(wpgate.cli.gc, "freeze", lambda: calls.append("freeze"))
+
+    def command() -> int:
+        calls.append("main")
+        return 1
+
+    monkeypatch.setattr(wpgate.cli, "main", command)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
     with pytest.raises(SystemExit) as exit_info:
         wpgate.cli.run()
     assert (exit_info.value.code, calls) == (1, ["main", "freeze"])
