@@ -399,29 +399,58 @@ def run_one(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
-    """Per batch size, stock then ours, synchronised at every phase boundary."""
+def _one_run_per_arm(
+    args: argparse.Namespace,
+    data: Path,
+    budget: Budget,
+    part: str,
+    *,
+    slowdown: float,
+    describe: Callable[[dict[str, Any]], str],
+    **run_options: Any,
+) -> dict[str, Any]:
+    """Per batch size, one run of each arm (stock, then ours) with ``run_options``, each
+    admitted by the budget (``slowdown``: its cost over a plain run) and described in a line."""
     batches: dict[str, Any] = {}
     for batch in args.batch_sizes:
         arms: dict[str, Any] = {}
         for arm in ARMS:
-            key = f"phases-b{batch}"
-            default = run_estimate(args, batch, per_iteration_s=args.per_iteration_s * 1.3)
-            if not budget.admit(f"phases batch {batch} {arm}", key, default):
+            key = f"{part}-b{batch}"
+            default = run_estimate(args, batch, per_iteration_s=args.per_iteration_s * slowdown)
+            if not budget.admit(f"{part} batch {batch} {arm}", key, default):
                 continue
             start = time.perf_counter()
-            run = train_run(args, data, arm=arm, batch=batch, seed=0, synchronize=True)
+            run = train_run(args, data, arm=arm, batch=batch, seed=0, **run_options)
             budget.record(key, time.perf_counter() - start)
             run.pop("losses")
             arms[arm] = run
-            p = run["phases"]
-            print(
-                f"phases batch {batch} {arm}: iteration {fmt(p.get('iteration'))} ms, data "
-                f"{fmt(p.get('data_wait'))}, fwd+bwd {fmt(p.get('forward_backward'))}, "
-                f"optimizer.step {fmt(p.get('optimizer_step'))}, around it "
-                f"{fmt(p.get('around_optimizer'))}, EMA {fmt(p.get('ema_update'))}"
-            )
+            print(f"{part} batch {batch} {arm}: {describe(run)}")
         batches[str(batch)] = {"arms": arms}
+    return batches
+
+
+def _describe_phases(run: dict[str, Any]) -> str:
+    p = run["phases"]
+    return (
+        f"iteration {fmt(p.get('iteration'))} ms, data {fmt(p.get('data_wait'))}, fwd+bwd "
+        f"{fmt(p.get('forward_backward'))}, optimizer.step {fmt(p.get('optimizer_step'))}, "
+        f"around it {fmt(p.get('around_optimizer'))}, EMA {fmt(p.get('ema_update'))}"
+    )
+
+
+def _describe_syncs(run: dict[str, Any]) -> str:
+    syncs = run["host_syncs"]["per_iteration"]
+    return (
+        f"iteration {fmt(run['iteration_ms'])} ms, host synchronizations per iteration median "
+        f"{syncs['median']} (min {syncs['min']}, max {syncs['max']})"
+    )
+
+
+def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
+    """Per batch size, stock then ours, synchronised at every phase boundary."""
+    batches = _one_run_per_arm(
+        args, data, budget, "phases", slowdown=1.3, describe=_describe_phases, synchronize=True
+    )
     return {
         "imgsz": args.imgsz,
         "train_images": args.n_train,
@@ -435,28 +464,16 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
 def run_syncs(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
     """Per batch size, stock then ours, unsynchronised, with every host synchronization of
     every iteration counted (:class:`musgd.bench._syncs.SyncCounter`) and the phase marks."""
-    batches: dict[str, Any] = {}
-    for batch in args.batch_sizes:
-        arms: dict[str, Any] = {}
-        for arm in ARMS:
-            key = f"syncs-b{batch}"
-            default = run_estimate(args, batch, per_iteration_s=args.per_iteration_s * 1.2)
-            if not budget.admit(f"syncs batch {batch} {arm}", key, default):
-                continue
-            start = time.perf_counter()
-            run = train_run(
-                args, data, arm=arm, batch=batch, seed=0, synchronize=False, count_syncs=True
-            )
-            budget.record(key, time.perf_counter() - start)
-            run.pop("losses")
-            arms[arm] = run
-            syncs = run["host_syncs"]["per_iteration"]
-            print(
-                f"syncs batch {batch} {arm}: iteration {fmt(run['iteration_ms'])} ms, host "
-                f"synchronizations per iteration median {syncs['median']} (min {syncs['min']}, "
-                f"max {syncs['max']})"
-            )
-        batches[str(batch)] = {"arms": arms}
+    batches = _one_run_per_arm(
+        args,
+        data,
+        budget,
+        "syncs",
+        slowdown=1.2,
+        describe=_describe_syncs,
+        synchronize=False,
+        count_syncs=True,
+    )
     return {
         "imgsz": args.imgsz,
         "train_images": args.n_train,

@@ -72,3 +72,46 @@ def test_a_one_run_child_needs_its_files(tmp_path: Path) -> None:
     args.one_run = "{}"
     with pytest.raises(_ul_plan.UsageError, match="--one-run needs --one-run-data"):
         _ul_runs.run_one(args)
+
+
+@pytest.mark.parametrize(
+    ("part", "options"),
+    [("phases", {"synchronize": True}), ("syncs", {"synchronize": False, "count_syncs": True})],
+)
+def test_the_phases_and_syncs_parts_run_each_arm_once_per_batch(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    part: str,
+    options: dict[str, bool],
+) -> None:
+    calls: list[dict[str, object]] = []
+
+    def fake_run(args: argparse.Namespace, data: Path, **run: object) -> dict[str, object]:
+        calls.append(run)
+        return {
+            "losses": [1.0],
+            "phases": {"iteration": {"median": 10.0, "min": 9.0, "max": 11.0}},
+            "iteration_ms": {"median": 10.0, "min": 9.0, "max": 11.0},
+            "host_syncs": {"per_iteration": {"median": 3, "min": 3, "max": 4}},
+        }
+
+    monkeypatch.setattr(_ul_runs, "train_run", fake_run)
+    args = _args("--quick", "--batch-sizes", "4,16", "--ours-guard")
+    result = getattr(_ul_runs, f"run_{part}")(args, Path("data.yaml"), _ul_plan.Budget(None))
+    assert [(c["arm"], c["batch"]) for c in calls] == [
+        ("stock", 4),
+        ("ours", 4),
+        ("stock", 16),
+        ("ours", 16),
+    ]
+    assert all({k: c[k] for k in options} == options for c in calls)
+    assert set(result["batches"]) == {"4", "16"}
+    assert all(
+        "losses" not in run for b in result["batches"].values() for run in b["arms"].values()
+    )
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(part)]
+    assert len(lines) == 4
+    assert lines[0].startswith(f"{part} batch 4 stock: iteration 10")
+    if part == "syncs":
+        assert result["ours_guard"] is True
+        assert "median 3 (min 3, max 4)" in lines[0]
