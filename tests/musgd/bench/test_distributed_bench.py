@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from musgd.bench import _distributed_bench as db
 from musgd.bench._cli import EXIT_OK, EXIT_USAGE, main
@@ -51,7 +52,7 @@ def test_a_calibration_without_predict_is_refused_before_any_timing(
         raise AssertionError("the arms were timed")
 
     monkeypatch.setattr(db, "run_rank", timed)
-    monkeypatch.setattr(db.mp, "spawn", timed)
+    monkeypatch.setattr(torch.multiprocessing, "spawn", timed)  # the module db spawns with
     path = tmp_path / "calibration.json"
     assert main(["distributed", "--calibration", str(path)]) == EXIT_USAGE
     captured = capsys.readouterr()
