@@ -70,6 +70,15 @@ SCHEDULE_NORMALIZATIONS: dict[str, str] = {"aol4": "aol"}
 SCHEDULE_STEPS: dict[str, int] = {"aol4": len(AOL4_COEFFICIENTS)}
 
 
+def schedule_steps(coefficients: Coefficients, steps: int | None = None) -> int:
+    """The iterations a schedule runs: ``steps`` where given, else the name's own
+    (:data:`SCHEDULE_STEPS`), else :data:`DEFAULT_STEPS`."""
+    if steps is not None:
+        return steps
+    own = SCHEDULE_STEPS.get(coefficients) if isinstance(coefficients, str) else None
+    return own or DEFAULT_STEPS
+
+
 def schedule_normalization(coefficients: Coefficients, normalize: str | None = None) -> str:
     """The normalization a schedule runs with: ``normalize`` where given (a name's own must
     agree), else the name's own (:data:`SCHEDULE_NORMALIZATIONS`), else ``"frobenius"``."""

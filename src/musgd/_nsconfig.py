@@ -22,15 +22,14 @@ from musgd._newton_schulz import (
     AUTO_NS_DTYPE,
     COEFFICIENT_SCHEDULES,
     DEFAULT_EPS,
-    DEFAULT_STEPS,
     MAX_STEPS,
     NORMALIZATIONS,
     SCALES,
-    SCHEDULE_STEPS,
     SUPPORTED_NS_DTYPES,
     Triple,
     resolve_coefficients,
     schedule_normalization,
+    schedule_steps,
 )
 from musgd._triton_ns import BACKENDS
 
@@ -141,13 +140,8 @@ class NSConfig:
     normalize: str | None = None
 
     def __post_init__(self) -> None:
-        if self.steps is None:  # the schedule's own length ("aol4": 4), else 5
-            own = (
-                SCHEDULE_STEPS.get(self.coefficients)
-                if isinstance(self.coefficients, str)
-                else None
-            )
-            object.__setattr__(self, "steps", own or DEFAULT_STEPS)
+        # None: the schedule's own length ("aol4": 4), else 5.
+        object.__setattr__(self, "steps", schedule_steps(self.coefficients, self.steps))
         steps = self.steps
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
             _fail("steps", f"an int in 1..{MAX_STEPS}", steps, "5 is the quintic schedule's")

@@ -37,12 +37,12 @@ from musgd._newton_schulz import (
     DEFAULT_COEFFICIENTS,
     DEFAULT_EPS,
     DEFAULT_STEPS,
-    SCHEDULE_STEPS,
     SUPPORTED_NS_DTYPES,
     Coefficients,
     resolve_coefficients,
     resolve_ns_dtype,
     schedule_normalization,
+    schedule_steps,
 )
 from musgd._nsconfig import NSConfig, from_group, group_entries, merge_flat
 from musgd._replay import Recorder
@@ -361,7 +361,7 @@ BUFFERS = (MOMENTUM_BUFFER,)
 def _schedule_steps(coefficients: object, steps: object) -> Any:
     """``steps``, or a named schedule's own length where ``steps`` is the default (5)."""
     if isinstance(coefficients, str) and steps == DEFAULT_STEPS and type(steps) is int:
-        return SCHEDULE_STEPS.get(coefficients, steps)
+        return schedule_steps(coefficients)
     return steps
 
 
