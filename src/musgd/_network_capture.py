@@ -37,12 +37,23 @@ What a capture must respect, each handled here:
 
 Outputs are any nesting of dicts, lists and tuples of tensors: the recording returns them as a
 flat tuple of distinct tensors, and each call rebuilds the nesting.
+
+With ``compile=True`` the recording holds the network's Inductor kernels instead of its eager
+ones: :func:`compiled_predict` compiles the class's ``predict`` with ``torch.compile`` (default
+mode: no CUDA graphs of Inductor's own, as this recording owns the graph), once for the model
+(the eager calls: a key's first call, the fallbacks of a training call) and once for a twin of
+the model whose parameters are the recording's stand-ins (:func:`parameter_twin`: the same
+modules, buffers and parameter memory; ``torch.func.functional_call`` does not reach a compiled
+function's parameters). Both compile the same code on the same shapes, so the recording replays
+the kernels the eager compiled network runs, and Inductor's caches make the twin's compilation
+a lookup. The compilation happens in the warm-up passes, before the capture.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -51,7 +62,14 @@ from torch import Tensor
 
 from musgd._replay import STREAMS, RecordingCache, ReplayStats, capture, on_side_stream
 
-__all__ = ["RECORDINGS_BOUND", "CudaNetworkGrapher", "NetworkCapture", "NetworkGrapher"]
+__all__ = [
+    "RECORDINGS_BOUND",
+    "CudaNetworkGrapher",
+    "NetworkCapture",
+    "NetworkGrapher",
+    "compiled_predict",
+    "parameter_twin",
+]
 
 # Input layouts kept recorded at once (the full batch and an epoch's short last batch, with room).
 RECORDINGS_BOUND = 3
@@ -68,7 +86,11 @@ class NetworkGrapher(Protocol):
 
 
 class CudaNetworkGrapher:
-    """Records a network with CUDA graphs (:class:`_CudaRecording`)."""
+    """Records a network with CUDA graphs (:class:`_CudaRecording`); with ``compile``, its
+    Inductor kernels (:func:`compiled_predict` of a :func:`parameter_twin`)."""
+
+    def __init__(self, *, compile: bool = False) -> None:
+        self.compile = compile
 
     def supports(self, device: torch.device) -> bool:
         return device.type == "cuda"
@@ -77,7 +99,7 @@ class CudaNetworkGrapher:
         self, module: torch.nn.Module, sample_args: tuple[Tensor, ...], grad_strides: GradStrides
     ) -> Callable[..., Any]:
         (img,) = sample_args
-        recording = _CudaRecording(module, img, grad_strides)
+        recording = _CudaRecording(module, img, grad_strides, compile=self.compile)
         return recording.run
 
 
@@ -94,16 +116,16 @@ class _CudaRecording:
     leaves sharing the parameters' memory, so an optimizer's in-place updates are seen.
     """
 
-    def __init__(self, module: torch.nn.Module, img: Tensor, grad_strides: GradStrides) -> None:
-        named = list(module.named_parameters())
-        leaves = {n: p.detach().requires_grad_(p.requires_grad) for n, p in named}
-        self.params = [p for _, p in named if p.requires_grad]
-        self._leaves = [leaves[n] for n, p in named if p.requires_grad]
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        img: Tensor,
+        grad_strides: GradStrides,
+        *,
+        compile: bool = False,
+    ) -> None:
         self.static_img = img.detach().clone()
-
-        def forward() -> tuple[Tensor, ...]:
-            out = torch.func.functional_call(module, leaves, (self.static_img,))
-            return tuple(cast(tuple[Tensor, ...], out))
+        forward = self._compiled_forward(module) if compile else self._eager_forward(module)
 
         with torch.cuda.device(img.device):
             current = torch.cuda.current_stream()
@@ -135,6 +157,42 @@ class _CudaRecording:
                 self._backward, lambda: self._differentiate(outs, self.grad_outputs), side, pool
             )
             self.outputs = tuple(o.detach() for o in outs)  # the capture's autograd graph goes
+
+    def _eager_forward(self, module: torch.nn.Module) -> Callable[[], tuple[Tensor, ...]]:
+        """The module on the static input, its parameters replaced by stand-ins (leaves sharing
+        their memory) through ``functional_call``; sets ``params`` and ``_leaves``."""
+        named = list(module.named_parameters())
+        leaves = {n: p.detach().requires_grad_(p.requires_grad) for n, p in named}
+        self.params = [p for _, p in named if p.requires_grad]
+        self._leaves = [leaves[n] for n, p in named if p.requires_grad]
+
+        def forward() -> tuple[Tensor, ...]:
+            out = torch.func.functional_call(module, leaves, (self.static_img,))
+            return tuple(cast(tuple[Tensor, ...], out))
+
+        return forward
+
+    def _compiled_forward(self, module: torch.nn.Module) -> Callable[[], tuple[Tensor, ...]]:
+        """The compiled ``predict`` of a twin of the network's model whose parameters are the
+        stand-ins, flattened as :class:`_FlatNetwork` flattens; sets ``params`` and ``_leaves``."""
+        if not isinstance(module, _FlatNetwork):
+            raise TypeError(
+                "a compiled recording needs the network NetworkCapture builds (_FlatNetwork), "
+                f"got {type(module).__name__}"
+            )
+        named = list(module.model.named_parameters())
+        stand_ins = {
+            n: torch.nn.Parameter(p.detach(), requires_grad=p.requires_grad) for n, p in named
+        }
+        self.params = [p for _, p in named if p.requires_grad]
+        self._leaves = [stand_ins[n] for n, p in named if p.requires_grad]
+        run = compiled_predict(parameter_twin(module.model, stand_ins))
+
+        def forward() -> tuple[Tensor, ...]:
+            flat, module.spec = flatten(run(self.static_img))
+            return tuple(flat)
+
+        return forward
 
     def _differentiate(
         self, outs: Sequence[Tensor], grad_outputs: Sequence[Tensor]
@@ -253,6 +311,39 @@ class _Replay(torch.autograd.Function):
         return (None, None, *ctx.recording.replay_backward(grads))
 
 
+def compiled_predict(model: torch.nn.Module) -> Callable[..., Any]:
+    """``predict`` of ``model``'s class, bound to ``model`` and compiled by Inductor for static
+    shapes, without CUDA graphs of its own (``torch.compile``'s default mode)."""
+    predict = getattr(type(model), "predict", None)
+    if not callable(predict):
+        raise TypeError(
+            "compiling the network needs a model class with predict(img), got "
+            f"{type(model).__name__}"
+        )
+    compiled: Callable[..., Any] = torch.compile(predict.__get__(model), dynamic=False)
+    return compiled
+
+
+def parameter_twin(model: torch.nn.Module, parameters: Mapping[str, Tensor]) -> torch.nn.Module:
+    """A copy of ``model``'s modules whose parameters are ``parameters`` (by name, as
+    ``named_parameters`` gives them) and whose buffers are ``model``'s own tensors; a parameter
+    shared by two modules is one stand-in in both. Other tensor attributes are copied; an
+    instance ``predict`` is left out."""
+    memo: dict[int, Any] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        first = memo.setdefault(id(p), parameters.get(name))
+        if first is None:
+            raise KeyError(f"parameter_twin: no stand-in for the parameter {name!r}")
+    memo.update({id(b): b for b in model.buffers()})
+    # An instance predict (a capture's, holding its recordings) is not the twin's to copy.
+    shadowed = model.__dict__.pop("predict", None)
+    try:
+        return copy.deepcopy(model, memo)
+    finally:
+        if shadowed is not None:
+            model.__dict__["predict"] = shadowed
+
+
 # A nested output with its tensors replaced by their index in the flat tuple.
 Spec = Any
 
@@ -329,22 +420,43 @@ class NetworkCapture:
     """Runs ``model.predict(img)`` from graphs while the model trains; see the module docstring.
 
     ``install`` sets the instance's ``predict``; ``uninstall`` removes it. ``stats`` counts
-    recordings, replays, failures and eager calls by reason.
+    recordings, replays, failures and eager calls by reason. With ``compile`` the recordings
+    hold Inductor's kernels, and a training call that runs eagerly (a key's first, a refused or
+    failed key's, a device the grapher does not support) runs the compiled ``predict``
+    (:func:`compiled_predict`), so that every training iteration runs the same kernels; calls
+    that are not the training forward (evaluation, ``no_grad``, extra arguments) run the
+    original.
     """
 
-    def __init__(self, model: torch.nn.Module, *, grapher: NetworkGrapher | None = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        grapher: NetworkGrapher | None = None,
+        compile: bool = False,
+    ) -> None:
         if not callable(getattr(model, "predict", None)):
             raise TypeError(
                 "NetworkCapture needs an Ultralytics model (a module with predict(img)), got "
                 f"{type(model).__name__}"
             )
+        if compile and grapher is not None:
+            raise ValueError("NetworkCapture: compile=True makes its own grapher; pass no grapher")
         self.model = model
-        self.grapher: NetworkGrapher = CudaNetworkGrapher() if grapher is None else grapher
+        self.compile = compile
+        self.grapher: NetworkGrapher = (
+            CudaNetworkGrapher(compile=compile) if grapher is None else grapher
+        )
         self.stats = ReplayStats()
         self._cache: RecordingCache[_Graphed] = RecordingCache(lambda: RECORDINGS_BOUND)
         # Per key seen, the strides of its first (eager) call's output gradients.
         self._grad_strides: dict[Hashable, list[tuple[int, ...] | None]] = {}
         self._original = cast(Callable[..., Any], model.predict)
+        # What a training call runs where no recording stands for it: the original, or with
+        # compile its compiled form (the kernels the recordings hold), made at install.
+        self._eager = self._original
+        # The instance's own predict that install shadows, put back by uninstall.
+        self._shadowed: Callable[..., Any] | None = None
         self._patch = self.predict  # one bound method, so that installed can tell it by identity
 
     @property
@@ -355,13 +467,19 @@ class NetworkCapture:
         """Set the model instance's ``predict`` to :meth:`predict` (again: no change)."""
         if not self.installed:
             self._original = cast(Callable[..., Any], self.model.predict)
+            self._eager = compiled_predict(self.model) if self.compile else self._original
+            self._shadowed = self.model.__dict__.get("predict")
             self.model.__dict__["predict"] = self._patch
         return self
 
     def uninstall(self) -> None:
-        """Remove the instance's ``predict``: the class's method serves again."""
+        """Remove the instance's ``predict``: the one it shadowed (or the class's) serves again."""
         if self.installed:
-            del self.model.__dict__["predict"]
+            if self._shadowed is None:
+                del self.model.__dict__["predict"]
+            else:
+                self.model.__dict__["predict"] = self._shadowed
+                self._shadowed = None
 
     def _call_fallback(
         self, img: object, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -392,13 +510,14 @@ class NetworkCapture:
         reason = self._call_fallback(img, args, kwargs) or self._context_fallback(img)
         if reason is not None:
             self.stats.fallbacks[reason] += 1
-            return self._original(img, *args, **kwargs)
+            run = self._eager if reason.startswith("device:") else self._original
+            return run(img, *args, **kwargs)
         key = (img.shape, img.stride(), img.dtype, img.device, _autocast_key(img.device))
         entry = self._cache.get(key)
         if entry is None:
             entry = self._record(key, img)
             if entry is None:
-                out = self._original(img)
+                out = self._eager(img)
                 if key not in self._grad_strides:  # the key's first call
                     self._grad_strides[key] = observe_grad_strides(out)
                 return out

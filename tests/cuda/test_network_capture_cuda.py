@@ -70,3 +70,30 @@ def test_gradients_accumulated_over_iterations_keep_their_sum() -> None:
     assert got == train_detector(eager, imgs, accumulate=3)
     assert same_tensors(module_state(captured), module_state(eager))
     assert capture.stats.replays == 7
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["float32", "autocast-float16"])
+@pytest.mark.parametrize("layout", ["nchw", "channels-last"])
+@pytest.mark.usefixtures("deterministic_cudnn")
+def test_compiled_recordings_train_as_the_eager_compiled_network(amp: bool, layout: str) -> None:
+    """``compile=True``: the recordings hold Inductor's kernels, and a training is the model's
+    own compiled predict's (eager, uncaptured), bit for bit; within rounding of the eager
+    network's."""
+    import copy
+
+    from musgd._network_capture import NetworkCapture, compiled_predict
+
+    torch.manual_seed(0)
+    eager = TinyDetector().cuda()
+    fmt = torch.channels_last if layout == "channels-last" else torch.contiguous_format
+    eager = eager.to(memory_format=fmt)  # type: ignore[call-overload]
+    reference = copy.deepcopy(eager)
+    reference.__dict__["predict"] = compiled_predict(reference)
+    captured = copy.deepcopy(eager)
+    capture = NetworkCapture(captured, compile=True).install()
+    imgs = [img.cuda().contiguous(memory_format=fmt) for img in detector_inputs(6)]
+    expected = train_detector(reference, imgs, amp=amp)
+    assert train_detector(captured, imgs, amp=amp) == expected
+    assert same_tensors(module_state(captured), module_state(reference))
+    assert (capture.stats.recordings, capture.stats.replays, capture.stats.failures) == (1, 5, 0)
+    assert expected == pytest.approx(train_detector(eager, imgs, amp=amp), rel=1e-2)

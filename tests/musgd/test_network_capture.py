@@ -7,6 +7,8 @@ recording (``CudaNetworkGrapher``, CUDA graphs) is exercised on the GPU (tests/c
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from network_common import (
@@ -24,10 +26,12 @@ from torch import nn
 from musgd._network_capture import (
     RECORDINGS_BOUND,
     NetworkCapture,
+    compiled_predict,
     dense,
     flatten,
     grad_buffer,
     keep_accumulated,
+    parameter_twin,
     unflatten,
 )
 
@@ -144,6 +148,73 @@ def test_install_and_uninstall_leave_the_class_method() -> None:
     assert model.predict.__func__ is TinyDetector.predict
     with pytest.raises(TypeError, match="needs an Ultralytics model"):
         NetworkCapture(nn.Linear(2, 2))
+
+
+def test_uninstall_puts_back_the_instance_predict_it_shadowed() -> None:
+    model = TinyDetector()
+    own = model.predict
+    model.__dict__["predict"] = own
+    capture = NetworkCapture(model, grapher=FakeNetworkGrapher()).install()
+    assert model.predict == capture.predict
+    capture.uninstall()
+    assert model.__dict__["predict"] is own
+
+
+def test_a_parameter_twin_shares_memory_and_buffers_and_differentiates_its_stand_ins() -> None:
+    torch.manual_seed(0)
+    model = TinyDetector(share_head=True)
+    model.__dict__["predict"] = model.predict  # an instance predict is not copied
+    stand_ins = {
+        n: nn.Parameter(p.detach(), requires_grad=p.requires_grad)
+        for n, p in model.named_parameters()
+    }
+    twin = parameter_twin(model, stand_ins)
+    assert "predict" in model.__dict__
+    assert "predict" not in twin.__dict__
+    for (name, p), (twin_name, q) in zip(
+        model.named_parameters(), twin.named_parameters(), strict=True
+    ):
+        assert name == twin_name
+        assert q is stand_ins[name]
+        assert q.data_ptr() == p.data_ptr()
+    assert twin.head_one2one is twin.head  # a shared module stays shared, its weight one leaf
+    assert twin.bn.running_mean is model.bn.running_mean  # type: ignore[union-attr]
+    loss = detector_loss(twin.predict(detector_inputs(1)[0]))  # type: ignore[operator]
+    leaves = list(stand_ins.values())
+    grads = dict(zip(stand_ins, torch.autograd.grad(loss, leaves, allow_unused=True), strict=True))
+    assert grads["conv.weight"] is not None
+    assert grads["unused"] is None
+    assert all(p.grad is None for p in model.parameters())  # the model's own are untouched
+    with pytest.raises(KeyError, match="no stand-in for the parameter 'unused'"):
+        parameter_twin(model, {})
+
+
+@pytest.mark.slow  # compiles TinyDetector's forward and backward with Inductor (seconds)
+def test_compiled_training_calls_run_the_compiled_predict_where_none_is_recorded() -> None:
+    """On a device the grapher does not record, ``compile=True`` still runs every training call
+    as the compiled network: the same bits as the model's own compiled predict, and a loss
+    within rounding of the eager network's. Evaluation calls run the original."""
+    torch.manual_seed(0)
+    eager = TinyDetector()
+    reference = copy.deepcopy(eager)
+    reference.__dict__["predict"] = compiled_predict(reference)
+    captured = copy.deepcopy(eager)
+    capture = NetworkCapture(captured, compile=True).install()
+    imgs = detector_inputs(4)
+    compiled_losses = train_detector(reference, imgs)
+    assert train_detector(captured, imgs) == compiled_losses
+    assert same_tensors(module_state(captured), module_state(reference))
+    assert capture.stats.fallbacks["device:cpu"] == 4
+    assert capture.stats.recordings == 0
+    assert compiled_losses == pytest.approx(train_detector(eager, imgs), rel=1e-5)
+    captured.eval()
+    with torch.no_grad():
+        captured.predict(imgs[0])
+    assert capture.stats.fallbacks["eval"] == 1
+    with pytest.raises(ValueError, match="makes its own grapher"):
+        NetworkCapture(eager, compile=True, grapher=FakeNetworkGrapher())
+    with pytest.raises(TypeError, match="model class with predict"):
+        compiled_predict(nn.Linear(2, 2))
 
 
 def test_keep_accumulated_copies_out_only_a_grad_on_the_recordings_memory() -> None:

@@ -437,6 +437,8 @@ def test_command_line_errors_exit_2_with_a_message(
     assert "usage: musgd-yolo" in capsys.readouterr().out
     assert main(["capture_network=maybe"]) == 2
     assert "capture_network= takes true or false, got 'maybe'" in capsys.readouterr().err
+    assert main(["channels_last=auto"]) == 2
+    assert "channels_last= takes true or false (left out: on for CUDA)" in capsys.readouterr().err
 
 
 def test_command_line_capture_network_reaches_the_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -457,21 +459,23 @@ def test_command_line_capture_network_reaches_the_trainer(monkeypatch: pytest.Mo
 
     monkeypatch.setitem(sys.modules, "ultralytics", types.SimpleNamespace(YOLO=FakeYOLO))
     monkeypatch.setattr(module, "require_ultralytics", lambda: None)
-    made: list[tuple[bool, bool]] = []
-    monkeypatch.setattr(
-        module,
-        "musgd_trainer",
-        lambda base=None, capture_network=False, skip_nonfinite=False: made.append(
-            (capture_network, skip_nonfinite)
-        ),
-    )
+    made: list[dict[str, Any]] = []
+    monkeypatch.setattr(module, "musgd_trainer", lambda base=None, **options: made.append(options))
     assert module.main(["capture_network=true", "epochs=2"]) == 0
     assert module.main(["epochs=2"]) == 0
     assert module.main(["skip_nonfinite=true", "epochs=2"]) == 0
-    assert made == [(True, False), (False, False), (False, True)]
-    assert [kw for _, kw in calls] == [{"trainer": None, "epochs": 2}] * 3
+    assert module.main(["compile_network=true", "channels_last=false", "epochs=2"]) == 0
+    assert made == [
+        {"capture_network": True},
+        {"capture_network": False},
+        {"capture_network": False, "skip_nonfinite": True},
+        {"capture_network": False, "compile_network": True, "channels_last": False},
+    ]
+    assert [kw for _, kw in calls] == [{"trainer": None, "epochs": 2}] * 4
     assert module.main(["skip_nonfinite=often"]) == 2  # a clear message, no training
-    assert len(made) == 3
+    assert module.main(["compile_network=yes please"]) == 2
+    assert module.main(["channels_last=auto"]) == 2
+    assert len(made) == 4
 
 
 def test_groups_given_generators_keep_their_parameters() -> None:
@@ -568,6 +572,8 @@ def test_trainer_clip_replay_can_be_turned_off_and_a_custom_step_is_kept() -> No
         "ns_backend": "torch",
         "capture_clip": False,
         "capture_network": False,
+        "channels_last": None,
+        "compile_network": False,
     }
     kept = musgd_trainer(CustomStep)
     assert "optimizer_step" not in vars(kept)
@@ -595,7 +601,7 @@ def test_trainer_network_capture_installs_at_the_first_batch_and_leaves_at_the_e
         def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
             return {**batch, "seen": True}
 
-    assert "preprocess_batch" not in vars(musgd_trainer(FakeTrainer))
+    assert "preprocess_batch" not in vars(musgd_trainer(FakeTrainer, channels_last=False))
     cls = musgd_trainer(FakeTrainer, capture_network=True)
     assert cls.musgd_options["capture_network"] is True
 
@@ -621,6 +627,120 @@ def test_trainer_network_capture_installs_at_the_first_batch_and_leaves_at_the_e
     assert "needs an Ultralytics model" in other.musgd_network_reason
     with pytest.raises(ValueError, match="capture_network must be True or False"):
         musgd_trainer(FakeTrainer, capture_network="yes")
+
+
+class _LayoutTrainer:
+    """The parts of an Ultralytics trainer the layout and the compiled network touch: a model,
+    its EMA (``ema.ema``), callbacks and ``preprocess_batch``."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.ema = types.SimpleNamespace(ema=copy.deepcopy(model))
+        self.callbacks: dict[str, list[Any]] = {}
+
+    def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+        raise AssertionError("never reached")
+
+    def add_callback(self, event: str, callback: Any) -> None:
+        self.callbacks.setdefault(event, []).append(callback)
+
+    def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return dict(batch)
+
+    def end(self) -> None:
+        for callback in self.callbacks.get("on_train_end", []):
+            callback(self)
+
+
+def _weights_4d(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p for p in model.parameters() if p.dim() == 4]
+
+
+def test_channels_last_puts_model_ema_and_batches_in_it_and_keeps_the_parameters() -> None:
+    from network_common import TinyDetector
+
+    model = TinyDetector()
+    params = list(model.parameters())
+    trainer = musgd_trainer(_LayoutTrainer, channels_last=True)(model)
+    img = torch.randn(2, 3, 8, 8)
+    out = trainer.preprocess_batch({"img": img, "cls": torch.zeros(2)})
+    assert trainer.musgd_channels_last is True
+    assert trainer.musgd_layout_reason is None
+    assert out["img"].is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out["img"], img)  # the same values, another layout
+    assert list(model.parameters()) == params  # the optimizer's parameters are still the model's
+    for t in (*_weights_4d(model), *_weights_4d(trainer.ema.ema)):
+        assert t.is_contiguous(memory_format=torch.channels_last)
+    # Not asked for: None on a model off CUDA, and False.
+    for option, reason in ((None, "not on CUDA"), (False, "channels_last=False")):
+        other = musgd_trainer(_LayoutTrainer, channels_last=option)(TinyDetector())
+        kept = other.preprocess_batch({"img": img})
+        assert other.musgd_channels_last is False
+        assert reason in other.musgd_layout_reason
+        assert kept["img"].is_contiguous()
+        assert all(t.is_contiguous() for t in _weights_4d(other.model))
+    with pytest.raises(ValueError, match="channels_last must be True, False or None"):
+        musgd_trainer(_LayoutTrainer, channels_last="auto")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="compile_network must be True or False"):
+        musgd_trainer(_LayoutTrainer, compile_network=1)  # type: ignore[arg-type]
+
+
+def test_a_channels_last_gradient_is_orthogonalized_as_the_contiguous_one() -> None:
+    """A 4-D gradient in channels-last memory is the same rows x (in*kh*kw) matrix: the step
+    leaves the same parameters (compared in one layout) and momentum buffers."""
+    torch.manual_seed(0)
+    shapes = [(8, 4, 3, 3), (16, 8, 1, 1), (8,)]
+    grads = [torch.randn(s) for s in shapes]
+    results = []
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        params = [
+            torch.nn.Parameter(torch.randn(s, generator=torch.Generator().manual_seed(i)))
+            for i, s in enumerate(shapes)
+        ]
+        for p, g in zip(params, grads, strict=True):
+            layout = fmt if p.dim() == 4 else torch.contiguous_format
+            p.data = p.data.contiguous(memory_format=layout)
+            p.grad = g.contiguous(memory_format=layout)
+        groups: list[dict[str, Any]] = [
+            {"params": params[:2], "use_muon": True},
+            {"params": params[2:]},
+        ]
+        opt = UltralyticsMuSGD(
+            groups,
+            lr=0.01,
+            ns_dtype=torch.float32,
+        )
+        for _ in range(2):
+            opt.step()
+        bufs = [opt.state[p]["momentum_buffer"].contiguous() for p in params]
+        results.append(([p.detach().contiguous() for p in params], bufs))
+    (a_params, a_bufs), (b_params, b_bufs) = results
+    assert all(map(torch.equal, a_params, b_params))
+    assert all(map(torch.equal, a_bufs, b_bufs))
+
+
+@pytest.mark.slow  # compiles TinyDetector's predict with Inductor
+def test_compile_network_alone_installs_the_compiled_predict_until_training_ends() -> None:
+    from network_common import TinyDetector
+
+    model = TinyDetector()
+    trainer = musgd_trainer(_LayoutTrainer, compile_network=True, channels_last=False)(model)
+    trainer.preprocess_batch({"img": torch.randn(2, 3, 8, 8)})
+    assert trainer.musgd_compiled is True
+    assert trainer.musgd_network is None
+    compiled = model.__dict__["predict"]
+    out = model.predict(torch.randn(2, 3, 8, 8))
+    assert set(out) == {"one2many", "one2one"}
+    trainer.end()
+    assert "predict" not in model.__dict__
+    assert compiled is not None
+    # With capture_network the capture runs the compiled network and is removed at the end.
+    both = musgd_trainer(_LayoutTrainer, compile_network=True, capture_network=True)(TinyDetector())
+    both.preprocess_batch({"img": torch.randn(2, 3, 8, 8)})
+    assert both.musgd_network.compile is True
+    assert both.musgd_network.installed
+    both.end()
+    assert not both.musgd_network.installed
 
 
 @pytest.fixture

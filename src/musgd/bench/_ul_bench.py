@@ -41,7 +41,14 @@ from musgd.bench._ul_design import DATA_BOUND_SHARE, SKIP_FIRST, lowdata_wanted
 from musgd.bench._ul_identity import run_identity, run_network_identity
 from musgd.bench._ul_plan import Budget, UsageError, configure, plan_lines
 from musgd.bench._ul_report import build_curves, read_train_results
-from musgd.bench._ul_runs import RunFailedError, run_one, run_pairs, run_phases, run_syncs
+from musgd.bench._ul_runs import (
+    RunFailedError,
+    ours_options,
+    run_one,
+    run_pairs,
+    run_phases,
+    run_syncs,
+)
 from musgd.bench._yolo_data import write_synthetic_dataset
 from musgd.ultralytics import require_ultralytics
 
@@ -153,8 +160,7 @@ def _train(
         "isolation": args.isolation,
         "settle_s": args.settle_s,
         "design": args.design,
-        "ours_network": args.ours_network,
-        "ours_guard": args.ours_guard,
+        "ours": ours_options(args),
         "variants": {},
     }
 

@@ -28,6 +28,7 @@ from musgd.bench._train_bench import hash_tensors
 from musgd.bench._ul_plan import Budget, default_run_s, epochs_for, identity_epochs
 from musgd.bench._ul_runs import (
     network_stats,
+    ours_options,
     replay_stats,
     stats_dict,
     train_kwargs,
@@ -218,7 +219,9 @@ def network_run(
         seed=0,
         deterministic=True,
         name=name,
-        trainer=musgd_trainer(task_trainer(args.task), capture_network=capture),
+        trainer=musgd_trainer(
+            task_trainer(args.task), **{**ours_options(args), "capture_network": capture}
+        ),
     )
     model.train(**kw)
     return {
@@ -227,6 +230,7 @@ def network_run(
         "state_sha256": hash_tensors(model.trainer.model.state_dict().values()),
         "network": network_stats(model.trainer),
         "network_reason": model.trainer.__dict__.get("musgd_network_reason"),
+        "channels_last": model.trainer.musgd_channels_last,
     }
 
 
@@ -267,6 +271,10 @@ def run_network_identity(args: argparse.Namespace, data: Path, budget: Budget) -
     return {
         "batch": args.identity_batch,
         "imgsz": args.imgsz,
+        "task": args.task,
+        # The configuration both runs share (capture_network aside): layout and compilation.
+        "ours": {k: v for k, v in ours_options(args).items() if k != "capture_network"},
+        "channels_last": captured["channels_last"],
         "iterations": len(captured["losses"]),
         "eager_reproducible": same(eager, again),
         "bit_identical": same(eager, captured),

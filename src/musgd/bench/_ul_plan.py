@@ -20,7 +20,11 @@ from typing import Any
 from musgd.bench._ul_design import DATA_BOUND_SHARE, round_order
 from musgd.ultralytics import TASK_TRAINERS, TASKS
 
+# --ours-channels-last: its values and the musgd_trainer(channels_last=...) each gives.
+LAYOUT_CHOICES: dict[str, bool | None] = {"auto": None, "true": True, "false": False}
+
 __all__ = [
+    "LAYOUT_CHOICES",
     "PARTS",
     "Budget",
     "UsageError",
@@ -163,6 +167,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ours-guard",
         action="store_true",
         help="our arm trains with skip_nonfinite=True (the non-finite step skipped on the device)",
+    )
+    parser.add_argument(
+        "--ours-channels-last",
+        choices=tuple(LAYOUT_CHOICES),
+        default="auto",
+        help="our arm's channels_last (auto: the trainer's default, channels-last on CUDA)",
+    )
+    parser.add_argument(
+        "--ours-compile",
+        action="store_true",
+        help="our arm compiles its network with Inductor (compile_network=True)",
     )
     parser.add_argument(
         "--network-iters",

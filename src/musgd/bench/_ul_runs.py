@@ -38,7 +38,7 @@ from musgd.bench._ul_design import (
     round_order,
     summarize_pairs,
 )
-from musgd.bench._ul_plan import Budget, UsageError, epochs_for, run_estimate
+from musgd.bench._ul_plan import LAYOUT_CHOICES, Budget, UsageError, epochs_for, run_estimate
 from musgd.bench._ul_report import format_entry as fmt
 from musgd.ultralytics import musgd_trainer, task_trainer
 
@@ -51,6 +51,8 @@ __all__ = [
     "clip_stats",
     "host_snapshot",
     "network_stats",
+    "ours_argv",
+    "ours_options",
     "replay_stats",
     "run_one",
     "run_pairs",
@@ -246,10 +248,31 @@ def train_kwargs(
     return kw
 
 
-def _base_trainer(arm: str, task: str, *, network: bool = False, guard: bool = False) -> type[Any]:
-    base = task_trainer(task)
+def ours_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``musgd_trainer`` options of our arm, as the command line sets them (``--ours-*``)."""
+    return {
+        "capture_network": args.ours_network,
+        "skip_nonfinite": args.ours_guard,
+        "channels_last": LAYOUT_CHOICES[args.ours_channels_last],
+        "compile_network": args.ours_compile,
+    }
+
+
+def ours_argv(args: argparse.Namespace) -> list[str]:
+    """The ``--ours-*`` arguments that give a child process :func:`ours_options`."""
+    argv = ["--ours-channels-last", args.ours_channels_last]
+    flags = (
+        ("--ours-network", args.ours_network),
+        ("--ours-guard", args.ours_guard),
+        ("--ours-compile", args.ours_compile),
+    )
+    return argv + [flag for flag, on in flags if on]
+
+
+def _base_trainer(arm: str, args: argparse.Namespace) -> type[Any]:
+    base = task_trainer(args.task)
     if arm == "ours":
-        return musgd_trainer(base, capture_network=network, skip_nonfinite=guard)
+        return musgd_trainer(base, **ours_options(args))
     return base  # with optimizer="MuSGD": the stock optimizer
 
 
@@ -292,11 +315,14 @@ def train_once(
     kw = train_kwargs(args, data, batch, epochs, variant)
     sync_tag = "sync" if synchronize else "nosync"
     kw.update(seed=seed, name=f"b{batch}-{variant}-{arm}-s{seed}-{sync_tag}")
-    base = _base_trainer(arm, args.task, network=args.ours_network, guard=args.ours_guard)
+    base = _base_trainer(arm, args)
     kw["trainer"] = timed_trainer(base, clock)
     if arm == "stock":
         kw["optimizer"] = "MuSGD"
     host_before = host_snapshot()
+    cuda = torch.device(args.device).type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     if syncs is not None:
         with syncs.counting():
@@ -334,7 +360,19 @@ def train_once(
         "clip_replay": clip_stats(model.trainer),
         "network": network_stats(model.trainer),
         "skipped_steps": getattr(model.trainer, "musgd_skipped", None),
+        "channels_last": getattr(model.trainer, "musgd_channels_last", None),
+        "compiled": getattr(model.trainer, "musgd_compiled", None),
+        "memory_mib": peak_memory_mib() if cuda else None,
         "host_syncs": None if syncs is None else syncs.summary(skip),
+    }
+
+
+def peak_memory_mib() -> dict[str, float]:
+    """The CUDA caching allocator's peaks since the last reset: allocated and reserved, MiB."""
+    mib = 1024.0 * 1024.0
+    return {
+        "peak_allocated": round(torch.cuda.max_memory_allocated() / mib, 1),
+        "peak_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
     }
 
 
@@ -346,8 +384,7 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
     argv += ["--amp", "true" if args.amp else "false", "--iters", str(args.iters)]
     argv += ["--workers", str(args.workers), "--work", str(args.work)]
     argv += ["--quick"] if args.quick else []
-    argv += ["--ours-network"] if args.ours_network else []
-    argv += ["--ours-guard"] if args.ours_guard else []
+    argv += ours_argv(args)
     argv += ["--one-run", json.dumps(run, sort_keys=True), "--one-run-data", str(data)]
     return [*argv, "--one-run-out", str(out)]
 
@@ -478,8 +515,7 @@ def run_syncs(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str,
         "imgsz": args.imgsz,
         "train_images": args.n_train,
         "synchronized": False,
-        "ours_network": args.ours_network,
-        "ours_guard": args.ours_guard,
+        "ours": ours_options(args),
         "isolation": args.isolation,
         "batches": batches,
     }
