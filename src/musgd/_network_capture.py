@@ -252,8 +252,11 @@ def observe_grad_strides(out: Any) -> list[tuple[int, ...] | None]:
     for i, t in enumerate(flat):
         if t.requires_grad:
 
-            def note(grad: Tensor, i: int = i) -> None:
-                strides[i] = tuple(grad.stride())
+            def note(grad: Tensor | None, i: int = i) -> None:
+                # None: the output got no gradient (a compiled backward may say so); the
+                # recording's buffer takes the output's own layout.
+                if grad is not None:
+                    strides[i] = tuple(grad.stride())
 
             t.register_hook(note)  # type: ignore[no-untyped-call,unused-ignore]
     return strides
@@ -556,4 +559,8 @@ class NetworkCapture:
         entry = _Graphed(run, network.spec)
         self._cache.publish(key, entry)
         self.stats.recordings += 1
+        if img.device.type == "cuda":
+            # The warm-up's blocks, cached for the side stream it ran on, are never reused by
+            # the trainer's stream: given back, they leave the reserved memory (once a layout).
+            torch.cuda.empty_cache()
         return entry
