@@ -176,6 +176,16 @@ class NSOnlyStep:
         self.backends = tuple(backends)
         return jobs
 
+    def describe(self) -> dict[str, Any]:
+        """What the timed step ran, for the benchmark's row: the Newton-Schulz part alone, each
+        group's backend, and whether it was captured in a CUDA graph (else why not)."""
+        return {
+            "ran": "newton-schulz only",
+            "backends": list(self.backends),
+            "graphed": self._graph is not None,
+            "not_graphed_because": self.skipped,
+        }
+
     def _run(self) -> None:
         for job in self._jobs or ():
             job()

@@ -215,6 +215,12 @@ def test_ns_only_variants_time_each_schedules_newton_schulz_alone_on_the_cpu() -
         assert stepper.backends == ("torch",)
         assert stepper.skipped is not None
         assert "needs CUDA (cpu)" in stepper.skipped
+        assert stepper.describe() == {
+            "ran": "newton-schulz only",
+            "backends": ["torch"],
+            "graphed": False,
+            "not_graphed_because": stepper.skipped,
+        }
         assert all(p.grad is g for p, g in zip(params, grads, strict=True))
         after = [t.detach() for t in (*params, *grads)]
         assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
