@@ -168,6 +168,104 @@ def gram(
 
 
 @triton.jit
+def _tile_index(tiles):
+    """The tile row and column ``(ti, tj)`` of a program's output tile."""
+    t = tiles + tl.program_id(0) * 3
+    return tl.load(t + 1), tl.load(t + 2)
+
+
+@triton.jit
+def aol_gram(
+    src,
+    a,
+    sums,
+    problems,
+    tiles,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    UPCAST: tl.constexpr,
+    COLS: tl.constexpr,
+):
+    """The AOL normalization's first half (Turbo-Muon's fusion): ``A0 = X·Xᵀ`` of the matrix
+    as it is (``X`` read from the packed source in its wide orientation, rounded to the working
+    dtype as the torch backend's ``G.to(dtype)``), on one lower-triangle tile, stored mirrored
+    like :func:`gram`; and the epilogue's row sums of ``|A0|`` over the tile.
+
+    ``sums`` holds, per matrix (at ``a_off / BM``), one ``MP``-long column of row sums per tile
+    column ``t`` (at ``t·MP``): this tile's rows ``rm`` over its columns go to column ``tj``, and
+    off the diagonal the mirror's rows ``rn`` to column ``ti``. Every slot is written by one
+    program, so :func:`aol_scale` adds a row's ``MP / BM`` partials in a fixed order."""
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM, COLS)
+    m = tl.load(row + 0).to(tl.int32)
+    n = tl.load(row + 1).to(tl.int32)
+    mp, np_, _x_off, a_off = _padded(row, BM)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BM), dtype=tl.float32)
+    for k in range(0, np_, BK):
+        rc = k + rk
+        left = _source_tile(src, row, rm, rc, m, n, (rm[:, None] < m) & (rc[None, :] < n))
+        right = _source_tile(src, row, rn, rc, m, n, (rn[:, None] < m) & (rc[None, :] < n))
+        acc = _mma(left.to(a.dtype.element_ty), tl.trans(right.to(a.dtype.element_ty)), acc, UPCAST)
+    out = acc.to(a.dtype.element_ty)
+    _store_symmetric(a + a_off, mp, rm, rn, out, mirror)
+    # The sums of the stored (rounded) values, as the torch backend sums its bf16 A.
+    mag = tl.abs(out.to(tl.float32))
+    ti, tj = _tile_index(tiles)
+    base = sums + a_off // BM
+    tl.store(base + tj * mp + rm, tl.sum(mag, axis=1))
+    if mirror:
+        tl.store(base + ti * mp + rn, tl.sum(mag, axis=0))
+
+
+@triton.jit
+def _aol_factors(base, mp, rows, eps, BM: tl.constexpr):
+    """``1/sqrt(Σ_j |A0_ij| + eps)`` of rows ``rows``: their ``MP / BM`` partials added in
+    tile-column order (every program that needs a row adds the same values in the same order,
+    so all see the same factor)."""
+    acc = tl.zeros([BM], dtype=tl.float32)
+    for t in range(mp // BM):
+        acc += tl.load(base + t * mp + rows)
+    return 1.0 / tl.sqrt(acc + eps)
+
+
+@triton.jit
+def aol_scale(
+    src,
+    x,
+    a,
+    sums,
+    problems,
+    tiles,
+    eps,
+    BM: tl.constexpr,
+    COLS: tl.constexpr,
+):
+    """The AOL normalization's second half, on one tile of the padded ``X``: ``X = D·G`` from
+    the source (in the working dtype, zeros in the padding), ``D = diag(1/sqrt(Σ_j |A0_ij| +
+    eps))`` from :func:`aol_gram`'s row sums; and, where the tile also lies in the ``MP x MP``
+    square (tile column ``tj`` below ``MP / BM``), ``A = D·A0·D`` on the same tile of ``A``, in
+    place, so that the first iteration needs no Gram product. ``d_i·d_j`` is one product, the
+    same both sides of the diagonal: ``A`` stays exactly symmetric."""
+    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM, COLS)
+    m = tl.load(row + 0).to(tl.int32)
+    n = tl.load(row + 1).to(tl.int32)
+    mp, np_, x_off, a_off = _padded(row, BM)
+    base = sums + a_off // BM
+    d_rows = _aol_factors(base, mp, rm, eps, BM)
+    mask = (rm[:, None] < m) & (rn[None, :] < n)
+    v = _source_tile(src, row, rm, rn, m, n, mask)
+    tl.store(
+        x + x_off + rm[:, None] * np_ + rn[None, :], (v * d_rows[:, None]).to(x.dtype.element_ty)
+    )
+    _ti, tj = _tile_index(tiles)
+    if tj < mp // BM:
+        d_cols = _aol_factors(base, mp, rn, eps, BM)
+        ptrs = a + a_off + rm[:, None] * mp + rn[None, :]
+        scaled = tl.load(ptrs).to(tl.float32) * (d_rows[:, None] * d_cols[None, :])
+        tl.store(ptrs, scaled.to(a.dtype.element_ty))
+
+
+@triton.jit
 def poly(
     a,
     b_out,

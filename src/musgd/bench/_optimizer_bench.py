@@ -48,7 +48,7 @@ def time_variant(
     steps: int,
     warmup: int,
     device: torch.device,
-) -> tuple[Timing, int, dict[str, float | None]]:
+) -> tuple[Timing, int, dict[str, Any]]:
     """Time ``variant``'s ``step()``; returns the timing, how many tensors it stepped, and extras.
 
     The extras are the first step's wall time (``setup_ms``: it makes any replay recordings, so
@@ -56,10 +56,10 @@ def time_variant(
     memory over the whole run in MiB, with what was allocated and reserved when it started:
     memory an earlier variant of the same process left behind (library workspaces of the
     streams it used, say) is in both, so the difference is this variant's own (``None``
-    elsewhere).
+    elsewhere); and ``stepper``, what a stepper with a ``describe()`` says it ran.
     """
     operands = _operands(variant, params, grads)
-    start: dict[str, float | None] = {"allocated_at_start_mib": None, "reserved_at_start_mib": None}
+    start: dict[str, Any] = {"allocated_at_start_mib": None, "reserved_at_start_mib": None}
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         start["allocated_at_start_mib"] = torch.cuda.memory_allocated(device) / 2**20
@@ -67,7 +67,7 @@ def time_variant(
     optimizer = variant.stepper(variant.build(operands))
     setup_ms = _wall_ms(optimizer.step, device)
     timing = time_steps(optimizer.step, steps=steps, warmup=warmup, device=device)
-    extras: dict[str, float | None] = {
+    extras: dict[str, Any] = {
         "setup_ms": setup_ms,
         "peak_allocated_mib": None,
         "peak_reserved_mib": None,
@@ -76,6 +76,9 @@ def time_variant(
     if device.type == "cuda":
         extras["peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
         extras["peak_reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
+    describe = getattr(optimizer, "describe", None)
+    if callable(describe):  # a stepper that says what it ran (NSOnlyStep)
+        extras["stepper"] = describe()
     count = len(operands)
     del optimizer, operands
     gc.collect()
@@ -129,9 +132,7 @@ def run_optimizer_benchmark(
     for set_name, specs in sets.items():
         params, grads = make_parameters(specs, device=device, seed=seed)
         matrices = sum(matrix_shape(s.shape) is not None for s in specs)
-        runs: dict[str, list[tuple[Timing, int, dict[str, float | None]]]] = {
-            v.name: [] for v in variants
-        }
+        runs: dict[str, list[tuple[Timing, int, dict[str, Any]]]] = {v.name: [] for v in variants}
         for share in shares:
             for variant in variants:
                 runs[variant.name].append(
@@ -156,20 +157,20 @@ def run_optimizer_benchmark(
     return out
 
 
-def _round_median(run: tuple[Timing, int, dict[str, float | None]]) -> float:
+def _round_median(run: tuple[Timing, int, dict[str, Any]]) -> float:
     return statistics.median(run[0].samples_ms)
 
 
 def paired_speedups(
-    baseline: Sequence[tuple[Timing, int, dict[str, float | None]]],
-    variant: Sequence[tuple[Timing, int, dict[str, float | None]]],
+    baseline: Sequence[tuple[Timing, int, dict[str, Any]]],
+    variant: Sequence[tuple[Timing, int, dict[str, Any]]],
 ) -> dict[str, Any]:
     """``baseline round median / variant round median`` for each round: median, range, values."""
     return paired_ratios([_round_median(b) for b in baseline], [_round_median(v) for v in variant])
 
 
 def _pooled_row(
-    variant: Variant, runs: list[tuple[Timing, int, dict[str, float | None]]], rounds: int
+    variant: Variant, runs: list[tuple[Timing, int, dict[str, Any]]], rounds: int
 ) -> dict[str, Any]:
     """One variant's row from its runs of every round: samples pooled, the first round's extras.
 

@@ -7,6 +7,7 @@ new entry beside :func:`torch_muon_variant` (an external peer).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -18,8 +19,15 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from musgd._functional import matrix_shape
-from musgd._optimizer import MuSGD
+from musgd._functional import (
+    EagerOrthogonalizer,
+    _pick,
+    _table_plan,
+    build_layout,
+    matrix_shape,
+    pad_bound,
+)
+from musgd._optimizer import MuSGD, group_structure
 from musgd._ultralytics_optim import UltralyticsMuSGD
 
 LR = 0.02
@@ -85,16 +93,117 @@ class WholeStepGraph:
         self._graph.replay()
 
     def _capture(self, warmup: int) -> torch.cuda.CUDAGraph:
-        side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                self.optimizer.step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.optimizer.step()
-        return graph
+        return capture_graph(self.optimizer.step, warmup)
+
+
+def capture_graph(body: Callable[[], object], warmup: int) -> torch.cuda.CUDAGraph:
+    """``body`` captured in one CUDA graph, after ``warmup`` eager calls on a side stream (as
+    ``torch.cuda.graph`` asks); the graph is not replayed here."""
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    return graph
+
+
+class NSOnlyStep:
+    """The Newton-Schulz part of a MuSGD step alone, timed as a step: each group's matrices
+    orthogonalized as its step would (its schedule, normalization, dtype and backend: with
+    ``"auto"`` the Triton table where it applies, one ``run_table`` over the packed matrices,
+    else the torch backend's batched call per bucket), and nothing else: no momentum, no mix,
+    no decay, no write. The parameters' gradients, packed once before the first call, stand
+    in for the momenta.
+
+    On CUDA the calls are captured in one CUDA graph on the first step (after warm-up calls,
+    as :class:`WholeStepGraph` does) and replayed; elsewhere they run eagerly, no graph
+    (``skipped`` says why). ``backends`` names what ran each group: ``"triton"`` or ``"torch"``.
+    """
+
+    WARMUP = WholeStepGraph.WARMUP
+
+    def __init__(self, optimizer: Optimizer) -> None:
+        self.optimizer = optimizer
+        self.backends: tuple[str, ...] = ()
+        self.skipped: str | None = None
+        self._jobs: list[Callable[[], object]] | None = None
+        self._graph: torch.cuda.CUDAGraph | None = None
+
+    def _prepare(self) -> list[Callable[[], object]]:
+        jobs: list[Callable[[], object]] = []
+        backends: list[str] = []
+        orth = EagerOrthogonalizer()
+        for group in self.optimizer.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            device = params[0].device
+            structure = group_structure(group, device)
+            ns = structure.ns
+            layout = build_layout(
+                params, group["use_muon"], pad=pad_bound(device), orient=ns.normalize == "aol"
+            )
+            if not structure.muon or not layout.matrices:
+                continue
+            momenta = [cast(Tensor, p.grad).detach().clone() for p in params]
+            plan = _table_plan(params, layout, structure)
+            if plan is None:
+                backends.append("torch")
+                jobs.extend(
+                    functools.partial(orth.stacked, _pick(momenta, b.indices), b, ns)
+                    for b in layout.buckets
+                )
+                continue
+            from musgd._triton_ns import run_table  # Triton is imported only when it runs
+
+            backends.append("triton")
+            packed = torch.cat([momenta[i].reshape(-1) for i in layout.matrices])
+            jobs.append(
+                functools.partial(
+                    run_table,
+                    plan,
+                    packed,
+                    triples=ns.coefficients,
+                    eps=ns.eps,
+                    dtype=ns.dtype,
+                    normalize=ns.normalize,
+                )
+            )
+        self.backends = tuple(backends)
+        return jobs
+
+    def describe(self) -> dict[str, Any]:
+        """What the timed step ran, for the benchmark's row: the Newton-Schulz part alone, each
+        group's backend, and whether it was captured in a CUDA graph (else why not)."""
+        return {
+            "ran": "newton-schulz only",
+            "backends": list(self.backends),
+            "graphed": self._graph is not None,
+            "not_graphed_because": self.skipped,
+        }
+
+    def _run(self) -> None:
+        for job in self._jobs or ():
+            job()
+
+    def step(self) -> None:
+        if self._jobs is None:
+            self._jobs = self._prepare()
+            first = next((p for g in self.optimizer.param_groups for p in g["params"]), None)
+            if first is None or first.device.type != "cuda":
+                where = "no parameters" if first is None else first.device.type
+                self.skipped = f"not captured in a CUDA graph: that needs CUDA ({where})"
+        if self.skipped is not None:
+            self._run()
+        elif self._graph is None:
+            self._graph = capture_graph(self._run, self.WARMUP)
+            self._graph.replay()
+        else:
+            self._graph.replay()
 
 
 @dataclass(frozen=True)
@@ -115,10 +224,14 @@ class Variant:
     cuda_only: bool = False
     timing_only: bool = False
     whole_graph: bool = False
+    ns_only: bool = False
 
     def stepper(self, optimizer: Optimizer, *, training: bool = False) -> Stepper:
         """What the benchmark times for this variant's ``optimizer`` (``training``: each call
-        is one training step, see :class:`WholeStepGraph`)."""
+        is one training step, see :class:`WholeStepGraph`; ``ns_only``: its Newton-Schulz part
+        alone, see :class:`NSOnlyStep`)."""
+        if self.ns_only:
+            return NSOnlyStep(optimizer)
         return WholeStepGraph(optimizer, training=training) if self.whole_graph else optimizer
 
     def graphed(self) -> Variant:
@@ -194,13 +307,32 @@ def musgd_variants() -> list[Variant]:
     ]
 
 
+SCHEDULE_NAMES = ("quintic", "polar_express", "aol4")
+
+
 def schedule_variants() -> list[Variant]:
     """Each named Newton-Schulz schedule (WP-023) on the torch backend, the step captured whole
-    (timing only): the Triton table runs only the Frobenius normalization, so the torch backend
-    is where ``"aol4"`` compares with the others like for like. ``aol4`` runs its own 4 steps."""
+    (timing only); ``aol4`` runs its own 4 steps. :func:`ns_only_variants` times the schedules'
+    Newton-Schulz alone on the default backend."""
     return [
         Variant(f"torch-NS {name}", _musgd(ns_backend="torch", ns_coefficients=name)).graphed()
-        for name in ("quintic", "polar_express", "aol4")
+        for name in SCHEDULE_NAMES
+    ]
+
+
+NS_ONLY_PREFIX = "NS-only"
+
+
+def ns_only_variants() -> list[Variant]:
+    """Each named schedule's Newton-Schulz part alone on the default backend (``"auto"``: the
+    Triton table on CUDA for the YOLO26 sets), captured in one CUDA graph on CUDA and eager
+    elsewhere (:class:`NSOnlyStep`; timing only): the schedules' NS times side by side, the
+    comparison of issue #35's "aol4 >= 18% below the default's NS time"."""
+    return [
+        Variant(
+            f"{NS_ONLY_PREFIX} {name}", _musgd(ns_coefficients=name), timing_only=True, ns_only=True
+        )
+        for name in SCHEDULE_NAMES
     ]
 
 
@@ -337,6 +469,7 @@ def all_variants() -> list[Variant]:
     return [
         *musgd_variants(),
         *schedule_variants(),
+        *ns_only_variants(),
         *ultralytics_flavour_variants(),
         *(p for p in peers if p is not None),
     ]

@@ -32,6 +32,9 @@ def test_rows_per_variant_and_baseline_speedup() -> None:
     assert rows["per-matrix eager"]["speedup_vs_per_matrix"] == 1.0
     assert rows["bucketed eager"]["tensors"] == 3
     assert all(r["steps"] == 2 and r["warmup"] == 1 for r in rows.values())
+    # The NS-only variants run on the CPU too (eager, no graph) and say what they ran.
+    assert rows["NS-only aol4"]["stepper"]["backends"] == ["torch"]
+    assert "stepper" not in rows["bucketed eager"]
     if "torch.optim.Muon" in rows:
         assert rows["torch.optim.Muon"]["tensors"] == 2  # matrices only
     table = format_optimizer_table(out)

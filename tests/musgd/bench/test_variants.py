@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import types
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
+from torch import Tensor
 
-from musgd import MuSGD
+from musgd import MuSGD, orthogonalize
 from musgd.bench import _variants
 from musgd.bench._variants import (
     ULTRALYTICS_MODULE,
@@ -187,3 +189,46 @@ def test_tensor_hyperparameter_variant_holds_lr_and_momentum_on_the_parameters_d
         assert group[name].device == p.device
         assert float(group[name]) == pytest.approx(value)
     assert group["weight_decay"] == 0.0, "a group's own values stay as given"
+
+
+def test_ns_only_variants_time_each_schedules_newton_schulz_alone_on_the_cpu() -> None:
+    """One NS-only variant per schedule, on the default backend: on the CPU its jobs are the
+    torch backend's batched calls (no graph, saying why), each the Muon-scaled schedule of the
+    group's matrices (their gradients standing in for the momenta), and a step changes no
+    parameter, gradient or buffer."""
+    variants = _variants.ns_only_variants()
+    assert [v.name for v in variants] == [f"NS-only {n}" for n in _variants.SCHEDULE_NAMES]
+    assert all(v.ns_only and v.timing_only and not v.cuda_only for v in variants)
+    assert [v.name for v in select_variants(["NS-only aol4"], CPU)] == ["NS-only aol4"]
+    gen = torch.Generator().manual_seed(0)
+    for variant in variants:
+        params = [torch.randn(s, generator=gen).requires_grad_() for s in ((8, 4, 3, 3), (8,))]
+        grads = [torch.randn(p.shape, generator=gen) for p in params]
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+        before = [t.detach().clone() for t in (*params, *grads)]
+        opt = variant.build(params)
+        stepper = variant.stepper(opt)
+        assert isinstance(stepper, _variants.NSOnlyStep)
+        stepper.step()
+        stepper.step()
+        assert stepper.backends == ("torch",)
+        assert stepper.skipped is not None
+        assert "needs CUDA (cpu)" in stepper.skipped
+        assert stepper.describe() == {
+            "ran": "newton-schulz only",
+            "backends": ["torch"],
+            "graphed": False,
+            "not_graphed_because": stepper.skipped,
+        }
+        assert all(p.grad is g for p, g in zip(params, grads, strict=True))
+        after = [t.detach() for t in (*params, *grads)]
+        assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+        assert not opt.state, "no momentum buffer: the step ran no momentum"
+        (job,) = stepper._prepare()
+        name = variant.name.removeprefix("NS-only ")
+        steps = 4 if name == "aol4" else 5
+        expected = orthogonalize(
+            grads[0].reshape(8, 36), coefficients=name, steps=steps, dtype=torch.float32
+        ) * (0.2 * math.sqrt(36))
+        torch.testing.assert_close(cast(Tensor, job()).reshape(8, 36), expected)
