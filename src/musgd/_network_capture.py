@@ -141,6 +141,9 @@ class _CudaRecording:
                     del outs, zeros
             torch.clear_autocast_cache()
             torch.cuda.synchronize()
+            # The warm-up's activations, cached for the side stream, are given back before the
+            # capture takes its own: the peak holds one set of them, not two.
+            torch.cuda.empty_cache()
             pool = torch.cuda.graph_pool_handle()
             self._forward, self._backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
             try:
@@ -560,7 +563,7 @@ class NetworkCapture:
         self._cache.publish(key, entry)
         self.stats.recordings += 1
         if img.device.type == "cuda":
-            # The warm-up's blocks, cached for the side stream it ran on, are never reused by
-            # the trainer's stream: given back, they leave the reserved memory (once a layout).
+            # The eager iteration before it (alive until the recording's first forward) is
+            # freed by now: its cached blocks given back (once a layout).
             torch.cuda.empty_cache()
         return entry

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import math
 from pathlib import Path
@@ -92,6 +93,7 @@ def test_yolo26_aol4_table_is_close_to_float64_and_to_the_torch_backend(name: st
     torch backend's aol4, on every YOLO26 matrix shape."""
     members, shapes = yolo_members(name, seed=4)
     worst: dict[str, float] = {"triton": 0.0, "torch": 0.0, "gap": 0.0}
+    failed: list[tuple[tuple[int, int], dict[str, float]]] = []
     for G, O, (rows, cols) in zip(members, aol_table(members, shapes), shapes, strict=True):
         Q = O.reshape(rows, cols).double() / (0.2 * math.sqrt(max(rows, cols)))
         G2 = G.reshape(rows, cols)
@@ -103,10 +105,14 @@ def test_yolo26_aol4_table_is_close_to_float64_and_to_the_torch_backend(name: st
             "gap": rel_err(Q, reference),
         }
         worst = {k: max(worst[k], v) for k, v in errs.items()}
-        assert errs["triton"] < 0.04, (rows, cols, errs)
-        assert errs["triton"] < 1.6 * errs["torch"] + 1e-3, (rows, cols, errs)
-        assert errs["gap"] < 3 * errs["torch"] + 1e-3, (rows, cols, errs)
+        if not (
+            errs["triton"] < 0.04
+            and errs["triton"] < 1.6 * errs["torch"] + 1e-3
+            and errs["gap"] < 3 * errs["torch"] + 1e-3
+        ):
+            failed.append(((rows, cols), {k: round(v, 4) for k, v in errs.items()}))
     print(name, worst)
+    assert not failed, (name, worst, failed)
 
 
 def test_aol4_table_with_large_tiles_agrees_with_the_torch_backend() -> None:
@@ -202,8 +208,12 @@ def test_replayed_triton_steps_are_bit_identical_to_eager(
     seen: set[str] = set()
     run_plan = T.run_plan
 
+    signature = inspect.signature(run_plan)
+
     def counting(*args: Any, **kwargs: Any) -> Tensor:
-        seen.add(kwargs.get("normalize", "frobenius"))
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        seen.add(bound.arguments["normalize"])
         return run_plan(*args, **kwargs)
 
     monkeypatch.setattr(T, "run_plan", counting)
