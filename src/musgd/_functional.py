@@ -585,9 +585,19 @@ def orthogonalize_bucket(
 
 def _table_may_run(ns: NSSettings, device: torch.device) -> bool:
     """Whether the Triton table may run a group's matrices on ``device`` at all, before its own
-    checks: not the torch backend, and for ``"auto"`` only on CUDA (skipping the table's set-up
-    on every other device). Both normalizations run on it (WP-023)."""
-    return not (ns.backend == "torch" or (ns.backend == "auto" and device.type != "cuda"))
+    checks: not the torch backend, for ``"auto"`` only on CUDA (skipping the table's set-up
+    on every other device), and only with the Frobenius normalization its kernels compute
+    (``ns_backend="triton"`` with another says so once)."""
+    if ns.backend == "torch" or (ns.backend == "auto" and device.type != "cuda"):
+        return False
+    if ns.normalize != "frobenius":
+        from musgd._triton_ns import warn_fallback  # Triton is imported only when asked for
+
+        warn_fallback(
+            ns.backend, f"its kernels normalize by the Frobenius norm, not {ns.normalize!r}"
+        )
+        return False
+    return True
 
 
 def orthogonalize_table_views(
@@ -617,7 +627,6 @@ def orthogonalize_table_views(
         run=orth.table,  # called only when Triton runs
         scales=scales,
         mix=mix,
-        normalize=ns.normalize,
     )
 
 
@@ -856,7 +865,6 @@ def prepare_packed(
         run=orth.table,
         mix=(hyper.w_sgd, hyper.w_muon),
         out=ws.out,
-        normalize=ns.normalize,
     )
     if structure.decay:
         decay, decay_views = ws.decay()

@@ -5,11 +5,7 @@ Spec §1's quintic iteration, run over every matrix of a group at once (issue #1
 * the group's matrices ``n`` are packed into one flat buffer (one ``torch.cat``);
 * two launches over the tile table normalize every matrix by its Frobenius norm (tile sums of
   squares, then each tile scales itself) and write it, in the working dtype and already
-  transposed where ``rows > cols`` (read by strides, no copy), into the ``X`` workspace; with
-  the AOL normalization (the ``"aol4"`` schedule) the first launch is the Gram product
-  ``A0 = X·Xᵀ`` of the matrix as it is, whose epilogue sums ``|A0|`` per row, and the second
-  writes ``D·X`` and ``A = D·A0·D`` (Turbo-Muon's fusion: the first iteration then skips its
-  Gram product);
+  transposed where ``rows > cols`` (read by strides, no copy), into the ``X`` workspace;
 * each iteration is three grouped launches over a tile table covering every matrix:
   ``A = X·Xᵀ`` (lower-triangle tiles only, mirrored on store), ``B = b·A + c·A·A`` (likewise
   symmetric) and ``X = a·X + B·X``, with the coefficient epilogues fused;
@@ -44,8 +40,6 @@ from musgd._newton_schulz import muon_rms_scale
 T = TypeVar("T")
 
 BACKENDS = ("auto", "triton", "torch")
-# The normalizations the kernels compute (musgd._newton_schulz.NORMALIZATIONS): every one.
-TABLE_NORMALIZATIONS = ("frobenius", "aol")
 # Working dtypes the kernels support; float32 would need exact (non-TF32) dots: torch backend.
 TRITON_NS_DTYPES = (torch.bfloat16, torch.float16)
 # Columns of the problem table (int64): working (m, n) with m <= n, offsets of X and A/B in
@@ -286,21 +280,15 @@ def run_plan(
     scales: Tensor | None = None,
     mix: tuple[Tensor, Tensor] | None = None,
     out: Tensor | None = None,
-    normalize: str = "frobenius",
 ) -> Tensor:
     """``O = scale · NS(matrix)`` for every matrix packed (row-major, in plan order) in
     ``src``, ``scale`` the plan's (``0.2·sqrt(max(rows, cols))``) or the matrix's entry of
     ``scales``; with ``mix = (w_sgd, w_muon)`` (float32 0-d device tensors) the update
-    ``w_sgd·src + w_muon·O`` instead, mixed in the last kernel. ``normalize`` is
-    ``"frobenius"`` (``X/(‖X‖_F + eps)``) or ``"aol"`` (``musgd._newton_schulz.aol_normalize``).
+    ``w_sgd·src + w_muon·O`` instead, mixed in the last kernel.
 
     Returns ``out`` (a flat tensor like ``src``), or a fresh one when None. Launches ``2 +
-    3·len(triples)`` kernels, ``1 + 3·len(triples)`` with ``"aol"``; the caller has checked
-    that the backend applies.
+    3·len(triples)`` kernels; the caller has checked that the backend applies.
     """
-    if normalize not in TABLE_NORMALIZATIONS:
-        names = ", ".join(map(repr, TABLE_NORMALIZATIONS))
-        raise ValueError(f"the Triton table normalizes by one of {names}, got {normalize!r}")
     k = _kernels()
     cfg = plan.tiles
     x = torch.empty(plan.x_numel, dtype=dtype, device=src.device)
@@ -317,34 +305,29 @@ def run_plan(
         "UPCAST": interpreting(),
         "COLS": _COLUMNS,
     }
-    aol = normalize == "aol"
-    if aol:
-        # AOL: A0 = X·Xᵀ with its row sums of |A0| per tile (one launch over the Gram tiles),
-        # then X = D·G and A = D·A0·D (one launch over the tiles of X).
-        sums = torch.empty(plan.a_numel // cfg.block, dtype=torch.float32, device=src.device)
-        k.aol_gram[square](
-            src, a, sums, plan.problems, plan.square_tiles, BM=cfg.block, BK=cfg.block_k, **launch
-        )
-        k.aol_scale[rect](
-            src,
-            x,
-            a,
-            sums,
-            plan.problems,
-            plan.rect_tiles,
-            eps,
-            BM=cfg.block,
-            COLS=_COLUMNS,
-            num_warps=4,
-        )
-    else:
-        _normalize_frobenius(k, plan, src, x, eps)
+    # The Frobenius norms: one program per tile of each matrix, in two launches (tile sums of
+    # squares, then every tile adds its matrix's sums in one fixed order and scales itself).
+    partial = torch.empty(rect[0], dtype=torch.float32, device=src.device)
+    k.sumsq[rect](
+        src, partial, plan.problems, plan.rect_tiles, BM=cfg.block, COLS=_COLUMNS, num_warps=4
+    )
+    k.normalize[rect](
+        src,
+        x,
+        partial,
+        plan.problems,
+        plan.rect_tiles,
+        eps,
+        BM=cfg.block,
+        REDUCE=NORMALIZE_REDUCE,
+        COLS=_COLUMNS,
+        num_warps=4,
+    )
     last = len(triples) - 1
     for i, (ca, cb, cc) in enumerate(triples):
-        if i > 0 or not aol:  # AOL's first A is D·A0·D, already in ``a``
-            k.gram[square](
-                x, a, plan.problems, plan.square_tiles, BM=cfg.block, BK=cfg.block_k, **launch
-            )
+        k.gram[square](
+            x, a, plan.problems, plan.square_tiles, BM=cfg.block, BK=cfg.block_k, **launch
+        )
         k.poly[square](
             a, b, plan.problems, plan.square_tiles, cb, cc, BM=cfg.block, BK=cfg.block_k, **launch
         )
@@ -367,35 +350,6 @@ def run_plan(
         )
         x, x_next = x_next, x
     return out
-
-
-def _normalize_frobenius(k: Any, plan: TablePlan, src: Tensor, x: Tensor, eps: float) -> None:
-    """``X = G/(‖G‖_F + eps)`` into the padded ``x``: one program per tile of each matrix, in
-    two launches (tile sums of squares, then every tile adds its matrix's sums in one fixed
-    order and scales itself)."""
-    rect = (plan.rect_tiles.size(0),)
-    partial = torch.empty(rect[0], dtype=torch.float32, device=src.device)
-    k.sumsq[rect](
-        src,
-        partial,
-        plan.problems,
-        plan.rect_tiles,
-        BM=plan.tiles.block,
-        COLS=_COLUMNS,
-        num_warps=4,
-    )
-    k.normalize[rect](
-        src,
-        x,
-        partial,
-        plan.problems,
-        plan.rect_tiles,
-        eps,
-        BM=plan.tiles.block,
-        REDUCE=NORMALIZE_REDUCE,
-        COLS=_COLUMNS,
-        num_warps=4,
-    )
 
 
 #: The most Newton-Schulz arithmetic (nominal FLOP per step) a group may have for ``"auto"`` to
@@ -494,12 +448,10 @@ def run_table(
     scales: tuple[float, ...] | None = None,
     mix: tuple[float | Tensor, float | Tensor] | None = None,
     out: Tensor | None = None,
-    normalize: str = "frobenius",
 ) -> Tensor:
     """``O = 0.2·sqrt(max(rows, cols))·NS(m)`` (or ``scales[i]·NS(m)``) of every matrix packed
-    row-major, in plan order, in the flat ``src``, normalized first as ``normalize`` says
-    (:func:`run_plan`); with ``mix = (w_sgd, w_muon)`` (floats, or float32 0-d device tensors)
-    the update ``w_sgd·m + w_muon·O``. Written into ``out`` when
+    row-major, in plan order, in the flat ``src``; with ``mix = (w_sgd, w_muon)`` (floats, or
+    float32 0-d device tensors) the update ``w_sgd·m + w_muon·O``. Written into ``out`` when
     given (outside CUDA-graph captures: a recording writes into memory of its own), else into
     a fresh flat tensor; returns the tensor written.
 
@@ -516,12 +468,11 @@ def run_table(
 
     def table(packed: Tensor) -> Tensor:
         target = None if out is None or capturing(device) else out
-        return run_plan(plan, packed, triples, eps, dtype, scale_tensor, weights, target, normalize)
+        return run_plan(plan, packed, triples, eps, dtype, scale_tensor, weights, target)
 
     if run is None:
         return table(src)
-    key = ("triton-table", plan.shapes, triples, eps, dtype, scales, mix_key, normalize)
-    return run(key, src, table)
+    return run(("triton-table", plan.shapes, triples, eps, dtype, scales, mix_key), src, table)
 
 
 def orthogonalize_table(
@@ -535,7 +486,6 @@ def orthogonalize_table(
     run: Callable[[Hashable, Tensor, Callable[[Tensor], Tensor]], Tensor] | None = None,
     scales: tuple[float, ...] | None = None,
     mix: tuple[float | Tensor, float | Tensor] | None = None,
-    normalize: str = "frobenius",
 ) -> tuple[Tensor, list[Tensor]] | None:
     """:func:`run_table` on ``members`` packed (``shapes`` are their ``(rows, cols)`` views):
     one fresh flat tensor and its per-member views; None when the Triton backend does not
@@ -553,7 +503,6 @@ def orthogonalize_table(
         run=run,
         scales=scales,
         mix=mix,
-        normalize=normalize,
     )
     return out, list(torch._utils._unflatten_dense_tensors(out, members))  # type: ignore[no-untyped-call]
 

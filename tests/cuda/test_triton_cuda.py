@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import json
 import math
 from pathlib import Path
@@ -11,14 +10,13 @@ from typing import Any
 
 import pytest
 import torch
-from musgd_reference import MUON_TRIPLE, aol_ns64, rel_err
+from musgd_reference import MUON_TRIPLE, rel_err
 from replay_common import CaptureFlags, params_and_momentum
 from replay_helpers import REPLAY_FLAG_IDS, REPLAY_FLAGS
 from torch import Tensor
 
 from musgd import MuSGD, orthogonalize
 from musgd import _triton_ns as T
-from musgd._newton_schulz import AOL4_COEFFICIENTS
 
 pytestmark = [
     pytest.mark.cuda,
@@ -60,83 +58,16 @@ def ns64(G: Tensor) -> Tensor:
     return out
 
 
-def yolo_members(name: str, seed: int) -> tuple[list[Tensor], tuple[tuple[int, int], ...]]:
-    """Well-conditioned float32 matrices of the set's shapes, and their ``(rows, cols)`` views."""
-    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+@pytest.mark.parametrize("name", ["yolo26n", "yolo26s", "yolo26m"])
+def test_yolo26_table_in_the_polar_band_and_close_to_the_torch_backend(name: str) -> None:
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
     members, shapes = [], []
     for shape in yolo_matrices(name):
         rows, cols = shape[0], math.prod(shape) // shape[0]
         members.append(well_conditioned(rows, cols, gen).float().reshape(shape))
         shapes.append((rows, cols))
-    return members, tuple(shapes)
-
-
-def aol_table(members: list[Tensor], shapes: tuple[tuple[int, int], ...]) -> list[Tensor]:
-    """The table's bf16 aol4 results of ``members`` (their ``(rows, cols)`` views ``shapes``)."""
     result = T.orthogonalize_table(
-        members,
-        shapes,
-        requested="triton",
-        triples=AOL4_COEFFICIENTS,
-        eps=1e-7,
-        dtype=torch.bfloat16,
-        normalize="aol",
-    )
-    assert result is not None
-    return result[1]
-
-
-@pytest.mark.parametrize("name", ["yolo26n", "yolo26s", "yolo26m"])
-def test_yolo26_aol4_table_is_close_to_float64_and_to_the_torch_backend(name: str) -> None:
-    """The table's aol4 (AOL row sums fused into the first Gram product) against its float64
-    iteration, within the torch backend's bf16 bound (0.04), and within bf16 rounding of the
-    torch backend's aol4, on every YOLO26 matrix shape."""
-    members, shapes = yolo_members(name, seed=4)
-    worst: dict[str, float] = {"triton": 0.0, "torch": 0.0, "gap": 0.0}
-    failed: list[tuple[tuple[int, int], dict[str, float]]] = []
-    for G, O, (rows, cols) in zip(members, aol_table(members, shapes), shapes, strict=True):
-        Q = O.reshape(rows, cols).double() / (0.2 * math.sqrt(max(rows, cols)))
-        G2 = G.reshape(rows, cols)
-        expected = aol_ns64(G2, AOL4_COEFFICIENTS)
-        reference = orthogonalize(G2, coefficients="aol4", steps=4).double()
-        errs = {
-            "triton": rel_err(Q, expected),
-            "torch": rel_err(reference, expected),
-            "gap": rel_err(Q, reference),
-        }
-        worst = {k: max(worst[k], v) for k, v in errs.items()}
-        if not (
-            errs["triton"] < 0.04
-            and errs["triton"] < 1.6 * errs["torch"] + 1e-3
-            and errs["gap"] < 3 * errs["torch"] + 1e-3
-        ):
-            failed.append(((rows, cols), {k: round(v, 4) for k, v in errs.items()}))
-    print(name, worst)
-    assert not failed, (name, worst, failed)
-
-
-def test_aol4_table_with_large_tiles_agrees_with_the_torch_backend() -> None:
-    """Working row counts of ``LARGE_ROWS`` and more take the 128-wide tiles (8 warps, 4
-    stages): aol4 there is as close to its float64 iteration as the torch backend's, within
-    bf16 rounding of it (a wide and a tall matrix, each summing 8 tile columns per row)."""
-    gen = torch.Generator(device=DEVICE).manual_seed(5)
-    shapes = ((1024, 1536), (2048, 1024))
-    members = [well_conditioned(r, c, gen).float() for r, c in shapes]
-    assert T.plan_for(shapes, DEVICE).tiles == T.LARGE_TILES
-    for G, O in zip(members, aol_table(members, shapes), strict=True):
-        Q = O.double() / (0.2 * math.sqrt(max(G.shape)))
-        expected = aol_ns64(G, AOL4_COEFFICIENTS)
-        reference = orthogonalize(G, coefficients="aol4", steps=4).double()
-        torch_err = rel_err(reference, expected)
-        assert rel_err(Q, expected) < 1.6 * torch_err + 1e-3, G.shape
-        assert rel_err(Q, reference) < 3 * torch_err + 1e-3, G.shape
-
-
-@pytest.mark.parametrize("name", ["yolo26n", "yolo26s", "yolo26m"])
-def test_yolo26_table_in_the_polar_band_and_close_to_the_torch_backend(name: str) -> None:
-    members, shapes = yolo_members(name, seed=0)
-    result = T.orthogonalize_table(
-        members, shapes, requested="triton", triples=TRIPLES, eps=1e-7, dtype=torch.bfloat16
+        members, tuple(shapes), requested="triton", triples=TRIPLES, eps=1e-7, dtype=torch.bfloat16
     )
     assert result is not None
     worst: dict[str, float] = {"triton": 0.0, "torch": 0.0, "gap": 0.0}
@@ -160,18 +91,11 @@ def test_yolo26_table_in_the_polar_band_and_close_to_the_torch_backend(name: str
     print(name, worst)
 
 
-@pytest.mark.parametrize("normalize", ["frobenius", "aol"])
-def test_table_is_deterministic_on_cuda(normalize: str) -> None:
+def test_table_is_deterministic_on_cuda() -> None:
     gen = torch.Generator(device=DEVICE).manual_seed(1)
     members = [torch.randn(s, generator=gen, device=DEVICE) for s in ([256, 128, 3, 3], [64, 640])]
     shapes = ((256, 1152), (64, 640))
-    triples = AOL4_COEFFICIENTS if normalize == "aol" else TRIPLES
-    kwargs: dict[str, Any] = {
-        "requested": "triton",
-        "triples": triples,
-        "eps": 1e-7,
-        "normalize": normalize,
-    }
+    kwargs: dict[str, Any] = {"requested": "triton", "triples": TRIPLES, "eps": 1e-7}
     first = T.orthogonalize_table(members, shapes, dtype=torch.bfloat16, **kwargs)
     second = T.orthogonalize_table(members, shapes, dtype=torch.bfloat16, **kwargs)
     assert first is not None
@@ -193,34 +117,14 @@ def _run(name: str, options: dict[str, Any], steps: int = 4) -> tuple[MuSGD, lis
     return opt, [p.detach().clone() for p in params]
 
 
-@pytest.mark.parametrize("schedule", ["quintic", "aol4"])
 @pytest.mark.parametrize(
     "flags",
     REPLAY_FLAGS,
     ids=REPLAY_FLAG_IDS,
 )
-def test_replayed_triton_steps_are_bit_identical_to_eager(
-    flags: CaptureFlags, schedule: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Eager and replayed steps on the table give the same bits, for the quintic and for aol4
-    (its AOL launches recorded in the graph), and the table did run the schedule's
-    normalization."""
-    seen: set[str] = set()
-    run_plan = T.run_plan
-
-    signature = inspect.signature(run_plan)
-
-    def counting(*args: Any, **kwargs: Any) -> Tensor:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        seen.add(bound.arguments["normalize"])
-        return run_plan(*args, **kwargs)
-
-    monkeypatch.setattr(T, "run_plan", counting)
-    options: dict[str, Any] = {"ns_coefficients": schedule}
-    _, eager = _run("yolo26n", options)
-    opt, replayed = _run("yolo26n", {**options, **flags})
-    assert seen == {"aol" if schedule == "aol4" else "frobenius"}
+def test_replayed_triton_steps_are_bit_identical_to_eager(flags: CaptureFlags) -> None:
+    _, eager = _run("yolo26n", {})
+    opt, replayed = _run("yolo26n", dict(flags))
     stats = opt._replay.stats
     assert stats.failures == 0
     assert stats.recordings >= 1
@@ -229,15 +133,14 @@ def test_replayed_triton_steps_are_bit_identical_to_eager(
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("schedule", ["quintic", "aol4"])
-def test_triton_and_torch_backends_agree_on_a_step(schedule: str) -> None:
-    _, triton_params = _run("yolo26n", {"ns_coefficients": schedule}, steps=1)
+def test_triton_and_torch_backends_agree_on_a_step() -> None:
+    _, triton_params = _run("yolo26n", {}, steps=1)
     gen = torch.Generator(device=DEVICE).manual_seed(2)
     data = json.loads((DATA / "yolo26n_shapes.json").read_text())
     shapes = [*data["matrices"][:40], *data["biases"][:10]]
     params = [torch.randn(s, generator=gen, device=DEVICE).requires_grad_() for s in shapes]
     before = [p.detach().clone() for p in params]
-    opt = MuSGD(params, lr=0.02, weight_decay=5e-4, ns_backend="torch", ns_coefficients=schedule)
+    opt = MuSGD(params, lr=0.02, weight_decay=5e-4, ns_backend="torch")
     for p in params:
         p.grad = torch.randn(p.shape, generator=gen, device=DEVICE)
     opt.step()

@@ -101,23 +101,3 @@ def rel_err(actual: Tensor, expected: Tensor) -> float:
     """Relative Frobenius error of ``actual`` against ``expected`` (in float64)."""
     a, e = actual.to(torch.float64), expected.to(torch.float64)
     return float(torch.linalg.vector_norm(a - e) / torch.linalg.vector_norm(e))
-
-
-def aol_start64(G: Tensor, eps: float = NS_EPS) -> Tensor:
-    """The AOL normalization of one matrix in float64, in its wide orientation (rows <= cols):
-    ``D·X`` with ``D = diag(1/sqrt(Σ_j |X·Xᵀ|_ij + eps))`` (Turbo-Muon's preconditioner)."""
-    X = G.to(torch.float64)
-    X = X.T if X.shape[0] > X.shape[1] else X
-    d = torch.rsqrt((X @ X.T).abs().sum(dim=1) + eps)
-    out: Tensor = d[:, None] * X
-    return out
-
-
-def aol_ns64(G: Tensor, triples: Sequence[tuple[float, float, float]]) -> Tensor:
-    """The AOL start, then one quintic iteration per triple, in float64, in ``G``'s orientation."""
-    X = aol_start64(G)
-    for a, b, c in triples:
-        A = X @ X.T
-        X = a * X + (b * A + c * (A @ A)) @ X
-    out: Tensor = X.T if G.shape[0] > G.shape[1] else X
-    return out

@@ -11,15 +11,13 @@ import io
 import math
 import os
 import warnings
-from dataclasses import replace as dataclass_replace
 from typing import Any
 
 import pytest
 import torch
-from musgd_reference import MUON_TRIPLE, aol_ns64, aol_start64, ns64, quintic, rel_err
+from musgd_reference import MUON_TRIPLE, ns64, rel_err
 from replay_common import params_and_momentum
 from test_newton_schulz import BAND, well_conditioned
-from test_ns_schedules import ROUNDOFF
 from torch import Tensor
 
 if importlib.util.find_spec("triton") is None:
@@ -29,12 +27,9 @@ if importlib.util.find_spec("triton") is None:
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from musgd import MuSGD, NSConfig, orthogonalize
+from musgd import MuSGD, orthogonalize
 from musgd import _triton_ns as T
-from musgd._functional import NSSettings, _table_may_run
-from musgd._newton_schulz import AOL4_COEFFICIENTS
 from musgd._optimizer import group_structure
-from musgd.ultralytics import UltralyticsMuSGD
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 # Wide, tall (transposed by strides), tiny, several tiles (> 64 rows) and a 1-row-tile remainder.
@@ -54,19 +49,10 @@ def scale(rows: int, cols: int) -> float:
     return 0.2 * math.sqrt(max(rows, cols))
 
 
-def table(
-    members: list[Tensor], dtype: torch.dtype = torch.bfloat16, normalize: str = "frobenius"
-) -> list[Tensor]:
-    """The table's results of ``members``: the quintic, or aol4 with ``normalize="aol"``."""
+def table(members: list[Tensor], dtype: torch.dtype = torch.bfloat16) -> list[Tensor]:
     shapes = tuple((m.shape[0], m.numel() // m.shape[0]) for m in members)
     result = T.orthogonalize_table(
-        members,
-        shapes,
-        requested="triton",
-        triples=AOL4_COEFFICIENTS if normalize == "aol" else TRIPLES,
-        eps=1e-7,
-        dtype=dtype,
-        normalize=normalize,
+        members, shapes, requested="triton", triples=TRIPLES, eps=1e-7, dtype=dtype
     )
     assert result is not None, "the Triton backend must apply here"
     return result[1]
@@ -172,11 +158,11 @@ def test_plan_covers_one_triangle_of_each_gram_and_every_update_tile() -> None:
     assert plan.rect_tiles[6:].tolist() == [[1, 0, j] for j in range(4)]
 
 
-def _steps(backend: str, ns_dtype: torch.dtype = torch.bfloat16, **options: Any) -> list[Tensor]:
+def _steps(backend: str, ns_dtype: torch.dtype = torch.bfloat16) -> list[Tensor]:
     gen = torch.Generator().manual_seed(0)
     shapes = [(8, 3, 3, 3), (16, 8), (24, 4), (16,), (6, 6), (6, 6)]
     params = [torch.randn(s, generator=gen).to(DEVICE).requires_grad_() for s in shapes]
-    opt = MuSGD(params, lr=0.1, weight_decay=0.01, ns_backend=backend, ns_dtype=ns_dtype, **options)
+    opt = MuSGD(params, lr=0.1, weight_decay=0.01, ns_backend=backend, ns_dtype=ns_dtype)
     for _ in range(3):
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen).to(DEVICE)
@@ -269,9 +255,11 @@ def test_packed_steps_resume_from_a_checkpoint_bit_for_bit() -> None:
     assert all(torch.isfinite(p).all() for p in opt.param_groups[0]["params"])
 
 
-def _flavour_steps(backend: str, **options: Any) -> list[Tensor]:
+def _flavour_steps(backend: str) -> list[Tensor]:
     """Three steps of the Ultralytics flavour: a conv kernel, a tall matrix (Muon scale
     sqrt(24/4)) and a wide one in a ``use_muon`` group, with decay; vectors in an SGD group."""
+    from musgd.ultralytics import UltralyticsMuSGD
+
     gen = torch.Generator().manual_seed(0)
     shapes = [(8, 3, 3, 3), (24, 4), (16, 40), (16,)]
     params = [torch.randn(s, generator=gen).to(DEVICE).requires_grad_() for s in shapes]
@@ -283,7 +271,6 @@ def _flavour_steps(backend: str, **options: Any) -> list[Tensor]:
         muon=0.2,
         sgd=1.0,
         ns_backend=backend,
-        **options,
     )
     for _ in range(3):
         for p in params:
@@ -361,18 +348,16 @@ def test_auto_with_float32_runs_the_torch_backend_without_a_warning() -> None:
         assert torch.equal(a, b)
 
 
-def _norm_case(
-    monkeypatch: pytest.MonkeyPatch, block: int, reduce: int, normalize: str = "frobenius"
-) -> list[Tensor]:
+def _norm_case(monkeypatch: pytest.MonkeyPatch, block: int, reduce: int) -> list[Tensor]:
     """The table of three small matrices with ``block``-wide tiles, summing each matrix's tile
-    partials ``reduce`` at a time (a fresh plan), normalized as ``normalize`` says."""
+    partials ``reduce`` at a time (a fresh plan)."""
     tiles = T.TileConfig(block=block, block_k=16, num_warps=4, num_stages=1)
     monkeypatch.setattr(T, "SMALL_TILES", tiles)
     monkeypatch.setattr(T, "NORMALIZE_REDUCE", reduce)
     monkeypatch.setattr(T, "_PLANS", {})
     gen = torch.Generator().manual_seed(3)
     shapes = ((48, 40), (20, 36), (90, 12))
-    return table([torch.randn(s, generator=gen).to(DEVICE) for s in shapes], normalize=normalize)
+    return table([torch.randn(s, generator=gen).to(DEVICE) for s in shapes])
 
 
 def test_normalization_split_over_several_programs_agrees_with_one_program(
@@ -515,151 +500,3 @@ def test_a_plan_needed_inside_a_capture_raises_a_clear_error(
     monkeypatch.setattr(T, "MAX_PLANS", 8)
     with pytest.raises(T.PlanUnavailableError, match="run one step before capturing"):
         T.plan_for(((2, 8),), cuda)
-
-
-# --- the AOL normalization on the table (aol4, WP-023) -----------------------------------------
-
-# SHAPES and a square one: wide, tall, square, tiny, several tiles and a 1-row-tile remainder.
-AOL_SHAPES = (*SHAPES, (32, 32))
-
-
-def aol_inputs(seed: int) -> list[Tensor]:
-    return [
-        well_conditioned(r, c, seed=seed + i).to(torch.float32).to(DEVICE)
-        for i, (r, c) in enumerate(AOL_SHAPES)
-    ]
-
-
-def aol64(G: Tensor) -> Tensor:
-    return aol_ns64(G.cpu(), AOL4_COEFFICIENTS)
-
-
-# aol4's relative Frobenius error against its float64 iteration. Compiled kernels round to
-# nearest: the torch backend's bounds (RTOL). The interpreter's casts to bf16 truncate (see
-# ERR_RATIO): there the table's bf16 error measured 0.013-0.038 over AOL_SHAPES and seeds 1, 7,
-# 21 (the torch backend's 0.012-0.038), so its bound is 0.05; fp16 measured 0.0013-0.0028.
-AOL_RTOL = {torch.bfloat16: 0.05 if T.interpreting() else 0.04, torch.float16: 0.005}
-# The table's error over the torch backend's, per matrix: measured 0.66-2.49 in the interpreter
-# (its truncating casts, above), 1.03-1.97 without the 40x24 at seed 1.
-AOL_ERR_RATIO = 3.0 if T.interpreting() else 1.6
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_aol4_table_matches_the_float64_iteration_and_the_schedule_map(
-    dtype: torch.dtype,
-) -> None:
-    """Each result is ``scale·aol4(G)`` within the working dtype's round-off, and the polar
-    factor of AOL's start matrix up to the schedule's scalar map, within the bounds the torch
-    backend's aol4 is held to (tests/musgd/test_ns_schedules.py, ROUNDOFF, bf16 "well")."""
-    tol, off_tol = ROUNDOFF[(torch.bfloat16, "well")]
-    members = aol_inputs(seed=1)
-    for G, O in zip(members, table(members, dtype, normalize="aol"), strict=True):
-        r, c = G.shape
-        assert (O.shape, O.dtype) == (G.shape, G.dtype)
-        Q = O.double().cpu() / scale(r, c)
-        assert rel_err(Q, aol64(G)) < AOL_RTOL[dtype], (r, c)
-        U, S, Vh = torch.linalg.svd(aol_start64(G.cpu()), full_matrices=False)
-        wide = Q.T if r > c else Q
-        core = U.T @ wide @ Vh.T
-        off = core - torch.diag(torch.diagonal(core))
-        assert float(torch.linalg.matrix_norm(off)) <= off_tol * float(
-            torch.linalg.matrix_norm(core)
-        ), (r, c)
-        predicted = quintic(S, AOL4_COEFFICIENTS).sort(descending=True).values
-        assert float((torch.linalg.svdvals(wide) - predicted).abs().max()) <= tol, (r, c)
-
-
-def test_aol4_table_agrees_with_the_torch_backend_within_bf16_rounding() -> None:
-    members = aol_inputs(seed=7)
-    for G, O in zip(members, table(members, normalize="aol"), strict=True):
-        r, c = G.shape
-        reference = orthogonalize(G, coefficients="aol4", steps=4).double().cpu()
-        expected = aol64(G)
-        torch_err = rel_err(reference, expected)
-        triton_err = rel_err(O.double().cpu() / scale(r, c), expected)
-        gap = rel_err(O.double().cpu() / scale(r, c), reference)
-        assert triton_err < AOL_ERR_RATIO * torch_err, (r, c)
-        assert gap < 3 * torch_err, (r, c)
-
-
-def test_aol_table_is_deterministic_zero_safe_and_leaves_inputs_unchanged() -> None:
-    members = [*aol_inputs(seed=3), torch.zeros(6, 10, device=DEVICE)]
-    before = [m.clone() for m in members]
-    first, second = table(members, normalize="aol"), table(members, normalize="aol")
-    for a, b in zip(first, second, strict=True):
-        assert torch.equal(a, b)
-    for m, b in zip(members, before, strict=True):
-        assert torch.equal(m, b)
-    assert torch.equal(first[-1], torch.zeros_like(first[-1]))  # a zero matrix: zero, not NaN
-    # Not the Frobenius table's result: the normalization really changed.
-    assert not torch.allclose(first[0], table(members[:1])[0], atol=1e-2)
-
-
-def test_aol_row_sums_over_many_tiles_agree_with_one_tile(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """AOL's row sums of ``|X·Xᵀ|`` from one 64-wide tile per matrix, or added over up to three
-    16-wide tile columns (each written by its own Gram program, mirrored ones included), are
-    the same up to float32 summation order; and both are aol4 of each matrix."""
-    shapes = ((48, 40), (20, 36), (90, 12))
-    one = _norm_case(monkeypatch, 64, T.NORMALIZE_REDUCE, "aol")
-    several = _norm_case(monkeypatch, 16, T.NORMALIZE_REDUCE, "aol")
-    # Working extents 40x48, 20x36 and 12x90: 3, 2 and 1 tile rows of 16.
-    assert T.plan_for(shapes, DEVICE).problems[:, 8].tolist() == [48, 32, 16]
-    gen = torch.Generator().manual_seed(3)
-    for s, a, b in zip(shapes, one, several, strict=True):
-        G = torch.randn(s, generator=gen)
-        torch.testing.assert_close(a, b, atol=1e-2, rtol=0)
-        assert rel_err(b.double().cpu() / scale(*s), aol64(G)) < AOL_RTOL[torch.bfloat16], s
-
-
-def test_run_plan_refuses_an_unknown_normalization() -> None:
-    plan = T.plan_for(((4, 8),), DEVICE)
-    with pytest.raises(ValueError, match="normalizes by one of 'frobenius', 'aol', got 'spectral'"):
-        T.run_plan(
-            plan,
-            torch.zeros(32, device=DEVICE),
-            TRIPLES,
-            1e-7,
-            torch.bfloat16,
-            normalize="spectral",
-        )
-
-
-def test_the_table_admits_both_normalizations() -> None:
-    for normalize in ("frobenius", "aol"):
-        ns = NSSettings(4, AOL4_COEFFICIENTS, 1e-7, torch.bfloat16, "triton", normalize)
-        assert _table_may_run(ns, torch.device("cpu"))
-        assert _table_may_run(dataclass_replace(ns, backend="auto"), torch.device("cuda"))
-        assert not _table_may_run(dataclass_replace(ns, backend="auto"), torch.device("cpu"))
-        assert not _table_may_run(dataclass_replace(ns, backend="torch"), torch.device("cuda"))
-
-
-@pytest.mark.parametrize("flavour", ["MuSGD", "UltralyticsMuSGD"])
-def test_aol4_steps_run_the_table_and_agree_with_the_torch_backend(
-    flavour: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``ns_backend="triton"`` with aol4 runs the table (its AOL launches, no fallback warning)
-    in both flavours, and three steps agree with the torch backend's, whose CPU stacks are
-    padded and mix orientations (tall matrices transposed into wide stacks)."""
-    seen: list[str] = []
-    run_plan = T.run_plan
-
-    def counting(*args: Any, **kwargs: Any) -> Tensor:
-        seen.append(kwargs.get("normalize", args[8] if len(args) > 8 else "frobenius"))
-        return run_plan(*args, **kwargs)
-
-    def steps(backend: str) -> list[Tensor]:
-        if flavour == "MuSGD":
-            return _steps(backend, ns_coefficients="aol4")
-        return _flavour_steps(backend, ns=NSConfig(coefficients="aol4", backend=backend))
-
-    monkeypatch.setattr(T, "run_plan", counting)
-    T._WARNED.clear()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        on_table = steps("triton")
-    assert seen == ["aol"] * 3
-    for a, b in zip(on_table, steps("torch"), strict=True):
-        torch.testing.assert_close(a, b, atol=5e-3, rtol=0)
-    assert len(seen) == 3  # the torch backend ran no table

@@ -170,7 +170,6 @@ class NSOnlyStep:
                     triples=ns.coefficients,
                     eps=ns.eps,
                     dtype=ns.dtype,
-                    normalize=ns.normalize,
                 )
             )
         self.backends = tuple(backends)
