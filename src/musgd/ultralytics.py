@@ -162,7 +162,7 @@ def musgd_trainer(
     capture_network: bool = False,
     ns: NSConfig | None = None,
     skip_nonfinite: bool = False,
-    channels_last: bool | None = None,
+    channels_last: bool = False,
     compile_network: bool = False,
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
@@ -187,13 +187,13 @@ def musgd_trainer(
     multi-process (DDP) run keeps the eager network (``musgd_network`` is None, and
     ``musgd_network_reason`` says why).
 
-    ``channels_last`` (default None: on where the model trains on CUDA) puts the model, its
-    EMA and every training batch in channels-last memory at the first batch (the gradients, the
-    momentum buffers and the checkpoints' tensors follow; the optimizer orthogonalizes the same
-    rows x (in*kh*kw) matrices): cuDNN's NHWC kernels, 1.6-1.8x less GPU work for YOLO26
-    (results differ from NCHW's at rounding, as two convolution algorithms do). False keeps
-    NCHW; a multi-process (DDP) run keeps the layout it has, saying why in
-    ``musgd_layout_reason``.
+    ``channels_last`` (off by default) puts the model, its EMA and every training batch in
+    channels-last memory at the first batch (the gradients, the momentum buffers and the
+    checkpoints' tensors follow; the optimizer orthogonalizes the same rows x (in*kh*kw)
+    matrices), so that cuDNN runs its NHWC kernels. Results differ from NCHW's at rounding, as
+    two convolution algorithms do, and with the captured network it measured no faster on the
+    H200 (yolo26m b16: WP-025), hence opt-in. A multi-process (DDP) run keeps the layout it
+    has, saying why in ``musgd_layout_reason``.
 
     ``compile_network`` (off by default: minutes of compilation at start-up) runs the training
     forward and backward as Inductor's kernels (:func:`musgd._network_capture.compiled_predict`),
@@ -245,14 +245,10 @@ def musgd_trainer(
         ("capture_network", capture_network),
         ("skip_nonfinite", skip_nonfinite),
     )
-    for flag, value in (*flags, ("compile_network", compile_network)):
+    more = (("channels_last", channels_last), ("compile_network", compile_network))
+    for flag, value in (*flags, *more):
         if not isinstance(value, bool):
             raise ValueError(f"musgd_trainer: {flag} must be True or False, got {value!r}")
-    if channels_last is not None and not isinstance(channels_last, bool):
-        raise ValueError(
-            "musgd_trainer: channels_last must be True, False or None (None: on where the model "
-            f"trains on CUDA), got {channels_last!r}"
-        )
     options: dict[str, Any] = {
         "capture_orthogonalization": capture_orthogonalization,
         "capture_updates": capture_updates,
@@ -294,7 +290,7 @@ def musgd_trainer(
         },
         # Until the first batch sets them: NCHW, and why (None: not decided yet).
         "musgd_channels_last": False,
-        "musgd_layout_reason": "channels_last=False" if channels_last is False else None,
+        "musgd_layout_reason": None if channels_last else "channels_last=False",
         "__module__": __name__,
         "__doc__": f"{base.__name__} training with UltralyticsMuSGD (replay flags on).",
     }
@@ -309,7 +305,7 @@ def musgd_trainer(
             "(parameters and momentum buffers), not the EMA, and the scaler keeps its host read",
             base.__name__,
         )
-    if capture_network or compile_network or channels_last is not False:
+    if capture_network or compile_network or channels_last:
         namespace["preprocess_batch"] = _preprocess_batch
     # The default's name is the one this module exports: Ultralytics' DDP launch pickles the
     # trainer class with cloudpickle, which writes that class by reference (module and name) and
@@ -346,18 +342,17 @@ def _distributed() -> bool:
 
 
 def _set_layout(self: Any) -> tuple[bool, str | None]:
-    """Put the model and its EMA in channels-last memory where ``channels_last`` asks for it
-    (None: where the model is on CUDA); whether it did, and why not where it did not."""
-    wanted = type(self).musgd_options.get("channels_last")
+    """Put the model and its EMA in channels-last memory where ``channels_last`` asks for it;
+    whether it did, and why not where it did not."""
     model = self.model
-    if wanted is False:
+    if not type(self).musgd_options.get("channels_last", False):
         return False, "channels_last=False"
     if _distributed():
         return False, "distributed: the model keeps the layout its DDP buckets were made for"
-    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
-    if wanted is None and not (params and params[0].device.type == "cuda"):
-        return False, "channels_last=None: the model is not on CUDA"
-    model.to(memory_format=torch.channels_last)  # in place: the optimizer's parameters stay
+    if not isinstance(model, torch.nn.Module):
+        return False, f"the model is a {type(model).__name__}, not a torch module"
+    # In place: the optimizer's parameters stay (torch's annotations lack this overload).
+    model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     ema = getattr(self, "ema", None)
     if ema is not None and isinstance(getattr(ema, "ema", None), torch.nn.Module):
         ema.ema.to(memory_format=torch.channels_last)
@@ -585,9 +580,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"{key}= takes true or false, got {value!r}")
         layout = kwargs.pop("channels_last", None)
         if layout is not None and not isinstance(layout, bool):
-            raise ValueError(
-                f"channels_last= takes true or false (left out: on for CUDA), got {layout!r}"
-            )
+            raise ValueError(f"channels_last= takes true or false, got {layout!r}")
         ns = pop_command_line(kwargs)  # ns_steps=3 ns_coefficients=quintic ...
         model_given = any(a.partition("=")[0] == "model" for a in args)
         task, task_model = _task_of(kwargs.pop("task", None), model_given)

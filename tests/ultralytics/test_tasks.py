@@ -4,13 +4,16 @@ on the task's synthetic data, 1 epoch of a few 64-px images on CPU, checkpoints 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
+from musgd._network_capture import flatten
 from musgd.bench import _ul_plan
 from musgd.bench._cli import main as bench_main
 from musgd.bench._ul_runs import train_kwargs
@@ -48,7 +51,7 @@ def test_each_task_trains_with_ours_and_saves_checkpoints(tmp_path: Path, task: 
     model = YOLO(TASK_TRAINERS[task][2])
     assert model.task == task
     model.train(
-        trainer=musgd_trainer(base, capture_network=True),
+        trainer=musgd_trainer(base, capture_network=True, channels_last=True),
         **_train_args(dataset.data, tmp_path, task),
     )
     trainer = model.trainer
@@ -63,6 +66,19 @@ def test_each_task_trains_with_ours_and_saves_checkpoints(tmp_path: Path, task: 
     assert dict(capture.stats.fallbacks) == {"device:cpu": 2}  # 8 images at batch 4
     weights = Path(trainer.save_dir) / "weights"
     assert (weights / "last.pt").is_file()
+    # Trained channels-last, and its checkpoint loads into the stock YOLO as it is: the network
+    # gives what its NCHW copy gives.
+    assert trainer.musgd_channels_last is True
+    conv = next(p for p in trainer.model.parameters() if p.dim() == 4)
+    assert conv.is_contiguous(memory_format=torch.channels_last)
+    stock = YOLO(weights / "last.pt").model.float().eval()
+    nchw = copy.deepcopy(stock).to(memory_format=torch.contiguous_format)
+    img = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        got, want = flatten(stock(img))[0], flatten(nchw(img))[0]
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_the_command_line_trains_a_task_named_by_task(tmp_path: Path) -> None:

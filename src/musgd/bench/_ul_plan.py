@@ -21,7 +21,7 @@ from musgd.bench._ul_design import DATA_BOUND_SHARE, round_order
 from musgd.ultralytics import TASK_TRAINERS, TASKS
 
 # --ours-channels-last: its values and the musgd_trainer(channels_last=...) each gives.
-LAYOUT_CHOICES: dict[str, bool | None] = {"auto": None, "true": True, "false": False}
+LAYOUT_CHOICES: dict[str, bool] = {"false": False, "true": True}
 
 __all__ = [
     "LAYOUT_CHOICES",
@@ -171,8 +171,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ours-channels-last",
         choices=tuple(LAYOUT_CHOICES),
-        default="auto",
-        help="our arm's channels_last (auto: the trainer's default, channels-last on CUDA)",
+        default="false",
+        help="our arm's channels_last (the model, EMA and batches in channels-last memory)",
     )
     parser.add_argument(
         "--ours-compile",

@@ -116,7 +116,7 @@ def test_the_phases_and_syncs_parts_run_each_arm_once_per_batch(
         assert result["ours"] == {
             "capture_network": False,
             "skip_nonfinite": True,
-            "channels_last": None,
+            "channels_last": False,
             "compile_network": False,
         }
         assert "median 3 (min 3, max 4)" in lines[0]
@@ -135,4 +135,4 @@ def test_our_options_reach_a_child_process_as_they_were_given() -> None:
     }
     child = _args("--quick", *_ul_runs.ours_argv(args))
     assert _ul_runs.ours_options(child) == options
-    assert _ul_runs.ours_options(_args("--quick"))["channels_last"] is None
+    assert _ul_runs.ours_options(_args("--quick"))["channels_last"] is False
