@@ -178,7 +178,10 @@ class _StreamPool(threading.local):
     ends (32 MiB each on an H200). Streams owned by each recorder would hold one more set of
     workspaces for every optimizer a process creates; shared, a thread holds one side stream and
     one set of lanes per device. Per thread, because two threads recording at once must not
-    capture on the same stream.
+    capture on the same stream. PyTorch hands ``torch.cuda.Stream()`` out of a fixed pool per
+    device and priority, round robin, so once a process has made more streams than that pool
+    holds, another thread's stream objects may share a CUDA stream with these (seen on the
+    H200 after a full CUDA test session): recording from two threads at once is not supported.
     """
 
     def __init__(self) -> None:
