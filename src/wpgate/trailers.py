@@ -107,12 +107,12 @@ def _patterns(separators: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 
 # The records below are made once per commit of a history (and a trailer per trailer line):
-# their initialisers set each slot with one bound call instead of the generated __init__'s
-# attribute lookup per field. They stay frozen: assignment still raises.
-_set = object.__setattr__
+# their initialisers fill the instance dictionary with one update, as wpgate._model.Finding's
+# does, instead of one object.__setattr__ call per field (a slotted record's only way, which
+# cost a Message twice as many instructions). They stay frozen: assignment still raises.
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, init=False)
 class Trailer:
     """One trailer: its key as written, its unfolded value and its 1-based line."""
 
@@ -121,9 +121,7 @@ class Trailer:
     line: int
 
     def __init__(self, key: str, value: str, line: int) -> None:
-        _set(self, "key", key)
-        _set(self, "value", value)
-        _set(self, "line", line)
+        self.__dict__.update(key=key, value=value, line=line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +136,7 @@ class DecodedText:
     nul_line: int | None = None
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, init=False)
 class Message:
     """A parsed commit message.
 
@@ -169,14 +167,16 @@ class Message:
         nul_line: int | None = None,
         by_key: Mapping[str, tuple[Trailer, ...]] | None = None,
     ) -> None:
-        _set(self, "subject", subject)
-        _set(self, "subject_line", subject_line)
-        _set(self, "lines", lines)
-        _set(self, "trailers", trailers)
-        _set(self, "comment_char", comment_char)
-        _set(self, "encoding_error_line", encoding_error_line)
-        _set(self, "nul_line", nul_line)
-        _set(self, "by_key", {} if by_key is None else by_key)
+        self.__dict__.update(
+            subject=subject,
+            subject_line=subject_line,
+            lines=lines,
+            trailers=trailers,
+            comment_char=comment_char,
+            encoding_error_line=encoding_error_line,
+            nul_line=nul_line,
+            by_key={} if by_key is None else by_key,
+        )
 
     def text_lines(self) -> Iterator[tuple[int, str]]:
         """The message's own lines with their 1-based numbers, comment lines left out."""
