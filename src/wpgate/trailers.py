@@ -458,21 +458,17 @@ def _parse_plain(
     ):
         return None
     lines = core.split("\n")
-    size = paragraph.count("\n") + 1
+    size, block = _plain_block(paragraph)
     first = len(lines) - size
-    pairs = _TRAILER_LINES.findall(paragraph)
-    if len(pairs) == size:  # the usual case: every line of the last paragraph is a trailer
+    if block is not None:  # the usual case: every line of the last paragraph is a trailer
         # One loop in this frame (a comprehension is a call of its own in Python 3.11) makes
         # the trailers and their index by folded key; a key seen twice re-indexes them all.
         found: list[Trailer] = []
         by_key: dict[str, tuple[Trailer, ...]] = {}
-        number = first
-        for key, value in pairs:
-            number += 1
-            if not value.startswith(_URL):
-                trailer = Trailer(key, value.strip(_GIT_SPACE), number)
-                found.append(trailer)
-                by_key[key.lower()] = (trailer,)
+        for offset, key, value, folded in block:
+            trailer = Trailer(key, value, first + offset)
+            found.append(trailer)
+            by_key[folded] = (trailer,)
         trailers = tuple(found)
         if len(by_key) != len(trailers):
             by_key = _index(trailers)
@@ -489,6 +485,32 @@ def _parse_plain(
         None,
         by_key,
     )
+
+
+#: A history repeats its last paragraphs (runc's 4,879 come in 806 kinds, a sign-off by the same
+#: person above all), so each distinct one is matched once per run (:func:`_plain_block`).
+_PARAGRAPH_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=_PARAGRAPH_CACHE)
+def _plain_block(
+    paragraph: str,
+) -> tuple[int, tuple[tuple[int, str, str, str], ...] | None]:
+    """The number of lines of a last paragraph (no CR, comment or whitespace-led line in it),
+    and, when every line is a trailer line, its trailers as ``(line within the paragraph, key,
+    value, folded key)`` in order, URL values left out; None when some line is not one."""
+    size = paragraph.count("\n") + 1
+    pairs = _TRAILER_LINES.findall(paragraph)
+    if len(pairs) != size:
+        return size, None
+    block = tuple(
+        [
+            (offset, key, value.strip(_GIT_SPACE), key.lower())
+            for offset, (key, value) in enumerate(pairs, 1)
+            if not value.startswith(_URL)
+        ]
+    )
+    return size, block
 
 
 def _mixed_block(block: list[str], first: int) -> tuple[Trailer, ...]:
