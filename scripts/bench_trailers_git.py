@@ -52,6 +52,7 @@ SOURCES = (
     "src/wpgate/_output.py",
     "src/wpgate/_docs.py",
     "src/wpgate/options.py",
+    "src/wpgate/references.py",
     "scripts/bench_trailers_git.py",
 )
 # The format wpgate's reader asks git for (wpgate._git._FORMAT).

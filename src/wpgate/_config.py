@@ -16,15 +16,18 @@ Layout::
     types = ["feat", "fix"]
 
 Every table and key is checked when the file is loaded, each linter's table parsed into its
-options record (:data:`RECORDS`): an unknown table or key, or a value of the wrong type, is a
+options record (:func:`records`): an unknown table or key, or a value of the wrong type, is a
 :class:`ConfigError` that names the key and the expected type; the CLI turns it into exit
-status 2. The records' fields declare the linters' keys; :data:`SETTINGS` (which the adopter's
+status 2. The records' fields declare the linters' keys; :func:`settings` (which the adopter's
 guide publishes) is derived from them and from the two settings no record holds, declared here
-where they are read: ``history_start`` and the rule switches.
+where they are read: ``history_start`` and the rule switches. Both are made when first asked
+for (a file with a table to check, the reference): a run without a configuration file makes
+neither, nor the docs linters' records (:mod:`wpgate.docs_options`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -37,17 +40,13 @@ from wpgate._model import RULES
 from wpgate.errors import InvocationError
 from wpgate.options import (
     SEVERITIES,
-    ChangelogOptions,
     ConfigError,
     DocsLayout,
-    EvidenceOptions,
     GateOptions,
     LinterOptions,
     OutputOptions,
-    ProvenanceOptions,
     Setting,
     TrailerOptions,
-    WorkPackageOptions,
     converted,
     shown,
 )
@@ -58,15 +57,15 @@ _V = TypeVar("_V")
 
 __all__ = [
     "CONFIG_FILES",
-    "RECORDS",
-    "SCHEMA",
-    "SETTINGS",
     "SEVERITIES",
     "Config",
     "ConfigError",
     "Setting",
     "find_config",
     "load_config",
+    "records",
+    "schema",
+    "settings",
     "unknown_history_start",
 ]
 
@@ -225,15 +224,19 @@ def _rule_switches(raw: Any) -> tuple[dict[str, bool], frozenset[str]]:
 def _parse(table: Mapping[str, Any]) -> dict[type[LinterOptions], LinterOptions]:
     """Every table and key of ``[tool.wpgate]`` known and of its kind; each linter's table
     parsed into its record (the rule switches are read by :func:`_rule_switches`)."""
-    top = SCHEMA[""]
-    records: dict[type[LinterOptions], LinterOptions] = {}
+    parsed: dict[type[LinterOptions], LinterOptions] = {}
+    if not table:
+        return parsed  # no file, or an empty table: nothing to check
+    known = schema()
+    top = known[""]
+    record_of = {record.TABLE: record for record in records()}
     for key, value in table.items():
         where = f"tool.wpgate.{key}"
         if key in top:
             converted(where, top[key].kind, value)
             continue
-        if key not in SCHEMA:
-            tables = ", ".join(f"[tool.wpgate.{name}]" for name in SCHEMA if name)
+        if key not in known:
+            tables = ", ".join(f"[tool.wpgate.{name}]" for name in known if name)
             raise ConfigError(
                 where,
                 f"is not a known setting or table; the tables are {tables} and the top-level "
@@ -241,10 +244,10 @@ def _parse(table: Mapping[str, Any]) -> dict[type[LinterOptions], LinterOptions]
             )
         if not isinstance(value, Mapping):
             raise ConfigError(where, f"must be a table ([tool.wpgate.{key}]), not {shown(value)}")
-        record = _RECORD_OF.get(key)
+        record = record_of.get(key)
         if record is not None:
-            records[record] = record.parse(value)
-    return records
+            parsed[record] = record.parse(value)
+    return parsed
 
 
 def _import_rules() -> None:
@@ -417,19 +420,29 @@ def _load(root: Path, table: Mapping[str, Any]) -> Config:
 
 # --------------------------------------------------------------------------- documented keys
 
-#: The linters' option records, in the order the reference lists their tables; their fields
-#: are the declaration of every key of those tables.
-RECORDS: tuple[type[LinterOptions], ...] = (
-    TrailerOptions,
-    GateOptions,
-    DocsLayout,
-    ProvenanceOptions,
-    WorkPackageOptions,
-    EvidenceOptions,
-    ChangelogOptions,
-    OutputOptions,
-)
-_RECORD_OF: Mapping[str, type[LinterOptions]] = MappingProxyType({r.TABLE: r for r in RECORDS})
+
+@functools.cache
+def records() -> tuple[type[LinterOptions], ...]:
+    """The linters' option records, in the order the reference lists their tables; their fields
+    are the declaration of every key of those tables."""
+    from wpgate.docs_options import (
+        ChangelogOptions,
+        EvidenceOptions,
+        ProvenanceOptions,
+        WorkPackageOptions,
+    )
+
+    return (
+        TrailerOptions,
+        GateOptions,
+        DocsLayout,
+        ProvenanceOptions,
+        WorkPackageOptions,
+        EvidenceOptions,
+        ChangelogOptions,
+        OutputOptions,
+    )
+
 
 #: The settings no record holds, declared where :func:`load_config` reads them.
 _UNRECORDED: tuple[Setting, ...] = (
@@ -450,22 +463,21 @@ _UNRECORDED: tuple[Setting, ...] = (
     ),
 )
 
-#: Every key of ``[tool.wpgate]``, as the adopter's guide publishes it
-#: (``wpgate.site._config_reference``): derived, never declared a second time.
-SETTINGS: tuple[Setting, ...] = _UNRECORDED + tuple(
-    setting for record in RECORDS for setting in record.settings()
-)
+
+@functools.cache
+def settings() -> tuple[Setting, ...]:
+    """Every key of ``[tool.wpgate]``, as the adopter's guide publishes it
+    (``wpgate.site._config_reference``): derived, never declared a second time."""
+    return _UNRECORDED + tuple(setting for record in records() for setting in record.settings())
 
 
-def _schema(settings: Iterable[Setting]) -> Mapping[str, Mapping[str, Setting]]:
-    """Each table of ``[tool.wpgate]`` and its keys; ``rules`` is free-form (ids and names)."""
+@functools.cache
+def schema() -> Mapping[str, Mapping[str, Setting]]:
+    """:func:`settings` by table and key, as :func:`load_config` validates against it; each
+    table of ``[tool.wpgate]`` and its keys (``rules`` is free-form: ids and names)."""
     tables: dict[str, dict[str, Setting]] = {}
-    for setting in settings:
+    for setting in settings():
         members = tables.setdefault(setting.table, {})
         if setting.kind != "rule":
             members[setting.key] = setting
     return MappingProxyType({name: MappingProxyType(keys) for name, keys in tables.items()})
-
-
-#: :data:`SETTINGS` by table and key, as :func:`load_config` validates against it.
-SCHEMA: Mapping[str, Mapping[str, Setting]] = _schema(SETTINGS)

@@ -31,14 +31,13 @@ from wpgate._documents import glob_pages, load_shared, read_text
 from wpgate._git import first_citing_commits, is_work_tree, require_full_history
 from wpgate._model import Finding, Options, Rule, Subject, switched_on
 from wpgate._output import LinterRun, Summary
-from wpgate.options import (
+from wpgate.docs_options import (
     ChangelogOptions,
-    DocsLayout,
     EvidenceOptions,
-    GateOptions,
     ProvenanceOptions,
     WorkPackageOptions,
 )
+from wpgate.options import DocsLayout, GateOptions
 from wpgate.parsers.front_matter import parse_front_matter
 from wpgate.parsers.markdown import MarkdownPage, MarkdownPages
 from wpgate.parsers.work_packages import (

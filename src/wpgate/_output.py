@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 from urllib.parse import quote
 
@@ -91,11 +92,15 @@ def _github(finding: Finding) -> str:
     return f"::{finding.severity} {','.join(props)}::{_escape_data(finding.message)}"
 
 
+_SEVERITY = attrgetter("severity")
+
+
 def _totals(findings: list[Finding], summaries: list[Summary]) -> str:
     """The closing line of a text or github report."""
     parts = [s.describe() for s in summaries]
     verdict = f"{len(findings)} finding{'s' if len(findings) != 1 else ''}"
-    warned = sum(1 for f in findings if f.severity == "warning")
+    # One pass in C over a history's findings (tens of thousands), not a generator's.
+    warned = list(map(_SEVERITY, findings)).count("warning")
     if warned:
         verdict += f" ({warned} warning{'s' if warned != 1 else ''}, not failing)"
     return "; ".join([*parts, verdict])

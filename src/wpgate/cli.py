@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from itertools import chain
 from pathlib import Path
 from typing import NoReturn
 
@@ -37,7 +38,7 @@ Linter = Callable[[Config], LinterRun]
 
 def _emit(runs: Sequence[LinterRun], fmt: str, config: Config | None = None) -> int:
     """Print the report of ``runs``; the exit status for their findings (warnings never fail)."""
-    findings = [f for run in runs for f in run.findings]
+    findings = list(chain.from_iterable(run.findings for run in runs))
     if config is not None and config.warnings:
         findings = [with_severity(f, config.severity(f.rule_id)) for f in findings]
     if config is not None and config.respells:

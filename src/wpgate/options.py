@@ -1,16 +1,18 @@
 """Each linter's options: one frozen record per ``[tool.wpgate.<table>]``, built once per run.
 
 The records are the declaration of the keys: each field of :class:`DocsLayout` (``docs``),
-:class:`ProvenanceOptions`, :class:`WorkPackageOptions` (``wp``), :class:`EvidenceOptions`,
-:class:`ChangelogOptions` and :class:`TrailerOptions` is one key, made with
-:func:`option`: its name, default, value kind and what it does. :meth:`LinterOptions.settings`
-derives the key's :class:`Setting` (``wpgate._config.SETTINGS`` and the published reference
-are made of them) and :func:`converted` is the one conversion and check of a configured value.
+:class:`TrailerOptions`, :class:`GateOptions`, :class:`OutputOptions` and the docs linters'
+records (:mod:`wpgate.docs_options`) is one key, made with :func:`option`: its name, default,
+value kind and what it does. :meth:`LinterOptions.settings` derives the key's
+:class:`Setting` (``wpgate._config.settings()`` and the published reference are made of them)
+and :func:`converted` is the one conversion and check of a configured value.
 ``Config.options(kind)`` builds a record once per loaded configuration and hands every
 reader that same record.
 
 This module imports only the standard library: the rule modules import it, and
-``wpgate._config`` imports it, without either importing the other.
+``wpgate._config`` imports it, without either importing the other. The records of the docs
+linters live in :mod:`wpgate.docs_options`: a frozen record's methods are generated and compiled
+when its class is made, and the commit linters, which read only this module's, do not load them.
 """
 
 from __future__ import annotations
@@ -30,18 +32,14 @@ __all__ = [
     "GOVERNED_TRAILERS",
     "KINDS",
     "SEVERITIES",
-    "ChangelogOptions",
     "ConfigError",
     "DocsLayout",
-    "EvidenceOptions",
     "GateOptions",
     "LinterOptions",
     "OptionsSource",
     "OutputOptions",
-    "ProvenanceOptions",
     "Setting",
     "TrailerOptions",
-    "WorkPackageOptions",
     "accepts",
     "converted",
     "kind_of",
@@ -318,62 +316,6 @@ class DocsLayout(LinterOptions):
                         f"{path!r} leaves the repository; name a path relative to the "
                         "repository root, without `..`",
                     )
-
-
-@dataclass(frozen=True)
-class ProvenanceOptions(LinterOptions):
-    """``[tool.wpgate.provenance]``: the licences a code source may carry, and the history."""
-
-    TABLE: ClassVar[str] = "provenance"
-
-    licences: tuple[str, ...] = option(
-        ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "PSF-2.0"),
-        "str_or_list",
-        "The licences a code source may carry.",
-    )
-    code_roles: tuple[str, ...] = option(
-        ("code", "library", "software", "source code"),
-        "str_or_list",
-        "The roles that make a source code (and so subject to `licences`).",
-    )
-    #: None: on when ``history_start`` is set.
-    history: bool | None = option(
-        None,
-        "bool",
-        "Check first-use dates against the first commit citing each source.",
-        shown_default="true when history_start is set",
-    )
-
-
-@dataclass(frozen=True)
-class WorkPackageOptions(LinterOptions):
-    """``[tool.wpgate.wp]``: front-matter keys a page may carry beyond the schema."""
-
-    TABLE: ClassVar[str] = "wp"
-
-    extra_keys: tuple[str, ...] = option(
-        (), "str_or_list", "Front-matter keys a work-package page may carry beyond the schema."
-    )
-
-
-@dataclass(frozen=True)
-class EvidenceOptions(LinterOptions):
-    """``[tool.wpgate.evidence]``: whether pytest collection verifies the markers."""
-
-    TABLE: ClassVar[str] = "evidence"
-
-    collect: bool = option(True, "bool", "Run pytest to verify `collected N -- paths` markers.")
-
-
-@dataclass(frozen=True)
-class ChangelogOptions(LinterOptions):
-    """``[tool.wpgate.changelog]``: backticked names of ``[Unreleased]`` that are not checked."""
-
-    TABLE: ClassVar[str] = "changelog"
-
-    ignore: tuple[str, ...] = option(
-        (), "str_or_list", "Backticked names of the `[Unreleased]` section that are not checked."
-    )
 
 
 #: The languages whose test files a gate may name without configuration (``wpgate._gate_languages``

@@ -24,10 +24,13 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from wpgate._documents import ReadRefusedError, read_bounded
-from wpgate._gate_languages import LANGUAGES, Language, languages_named, pattern_tests
 from wpgate.options import GateOptions
+
+if TYPE_CHECKING:
+    from wpgate._gate_languages import Language
 
 __all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids", "workflow_jobs"]
 
@@ -102,10 +105,28 @@ def _is_python_test(name: str) -> bool:
     return name.rsplit("::", 1)[-1].startswith(("test", "Test"))
 
 
-_PYTHON = Language("python", ("*.py",), python_names, "tests/test_x.py::test_y", _python_parameters)
+# The language scanners (``wpgate._gate_languages``, a dozen regular expressions and their
+# records) are loaded when a gate first names a file: a history whose commits name no gate, or
+# only CI jobs, never needs them.
 
-#: Every built-in language, whether or not the configuration turns it on.
-_BUILT_IN = (_PYTHON, *LANGUAGES)
+
+@functools.cache
+def _python() -> Language:
+    """The built-in Python language: files read by syntax tree (:func:`python_names`)."""
+    from wpgate._gate_languages import Language
+
+    return Language(
+        "python", ("*.py",), python_names, "tests/test_x.py::test_y", _python_parameters
+    )
+
+
+@functools.cache
+def _built_in() -> tuple[Language, ...]:
+    """Every built-in language, whether or not the configuration turns it on."""
+    from wpgate._gate_languages import LANGUAGES
+
+    return (_python(), *LANGUAGES)
+
 
 _JOBS_KEY = re.compile(r"^jobs\s*:\s*(?:#.*)?$")
 _JOB_ID = re.compile(r"""^(?P<indent>[ \t]+)(?P<quote>["']?)(?P<id>[\w.-]+)(?P=quote)\s*:""")
@@ -155,6 +176,8 @@ def _matches(path: str, globs: Iterable[str]) -> bool:
 
 def _pattern_language(glob: str, regex: str) -> Language:
     """An adopter's ``glob = regex`` as a language: each match's group ``name`` is a test."""
+    from wpgate._gate_languages import Language, pattern_tests
+
     compiled = re.compile(regex, re.MULTILINE)
     return Language(
         f"pattern {glob!r}", (glob,), functools.partial(pattern_tests, compiled), f"{glob}::<name>"
@@ -178,9 +201,6 @@ class GateResolver:
         self._root = root.resolve()
         self._read = self._read_file if read is None else read
         self._options = GateOptions() if options is None else options
-        patterns = [_pattern_language(glob, regex) for glob, regex in self._options.patterns]
-        builtin = [_PYTHON] if "python" in self._options.languages else []
-        self._languages = (*patterns, *builtin, *languages_named(self._options.languages))
         self._scanned: dict[str, frozenset[str] | str] = {}
         self._answers: dict[str, str | None] = {}
         self._jobs: frozenset[str] | None = None
@@ -190,10 +210,19 @@ class GateResolver:
         when it leads out of the repository, is no regular file, or is too large)."""
         return read_bounded(self._root, rel)
 
+    @functools.cached_property
+    def _languages(self) -> tuple[Language, ...]:
+        """The configured patterns, then the built-in languages turned on, in that order."""
+        from wpgate._gate_languages import languages_named
+
+        patterns = [_pattern_language(glob, regex) for glob, regex in self._options.patterns]
+        builtin = [_python()] if "python" in self._options.languages else []
+        return (*patterns, *builtin, *languages_named(self._options.languages))
+
     @property
     def _example(self) -> str:
         """A gate of the first language a gate may name, to show the form in a message."""
-        return (self._languages[0] if self._languages else _PYTHON).example
+        return (self._languages[0] if self._languages else _python()).example
 
     def _language(self, rel: str) -> Language | None:
         """The first configured pattern, then built-in language, whose globs match ``rel``."""
@@ -209,7 +238,7 @@ class GateResolver:
             data = self._read(rel)
             result = (
                 python_names(data, rel)
-                if language is _PYTHON
+                if language is _python()
                 else language.scan(data.decode("utf-8-sig"))
             )
         except FileNotFoundError:
@@ -249,7 +278,7 @@ class GateResolver:
         if self._read == self._read_file and (self._root / rel).is_dir():
             return f"`{rel}` is a directory; name a test file in it (`{self._example}`)"
         language = self._language(rel)
-        off = next((lang for lang in _BUILT_IN if _matches(rel, lang.globs)), None)
+        off = next((lang for lang in _built_in() if _matches(rel, lang.globs)), None)
         if language is None and off is not None:
             return (
                 f"`{rel}` is a {off.name} test file, but {off.name} is not among the "
@@ -292,7 +321,7 @@ class GateResolver:
         if isinstance(names, str):
             return names
         if not parts:
-            tests = [n for n in names if _is_python_test(n)] if language is _PYTHON else names
+            tests = [n for n in names if _is_python_test(n)] if language is _python() else names
             return None if tests else f"`{rel}` defines no test; name a file that has one"
         walked: list[str] = []
         for index, part in enumerate(parts):
@@ -306,7 +335,7 @@ class GateResolver:
             if joined not in names and (last or not any(_within(n, joined) for n in names)):
                 where = "::".join([rel, *walked[:-1]])
                 # Python's names are every function and class; the other readers' are tests.
-                what = "defined" if language is _PYTHON else "a test"
+                what = "defined" if language is _python() else "a test"
                 return f"`{name}` is not {what} in `{where}`; fix the node id or add the test"
         return None
 

@@ -107,12 +107,12 @@ def _patterns(separators: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 
 # The records below are made once per commit of a history (and a trailer per trailer line):
-# their initialisers set each slot with one bound call instead of the generated __init__'s
-# attribute lookup per field. They stay frozen: assignment still raises.
-_set = object.__setattr__
+# their initialisers fill the instance dictionary with one update, as wpgate._model.Finding's
+# does, instead of one object.__setattr__ call per field (a slotted record's only way, which
+# cost a Message twice as many instructions). They stay frozen: assignment still raises.
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, init=False)
 class Trailer:
     """One trailer: its key as written, its unfolded value and its 1-based line."""
 
@@ -121,9 +121,7 @@ class Trailer:
     line: int
 
     def __init__(self, key: str, value: str, line: int) -> None:
-        _set(self, "key", key)
-        _set(self, "value", value)
-        _set(self, "line", line)
+        self.__dict__.update(key=key, value=value, line=line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +136,7 @@ class DecodedText:
     nul_line: int | None = None
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, init=False)
 class Message:
     """A parsed commit message.
 
@@ -169,14 +167,16 @@ class Message:
         nul_line: int | None = None,
         by_key: Mapping[str, tuple[Trailer, ...]] | None = None,
     ) -> None:
-        _set(self, "subject", subject)
-        _set(self, "subject_line", subject_line)
-        _set(self, "lines", lines)
-        _set(self, "trailers", trailers)
-        _set(self, "comment_char", comment_char)
-        _set(self, "encoding_error_line", encoding_error_line)
-        _set(self, "nul_line", nul_line)
-        _set(self, "by_key", {} if by_key is None else by_key)
+        self.__dict__.update(
+            subject=subject,
+            subject_line=subject_line,
+            lines=lines,
+            trailers=trailers,
+            comment_char=comment_char,
+            encoding_error_line=encoding_error_line,
+            nul_line=nul_line,
+            by_key={} if by_key is None else by_key,
+        )
 
     def text_lines(self) -> Iterator[tuple[int, str]]:
         """The message's own lines with their 1-based numbers, comment lines left out."""
@@ -458,21 +458,17 @@ def _parse_plain(
     ):
         return None
     lines = core.split("\n")
-    size = paragraph.count("\n") + 1
+    size, block = _plain_block(paragraph)
     first = len(lines) - size
-    pairs = _TRAILER_LINES.findall(paragraph)
-    if len(pairs) == size:  # the usual case: every line of the last paragraph is a trailer
+    if block is not None:  # the usual case: every line of the last paragraph is a trailer
         # One loop in this frame (a comprehension is a call of its own in Python 3.11) makes
         # the trailers and their index by folded key; a key seen twice re-indexes them all.
         found: list[Trailer] = []
         by_key: dict[str, tuple[Trailer, ...]] = {}
-        number = first
-        for key, value in pairs:
-            number += 1
-            if not value.startswith(_URL):
-                trailer = Trailer(key, value.strip(_GIT_SPACE), number)
-                found.append(trailer)
-                by_key[key.lower()] = (trailer,)
+        for offset, key, value, folded in block:
+            trailer = Trailer(key, value, first + offset)
+            found.append(trailer)
+            by_key[folded] = (trailer,)
         trailers = tuple(found)
         if len(by_key) != len(trailers):
             by_key = _index(trailers)
@@ -489,6 +485,32 @@ def _parse_plain(
         None,
         by_key,
     )
+
+
+#: A history repeats its last paragraphs (runc's 4,879 come in 806 kinds, a sign-off by the same
+#: person above all), so each distinct one is matched once per run (:func:`_plain_block`).
+_PARAGRAPH_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=_PARAGRAPH_CACHE)
+def _plain_block(
+    paragraph: str,
+) -> tuple[int, tuple[tuple[int, str, str, str], ...] | None]:
+    """The number of lines of a last paragraph (no CR, comment or whitespace-led line in it),
+    and, when every line is a trailer line, its trailers as ``(line within the paragraph, key,
+    value, folded key)`` in order, URL values left out; None when some line is not one."""
+    size = paragraph.count("\n") + 1
+    pairs = _TRAILER_LINES.findall(paragraph)
+    if len(pairs) != size:
+        return size, None
+    block = tuple(
+        [
+            (offset, key, value.strip(_GIT_SPACE), key.lower())
+            for offset, (key, value) in enumerate(pairs, 1)
+            if not value.startswith(_URL)
+        ]
+    )
+    return size, block
 
 
 def _mixed_block(block: list[str], first: int) -> tuple[Trailer, ...]:

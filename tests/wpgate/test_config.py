@@ -11,7 +11,7 @@ from git_helpers import git, new_repository
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wpgate._config import SCHEMA, ConfigError, load_config, unknown_history_start
+from wpgate._config import ConfigError, load_config, schema, unknown_history_start
 from wpgate.rules.trailers import TrailerOptions
 
 
@@ -137,7 +137,7 @@ def _error_key(load: Callable[[], object]) -> str | None:
 
 
 def test_every_table_and_kind_is_in_the_schema() -> None:
-    assert set(SCHEMA) == {
+    assert set(schema()) == {
         "",
         "docs",
         "trailers",
@@ -149,9 +149,9 @@ def test_every_table_and_kind_is_in_the_schema() -> None:
         "output",
         "rules",
     }
-    kinds = {setting.kind for table in SCHEMA.values() for setting in table.values()}
+    kinds = {setting.kind for table in schema().values() for setting in table.values()}
     assert kinds == {"str", "bool", "int", "str_list", "str_or_list", "str_map"}
-    assert set(SCHEMA["trailers"]) <= set(TrailerOptions.__dataclass_fields__)
+    assert set(schema()["trailers"]) <= set(TrailerOptions.__dataclass_fields__)
 
 
 def test_a_wpgate_toml_holds_the_tables_at_the_top_level(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wpgate._config import RECORDS, SETTINGS, load_config
+from wpgate._config import load_config, records, settings
 from wpgate.cli import main
 from wpgate.options import KINDS, LinterOptions
 from wpgate.rules import register_all
@@ -48,14 +48,14 @@ def _as_toml_value(value: object, kind: str) -> object:
 
 
 def test_every_record_is_published_and_parsed_by_the_loader() -> None:
-    assert _records() == set(RECORDS)
-    tables = [r.TABLE for r in RECORDS]
+    assert _records() == set(records())
+    tables = [r.TABLE for r in records()]
     assert len(tables) == len(set(tables))
     assert not _UNRECORDED_TABLES & set(tables)
 
 
 # (The name is older than the derivation: a commit's Gate trailer names it.)
-@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.TABLE)
+@pytest.mark.parametrize("record", records(), ids=lambda r: r.TABLE)
 def test_documented_keys_kinds_and_defaults_are_the_records_fields(
     record: type[LinterOptions],
 ) -> None:
@@ -88,15 +88,15 @@ def test_each_key_is_declared_once_and_settings_are_derived() -> None:
     written = [w for path in sorted(SRC.rglob("*.py")) for w in _written_settings(path)]
     assert written, "the scan sees no written-out Setting, so it could not fail"
     assert [w for w in written if w[1] not in _UNRECORDED_TABLES] == []
-    derived = [s for r in RECORDS for s in r.settings()]
-    assert [s for s in SETTINGS if s.table not in _UNRECORDED_TABLES] == derived
-    keys = [(s.table, s.key) for s in SETTINGS]
+    derived = [s for r in records() for s in r.settings()]
+    assert [s for s in settings() if s.table not in _UNRECORDED_TABLES] == derived
+    keys = [(s.table, s.key) for s in settings()]
     assert len(keys) == len(set(keys))
 
 
 def test_every_key_the_linters_read_is_documented_and_every_documented_key_is_read() -> None:
-    tables = {s.table for s in SETTINGS} - {"", "rules"}
-    assert sorted(r.TABLE for r in RECORDS) == sorted(tables)
+    tables = {s.table for s in settings()} - {"", "rules"}
+    assert sorted(r.TABLE for r in records()) == sorted(tables)
     sources = {p: p.read_text(encoding="utf-8") for p in sorted(SRC.rglob("*.py"))}
     readers = "\n".join(
         text for path, text in sources.items() if path.name not in {"options.py", "_config.py"}
@@ -111,7 +111,7 @@ def test_every_key_the_linters_read_is_documented_and_every_documented_key_is_re
         for node in ast.walk(ast.parse(text))
         if isinstance(node, ast.Attribute)
     }
-    documented = {s.key for s in SETTINGS if s.table not in {"", "rules"}}
+    documented = {s.key for s in settings() if s.table not in {"", "rules"}}
     never_read = documented - read
     assert never_read == set(), f"documented, never read: {never_read}"
 
@@ -120,7 +120,7 @@ def test_every_documented_default_is_accepted_by_the_loader(tmp_path: Path) -> N
     # Writing each key at its documented default keeps the repository's behaviour: whatever
     # validation the loader grows must accept the reference's own values.
     lines: dict[str, list[str]] = {}
-    for setting in SETTINGS:
+    for setting in settings():
         if setting.table == "rules" or setting.default.startswith(("the ", "true when")):
             continue
         lines.setdefault(setting.table, []).append(f"{setting.key} = {setting.default}")
@@ -139,10 +139,10 @@ def test_every_documented_default_is_accepted_by_the_loader(tmp_path: Path) -> N
 
 
 def test_the_page_lists_every_plugin_option_and_every_key() -> None:
-    page = render_config_page(WpgateConfig._schema, OPTION_HELP, SETTINGS)
+    page = render_config_page(WpgateConfig._schema, OPTION_HELP, settings())
     for name, _ in WpgateConfig._schema:
         assert f"| `{name}` |" in page
-    for setting in SETTINGS:
+    for setting in settings():
         header = f"[tool.wpgate.{setting.table}]" if setting.table else "[tool.wpgate]"
         section = page.split(f"### `{header}`", 1)[1].split("###", 1)[0]
         assert f"| `{setting.key}` |" in section, setting.dotted

@@ -45,23 +45,29 @@ def test_the_probe_sees_a_module_an_import_pulls_in() -> None:
 
 
 # What the range lint of a history with no governance documents and no configuration file does
-# not need: the TOML reader, JSON (a text report), hashing (no evidence), the docs linters and
-# the parsers of the documents that are not there.
+# not need: the TOML reader, JSON (a text report), hashing (no evidence), the docs linters,
+# the parsers of the documents that are not there, the test-file scanners (no gate named) and
+# the docs linters' option records.
 NOT_FOR_A_RANGE = (
     "tomllib",
     "json",
     "hashlib",
     "wpgate._docs",
+    "wpgate._gate_languages",
+    "wpgate.docs_options",
     "wpgate.parsers.markdown",
     "wpgate.parsers.provenance",
 )
 
 
-def _after_a_range_lint(tmp_path: Path, options: list[str], expression: str) -> list[str]:
-    """The exit status of ``wpgate trailers --range HEAD`` over a one-commit history with no
-    documents or configuration, and ``expression`` after it, printed by a new process."""
+def _after_a_range_lint(
+    tmp_path: Path, options: list[str], expression: str, message: str = "add a feature"
+) -> list[str]:
+    """The exit status of ``wpgate trailers --range HEAD`` over a one-commit history (its
+    ``message``) with no documents or configuration, and ``expression`` after it, printed by a
+    new process."""
     root = new_repository(tmp_path)
-    git(root, "commit", "-q", "--allow-empty", "-m", "add a feature")
+    git(root, "commit", "-q", "--allow-empty", "-m", message)
     arguments = ["trailers", "--range", "HEAD", *options, "--root", str(root)]
     code = f"import sys\nfrom wpgate.cli import main\nstatus = main({arguments!r})\n"
     code += f"print(status)\nprint({expression})"
@@ -82,6 +88,14 @@ def test_a_range_lint_of_a_bare_history_loads_only_what_it_reads(tmp_path: Path)
 def test_the_json_report_still_loads_json(tmp_path: Path) -> None:
     # Control for the test above: the probe sees a lazily imported module once it is used.
     status, loaded = _after_a_range_lint(tmp_path, ["--format", "json"], "'json' in sys.modules")
+    assert (status, loaded) == ("1", "True")
+
+
+def test_a_gate_naming_a_test_file_loads_the_scanners(tmp_path: Path) -> None:
+    # Control for the bare history above: the test-file scanners load once a gate names a file.
+    message = "fix: handle x\n\nGate: pkg/x_test.go::TestX\n"
+    expression = "'wpgate._gate_languages' in sys.modules"
+    status, loaded = _after_a_range_lint(tmp_path, [], expression, message)
     assert (status, loaded) == ("1", "True")
 
 

@@ -29,7 +29,7 @@ from wpgate._model import (
 )
 from wpgate.parsers.front_matter import parse_front_matter
 from wpgate.rules.trailers import CommitMessage
-from wpgate.trailers import parse_message
+from wpgate.trailers import Trailer, parse_message
 
 
 def _check(subject: object, options: object) -> Iterator[Finding]:
@@ -71,14 +71,16 @@ def test_finding_messages_are_capped() -> None:
         (Finding("a.md", 2, "WPG301", "m"), {"line": 3}),
         (Commit("0" * 40, ("1" * 40,), "A <a@e>", b"fix: x\n"), {"author": "B <b@e>"}),
         (CommitMessage(parse_message("fix: x\n"), "0" * 12, author="A <a@e>"), {"parents": 2}),
+        (parse_message("fix: x\n\nWP: 004\n"), {"subject": "fix: y"}),
+        (Trailer("WP", "004", 3), {"value": "005"}),
     ],
 )
 def test_records_built_by_hand_written_initialisers_stay_frozen_values(
     record: object, changed: dict[str, object]
 ) -> None:
-    # Finding, Commit and CommitMessage fill their fields in one step, not the frozen
-    # dataclass __init__: they must still refuse assignment and compare, hash, copy and
-    # replace by their fields exactly as generated ones do.
+    # Finding, Commit, CommitMessage, Message and Trailer fill their fields in one step, not
+    # the frozen dataclass __init__: they must still refuse assignment and compare, hash, copy
+    # and replace by their fields exactly as generated ones do.
     name = next(iter(changed))
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(record, name, changed[name])

@@ -7,15 +7,13 @@ from pathlib import Path
 import pytest
 
 from wpgate._config import load_config
-from wpgate.options import (
+from wpgate.docs_options import (
     ChangelogOptions,
-    ConfigError,
-    DocsLayout,
     EvidenceOptions,
-    LinterOptions,
     ProvenanceOptions,
     WorkPackageOptions,
 )
+from wpgate.options import ConfigError, DocsLayout, LinterOptions
 
 
 def test_a_lone_string_where_a_list_may_stand_is_a_one_item_tuple() -> None:

@@ -517,3 +517,24 @@ def test_the_index_of_a_trailer_block_groups_a_repeated_key_in_message_order() -
     }
     single = parse_message("fix: x\n\nWP: 004\nSee://x\n")
     assert dict(single.by_key) == {"wp": (Trailer("WP", "004", 3),)}
+
+
+def test_a_repeated_last_paragraph_is_numbered_where_each_message_has_it() -> None:
+    # Each distinct last paragraph is matched once per run: its trailers' lines still come from
+    # the message that holds it, and a URL line still counts.
+    block = "See://x\nSigned-off-by: A <a@e.org>\nwp: 004"
+    short = parse_message(f"fix: x\n\n{block}\n")
+    long = parse_message(f"fix: y\n\nBody.\nMore.\n\n{block}\n")
+    assert short.trailers == (Trailer("Signed-off-by", "A <a@e.org>", 4), Trailer("wp", "004", 5))
+    assert long.trailers == (Trailer("Signed-off-by", "A <a@e.org>", 7), Trailer("wp", "004", 8))
+    assert dict(long.by_key) == {
+        "signed-off-by": (Trailer("Signed-off-by", "A <a@e.org>", 7),),
+        "wp": (Trailer("wp", "004", 8),),
+    }
+    mixed = "Not a trailer\nSigned-off-by: A <a@e.org>"
+    assert parse_message(f"fix: z\n\n{mixed}\n").trailers == (
+        Trailer("Signed-off-by", "A <a@e.org>", 4),
+    )
+    assert parse_message(f"fix: z\n\nText.\n\n{mixed}\n").trailers == (
+        Trailer("Signed-off-by", "A <a@e.org>", 6),
+    )

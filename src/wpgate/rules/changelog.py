@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator
 
 from wpgate._model import Finding, Rule, register
-from wpgate.options import ChangelogOptions
+from wpgate.docs_options import ChangelogOptions
 from wpgate.parsers.changelog import CodeName, Unreleased
 from wpgate.records import ProjectIndex
 from wpgate.rules import CHANGELOG_NAMES_RESOLVE, CHANGELOG_UNRELEASED, declared

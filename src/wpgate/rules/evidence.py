@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
 
 from wpgate._model import Finding, Rule, register
-from wpgate.options import EvidenceOptions
+from wpgate.docs_options import EvidenceOptions
 from wpgate.parsers.evidence import Evidence, Number, evidence_numbers
 from wpgate.records import ClaimContext, EvidenceTree
 from wpgate.rules import (

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 
 from wpgate._model import Finding, Rule, register
-from wpgate.options import ProvenanceOptions
+from wpgate.docs_options import ProvenanceOptions
 from wpgate.parsers.provenance import Provenance, id_number
 from wpgate.rules import (
     PROVENANCE_CODE_LICENCE,

@@ -7,7 +7,7 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from wpgate._model import Finding, Rule, register
-from wpgate.options import WorkPackageOptions
+from wpgate.docs_options import WorkPackageOptions
 from wpgate.parsers.work_packages import WorkPackage, id_from_filename, sort_key
 from wpgate.rules import (
     WP_DEPENDENCIES_ACYCLIC,

@@ -2,7 +2,7 @@
 
 Two sources, both read at build time: the mkdocs plugin's options (the schema of
 ``WpgateConfig`` with the help of :data:`wpgate.site.plugin.OPTION_HELP`) and the
-``[tool.wpgate]`` keys (:data:`wpgate._config.SETTINGS`).
+``[tool.wpgate]`` keys (:func:`wpgate._config.settings`).
 """
 
 from __future__ import annotations

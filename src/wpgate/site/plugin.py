@@ -220,11 +220,11 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
         """Generate the CLI, API and rule pages the configuration asks for."""
         ref = self.config.reference_dir.strip("/")
         if self.config.config_reference:
-            from wpgate._config import SETTINGS
+            from wpgate._config import settings
             from wpgate.site._config_reference import render_config_page
 
             schema = WpgateConfig._schema  # the options as mkdocs declares them
-            page = render_config_page(schema, OPTION_HELP, SETTINGS)
+            page = render_config_page(schema, OPTION_HELP, settings())
             _add(files, config, f"{ref}/configuration.md", page)
         try:
             if self.config.cli_group:

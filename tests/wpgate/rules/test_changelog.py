@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from wpgate._docs import lint_changelog
-from wpgate.options import ChangelogOptions
+from wpgate.docs_options import ChangelogOptions
 from wpgate.parsers.changelog import parse_unreleased
 from wpgate.project_index import load_project_index
 from wpgate.records import ProjectIndex

@@ -13,7 +13,7 @@ from wpgate._config import Config
 from wpgate._docs import lint_evidence
 from wpgate._evidence_tree import load_evidence
 from wpgate._model import Finding
-from wpgate.options import EvidenceOptions
+from wpgate.docs_options import EvidenceOptions
 from wpgate.rules import evidence as rules
 
 PAGE = "docs/page.md"

@@ -10,7 +10,7 @@ from git_helpers import isolated_git
 from wpgate._docs import lint_provenance
 from wpgate._git import first_citing_commits
 from wpgate._model import RULES, Finding
-from wpgate.options import ProvenanceOptions
+from wpgate.docs_options import ProvenanceOptions
 from wpgate.parsers.provenance import parse_provenance
 from wpgate.rules import provenance as rules
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from wpgate._docs import Phase, WorkPackageRegistry, load_work_packages
 from wpgate._model import Finding
-from wpgate.options import WorkPackageOptions
+from wpgate.docs_options import WorkPackageOptions
 from wpgate.parsers.work_packages import WorkPackage, format_work_package
 from wpgate.rules import work_packages as rules
 
