@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # One pytest-xdist worker per core, each with its share of torch's threads (tests/conftest.py).
-# The main lane sends each file to one worker (a module's fixtures are built once); the
+# The main and fast lanes send each file to one worker (a module's fixtures are built once); the
 # Ultralytics lane, 3 files with session fixtures only, balances test by test.
 XDIST := -n auto
 XDIST_FILES := $(XDIST) --dist loadfile
@@ -46,7 +46,7 @@ test: $(STAMP)
 # torch.compile, the benchmark harness end to end, the site in a browser, git hooks, megabyte
 # timing) and the CUDA ones. `make test` (README, CI) still runs everything.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not cuda" --ignore=tests/ultralytics
+	$(PY) -m pytest -q $(XDIST_FILES) -m "not slow and not cuda" --ignore=tests/ultralytics
 
 $(UL_STAMP): pyproject.toml
 	test -x $(UL_PY) || $(PYTHON) -m venv $(UL_VENV)

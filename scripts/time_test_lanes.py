@@ -1,8 +1,8 @@
 """Time the test lanes, and optionally CI itself on a clean clone.
 
-Runs each lane's pytest command ``--runs`` times in this checkout: `make test-fast` (no slow or
-CUDA tests), `make test`'s main lane (without tests/ultralytics) and its Ultralytics lane (in
-``.venv-ul``, where that venv exists), these two with the Makefile's xdist options. ``--ci``
+Runs each lane's pytest command ``--runs`` times in this checkout, with the Makefile's xdist
+options: `make test-fast` (no slow or CUDA tests), `make test`'s main lane (without
+tests/ultralytics) and its Ultralytics lane (in ``.venv-ul``, where that venv exists). ``--ci``
 also clones HEAD into a temporary folder and times ``bash .ci/run`` there, with the seconds of
 each step it prints. Each entry records the wall seconds, the CPU seconds its processes used
 (user and system, the children's), the exit codes and pytest's summary line; the file records
@@ -56,7 +56,7 @@ XDIST_FILES = makefile_options("XDIST_FILES")
 LANES: dict[str, tuple[Path, list[str]]] = {
     "test-fast": (
         Path(sys.executable),
-        [*PYTEST, "--ignore=tests/ultralytics", "-m", "not slow and not cuda"],
+        [*PYTEST, *XDIST_FILES, "--ignore=tests/ultralytics", "-m", "not slow and not cuda"],
     ),
     "test (without tests/ultralytics)": (
         Path(sys.executable),

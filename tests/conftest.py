@@ -1,7 +1,8 @@
 """What every test folder shares: each pytest-xdist worker gets its share of the cores.
 
-`make test` runs one worker per core (``pytest -n auto``; the main lane with ``--dist
-loadfile``, so that a module's fixtures are built once, in the one worker that runs its tests).
+`make test` and `make test-fast` run one worker per core (``pytest -n auto``; all but the
+Ultralytics lane with ``--dist loadfile``, so that a module's fixtures are built once, in the one
+worker that runs its tests).
 
 Torch's intra-op pool defaults to every core in each worker, so two workers on the 2-core CI
 machine would run four threads on two cores; on such small CPU workloads threads that fight other

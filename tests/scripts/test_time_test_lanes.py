@@ -42,14 +42,20 @@ def test_a_timed_command_counts_its_own_cpu_and_its_last_line(tmp_path: Path) ->
     assert entry["summary"] == "2 passed in 0.6s"
 
 
-def test_the_main_lane_runs_in_xdist_workers_and_the_fast_lane_skips_slow_tests() -> None:
+def test_each_lane_runs_in_xdist_workers_and_the_fast_lane_skips_slow_tests() -> None:
     _, main_lane = lanes.LANES["test (without tests/ultralytics)"]
     _, fast = lanes.LANES["test-fast"]
     # The xdist options are the Makefile's own: the lane times what `make test` runs.
     assert lanes.XDIST_FILES == ["-n", "auto", "--dist", "loadfile"]
     assert main_lane == [*lanes.PYTEST, *lanes.XDIST_FILES, "--ignore=tests/ultralytics"]
     assert lanes.LANES["test-ultralytics"][1] == [*lanes.PYTEST, *lanes.XDIST, "tests/ultralytics"]
-    assert fast[-2:] == ["-m", "not slow and not cuda"]
+    assert fast == [
+        *lanes.PYTEST,
+        *lanes.XDIST_FILES,
+        "--ignore=tests/ultralytics",
+        "-m",
+        "not slow and not cuda",
+    ]
 
 
 def test_zero_runs_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
