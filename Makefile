@@ -11,7 +11,7 @@ UL_PY := $(UL_VENV)/bin/python
 UL_STAMP := $(UL_VENV)/.installed
 UL_TORCH := torch==2.14.1 torchvision==0.29.1
 
-.PHONY: setup test test-fast test-ultralytics test-cuda lint check gate demo bench docs serve clean
+.PHONY: setup setup-ultralytics test test-fast test-ultralytics test-cuda lint check gate demo bench docs serve clean
 
 # pip's output (its WARNING lines about the index configuration included) goes to this log; a
 # failed step says which one and prints the log's last lines and its path.
@@ -32,27 +32,36 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q -e ".[optim,docs,dev]" $(call logged,installing the project with its optim/docs/dev extras)
 	@touch $(STAMP)
 
+# One pytest-xdist worker per core, each with its share of torch's threads (tests/conftest.py).
+# The main and fast lanes send each file to one worker (a module's fixtures are built once); the
+# Ultralytics lane, 3 files with session fixtures only, balances test by test.
+XDIST := -n auto
+XDIST_FILES := $(XDIST) --dist loadfile
+
 test: $(STAMP)
-	$(PY) -m pytest -q --ignore=tests/ultralytics
+	$(PY) -m pytest -q $(XDIST_FILES) --ignore=tests/ultralytics
 	$(MAKE) test-ultralytics
 
 # The fast lane while you work: everything but the tests marked slow (multi-process worlds,
 # torch.compile, the benchmark harness end to end, the site in a browser, git hooks, megabyte
 # timing) and the CUDA ones. `make test` (README, CI) still runs everything.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not cuda" --ignore=tests/ultralytics
+	$(PY) -m pytest -q $(XDIST_FILES) -m "not slow and not cuda" --ignore=tests/ultralytics
 
 $(UL_STAMP): pyproject.toml
 	test -x $(UL_PY) || $(PYTHON) -m venv $(UL_VENV)
 	$(UL_PY) -m pip install -q $(UL_TORCH)
 	# cloudpickle: Ultralytics' multi-GPU launch file needs it (installed by Ultralytics on first
 	# DDP use; tests/ultralytics checks what that file carries).
-	$(UL_PY) -m pip install -q "ultralytics>=8.4" cloudpickle pytest
+	$(UL_PY) -m pip install -q "ultralytics>=8.4" cloudpickle pytest pytest-xdist
 	touch $(UL_STAMP)
+
+# The Ultralytics venv alone: CI builds it beside .venv (both mostly wait on the network).
+setup-ultralytics: $(UL_STAMP)
 
 # Skips (saying so) only where ultralytics cannot be installed, and never in CI (CI=true).
 test-ultralytics:
-	@if $(MAKE) $(UL_STAMP); then PYTHONPATH=src $(UL_PY) -m pytest -q tests/ultralytics; \
+	@if $(MAKE) $(UL_STAMP); then PYTHONPATH=src $(UL_PY) -m pytest -q $(XDIST) tests/ultralytics; \
 	elif [ "$${CI:-}" = true ]; then echo "ultralytics could not be installed (CI)"; exit 1; \
 	else echo "SKIPPED tests/ultralytics: ultralytics could not be installed here"; fi
 

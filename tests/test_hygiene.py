@@ -1,4 +1,5 @@
-"""The test suite's own rules (issue #34, tests item).
+"""The test suite's own rules (issue #34, tests item; the xdist workers' threads of
+tests/conftest.py).
 
 No test module edits ``sys.path``: the helper folders are on pytest's ``pythonpath``
 (``[tool.pytest.ini_options]`` in pyproject.toml, importlib mode), and a subprocess a test starts
@@ -10,7 +11,13 @@ module collected after it, so an import can pass or fail depending on collection
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).resolve().parent
 EDITS = frozenset({"insert", "append", "extend"})
@@ -63,3 +70,33 @@ def test_no_test_module_edits_sys_path() -> None:
         "pythonpath in pyproject.toml (or PYTHONPATH in a subprocess's env) instead:\n"
         + "\n".join(found)
     )
+
+
+_THREADS_TEST = """
+import os
+
+def test_threads():
+    cores = len(os.sched_getaffinity(0))
+    assert os.environ["OMP_NUM_THREADS"] == os.environ["MKL_NUM_THREADS"] == str(max(1, cores // 2))
+
+def test_other():
+    assert os.environ["PYTEST_XDIST_WORKER_COUNT"] == "2"
+"""
+
+
+def test_two_xdist_workers_each_get_their_share_of_the_cores(tmp_path: Path) -> None:
+    pytest.importorskip("xdist", reason="pytest-xdist is in the dev extra")
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_threads.py").write_text(_THREADS_TEST, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "2 passed" in done.stdout
