@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -644,7 +644,22 @@ def _blocked_on_a_read(pid: int) -> bool:
     return fields[:2] == [number, "0x0"]
 
 
+@pytest.fixture
+def sigint_handled() -> Iterator[None]:
+    """SIGINT handled in this process while the test runs, so that its children start with
+    SIGINT's default action, as a terminal's foreground process does. A test run started in the
+    background by a non-interactive shell inherits SIGINT ignored (bash ignores it in
+    asynchronous commands), an exec keeps an ignored signal ignored, and Python then leaves it
+    so: the child would never see the interrupt."""
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, saved)
+
+
 @pytest.mark.skipif(not Path("/proc/self/wchan").exists(), reason="needs Linux /proc wchan")
+@pytest.mark.usefixtures("sigint_handled")
 def test_sigint_while_reading_stdin_exits_130(repo: Path) -> None:
     # The real thing: `wpgate trailers -` waits on a stdin pipe that never closes, and the
     # user presses Ctrl-C (SIGINT once it is blocked in that read, as the terminal sends it).
