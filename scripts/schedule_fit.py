@@ -25,8 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
 from musgd import NSConfig  # noqa: E402
-from musgd._ns_schedules import SCHEDULES  # noqa: E402
-from musgd.bench._yolo_data import write_synthetic_dataset  # noqa: E402
+from musgd.bench import write_synthetic_dataset  # noqa: E402
 from musgd.ultralytics import musgd_trainer, require_ultralytics  # noqa: E402
 from wpgate.evidence import (  # noqa: E402
     evidence_document,
@@ -124,9 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     schedules = args.schedules.split(",")
-    unknown = [s for s in schedules if s not in SCHEDULES]
-    if unknown or DEFAULT not in schedules:
-        parser.error(f"--schedules takes names of {', '.join(SCHEDULES)}, {DEFAULT} among them")
+    for name in schedules:
+        try:
+            NSConfig(coefficients=name)
+        except ValueError as exc:
+            parser.error(f"--schedules: {exc}")
+    if DEFAULT not in schedules:
+        parser.error(
+            f"--schedules must include the default, {DEFAULT}: the others are placed on it"
+        )
     seeds = [int(s) for s in args.seeds.split(",")]
     require_ultralytics()
     runs: dict[str, dict[str, list[float]]] = {s: {} for s in schedules}
