@@ -450,9 +450,9 @@ class NetworkCapture:
             raise ValueError("NetworkCapture: compile=True makes its own grapher; pass no grapher")
         self.model = model
         self.compile = compile
-        self.grapher: NetworkGrapher = (
-            CudaNetworkGrapher(compile=compile) if grapher is None else grapher
-        )
+        if grapher is None:  # the compiling grapher only when asked: the default stays plain
+            grapher = CudaNetworkGrapher(compile=True) if compile else CudaNetworkGrapher()
+        self.grapher: NetworkGrapher = grapher
         self.stats = ReplayStats()
         self._cache: RecordingCache[_Graphed] = RecordingCache(lambda: RECORDINGS_BOUND)
         # Per key seen, the strides of its first (eager) call's output gradients.

@@ -187,7 +187,7 @@ def test_ours_network_times_our_arm_with_the_network_captured(
     options = ["--parts", "train", "--pairs", "1", "--lowdata", "off", "--ours-network"]
     # In this process, where the fake grapher is patched in.
     results = _quick_cpu(tmp_path, *options, "--isolation", "none")["train"]["results"]
-    assert results["ours_network"] is True
+    assert results["ours"]["capture_network"] is True
     (pair,) = results["variants"]["default"]["batches"]["4"]["pairs"]
     assert pair["stock"]["network"] is None
     assert pair["ours"]["network"]["replays"] == pair["ours"]["iterations"] - 1
