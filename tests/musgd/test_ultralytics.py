@@ -587,17 +587,7 @@ def test_trainer_network_capture_installs_at_the_first_batch_and_leaves_at_the_e
 
     from musgd._network_capture import NetworkCapture
 
-    class FakeTrainer:
-        def __init__(self, model: Any) -> None:
-            self.model = model
-            self.callbacks: dict[str, list[Any]] = {}
-
-        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
-            raise AssertionError("never reached")
-
-        def add_callback(self, event: str, callback: Any) -> None:
-            self.callbacks.setdefault(event, []).append(callback)
-
+    class FakeTrainer(_LayoutTrainer):
         def preprocess_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
             return {**batch, "seen": True}
 
