@@ -128,6 +128,11 @@ class _CudaRecording:
         forward = self._compiled_forward(module) if compile else self._eager_forward(module)
 
         with torch.cuda.device(img.device):
+            # The eager iterations before this one left their activations cached for the
+            # current stream; the warm-up allocates for the side stream, which cannot reuse
+            # them. Given back first, the peak holds one iteration's activations, not two.
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
             current = torch.cuda.current_stream()
             # The side stream every recording of this package warms up and captures on (one
             # cuBLAS workspace; musgd._replay.STREAMS).
