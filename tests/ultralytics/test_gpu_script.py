@@ -210,3 +210,47 @@ def test_budget_skips_runs_that_do_not_fit(tmp_path: Path) -> None:
     assert results["variants"]["default"]["batches"] == {}
     assert len(results["budget"]["skipped"]) == 3
     assert results["curves"]["loss"]["series"] == {}
+
+
+def test_three_arms_each_train_as_their_name_says_in_rotating_rounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arms = "stock,ours,stock-channels-last"
+    options = ["--parts", "train", "--rounds", "2", "--lowdata", "off", "--arms", arms]
+    results = _quick_cpu(tmp_path, *options)["train"]["results"]
+    assert list(results["arms"]) == arms.split(",")
+    entry = results["variants"]["default"]["batches"]["4"]
+    assert [p["order"] for p in entry["pairs"]] == [
+        ["stock", "ours", "stock-channels-last"],
+        ["ours", "stock-channels-last", "stock"],
+    ]
+    first = entry["pairs"][0]
+    optimizers = {arm: first[arm]["optimizer"] for arm in first["order"]}
+    assert optimizers == {
+        "stock": "MuSGD",
+        "ours": "UltralyticsMuSGD",
+        "stock-channels-last": "MuSGD",
+    }
+    # The callback made the stock model and its EMA channels-last; plain stock stayed NCHW.
+    assert first["stock-channels-last"]["layout_callback"] == {"model": True, "ema": True}
+    converted, plain = first["stock-channels-last"]["layout"], first["stock"]["layout"]
+    assert converted["four_d"] == plain["four_d"] > 0
+    assert (converted["contiguous"], plain["channels_last"]) == (0, 0)
+    assert converted["channels_last"] == plain["contiguous"] > 0
+    for arm in first["order"]:  # the fit in its own process: start-up and all
+        assert first[arm]["process_s"] > first[arm]["run_s"] > 0
+    assert entry["per_arm"]["stock-channels-last"]["process_s"]["count"] == 2
+    ratio = entry["against_stock"]["stock-channels-last"]["iteration"]["stock_over_arm"]
+    assert len(ratio["per_round"]) == 2
+    assert (
+        entry["iteration"]["stock_over_ours"]["per_round"]
+        == (entry["against_stock"]["ours"]["iteration"]["stock_over_arm"]["per_round"])
+    )
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("round default")]
+    assert len(lines) == 6
+    assert set(results["curves"]["loss"]["series"]) == {
+        "stock seed 0",
+        "ours seed 0",
+        "stock-channels-last seed 0",
+        "stock seed 1",
+    }

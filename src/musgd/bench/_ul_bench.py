@@ -1,5 +1,5 @@
 """``python -m musgd.bench ultralytics``: YOLO26 in the Ultralytics trainer, stock MuSGD against
-ours, and replay bit-identity, for any Ultralytics task.
+ours (and the other arms of ``--arms``), and replay bit-identity, for any Ultralytics task.
 
 Five parts on a synthetic dataset of the task's documented format generated offline, one
 evidence file each (:mod:`musgd.bench._ul_identity` for the first two,
@@ -7,20 +7,23 @@ evidence file each (:mod:`musgd.bench._ul_identity` for the first two,
 
 * ``identity``: our trainer against a shadow eager optimizer, bit for bit, at every step;
 * ``network``: the captured network against the eager one, losses and final state;
-* ``phases``: per batch size, one stock and one of our runs with the device synchronised at every
-  phase boundary of the iteration: where the time goes;
-* ``syncs``: per batch size, one stock and one of our runs unsynchronised, every host
-  synchronization of every iteration counted, with its source (:mod:`musgd.bench._syncs`);
-* ``train``: per batch size, ``--pairs`` rounds of stock and ours with the same seed (seed k in
-  round k), unsynchronised: iteration, compute and epoch times, losses, per-pair ratios
-  stock/ours, and the loss and iteration curves (``results.curves``); where the data loader's
+* ``phases``: per batch size, one run of each arm with the device synchronised at every phase
+  boundary of the iteration: where the time goes;
+* ``syncs``: per batch size, one run of each arm unsynchronised, every host synchronization of
+  every iteration counted, with its source (:mod:`musgd.bench._syncs`);
+* ``train``: per batch size, ``--rounds`` rounds of every arm with the same seed (seed k in
+  round k, the order rotating: :mod:`musgd.bench._ul_design`), unsynchronised: iteration,
+  compute and epoch times, complete-fit times, CUDA peaks, losses, per-round ratios stock/arm,
+  and the loss and iteration curves (``results.curves``); where the data loader's
   wait is a large share of the iteration (``--lowdata auto``), the same pairs again with more
   loader workers and the augmentations off (``lowdata``), so that the optimizer's share shows.
 
 ``nbs`` equals the batch, so the optimizer steps every iteration. Usage (GPU, under 9 minutes
 on an H200): ``python -m musgd.bench ultralytics --device cuda --out $OUT --budget-s 500``; on
 CPU: ``--device cpu --quick``; another task: ``--task segment`` (``pose``, ``obb``,
-``classify``).
+``classify``). The arms (:mod:`musgd.bench._ul_arms`): ``--arms stock,ours`` by default;
+``--arms stock,stock-compile,stock-channels-last,ours,ours-network,ours-network-compiled`` runs
+the six of issue #32.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from musgd.bench._ul_plan import Budget, UsageError, configure, plan_lines
 from musgd.bench._ul_report import build_curves, read_train_results
 from musgd.bench._ul_runs import (
     RunFailedError,
+    arm_records,
     ours_options,
     run_one,
     run_pairs,
@@ -161,6 +165,7 @@ def _train(
         "settle_s": args.settle_s,
         "design": args.design,
         "ours": ours_options(args),
+        "arms": arm_records(args),
         "variants": {},
     }
 

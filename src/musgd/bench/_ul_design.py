@@ -1,8 +1,12 @@
-"""The trainer benchmark's design: rounds of stock and our runs, and what a round compares.
+"""The trainer benchmark's design: rounds over the arms, and what a round compares.
 
-A round of ``--design ab`` is stock then ours (reversed in odd rounds); one of ``abba`` is that
-order and then its reverse, so each arm takes both places in the round and the place effect (the
-run second in its pair was measured slower, whichever arm it was) cancels out of its ratio.
+A round runs every arm of ``--arms`` once (``--design ab``), in an order that rotates from round
+to round: round k starts at arm k mod N and goes on in the given order, so over N rounds each arm
+takes each place (with the default ``stock,ours``: stock then ours, ours then stock, ...). A round
+of ``abba`` is that order and then its reverse, so an arm's two places in the round add up to the
+same for every arm and a place effect that grows with the place (the run second in its pair was
+measured slower, whichever arm it was) cancels out of its ratios. The entries of a batch size's
+rounds are still called ``pairs`` in the evidence (two arms was the first design).
 Everything here is pure: run results (dicts of the evidence) in, summaries out.
 """
 
@@ -13,26 +17,30 @@ from collections.abc import Sequence
 from typing import Any
 
 from musgd.bench._timing import paired_ratios, summarize
+from musgd.bench._ul_arms import DEFAULT_ARMS, STOCK
 
 __all__ = [
-    "ARMS",
+    "ARM_METRICS",
     "DATA_BOUND_SHARE",
     "MERGED_METRICS",
     "PAIR_METRICS",
     "PAIR_SUMMARIES",
+    "RATIO_METRICS",
     "SKIP_FIRST",
+    "arm_ratio",
+    "arm_summary",
     "epoch_summaries",
     "lowdata_wanted",
     "mean_abs_gap",
     "merge_runs",
     "pair_summary",
     "round_order",
+    "run_value",
     "smooth",
     "summarize_pairs",
     "summary_dict",
 ]
 
-ARMS = ("stock", "ours")
 SKIP_FIRST = 10  # iterations left out of the timing medians: recording, cuDNN autotuning
 # The loader's wait at which the low-data variant runs (--lowdata auto): a fifth of the iteration.
 DATA_BOUND_SHARE = 0.2
@@ -43,12 +51,21 @@ PAIR_METRICS = ("iteration_ms", "compute_ms", "first_epoch_s", "steady_epoch_s")
 PAIR_SUMMARIES = {metric: metric.rsplit("_", 1)[0] for metric in PAIR_METRICS}
 # Per-run entries a merged arm (--design abba) combines; the rest comes from its first run.
 MERGED_METRICS = (*PAIR_METRICS, "data_wait_ms")
+# Per-run numbers a merged arm averages: model.train's wall time and its process's (start-up,
+# imports, model build, compilation and recordings included).
+MERGED_SCALARS = ("run_s", "process_s")
+# Compared with stock round by round, every arm: the pair metrics and the complete fit.
+RATIO_METRICS = (*PAIR_METRICS, *MERGED_SCALARS)
+# Summarized per arm over its rounds (median and range of the runs' values): the ratio metrics
+# and the CUDA allocator's peaks (None on a CPU).
+ARM_METRICS = (*RATIO_METRICS, "peak_allocated_mib", "peak_reserved_mib")
 
 
-def round_order(k: int, design: str) -> tuple[str, ...]:
-    """The arms of round ``k`` in the order they run: ``ab`` alternates stock-ours and
-    ours-stock from round to round; ``abba`` runs that order and then its reverse."""
-    order = ARMS if k % 2 == 0 else ARMS[::-1]
+def round_order(k: int, design: str, arms: Sequence[str] = DEFAULT_ARMS) -> tuple[str, ...]:
+    """The arms of round ``k`` in the order they run: ``arms`` rotated to start at arm
+    ``k mod N`` (``ab``); ``abba`` runs that order and then its reverse."""
+    start = k % len(arms)
+    order = (*arms[start:], *arms[:start])
     return (*order, *order[::-1]) if design == "abba" else order
 
 
@@ -69,22 +86,39 @@ def epoch_summaries(epoch_s: Sequence[float]) -> dict[str, dict[str, float] | No
     return {"first_epoch_s": first, "steady_epoch_s": steady}
 
 
-def pair_summary(pairs: Sequence[dict[str, Any]], metric: str) -> dict[str, Any] | None:
-    """Per pair, stock/ours of the runs' ``metric`` medians: ratios (above 1: ours faster) and
-    savings (1 - ours/stock), each with median and range; None where a pair lacks the metric."""
-    stock, ours = [], []
+def run_value(run: dict[str, Any], metric: str) -> float | None:
+    """A run's number for ``metric``: the median of a summary entry (``iteration_ms``), a plain
+    number (``run_s``), or a CUDA peak (``peak_allocated_mib`` from ``memory_mib``); None where
+    the run lacks it."""
+    if metric.startswith("peak_"):
+        memory = run.get("memory_mib") or {}
+        value = memory.get(metric.removesuffix("_mib"))
+    else:
+        value = run.get(metric)
+        if isinstance(value, dict):
+            value = value.get("median")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def arm_ratio(
+    pairs: Sequence[dict[str, Any]], metric: str, arm: str, base: str = STOCK
+) -> dict[str, Any] | None:
+    """Per round, base/arm of the runs' ``metric`` values: the ratios (above 1: ``arm`` faster)
+    and the savings (1 - arm/base), each with median and range; None where a round lacks a
+    positive value of either."""
+    bases, arms = [], []
     for pair in pairs:
-        a, b = pair["stock"].get(metric), pair["ours"].get(metric)
-        if not a or not b:
+        a, b = run_value(pair[base], metric), run_value(pair[arm], metric)
+        if not a or not b or a <= 0 or b <= 0:
             return None
-        stock.append(a["median"])
-        ours.append(b["median"])
-    if not stock:
+        bases.append(a)
+        arms.append(b)
+    if not bases:
         return None
-    ratio = paired_ratios(stock, ours)
+    ratio = paired_ratios(bases, arms)
     savings = [1.0 - 1.0 / r for r in ratio["per_round"]]
     return {
-        "stock_over_ours": ratio,
+        "ratio": ratio,
         "saving": {
             "median": float(statistics.median(savings)),
             "min": min(savings),
@@ -92,6 +126,26 @@ def pair_summary(pairs: Sequence[dict[str, Any]], metric: str) -> dict[str, Any]
             "per_pair": savings,
         },
     }
+
+
+def pair_summary(pairs: Sequence[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """:func:`arm_ratio` of ``ours``, its ratio under the name ``stock_over_ours`` (the
+    two-arm evidence's form)."""
+    summary = arm_ratio(pairs, metric, "ours")
+    if summary is None:
+        return None
+    return {"stock_over_ours": summary["ratio"], "saving": summary["saving"]}
+
+
+def arm_summary(pairs: Sequence[dict[str, Any]], arm: str) -> dict[str, dict[str, float] | None]:
+    """Per :data:`ARM_METRICS` metric, the median, range and count of ``arm``'s run values over
+    the rounds (a round's value: its run's median, or the merged runs' mean); None where no
+    round has one."""
+    out: dict[str, dict[str, float] | None] = {}
+    for metric in ARM_METRICS:
+        values = [v for pair in pairs if (v := run_value(pair[arm], metric)) is not None]
+        out[metric] = summary_dict(values, skip=0)
+    return out
 
 
 def lowdata_wanted(mode: str, shares: Sequence[float | None]) -> bool:
@@ -119,13 +173,26 @@ def _merge_entries(entries: Sequence[dict[str, float] | None]) -> dict[str, floa
 
 def merge_runs(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """An arm's runs within one round (same arm, seed and batch) as one entry for the pair
-    ratios: each metric and phase merged by :func:`_merge_entries`, losses and replay counts
-    from the first run (same seed: the same training), ``merged_runs`` saying how many."""
+    ratios: each metric and phase merged by :func:`_merge_entries`, the wall times
+    (:data:`MERGED_SCALARS`) averaged and the CUDA peaks the larger (None where a run lacks
+    one), losses and replay counts from the first run (same seed: the same training),
+    ``merged_runs`` saying how many."""
     if len({(r["arm"], r["seed"]) for r in runs}) != 1:
         raise ValueError("merge_runs: the runs must share their arm and seed")
     merged = dict(runs[0])
     for metric in MERGED_METRICS:
         merged[metric] = _merge_entries([r.get(metric) for r in runs])
+    for metric in MERGED_SCALARS:
+        values = [run_value(r, metric) for r in runs]
+        kept = [v for v in values if v is not None]
+        merged[metric] = statistics.fmean(kept) if kept and len(kept) == len(values) else None
+    peaks = [r.get("memory_mib") for r in runs]
+    kept_peaks = [p for p in peaks if p]
+    merged["memory_mib"] = (
+        {key: max(p[key] for p in kept_peaks) for key in kept_peaks[0]}
+        if kept_peaks and len(kept_peaks) == len(peaks)
+        else None
+    )
     phases: dict[str, Any] = {}
     for name in runs[0]["phases"]:
         entry = _merge_entries([r["phases"].get(name) for r in runs])
@@ -158,19 +225,49 @@ def mean_abs_gap(a: Sequence[float], b: Sequence[float]) -> float | None:
     return statistics.fmean(abs(x - y) for x, y in zip(sa, sb, strict=True))
 
 
-def summarize_pairs(pairs: list[dict[str, Any]]) -> dict[str, Any]:
-    """A batch size's pairs with their pair summaries and the loss gaps: ours against stock at
-    seed 0, and stock seed 1 against stock seed 0 (the seed-to-seed noise)."""
-    out: dict[str, Any] = {"pairs": pairs, "count": len(pairs)}
-    for metric, name in PAIR_SUMMARIES.items():
-        out[name] = pair_summary(pairs, metric)
+def summarize_pairs(
+    pairs: list[dict[str, Any]], arms: Sequence[str] = DEFAULT_ARMS
+) -> dict[str, Any]:
+    """A batch size's rounds (``pairs``, each holding a run of every arm) with their summaries:
+
+    * ``per_arm``: each arm's :func:`arm_summary` (median and range over the rounds);
+    * ``against_stock``: per arm other than stock, per :data:`RATIO_METRICS` metric (its name
+      without the unit), :func:`arm_ratio` as ``stock_over_arm`` and ``saving``;
+    * ``loss_gap_vs_stock``: per arm, its losses against stock's at seed 0, and
+      ``loss_gap_stock_seed1_vs_stock`` (the seed-to-seed noise);
+    * with ``ours`` among the arms, the two-arm evidence's entries as well: per pair metric
+      (``iteration``, ...) ``stock_over_ours`` and ``saving``, and ``loss_gap_ours_vs_stock``.
+    """
+    out: dict[str, Any] = {"pairs": pairs, "count": len(pairs), "arms": list(arms)}
+    out["per_arm"] = {arm: arm_summary(pairs, arm) for arm in arms}
+    against: dict[str, Any] = {}
+    for arm in (a for a in arms if a != STOCK):
+        entries: dict[str, Any] = {}
+        for metric in RATIO_METRICS:
+            summary = arm_ratio(pairs, metric, arm)
+            name = metric.rsplit("_", 1)[0]
+            entries[name] = (
+                None
+                if summary is None
+                else {"stock_over_arm": summary["ratio"], "saving": summary["saving"]}
+            )
+        against[arm] = entries
+    out["against_stock"] = against
+    if "ours" in arms:
+        for metric, name in PAIR_SUMMARIES.items():
+            out[name] = pair_summary(pairs, metric)
     if pairs:
         first = pairs[0]
-        out["loss_gap_ours_vs_stock"] = mean_abs_gap(
-            first["ours"]["losses"], first["stock"]["losses"]
-        )
+        gaps = {
+            arm: mean_abs_gap(first[arm]["losses"], first[STOCK]["losses"])
+            for arm in arms
+            if arm != STOCK
+        }
+        out["loss_gap_vs_stock"] = gaps
+        if "ours" in gaps:
+            out["loss_gap_ours_vs_stock"] = gaps["ours"]
     if len(pairs) > 1:
         out["loss_gap_stock_seed1_vs_stock"] = mean_abs_gap(
-            pairs[1]["stock"]["losses"], pairs[0]["stock"]["losses"]
+            pairs[1][STOCK]["losses"], pairs[0][STOCK]["losses"]
         )
     return out

@@ -12,11 +12,12 @@ import argparse
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musgd.bench._ul_arms import ARM_TABLE, DEFAULT_ARMS, STOCK, unknown_arms
 from musgd.bench._ul_design import DATA_BOUND_SHARE, round_order
 from musgd.ultralytics import TASK_TRAINERS, TASKS
 
@@ -33,7 +34,9 @@ __all__ = [
     "default_run_s",
     "epochs_for",
     "identity_epochs",
+    "parse_arms",
     "plan_lines",
+    "round_estimate",
     "run_estimate",
 ]
 
@@ -120,6 +123,16 @@ def run_estimate(args: argparse.Namespace, batch: int, *, per_iteration_s: float
     return default_run_s(epochs * ipe, epochs, per_iteration_s=per_iteration_s)
 
 
+def round_estimate(
+    args: argparse.Namespace, batch: int, arms: Sequence[str], *, per_iteration_s: float
+) -> float:
+    """The default estimate of one run of each of ``arms`` in order (an arm may come twice) at
+    ``batch``: :func:`run_estimate` each, plus each arm's guessed one-time start
+    (``startup_s``: compilation)."""
+    one = run_estimate(args, batch, per_iteration_s=per_iteration_s)
+    return sum(one + ARM_TABLE[arm].startup_s for arm in arms)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``python -m musgd.bench ultralytics``."""
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -135,14 +148,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--parts", default="identity,phases,train", help="comma-separated")
     parser.add_argument("--batch-sizes", default="4,16")
-    parser.add_argument("--pairs", type=int, default=3, help="stock/ours pairs per batch size")
+    parser.add_argument(
+        "--arms",
+        default=",".join(DEFAULT_ARMS),
+        help=f"the arms of the phases, syncs and train parts, comma-separated, stock among "
+        f"them (default {','.join(DEFAULT_ARMS)}); arms: {', '.join(ARM_TABLE)}",
+    )
+    parser.add_argument(
+        "--rounds",
+        "--pairs",
+        dest="pairs",
+        type=int,
+        default=3,
+        help="rounds per batch size, each a run of every arm (--pairs: the same)",
+    )
     parser.add_argument(
         "--lowdata",
         choices=("auto", "on", "off"),
         default="auto",
         help=f"pairs with the loader's work cut (auto: where data wait >= {DATA_BOUND_SHARE})",
     )
-    parser.add_argument("--lowdata-pairs", type=int, default=2)
+    parser.add_argument(
+        "--lowdata-rounds", "--lowdata-pairs", dest="lowdata_pairs", type=int, default=2
+    )
     parser.add_argument("--iters", type=int, default=None, help="iterations per training run")
     parser.add_argument("--identity-steps", type=int, default=None)
     parser.add_argument(
@@ -189,8 +217,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--design",
         choices=("ab", "abba"),
         default="ab",
-        help="a round is stock and ours (ab, the order alternating by round) or the order and "
-        "its reverse (abba: each arm first and last once per round)",
+        help="a round runs every arm once (ab, the order rotating by round: round k starts at "
+        "arm k mod N) or that order and its reverse (abba: each arm twice per round)",
     )
     parser.add_argument(
         "--settle-s",
@@ -227,9 +255,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parse_arms(text: str) -> tuple[str, ...]:
+    """The arms of ``--arms`` in their order; unknown, repeated or missing ones (stock must be
+    among them: every arm is compared with it) raise :class:`UsageError` saying what to pass."""
+    names = [name.strip() for name in str(text).split(",") if name.strip()]
+    unknown = unknown_arms(names)
+    if unknown:
+        raise UsageError(
+            f"unknown arms {', '.join(unknown)}: --arms takes names from {', '.join(ARM_TABLE)}"
+        )
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise UsageError(f"--arms names {', '.join(repeated)} more than once: name each once")
+    if STOCK not in names:
+        raise UsageError(
+            f"--arms must include {STOCK}: every arm is compared with it (e.g. {STOCK},"
+            f"{names[0] if names else 'ours'})"
+        )
+    return tuple(names)
+
+
 def configure(args: argparse.Namespace) -> argparse.Namespace:
     """Sizes for the device: 640 px on the GPU, 64 px and a few iterations with ``--quick``;
-    the task's model unless ``--model``. Bad values raise :class:`UsageError`."""
+    the task's model unless ``--model``; the arms of ``--arms``. Bad values raise
+    :class:`UsageError`."""
+    args.arms = parse_arms(args.arms)
     try:
         args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
     except ValueError:
@@ -280,25 +330,32 @@ def plan_lines(args: argparse.Namespace, budget: Budget) -> list[str]:
         one = default_run_s(epochs * ipe, epochs, per_iteration_s=args.per_iteration_s)
         lines.append(f"plan: network 3 runs of {epochs * ipe} iterations, about {3 * one:.0f} s")
         total += 3 * one
-    runs = {
-        b: run_estimate(args, b, per_iteration_s=args.per_iteration_s) for b in args.batch_sizes
-    }
-    if "phases" in args.parts:
-        est = 2 * 1.3 * sum(runs.values())
-        lines.append(f"plan: phases 2 runs x {len(runs)} batch sizes, about {est:.0f} s")
-        total += est
-    if "syncs" in args.parts:
-        est = 2 * 1.2 * sum(runs.values())
-        lines.append(f"plan: syncs 2 runs x {len(runs)} batch sizes, about {est:.0f} s")
-        total += est
+
+    def estimate(arms: Sequence[str], slowdown: float) -> float:
+        per_iteration_s = slowdown * args.per_iteration_s
+        return sum(
+            round_estimate(args, b, arms, per_iteration_s=per_iteration_s) for b in args.batch_sizes
+        )
+
+    sizes = len(args.batch_sizes)
+    for part, slowdown in (("phases", 1.3), ("syncs", 1.2)):
+        if part in args.parts:
+            est = estimate(args.arms, slowdown)
+            lines.append(
+                f"plan: {part} {len(args.arms)} runs x {sizes} batch sizes, about {est:.0f} s"
+            )
+            total += est
     if "train" in args.parts:
-        est = len(round_order(0, args.design)) * args.pairs * sum(runs.values())
-        lines.append(f"plan: train {args.pairs} pairs x {len(runs)} batch sizes, about {est:.0f} s")
+        est = args.pairs * estimate(round_order(0, args.design, args.arms), 1.0)
+        lines.append(
+            f"plan: train {args.pairs} rounds of {', '.join(args.arms)} ({args.design}) x "
+            f"{sizes} batch sizes, about {est:.0f} s"
+        )
         total += est
         if args.lowdata != "off":
-            est = len(round_order(0, args.design)) * args.lowdata_pairs * sum(runs.values())
+            est = args.lowdata_pairs * estimate(round_order(0, args.design, args.arms), 1.0)
             lines.append(
-                f"plan: lowdata ({args.lowdata}) {args.lowdata_pairs} pairs, about {est:.0f} s"
+                f"plan: lowdata ({args.lowdata}) {args.lowdata_pairs} rounds, about {est:.0f} s"
             )
             total += est
     limit = "none" if budget.limit_s is None else f"{budget.limit_s:.0f} s"

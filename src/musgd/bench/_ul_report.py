@@ -62,12 +62,17 @@ def _label(arm: str, seed: int, batch: str, several: bool) -> str:
     return f"{arm} b{batch} seed {seed}" if several else f"{arm} seed {seed}"
 
 
+def _pair_arms(pair: dict[str, Any]) -> list[str]:
+    """The arms a round holds, in their first order (a round without ``order``: stock, ours)."""
+    return [arm for arm in dict.fromkeys(pair.get("order", ("stock", "ours"))) if arm in pair]
+
+
 def build_curves(train: dict[str, Any]) -> dict[str, Any]:
     """The curves of an ``ultralytics-train`` result's default variant, per batch size.
 
-    ``loss``: each iteration's training loss of stock and ours at seed 0 and of stock at seed 1
-    (the seed-to-seed noise); ``iteration_ms``: each epoch's median iteration of every pair's
-    stock and our run (an ``abba`` pair: each arm's first run). Labels name the batch when the
+    ``loss``: each iteration's training loss of every arm at seed 0 and of stock at seed 1
+    (the seed-to-seed noise); ``iteration_ms``: each epoch's median iteration of every round's
+    run of every arm (an ``abba`` round: each arm's first run). Labels name the batch when the
     result holds several.
     """
     batches = train.get("variants", {}).get("default", {}).get("batches", {})
@@ -76,7 +81,7 @@ def build_curves(train: dict[str, Any]) -> dict[str, Any]:
     iteration: dict[str, Series] = {}
     for batch, result in batches.items():
         pairs = result.get("pairs", [])
-        picked = [(pairs[0], "stock"), (pairs[0], "ours")] if pairs else []
+        picked = [(pairs[0], arm) for arm in _pair_arms(pairs[0])] if pairs else []
         if len(pairs) > 1:
             picked.append((pairs[1], "stock"))
         for pair, arm in picked:
@@ -85,7 +90,7 @@ def build_curves(train: dict[str, Any]) -> dict[str, Any]:
                 run.get("losses", [])
             )
         for pair in pairs:
-            for arm in ("stock", "ours"):
+            for arm in _pair_arms(pair):
                 trace = pair[arm].get("trace_ms", {}).get("iteration")
                 if trace:
                     medians = epoch_medians(trace)

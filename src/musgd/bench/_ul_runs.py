@@ -1,8 +1,9 @@
 """The trainer benchmark's training runs: one run of an arm, in this process or a fresh one.
 
-A run trains the task's YOLO26n in the Ultralytics trainer (``stock``: the task's trainer class
-with its own ``MuSGD``; ``ours``: :func:`musgd.ultralytics.musgd_trainer` of that class) and
-keeps, through the documented callbacks and timing wrappers that change nothing computed, the
+A run trains the task's YOLO26n in the Ultralytics trainer as its arm says
+(:data:`musgd.bench._ul_arms.ARM_TABLE`: ``stock``, the task's trainer class with its own
+``MuSGD``; ``ours``, :func:`musgd.ultralytics.musgd_trainer` of that class; and their variants)
+and keeps, through the documented callbacks and timing wrappers that change nothing computed, the
 iteration's phases, epoch times, losses and the replay counters. Every run of ``phases`` and
 ``train`` runs in a fresh Python process (``--isolation process``, the default), as a user's
 training does: it inherits nothing from the runs before it (models, optimizers, recordings,
@@ -29,16 +30,21 @@ import torch
 import musgd
 from musgd.bench._syncs import SyncCounter
 from musgd.bench._trainer_phases import PhaseClock, phase_trace, summarize_phases
+from musgd.bench._ul_arms import ARM_TABLE, ChannelsLastAtStart, channels_last_weights
 from musgd.bench._ul_design import (
-    ARMS,
-    PAIR_SUMMARIES,
     SKIP_FIRST,
     epoch_summaries,
     merge_runs,
     round_order,
     summarize_pairs,
 )
-from musgd.bench._ul_plan import LAYOUT_CHOICES, Budget, UsageError, epochs_for, run_estimate
+from musgd.bench._ul_plan import (
+    LAYOUT_CHOICES,
+    Budget,
+    UsageError,
+    epochs_for,
+    round_estimate,
+)
 from musgd.bench._ul_report import format_entry as fmt
 from musgd.ultralytics import musgd_trainer, task_trainer
 
@@ -46,6 +52,8 @@ __all__ = [
     "LOWDATA_AUGMENT_OFF",
     "RunFailedError",
     "RunLog",
+    "arm_options",
+    "arm_records",
     "child_argv",
     "child_env",
     "clip_stats",
@@ -269,10 +277,22 @@ def ours_argv(args: argparse.Namespace) -> list[str]:
     return argv + [flag for flag, on in flags if on]
 
 
+def arm_options(arm: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The ``musgd_trainer`` options of one of our arms: the ``--ours-*`` flags for ``ours``,
+    the table's for the others."""
+    options = ARM_TABLE[arm].options
+    return ours_options(args) if options is None else dict(options)
+
+
+def arm_records(args: argparse.Namespace) -> dict[str, Any]:
+    """What each arm of ``--arms`` trains (:meth:`Arm.record`), in their order."""
+    return {arm: ARM_TABLE[arm].record(ours_options(args)) for arm in args.arms}
+
+
 def _base_trainer(arm: str, args: argparse.Namespace) -> type[Any]:
     base = task_trainer(args.task)
-    if arm == "ours":
-        return musgd_trainer(base, **ours_options(args))
+    if ARM_TABLE[arm].ours:
+        return musgd_trainer(base, **arm_options(arm, args))
     return base  # with optimizer="MuSGD": the stock optimizer
 
 
@@ -301,8 +321,12 @@ def train_once(
     variant: str = "default",
     count_syncs: bool = False,
 ) -> dict[str, Any]:
-    """One training run of ``arm``: iteration, compute and epoch times, phases, losses (and,
-    with ``count_syncs``, the host synchronizations of each iteration: :class:`SyncCounter`)."""
+    """One training run of ``arm`` (a name of :data:`ARM_TABLE`): iteration, compute and epoch
+    times, phases, losses, the model's layout at the end (and, with ``count_syncs``, the host
+    synchronizations of each iteration: :class:`SyncCounter`)."""
+    if arm not in ARM_TABLE:  # a child told an arm by name: refused before any import
+        raise UsageError(f"unknown arm {arm!r}: the arms are {', '.join(ARM_TABLE)}")
+    spec = ARM_TABLE[arm]
     from ultralytics import YOLO
 
     iterations_per_epoch = math.ceil(args.n_train / batch)
@@ -312,13 +336,17 @@ def train_once(
     log = RunLog(args.device, clock, syncs)
     model = YOLO(args.model)
     log.attach(model)
+    layout_callback = ChannelsLastAtStart() if spec.channels_last_callback else None
+    if layout_callback is not None:
+        model.add_callback("on_train_start", layout_callback)
     kw = train_kwargs(args, data, batch, epochs, variant)
     sync_tag = "sync" if synchronize else "nosync"
     kw.update(seed=seed, name=f"b{batch}-{variant}-{arm}-s{seed}-{sync_tag}")
     base = _base_trainer(arm, args)
     kw["trainer"] = timed_trainer(base, clock)
-    if arm == "stock":
+    if not spec.ours:
         kw["optimizer"] = "MuSGD"
+    kw.update(spec.train_args)
     host_before = host_snapshot()
     cuda = torch.device(args.device).type == "cuda"
     if cuda:
@@ -353,6 +381,7 @@ def train_once(
         "epoch_s": log.epoch_s,
         **epoch_summaries(log.epoch_s),
         "run_s": total,
+        "process_s": None,  # the run's own process's wall time, where it has one (train_run)
         "trace_ms": phase_trace(iterations),
         "host": {"before": host_before, "after": host_after},
         "losses": log.losses,
@@ -362,6 +391,8 @@ def train_once(
         "skipped_steps": getattr(model.trainer, "musgd_skipped", None),
         "channels_last": getattr(model.trainer, "musgd_channels_last", None),
         "compiled": getattr(model.trainer, "musgd_compiled", None),
+        "layout": channels_last_weights(getattr(model.trainer, "model", None)),
+        "layout_callback": None if layout_callback is None else layout_callback.converted,
         "memory_mib": peak_memory_mib() if cuda else None,
         "host_syncs": None if syncs is None else syncs.summary(skip),
     }
@@ -403,7 +434,8 @@ class RunFailedError(RuntimeError):
 
 def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any]:
     """:func:`train_once` with the keyword arguments ``run``, in a fresh Python process unless
-    ``--isolation none``."""
+    ``--isolation none``; ``process_s`` is that process's wall time as this one saw it (its
+    start-up, imports, model build, compilation and recordings count)."""
     time.sleep(args.settle_s)
     if args.isolation == "none":
         return train_once(args, data, **run)
@@ -411,13 +443,16 @@ def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any
         out = Path(tmp) / "run.json"
         sys.stdout.flush()
         argv = child_argv(args, data, run, out)
+        start = time.perf_counter()
         code = subprocess.run(argv, check=False, env=child_env()).returncode
+        process_s = time.perf_counter() - start
         if code != 0 or not out.is_file():
             raise RunFailedError(
                 f"the training run {run} failed in its own process (exit {code}); its output "
                 "is above in this log, and the evidence holds the runs before it"
             )
         result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    result["process_s"] = process_s
     return result
 
 
@@ -446,14 +481,15 @@ def _one_run_per_arm(
     describe: Callable[[dict[str, Any]], str],
     **run_options: Any,
 ) -> dict[str, Any]:
-    """Per batch size, one run of each arm (stock, then ours) with ``run_options``, each
+    """Per batch size, one run of each arm of ``--arms`` in order with ``run_options``, each
     admitted by the budget (``slowdown``: its cost over a plain run) and described in a line."""
     batches: dict[str, Any] = {}
     for batch in args.batch_sizes:
         arms: dict[str, Any] = {}
-        for arm in ARMS:
-            key = f"{part}-b{batch}"
-            default = run_estimate(args, batch, per_iteration_s=args.per_iteration_s * slowdown)
+        for arm in args.arms:
+            key = f"{part}-b{batch}-{arm}"
+            per_iteration_s = args.per_iteration_s * slowdown
+            default = round_estimate(args, batch, [arm], per_iteration_s=per_iteration_s)
             if not budget.admit(f"{part} batch {batch} {arm}", key, default):
                 continue
             start = time.perf_counter()
@@ -484,7 +520,7 @@ def _describe_syncs(run: dict[str, Any]) -> str:
 
 
 def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
-    """Per batch size, stock then ours, synchronised at every phase boundary."""
+    """Per batch size, a run of each arm, synchronised at every phase boundary."""
     batches = _one_run_per_arm(
         args, data, budget, "phases", slowdown=1.3, describe=_describe_phases, synchronize=True
     )
@@ -494,12 +530,13 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
         "synchronized": True,
         "isolation": args.isolation,
         "settle_s": args.settle_s,
+        "arms": arm_records(args),
         "batches": batches,
     }
 
 
 def run_syncs(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
-    """Per batch size, stock then ours, unsynchronised, with every host synchronization of
+    """Per batch size, a run of each arm, unsynchronised, with every host synchronization of
     every iteration counted (:class:`musgd.bench._syncs.SyncCounter`) and the phase marks."""
     batches = _one_run_per_arm(
         args,
@@ -516,9 +553,41 @@ def run_syncs(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str,
         "train_images": args.n_train,
         "synchronized": False,
         "ours": ours_options(args),
+        "arms": arm_records(args),
         "isolation": args.isolation,
         "batches": batches,
     }
+
+
+def _describe_round_run(run: dict[str, Any]) -> str:
+    """A run's line in the log: its medians, wall times and CUDA peaks."""
+    memory = run.get("memory_mib")
+    peaks = (
+        f", peak allocated {memory['peak_allocated']:.0f} MiB, reserved "
+        f"{memory['peak_reserved']:.0f} MiB"
+        if memory
+        else ""
+    )
+    process = run.get("process_s")
+    whole = f", process {process:.1f} s" if process is not None else ""
+    return (
+        f"iteration {fmt(run['iteration_ms'])} ms, compute {fmt(run['compute_ms'])}, data wait "
+        f"{fmt(run['data_wait_ms'])}, first epoch {fmt(run['first_epoch_s'])} s, "
+        f"train {run['run_s']:.1f} s{whole}{peaks}"
+    )
+
+
+def _print_against_stock(batch: int, variant: str, entry: dict[str, Any]) -> None:
+    """Per arm and ratio metric, stock/arm over the rounds: median, range, saving."""
+    for arm, metrics in entry["against_stock"].items():
+        for name, summary in metrics.items():
+            if summary:
+                r, sv = summary["stock_over_arm"], summary["saving"]
+                print(
+                    f"batch {batch} {variant} {name}: stock/{arm} {r['median']:.3f} "
+                    f"({r['min']:.3f}-{r['max']:.3f}), saving {100 * sv['median']:.1f}% "
+                    f"({100 * sv['min']:.1f}-{100 * sv['max']:.1f}%) over {entry['count']} rounds"
+                )
 
 
 def run_pairs(
@@ -531,20 +600,22 @@ def run_pairs(
     result: dict[str, Any],
     save: Callable[[], None],
 ) -> None:
-    """``pairs`` rounds over the batch sizes: stock and ours, seed k in round k, the order
-    alternating from round to round; with ``--design abba`` each round runs the order and then
-    its reverse (stock, ours, ours, stock), so each arm takes both places in every round."""
+    """``pairs`` rounds over the batch sizes, each a run of every arm of ``--arms`` with seed k
+    in round k, in :func:`musgd.bench._ul_design.round_order`: round k starts at arm k mod N,
+    so each arm takes each place over N rounds; with ``--design abba`` each round runs that
+    order and then its reverse, and an arm's two runs are merged (:func:`merge_runs`). A round
+    runs whole or not at all (the budget admits it); the log has a line per arm per round."""
     collected: dict[int, list[dict[str, Any]]] = {b: [] for b in args.batch_sizes}
     section = result["variants"].setdefault(variant, {"batches": {}})
     section["kwargs"] = {
         k: v for k, v in train_kwargs(args, Path("-"), 0, 0, variant).items() if k != "data"
     }
     for k in range(pairs):
-        order = round_order(k, args.design)
+        order = round_order(k, args.design, args.arms)
         for batch in args.batch_sizes:
             key = f"train-{variant}-b{batch}"
-            run_s = run_estimate(args, batch, per_iteration_s=args.per_iteration_s)
-            if not budget.admit(f"{variant} pair {k} batch {batch}", key, len(order) * run_s):
+            default = round_estimate(args, batch, order, per_iteration_s=args.per_iteration_s)
+            if not budget.admit(f"{variant} round {k} batch {batch}", key, default):
                 continue
             start = time.perf_counter()
             runs = [
@@ -554,34 +625,26 @@ def run_pairs(
                 for arm in order
             ]
             pair: dict[str, Any] = {"seed": k, "order": list(order)}
-            if len(runs) == len(ARMS):
+            if len(runs) == len(args.arms):
                 pair.update(zip(order, runs, strict=True))
             else:  # abba: each arm's two runs merged; the runs themselves kept in order
-                pair.update({arm: merge_runs([r for r in runs if r["arm"] == arm]) for arm in ARMS})
+                pair.update(
+                    {arm: merge_runs([r for r in runs if r["arm"] == arm]) for arm in args.arms}
+                )
                 pair["runs"] = runs
             budget.record(key, time.perf_counter() - start)
             collected[batch].append(pair)
-            print(
-                f"pair {variant} batch {batch} seed {k}: iteration stock "
-                f"{fmt(pair['stock']['iteration_ms'])} ms, ours "
-                f"{fmt(pair['ours']['iteration_ms'])} ms; data wait stock "
-                f"{fmt(pair['stock']['data_wait_ms'])}, ours {fmt(pair['ours']['data_wait_ms'])}"
-            )
-            section["batches"][str(batch)] = summarize_pairs(collected[batch])
+            for place, arm in enumerate(dict.fromkeys(order), start=1):
+                print(
+                    f"round {variant} batch {batch} seed {k} {arm} (place {place}): "
+                    f"{_describe_round_run(pair[arm])}"
+                )
+            section["batches"][str(batch)] = summarize_pairs(collected[batch], args.arms)
             save()
     for batch in args.batch_sizes:
         entry = section["batches"].get(str(batch))
-        if entry is None:
-            continue
-        for metric in PAIR_SUMMARIES.values():
-            summary = entry.get(metric)
-            if summary:
-                r, sv = summary["stock_over_ours"], summary["saving"]
-                print(
-                    f"batch {batch} {variant} {metric}: stock/ours {r['median']:.3f} "
-                    f"({r['min']:.3f}-{r['max']:.3f}), saving {100 * sv['median']:.1f}% "
-                    f"({100 * sv['min']:.1f}-{100 * sv['max']:.1f}%) over {entry['count']} pairs"
-                )
+        if entry is not None:
+            _print_against_stock(batch, variant, entry)
 
 
 def replay_stats(opt: Any) -> dict[str, Any] | None:

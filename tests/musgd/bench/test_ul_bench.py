@@ -31,6 +31,8 @@ def test_help_works_without_ultralytics(
         (["--settle-s", "-1"], "--settle-s must be 0 or more seconds"),
         (["--parts", "identity,trian"], "unknown parts"),
         (["--task", "depth"], "invalid choice: 'depth'"),
+        (["--arms", "stock,ours,stok-compile"], "unknown arms stok-compile: --arms takes names"),
+        (["--arms", "ours"], "--arms must include stock"),
         (["--curves-from", "{missing}"], "cannot read"),
         (["--curves-from", "{not_json}"], "is not JSON"),
         (["--curves-from", "{not_evidence}"], "not an ultralytics-train evidence file"),

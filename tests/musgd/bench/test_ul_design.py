@@ -89,6 +89,24 @@ def test_round_order_alternates_and_abba_puts_each_arm_in_both_places() -> None:
     assert design.round_order(3, "abba") == ("ours", "stock", "stock", "ours")
 
 
+def test_rounds_over_n_arms_rotate_so_each_arm_takes_each_place() -> None:
+    arms = ("stock", "ours", "stock-channels-last")
+    orders = [design.round_order(k, "ab", arms) for k in range(4)]
+    assert orders[:3] == [
+        ("stock", "ours", "stock-channels-last"),
+        ("ours", "stock-channels-last", "stock"),
+        ("stock-channels-last", "stock", "ours"),
+    ]
+    assert orders[3] == orders[0]  # round k starts at arm k mod N
+    for arm in arms:
+        assert sorted(order.index(arm) for order in orders[:3]) == [0, 1, 2]
+    # abba: the rotated order and its reverse; an arm's two places add up alike for every arm.
+    abba = design.round_order(1, "abba", arms)
+    assert abba == ("ours", "stock-channels-last", "stock", "stock", "stock-channels-last", "ours")
+    places = {arm: [i for i, a in enumerate(abba) if a == arm] for arm in arms}
+    assert {sum(p) for p in places.values()} == {5}
+
+
 def _timed(arm: str, iteration: float, spread: float, losses: list[float]) -> dict[str, Any]:
     entry = {"median": iteration, "min": iteration - spread, "max": iteration + spread, "count": 50}
     return {
@@ -135,3 +153,93 @@ def test_lowdata_wanted() -> None:
     assert design.lowdata_wanted("auto", [0.05, design.DATA_BOUND_SHARE])
     assert not design.lowdata_wanted("auto", [0.05, None, 0.1])
     assert design.lowdata_wanted("auto", [None])  # nothing measured: measure both
+
+
+def _arm_run(arm: str, iteration: float, run_s: float, peak: float | None) -> dict[str, Any]:
+    entry = {"median": iteration, "min": iteration - 1.0, "max": iteration + 1.0, "count": 40}
+    return {
+        "arm": arm,
+        "seed": 0,
+        "iteration_ms": entry,
+        "compute_ms": {**entry, "median": iteration - 2.0},
+        "first_epoch_s": {"median": 9.0, "min": 9.0, "max": 9.0, "count": 1},
+        "steady_epoch_s": None,
+        "run_s": run_s,
+        "process_s": run_s + 5.0,
+        "memory_mib": None if peak is None else {"peak_allocated": peak, "peak_reserved": 2 * peak},
+        "losses": [2.0, 1.0] if arm == "stock" else [2.5, 1.5],
+    }
+
+
+def test_n_arm_summaries_give_each_arm_its_medians_and_its_ratios_against_stock() -> None:
+    arms = ("stock", "ours-network", "stock-channels-last")
+    # Three rounds; stock 100, 120, 90 ms; ours-network twice as fast in every round.
+    rounds = [
+        {
+            "seed": k,
+            "stock": _arm_run("stock", it, 30.0 + k, 1000.0 + k),
+            "ours-network": _arm_run("ours-network", it / 2, 20.0, 800.0),
+            "stock-channels-last": _arm_run("stock-channels-last", it * 1.25, 40.0, 1100.0),
+        }
+        for k, it in enumerate((100.0, 120.0, 90.0))
+    ]
+    out = design.summarize_pairs(rounds, arms)
+    assert (out["count"], out["arms"]) == (3, list(arms))
+    stock = out["per_arm"]["stock"]
+    assert stock["iteration_ms"] == {"median": 100.0, "min": 90.0, "max": 120.0, "count": 3}
+    assert stock["run_s"] == {"median": 31.0, "min": 30.0, "max": 32.0, "count": 3}
+    assert stock["process_s"]["median"] == 36.0
+    assert stock["peak_allocated_mib"]["max"] == 1002.0
+    assert stock["peak_reserved_mib"]["median"] == 2002.0
+    assert stock["steady_epoch_s"] is None  # no round has it
+    network = out["against_stock"]["ours-network"]
+    assert network["iteration"]["stock_over_arm"]["per_round"] == [2.0, 2.0, 2.0]
+    assert network["iteration"]["saving"]["median"] == pytest.approx(0.5)
+    assert network["run"]["stock_over_arm"]["per_round"] == [1.5, 31.0 / 20.0, 1.6]
+    assert network["process"]["stock_over_arm"]["median"] == pytest.approx(36.0 / 25.0)
+    assert network["steady_epoch"] is None
+    slower = out["against_stock"]["stock-channels-last"]["iteration"]["stock_over_arm"]
+    assert slower["median"] == pytest.approx(0.8)
+    assert set(out["against_stock"]) == {"ours-network", "stock-channels-last"}
+    assert out["loss_gap_vs_stock"] == {
+        "ours-network": pytest.approx(0.5),
+        "stock-channels-last": pytest.approx(0.5),
+    }
+    # Without ours among the arms there is no two-arm entry to keep.
+    assert "iteration" not in out
+    assert "loss_gap_ours_vs_stock" not in out
+
+
+def test_the_two_arm_summary_keeps_its_stock_over_ours_entries() -> None:
+    rounds = [
+        {
+            "seed": 0,
+            "stock": _arm_run("stock", 90.0, 30.0, None),
+            "ours": _arm_run("ours", 60.0, 20.0, None),
+        }
+    ]
+    out = design.summarize_pairs(rounds)
+    assert out["iteration"]["stock_over_ours"]["per_round"] == [1.5]
+    assert out["against_stock"]["ours"]["iteration"]["stock_over_arm"]["per_round"] == [1.5]
+    assert out["loss_gap_ours_vs_stock"] == pytest.approx(0.5)
+    assert out["per_arm"]["ours"]["peak_allocated_mib"] is None  # a CPU run has no peaks
+
+
+def test_merged_runs_average_their_wall_times_and_keep_the_larger_peaks() -> None:
+    first, second = _arm_run("ours", 80.0, 20.0, 500.0), _arm_run("ours", 90.0, 30.0, 700.0)
+    merged = design.merge_runs([{**first, "phases": {}}, {**second, "phases": {}}])
+    assert (merged["run_s"], merged["process_s"]) == (25.0, 30.0)
+    assert merged["memory_mib"] == {"peak_allocated": 700.0, "peak_reserved": 1400.0}
+    one_without = design.merge_runs(
+        [{**first, "phases": {}}, {**second, "phases": {}, "memory_mib": None, "process_s": None}]
+    )
+    assert (one_without["memory_mib"], one_without["process_s"]) == (None, None)
+
+
+def test_run_value_reads_medians_numbers_and_peaks() -> None:
+    run = _arm_run("stock", 100.0, 30.0, 1000.0)
+    assert design.run_value(run, "iteration_ms") == 100.0
+    assert design.run_value(run, "run_s") == 30.0
+    assert design.run_value(run, "peak_reserved_mib") == 2000.0
+    assert design.run_value(run, "steady_epoch_s") is None
+    assert design.run_value({}, "peak_allocated_mib") is None

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from musgd.bench import _ul_plan as plan
+from musgd.bench._ul_arms import ARM_TABLE
 from musgd.ultralytics import TASKS
 
 
@@ -57,7 +58,7 @@ def test_configure_and_plan() -> None:
     lines = plan.plan_lines(args, plan.Budget(500.0))
     assert lines[0] == "plan: task detect, model yolo26n.yaml"
     assert lines[1] == "plan: identity 240 iterations, about 93 s"
-    assert lines[2].startswith("plan: train 2 pairs x 2 batch sizes")
+    assert lines[2].startswith("plan: train 2 rounds of stock, ours (ab) x 2 batch sizes")
     assert lines[-1].endswith("budget 500 s")
     assert not any("phases" in line or "lowdata" in line for line in lines)
     quick = _args("--quick", "--iters", "5", "--identity-steps", "3")
@@ -76,7 +77,9 @@ def test_configure_and_plan() -> None:
     ab_lines = plan.plan_lines(args, plan.Budget(500.0))
     abba_lines = plan.plan_lines(abba, plan.Budget(500.0))
     ab_s = float(ab_lines[2].split("about ")[1].split(" s")[0])
-    assert abba_lines[1] == f"plan: train 2 pairs x 2 batch sizes, about {2 * ab_s:.0f} s"
+    assert abba_lines[1] == (
+        f"plan: train 2 rounds of stock, ours (abba) x 2 batch sizes, about {2 * ab_s:.0f} s"
+    )
     assert _args("--settle-s", "8", "--isolation", "none").settle_s == 8.0
 
 
@@ -90,6 +93,10 @@ def test_configure_and_plan() -> None:
         (["--settle-s", "nan"], "--settle-s must be 0 or more seconds"),
         (["--settle-s", "inf"], "--settle-s must be 0 or more seconds"),
         (["--batch-sizes", "4,x"], "--batch-sizes takes whole numbers"),
+        (["--arms", "stock,ours,stock-fast"], "unknown arms stock-fast: --arms takes names from"),
+        (["--arms", "stock,ours,ours"], "--arms names ours more than once"),
+        (["--arms", "ours,ours-network"], "--arms must include stock"),
+        (["--arms", ","], "--arms must include stock"),
     ],
 )
 def test_bad_values_raise_a_usage_error_saying_what_to_pass(argv: list[str], message: str) -> None:
@@ -108,3 +115,48 @@ def test_every_task_has_its_trainer_class_and_model() -> None:
     }
     assert _args("--task", "pose", "--model", "yolo26s-pose.yaml").model == "yolo26s-pose.yaml"
     assert _args().task == "detect"
+
+
+def test_arms_are_parsed_in_their_order_and_default_to_stock_and_ours() -> None:
+    assert _args().arms == ("stock", "ours")
+    three = _args("--arms", "stock, ours,stock-channels-last")
+    assert three.arms == ("stock", "ours", "stock-channels-last")
+    assert _args("--rounds", "4").pairs == _args("--pairs", "4").pairs == 4
+    assert _args("--lowdata-rounds", "1").lowdata_pairs == 1
+    with pytest.raises(plan.UsageError) as refused:
+        plan.parse_arms("stock,Ours")
+    # The message lists every arm there is, so the fix is in it.
+    for name in ("stock-compile", "stock-channels-last", "ours-network-compiled"):
+        assert name in str(refused.value)
+
+
+def test_the_plan_and_the_budget_count_every_arm_and_a_compilations_start() -> None:
+    base = ["--parts", "phases,train", "--pairs", "2", "--lowdata", "off", "--batch-sizes", "4"]
+    two = _args(*base)
+    three = _args(*base, "--arms", "stock,ours,stock-channels-last")
+    compiled = _args(*base, "--arms", "stock,ours-network-compiled")
+
+    def about(lines: list[str], part: str) -> float:
+        (line,) = [x for x in lines if x.startswith(f"plan: {part} ")]
+        return float(line.split("about ")[1].split(" s")[0])
+
+    lines2, lines3 = (
+        plan.plan_lines(two, plan.Budget(None)),
+        plan.plan_lines(three, plan.Budget(None)),
+    )
+    assert about(lines3, "train") == pytest.approx(1.5 * about(lines2, "train"), abs=1.0)
+    assert about(lines3, "phases") == pytest.approx(1.5 * about(lines2, "phases"), abs=1.0)
+    assert "plan: phases 3 runs x 1 batch sizes" in lines3[1]
+    one = plan.run_estimate(two, 4, per_iteration_s=two.per_iteration_s)
+    assert plan.round_estimate(two, 4, ["stock", "ours"], per_iteration_s=two.per_iteration_s) == (
+        pytest.approx(2 * one)
+    )
+    start = ARM_TABLE["ours-network-compiled"].startup_s
+    assert start > 0
+    with_compile = plan.round_estimate(
+        compiled, 4, ["stock", "ours-network-compiled"], per_iteration_s=two.per_iteration_s
+    )
+    assert with_compile == pytest.approx(2 * one + start)
+    assert about(plan.plan_lines(compiled, plan.Budget(None)), "train") == pytest.approx(
+        2 * (2 * one + start), abs=1.0
+    )

@@ -104,3 +104,26 @@ def test_reading_a_file_that_is_no_train_evidence_says_why(
         path.write_bytes(content)
     with pytest.raises(UsageError, match=message):
         report.read_train_results(path)
+
+
+def test_every_arm_of_a_round_gets_its_curves() -> None:
+    first = {
+        "seed": 0,
+        "order": ["stock", "ours-network", "stock-channels-last"],
+        "stock": _run(0, [3.0], [None, 100.0]),
+        "ours-network": _run(0, [3.25], [None, 40.0]),
+        "stock-channels-last": _run(0, [3.5], [None, 90.0]),
+    }
+    second = {**first, "seed": 1, "order": ["ours-network", "stock-channels-last", "stock"]}
+    second["stock"] = _run(1, [4.0], [None, 110.0])
+    train = {"variants": {"default": {"batches": {"4": {"pairs": [first, second]}}}}}
+    curves = report.build_curves(train)
+    assert curves["loss"]["series"] == {
+        "stock seed 0": [3.0],
+        "ours-network seed 0": [3.25],
+        "stock-channels-last seed 0": [3.5],
+        "stock seed 1": [4.0],
+    }
+    assert curves["iteration_ms"]["series"]["ours-network seed 1"] == [40.0]
+    assert curves["iteration_ms"]["series"]["stock seed 1"] == [110.0]
+    assert len(curves["iteration_ms"]["series"]) == 6

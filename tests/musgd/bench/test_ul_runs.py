@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,145 @@ def test_our_options_reach_a_child_process_as_they_were_given() -> None:
     child = _args("--quick", *_ul_runs.ours_argv(args))
     assert _ul_runs.ours_options(child) == options
     assert _ul_runs.ours_options(_args("--quick"))["channels_last"] is False
+
+
+def _fake_run(arm: str, seed: int, iteration: float) -> dict[str, object]:
+    entry = {"median": iteration, "min": iteration - 1.0, "max": iteration + 1.0, "count": 8}
+    return {
+        "arm": arm,
+        "seed": seed,
+        "iteration_ms": entry,
+        "compute_ms": entry,
+        "data_wait_ms": {"median": 0.5, "min": 0.1, "max": 0.9, "count": 8},
+        "first_epoch_s": {"median": 2.0, "min": 2.0, "max": 2.0, "count": 1},
+        "steady_epoch_s": None,
+        "phases": {"iteration": entry},
+        "run_s": 10.0,
+        "process_s": 14.0,
+        "memory_mib": {"peak_allocated": 900.0, "peak_reserved": 1200.0},
+        "losses": [1.0, 0.5],
+        "trace_ms": {"iteration": [None, iteration]},
+    }
+
+
+# Each arm's iteration in the fake runs: stock 120 ms, ours 60, stock-channels-last 100.
+_SPEED = {"stock": 120.0, "ours": 60.0, "stock-channels-last": 100.0}
+
+
+def _rounds(
+    monkeypatch: pytest.MonkeyPatch, *argv: str, budget: _ul_plan.Budget | None = None
+) -> tuple[list[dict[str, object]], dict[str, object]]:
+    calls: list[dict[str, object]] = []
+
+    def fake_run(args: argparse.Namespace, data: Path, **run: object) -> dict[str, object]:
+        calls.append(run)
+        arm, seed = str(run["arm"]), int(str(run["seed"]))
+        return _fake_run(arm, seed, _SPEED[arm])
+
+    monkeypatch.setattr(_ul_runs, "train_run", fake_run)
+    args = _args("--quick", "--batch-sizes", "4", "--arms", "stock,ours,stock-channels-last", *argv)
+    args.work = Path("work")
+    result: dict[str, object] = {"variants": {}}
+    saves: list[int] = []
+    _ul_runs.run_pairs(
+        args,
+        Path("data.yaml"),
+        budget or _ul_plan.Budget(None),
+        variant="default",
+        pairs=args.pairs,
+        result=result,
+        save=lambda: saves.append(1),
+    )
+    return calls, result
+
+
+def test_rounds_run_every_arm_rotating_and_log_a_line_per_arm_per_round(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls, result = _rounds(monkeypatch, "--rounds", "3")
+    assert [(c["arm"], c["seed"]) for c in calls] == [
+        ("stock", 0),
+        ("ours", 0),
+        ("stock-channels-last", 0),
+        ("ours", 1),
+        ("stock-channels-last", 1),
+        ("stock", 1),
+        ("stock-channels-last", 2),
+        ("stock", 2),
+        ("ours", 2),
+    ]
+    entry = result["variants"]["default"]["batches"]["4"]  # type: ignore[index]
+    assert entry["count"] == 3
+    assert [p["order"][0] for p in entry["pairs"]] == ["stock", "ours", "stock-channels-last"]
+    ratio = entry["against_stock"]["stock-channels-last"]["iteration"]["stock_over_arm"]
+    assert ratio["per_round"] == [1.2, 1.2, 1.2]
+    assert entry["iteration"]["stock_over_ours"]["median"] == 2.0  # the two-arm entry stays
+    assert entry["per_arm"]["ours"]["peak_reserved_mib"]["median"] == 1200.0
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if line.startswith("round default batch 4")]
+    assert len(lines) == 9
+    assert lines[0].startswith("round default batch 4 seed 0 stock (place 1): iteration 120.0")
+    assert "train 10.0 s, process 14.0 s, peak allocated 900 MiB, reserved 1200 MiB" in lines[0]
+    assert lines[3].startswith("round default batch 4 seed 1 ours (place 1)")
+    assert "batch 4 default iteration: stock/stock-channels-last 1.200" in "\n".join(out)
+
+
+def test_an_abba_round_over_three_arms_merges_each_arms_two_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls, result = _rounds(monkeypatch, "--rounds", "1", "--design", "abba")
+    order = ["stock", "ours", "stock-channels-last", "stock-channels-last", "ours", "stock"]
+    assert [c["arm"] for c in calls] == order
+    (pair,) = result["variants"]["default"]["batches"]["4"]["pairs"]  # type: ignore[index]
+    assert [run["arm"] for run in pair["runs"]] == order
+    assert {pair[arm]["merged_runs"] for arm in _SPEED} == {2}
+
+
+def test_rounds_the_budget_cannot_fit_are_skipped_whole(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls, result = _rounds(monkeypatch, "--rounds", "2", budget=_ul_plan.Budget(0.001))
+    assert calls == []
+    assert result["variants"]["default"]["batches"] == {}  # type: ignore[index]
+    skipped = [line for line in capsys.readouterr().out.splitlines() if "skipped" in line]
+    assert len(skipped) == 2
+    assert skipped[0].startswith("budget: skipped default round 0 batch 4: needs about")
+
+
+def test_a_run_in_its_own_process_records_the_processs_wall_time(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[list[str]] = []
+
+    def fake_process(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        seen.append(argv)
+        run = json.loads(argv[argv.index("--one-run") + 1])
+        Path(argv[-1]).write_text(json.dumps({"arm": run["arm"], "process_s": None}), "utf-8")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_process)
+    args = _args("--quick")
+    args.work = tmp_path
+    result = _ul_runs.train_run(args, tmp_path / "d.yaml", arm="stock-channels-last", seed=0)
+    assert result["arm"] == "stock-channels-last"  # the child is told its arm by name
+    assert isinstance(result["process_s"], float)
+    assert result["process_s"] >= 0.0
+    assert len(seen) == 1
+
+
+def test_the_arms_options_and_records_follow_the_table_and_the_flags() -> None:
+    args = _args("--quick", "--ours-guard", "--arms", "stock,ours,ours-network-compiled")
+    assert _ul_runs.arm_options("ours", args)["skip_nonfinite"] is True
+    fixed = _ul_runs.arm_options("ours-network-compiled", args)
+    assert (fixed["skip_nonfinite"], fixed["compile_network"]) == (False, True)
+    records = _ul_runs.arm_records(args)
+    assert list(records) == ["stock", "ours", "ours-network-compiled"]
+    assert records["ours"]["options"] == _ul_runs.ours_options(args)
+
+
+def test_an_unknown_arm_is_refused_before_ultralytics_is_imported(tmp_path: Path) -> None:
+    args = _args("--quick")
+    with pytest.raises(_ul_plan.UsageError, match="unknown arm 'stock-fast': the arms are stock"):
+        _ul_runs.train_once(
+            args, tmp_path / "d.yaml", arm="stock-fast", batch=4, seed=0, synchronize=False
+        )
