@@ -72,9 +72,9 @@ def train_detector(
     return losses
 
 
-def detector_inputs(n: int, batch: int = 2, size: int = 8) -> list[Tensor]:
+def detector_inputs(n: int, batch: int = 2) -> list[Tensor]:
     g = torch.Generator().manual_seed(0)
-    return [torch.randn(batch, 3, size, size, generator=g) for _ in range(n)]
+    return [torch.randn(batch, 3, 8, 8, generator=g) for _ in range(n)]
 
 
 def module_state(model: nn.Module) -> list[Tensor]:
