@@ -9,7 +9,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -28,13 +31,6 @@ AUTO_NS_DTYPE = "auto"
 Triple = tuple[float, float, float]
 Coefficients = str | Triple | Sequence[Triple]
 
-# Named coefficient schedules: name -> one (a, b, c) triple per iteration (a shorter schedule
-# repeats its last triple). Adding a named schedule is one entry here; ``NSConfig`` and the
-# ``ns_coefficients`` arguments accept every name listed.
-COEFFICIENT_SCHEDULES: dict[str, tuple[Triple, ...]] = {
-    "quintic": (DEFAULT_COEFFICIENTS,),
-}
-
 # Polar Express (Amsel et al., arXiv 2505.16932; R2): one minimax-optimal odd quintic per
 # iteration for singular values in [1e-3, 1], in the paper's bf16-safe form (cushion, safety
 # factor 1.01 on all but the last). These are ``musgd._ns_schedules.polar_express_triples(5)``,
@@ -46,7 +42,6 @@ POLAR_EXPRESS_COEFFICIENTS: tuple[Triple, ...] = (
     (3.285564017198615, -2.4153019596359457, 0.4852940655279089),
     (2.300652019954818, -1.6689039845747504, 0.4188073119525674),
 )
-COEFFICIENT_SCHEDULES["polar_express"] = POLAR_EXPRESS_COEFFICIENTS
 # aol4 (WP-023): four Polar Express-style minimax quintics for [5e-3, 1] after the AOL
 # rescaling (Turbo-Muon, arXiv 2512.04632, R270; AOL, R271) in place of the Frobenius
 # normalization. These are musgd._ns_schedules.polar_express_triples(4, lower=AOL_LOWER),
@@ -57,32 +52,32 @@ AOL4_COEFFICIENTS: tuple[Triple, ...] = (
     (3.1582359606108845, -2.321602152947545, 0.4749026120309498),
     (2.200028180035982, -1.5770596350587671, 0.40893738237389954),
 )
-COEFFICIENT_SCHEDULES["aol4"] = AOL4_COEFFICIENTS
 
 # How a matrix is normalized before the first iteration: "frobenius" (X/||X||_F) or "aol" (the
-# AOL row rescaling, :func:`aol_normalize`). A named schedule tuned for another normalization
-# than the Frobenius one names it here; every other schedule (and explicit triples) defaults to
-# "frobenius".
-NORMALIZATIONS = ("frobenius", "aol")
-SCHEDULE_NORMALIZATIONS: dict[str, str] = {"aol4": "aol"}
-# Named schedules of their own length (``NSConfig(coefficients="aol4")`` runs 4 iterations);
-# every other name runs DEFAULT_STEPS unless told otherwise.
-SCHEDULE_STEPS: dict[str, int] = {"aol4": len(AOL4_COEFFICIENTS)}
+# AOL row rescaling, :func:`aol_normalize`).
+Normalize = Literal["frobenius", "aol"]
+NORMALIZATIONS: tuple[Normalize, ...] = ("frobenius", "aol")
 
 
 def schedule_steps(coefficients: Coefficients, steps: int | None = None) -> int:
-    """The iterations a schedule runs: ``steps`` where given, else the name's own
-    (:data:`SCHEDULE_STEPS`), else :data:`DEFAULT_STEPS`."""
+    """The iterations a schedule runs: ``steps`` where given, else a named schedule's own
+    (:data:`SCHEDULES`), else :data:`DEFAULT_STEPS`."""
     if steps is not None:
         return steps
-    own = SCHEDULE_STEPS.get(coefficients) if isinstance(coefficients, str) else None
-    return own or DEFAULT_STEPS
+    named = SCHEDULES.get(coefficients) if isinstance(coefficients, str) else None
+    return DEFAULT_STEPS if named is None else named.steps
 
 
 def schedule_normalization(coefficients: Coefficients, normalize: str | None = None) -> str:
-    """The normalization a schedule runs with: ``normalize`` where given (a name's own must
-    agree), else the name's own (:data:`SCHEDULE_NORMALIZATIONS`), else ``"frobenius"``."""
-    own = SCHEDULE_NORMALIZATIONS.get(coefficients) if isinstance(coefficients, str) else None
+    """The normalization a schedule runs with: ``normalize`` where given, else a named
+    schedule's own (:data:`SCHEDULES`), else ``"frobenius"``.
+
+    A schedule tuned after the Frobenius normalization accepts either: both leave every singular
+    value <= 1, and AOL only raises the smallest (R271), so the interval it was tuned for still
+    holds. One tuned for a narrower interval that only AOL gives ("aol4") insists on AOL.
+    """
+    named = SCHEDULES.get(coefficients) if isinstance(coefficients, str) else None
+    own = None if named is None or named.normalize == "frobenius" else named.normalize
     if normalize is None:
         return own or "frobenius"
     if normalize not in NORMALIZATIONS:
@@ -167,14 +162,14 @@ def _resolve(coefficients: Coefficients, steps: int) -> tuple[Triple, ...]:
 def _as_triples(coefficients: Coefficients) -> list[Triple]:
     """Return `coefficients` as a list of validated float triples."""
     if isinstance(coefficients, str):
-        schedule = COEFFICIENT_SCHEDULES.get(coefficients)
-        if schedule is None:
-            names = ", ".join(map(repr, COEFFICIENT_SCHEDULES))
+        named = SCHEDULES.get(coefficients)
+        if named is None:
+            names = ", ".join(map(repr, SCHEDULES))
             raise ValueError(
                 f"ns_coefficients names no known schedule: {coefficients!r}; the names are "
                 f"{names}, or pass a sequence of (a, b, c) triples"
             )
-        return list(schedule)
+        return list(named.triples)
     if not isinstance(coefficients, Sequence) or isinstance(coefficients, bytes | bytearray):
         # Without this, len() below raises a TypeError that names no argument (and bytes, a
         # sequence of ints, would read as triples: b"quintic" is not the name).
@@ -387,3 +382,64 @@ def orthogonalize(
         dtype=dtype,
         normalize=normalize,
     ).squeeze(0)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A named Newton–Schulz schedule: one (a, b, c) triple per iteration, how the input is
+    normalized before the first (``"frobenius"``: ``X/‖X‖_F``; ``"aol"``: :func:`aol_normalize`),
+    and where it comes from."""
+
+    name: str
+    triples: tuple[Triple, ...]
+    normalize: Normalize
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.normalize not in NORMALIZATIONS:
+            raise ValueError(
+                f"schedule {self.name!r}: normalize must be one of {', '.join(NORMALIZATIONS)}, "
+                f"got {self.normalize!r}"
+            )
+        # Validates every triple (finite numbers, 1..MAX_STEPS of them) and freezes them.
+        triples = resolve_coefficients(self.triples, len(self.triples))
+        object.__setattr__(self, "triples", triples)
+
+    @property
+    def steps(self) -> int:
+        """The number of iterations."""
+        return len(self.triples)
+
+
+# The named schedules, the one registry of them: ``NSConfig(coefficients=...)``, the
+# ``ns_coefficients`` arguments and every backend accept each name here, with its triples, its
+# length (``"aol4"`` runs 4 iterations unless told otherwise) and its normalization. Adding a
+# schedule is one entry.
+_NAMED_SCHEDULES: dict[str, Schedule] = {
+    s.name: s
+    for s in (
+        Schedule(
+            name="quintic",
+            triples=(DEFAULT_COEFFICIENTS,) * DEFAULT_STEPS,
+            normalize="frobenius",
+            source="Muon (Jordan et al., 2024; R1): one tuned quintic, five iterations",
+        ),
+        Schedule(
+            name="polar_express",
+            triples=POLAR_EXPRESS_COEFFICIENTS,
+            normalize="frobenius",
+            source="Polar Express (Amsel et al., arXiv 2505.16932; R2): per-iteration "
+            "minimax quintics for [1e-3, 1], cushion 0.0241, safety 1.01 on all but the "
+            "last; computed by polar_express_triples(5) from the paper's construction",
+        ),
+        Schedule(
+            name="aol4",
+            triples=AOL4_COEFFICIENTS,
+            normalize="aol",
+            source="Turbo-Muon (Boissin et al., arXiv 2512.04632; R270) AOL rescaling "
+            "(Prach & Lampert, ECCV 2022; R271) with 4 Polar Express-style minimax "
+            "quintics for [5e-3, 1]: polar_express_triples(4, lower=AOL_LOWER), our choice",
+        ),
+    )
+}
+SCHEDULES: Mapping[str, Schedule] = MappingProxyType(_NAMED_SCHEDULES)

@@ -20,26 +20,20 @@ imports the replay machinery.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Literal
 
 import torch
 from torch import Tensor
 
 from musgd._newton_schulz import (
-    AOL4_COEFFICIENTS,
-    DEFAULT_COEFFICIENTS,
     DEFAULT_EPS,
     DEFAULT_NS_DTYPE,
-    DEFAULT_STEPS,
-    POLAR_EXPRESS_COEFFICIENTS,
+    NORMALIZATIONS,
+    SCHEDULES,
+    Schedule,
     Triple,
     _newton_schulz,
     aol_normalize,
     check_settings,
-    resolve_coefficients,
 )
 
 __all__ = [
@@ -53,9 +47,6 @@ __all__ = [
     "polar_express_triples",
     "schedule",
 ]
-
-Normalize = Literal["frobenius", "aol"]
-NORMALIZATIONS: tuple[Normalize, ...] = ("frobenius", "aol")
 
 # Polar Express construction (R2, as the paper describes it; wp-023 says what was read): the
 # singular values of the normalized input are assumed to lie in [l, u] = [1e-3, 1]; each
@@ -145,37 +136,10 @@ def polar_express_triples(
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """A named Newton–Schulz schedule: one (a, b, c) triple per iteration and how the input is
-    normalized before the first (``"frobenius"``: ``X/‖X‖_F``; ``"aol"``: :func:`aol_normalize`).
-    """
-
-    name: str
-    triples: tuple[Triple, ...]
-    normalize: Normalize
-    source: str
-
-    def __post_init__(self) -> None:
-        if self.normalize not in NORMALIZATIONS:
-            raise ValueError(
-                f"schedule {self.name!r}: normalize must be one of {', '.join(NORMALIZATIONS)}, "
-                f"got {self.normalize!r}"
-            )
-        # Validates every triple (finite numbers, 1..MAX_STEPS of them) and freezes them.
-        triples = resolve_coefficients(self.triples, len(self.triples))
-        object.__setattr__(self, "triples", triples)
-
-    @property
-    def steps(self) -> int:
-        """The number of iterations."""
-        return len(self.triples)
-
-
-# The literal triples are polar_express_triples(5) and polar_express_triples(4,
-# lower=AOL_LOWER), printed with repr() and held in musgd._newton_schulz, where the optimizer's
-# schedule names live; tests/musgd/test_ns_schedules.py re-derives them.
-_POLAR_EXPRESS_5 = POLAR_EXPRESS_COEFFICIENTS
+# The schedules themselves (:class:`Schedule`, :data:`SCHEDULES`) live in
+# musgd._newton_schulz, the optimizer's one registry of names; the literal triples there are
+# polar_express_triples(5) and polar_express_triples(4, lower=AOL_LOWER), printed with repr(),
+# and tests/musgd/test_ns_schedules.py re-derives them.
 # AOL rescaling leaves every singular value <= 1 (R271, Theorem 1) and raises the smallest ones
 # over the Frobenius normalization (1.5-7x on the YOLO-like matrices of the tests; wp-023), so
 # four iterations can start from a higher lower end. Turbo-Muon's own coefficient table was not
@@ -183,37 +147,6 @@ _POLAR_EXPRESS_5 = POLAR_EXPRESS_COEFFICIENTS
 # iterations over [AOL_LOWER, 1], AOL_LOWER picked from {1, 2, 3, 5, 10}e-3 as the value whose
 # 4 iterations beat the quintic's 5 in ||OᵀO - I|| on every test matrix, fp64 and bf16.
 AOL_LOWER = 5e-3
-_AOL_4 = AOL4_COEFFICIENTS
-
-SCHEDULES: Mapping[str, Schedule] = MappingProxyType(
-    {
-        s.name: s
-        for s in (
-            Schedule(
-                name="quintic",
-                triples=(DEFAULT_COEFFICIENTS,) * DEFAULT_STEPS,
-                normalize="frobenius",
-                source="Muon (Jordan et al., 2024; R1): one tuned quintic, five iterations",
-            ),
-            Schedule(
-                name="polar_express",
-                triples=_POLAR_EXPRESS_5,
-                normalize="frobenius",
-                source="Polar Express (Amsel et al., arXiv 2505.16932; R2): per-iteration "
-                "minimax quintics for [1e-3, 1], cushion 0.0241, safety 1.01 on all but the "
-                "last; computed by polar_express_triples(5) from the paper's construction",
-            ),
-            Schedule(
-                name="aol4",
-                triples=_AOL_4,
-                normalize="aol",
-                source="Turbo-Muon (Boissin et al., arXiv 2512.04632; R270) AOL rescaling "
-                "(Prach & Lampert, ECCV 2022; R271) with 4 Polar Express-style minimax "
-                "quintics for [5e-3, 1]: polar_express_triples(4, lower=AOL_LOWER), our choice",
-            ),
-        )
-    }
-)
 
 
 def schedule(name: str) -> Schedule:

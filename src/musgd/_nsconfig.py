@@ -4,8 +4,7 @@ Spec §4 (``shared/specs/musgd.md``). Both flavours, ``from_stock`` and ``musgd_
 as ``ns=``; the flat constructor arguments (``ns_steps``, ``ns_coefficients``, ``eps``,
 ``ns_dtype``, ``ns_backend``) stay as shorthands for its fields (:func:`merge_flat`). Names are
 looked up in module-level registries, so that a new named schedule, scale or normalization is
-one entry there: ``COEFFICIENT_SCHEDULES`` and ``SCALES`` (``musgd._newton_schulz``) and
-``NORMALIZATIONS`` here.
+one entry there: ``SCHEDULES``, ``SCALES`` and ``NORMALIZATIONS`` (``musgd._newton_schulz``).
 """
 
 from __future__ import annotations
@@ -20,11 +19,11 @@ import torch
 
 from musgd._newton_schulz import (
     AUTO_NS_DTYPE,
-    COEFFICIENT_SCHEDULES,
     DEFAULT_EPS,
     MAX_STEPS,
     NORMALIZATIONS,
     SCALES,
+    SCHEDULES,
     SUPPORTED_NS_DTYPES,
     Triple,
     resolve_coefficients,
@@ -63,7 +62,7 @@ def _triples(value: object) -> tuple[Triple, ...]:
     if not isinstance(value, Sequence) or not 1 <= len(value) <= MAX_STEPS:
         _fail(
             "coefficients",
-            f"a schedule name ({_names(COEFFICIENT_SCHEDULES)}) or a sequence of 1..{MAX_STEPS} "
+            f"a schedule name ({_names(SCHEDULES)}) or a sequence of 1..{MAX_STEPS} "
             "(a, b, c) triples",
             value,
         )
@@ -147,11 +146,10 @@ class NSConfig:
             _fail("steps", f"an int in 1..{MAX_STEPS}", steps, "5 is the quintic schedule's")
         coefficients = self.coefficients
         if isinstance(coefficients, str):
-            if coefficients not in COEFFICIENT_SCHEDULES:
+            if coefficients not in SCHEDULES:
                 _fail(
                     "coefficients",
-                    f"one of the names {_names(COEFFICIENT_SCHEDULES)} or a sequence of "
-                    "(a, b, c) triples",
+                    f"one of the names {_names(SCHEDULES)} or a sequence of (a, b, c) triples",
                     coefficients,
                 )
         else:

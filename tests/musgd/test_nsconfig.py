@@ -77,8 +77,9 @@ def test_the_record_is_keyword_only_frozen_and_expands_its_schedule() -> None:
 def test_a_named_schedule_is_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="'quintic'"):
         NSConfig(coefficients="cubic")
-    monkeypatch.setitem(newton_schulz.COEFFICIENT_SCHEDULES, "cubic", ((1.5, -0.5, 0.0),))
-    assert NSConfig(coefficients="cubic", steps=2).triples == ((1.5, -0.5, 0.0),) * 2
+    cubic = newton_schulz.Schedule("cubic", ((1.5, -0.5, 0.0),) * 2, "frobenius", "a test")
+    monkeypatch.setitem(newton_schulz._NAMED_SCHEDULES, "cubic", cubic)
+    assert NSConfig(coefficients="cubic").triples == ((1.5, -0.5, 0.0),) * 2  # its own length
     # The flat shorthand and the public functions read the same registry.
     opt = MuSGD([nn.Parameter(torch.zeros(4, 4))], lr=0.1, ns_coefficients="cubic", ns_steps=2)
     assert opt.param_groups[0]["ns_coefficients"] == ((1.5, -0.5, 0.0),) * 2
@@ -366,6 +367,9 @@ def test_aol4_brings_its_normalization_and_its_four_steps() -> None:
         ValueError, match=r"normalize must be the schedule's own.*tuned for the 'aol'"
     ):
         NSConfig(coefficients="aol4", normalize="frobenius")
+    # A schedule tuned after the Frobenius normalization takes AOL too (AOL keeps its interval).
+    assert NSConfig(coefficients="polar_express", normalize="aol").normalize == "aol"
+    assert NSConfig(coefficients="quintic").normalize == "frobenius"
     with pytest.raises(ValueError, match="'quintic', 'polar_express', 'aol4'"):
         NSConfig(coefficients="polar")
     # The flat shorthand: ns_steps left at its default takes the name's own four.
