@@ -15,7 +15,6 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from itertools import chain
 from pathlib import Path
 from typing import IO, NamedTuple
@@ -23,6 +22,7 @@ from typing import IO, NamedTuple
 from wpgate._config import Config, load_config
 from wpgate._model import MAX_MESSAGE, Finding, with_severity
 from wpgate._output import LinterRun, Summary, format_report
+from wpgate._record import replace
 from wpgate.errors import GitError, InvocationError
 from wpgate.options import OutputOptions
 

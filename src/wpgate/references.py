@@ -22,11 +22,11 @@ import fnmatch
 import functools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from wpgate._documents import ReadRefusedError, read_bounded
+from wpgate._record import field, frozen
 from wpgate.options import GateOptions
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ _QUOTED = re.compile(r'"[^"]*"')
 _CI_PREFIX = "ci:"
 
 
-@dataclass(frozen=True, eq=False)
+@frozen(eq=False)
 class References:
     """Ids that exist in the repository: work packages, sources, placeholders, assumptions.
 
