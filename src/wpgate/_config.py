@@ -30,13 +30,13 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 from wpgate._documents import ReadRefusedError, read_bounded
 from wpgate._model import RULES
+from wpgate._record import field, frozen, replace
 from wpgate.errors import InvocationError
 from wpgate.options import (
     SEVERITIES,
@@ -79,7 +79,7 @@ def _frozen(value: Mapping[_K, _V]) -> Mapping[_K, _V]:
     return MappingProxyType(dict(value))
 
 
-@dataclass(frozen=True)
+@frozen
 class Config:
     """The loaded ``[tool.wpgate]`` table of one repository."""
 

@@ -15,9 +15,9 @@ import os
 import re
 import subprocess
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from wpgate._record import frozen
 from wpgate.errors import GitError
 from wpgate.trailers import DEFAULT_SYNTAX, TrailerSyntax
 
@@ -56,7 +56,7 @@ _REMOTES = "--remotes"
 _SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
-@dataclass(frozen=True, init=False)
+@frozen
 class Commit:
     """One commit of a range: sha, parent shas, ``Name <email>`` author and raw message."""
 
@@ -71,7 +71,7 @@ class Commit:
         self.__dict__.update(sha=sha, parents=parents, author=author, message=message)
 
 
-@dataclass(frozen=True)
+@frozen
 class RevisionRange:
     """Commits reachable from ``include`` but not from any of ``exclude`` (git's ``A..B``)."""
 
@@ -165,7 +165,7 @@ def pushed_range(environ: dict[str, str] | None = None, history_start: str = "")
     return RevisionRange("HEAD", ("--remotes", *floor), "HEAD ^--remotes", allow_empty=True)
 
 
-@dataclass(frozen=True)
+@frozen
 class PushedRef:
     """One line of git's pre-push input (githooks(5)): a ref the push updates."""
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
+
+from wpgate._record import field, frozen
 
 #: A work-package id, the one grammar of page names, front matter and the `WP:` trailer:
 #: three or more digits and an optional lower-case letter (``004``, ``197b``, ``1000``).
@@ -14,7 +15,7 @@ WP_ID_PATTERN = r"\d{3,}[a-z]?"
 MAX_MESSAGE = 1000
 
 
-@dataclass(frozen=True, order=True, init=False)
+@frozen(order=True)
 class Finding:
     """One problem: which rule, what is wrong and how to fix it, and where.
 
@@ -44,7 +45,7 @@ class Finding:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class Problem:
     """What is wrong with a document before a rule reports it: where, and how to fix it.
 
@@ -73,7 +74,7 @@ Subject = TypeVar("Subject")
 Options = TypeVar("Options")
 
 
-@dataclass(frozen=True)
+@frozen
 class Rule(Generic[Subject, Options]):
     """A lint rule with a stable id (``WPG101``), a kebab-case name and a one-line summary.
 

@@ -9,12 +9,12 @@ summary as a notice. ``sarif``: a SARIF 2.1.0 log for code scanning (:func:`form
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 from urllib.parse import quote
 
 from wpgate._model import Finding, Rule
+from wpgate._record import field, frozen
 
 __all__ = [
     "FORMATS",
@@ -35,7 +35,7 @@ SARIF_SCHEMA = (
 SARIF_ROOT = "SRCROOT"
 
 
-@dataclass(frozen=True)
+@frozen
 class Summary:
     """What one linter looked at: ``checked`` items of a ``kind``, and exemptions by reason."""
 
@@ -55,7 +55,7 @@ class Summary:
         return line
 
 
-@dataclass(frozen=True)
+@frozen
 class LinterRun:
     """One linter's result: its findings and its summary."""
 

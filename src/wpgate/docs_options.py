@@ -4,21 +4,20 @@ with :func:`~wpgate.options.option`).
 
 Apart from :mod:`wpgate.options` because only the docs linters, ``wpgate._config`` when a file
 configures a table, and the published reference read them: the commit linters (the commit-msg
-hook, a range lint) never make these classes, whose frozen methods are compiled as each class is
-made.
+hook, a range lint) never make these classes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
+from wpgate._record import frozen
 from wpgate.options import LinterOptions, option
 
 __all__ = ["ChangelogOptions", "EvidenceOptions", "ProvenanceOptions", "WorkPackageOptions"]
 
 
-@dataclass(frozen=True)
+@frozen
 class ProvenanceOptions(LinterOptions):
     """``[tool.wpgate.provenance]``: the licences a code source may carry, and the history."""
 
@@ -43,7 +42,7 @@ class ProvenanceOptions(LinterOptions):
     )
 
 
-@dataclass(frozen=True)
+@frozen
 class WorkPackageOptions(LinterOptions):
     """``[tool.wpgate.wp]``: front-matter keys a page may carry beyond the schema."""
 
@@ -54,7 +53,7 @@ class WorkPackageOptions(LinterOptions):
     )
 
 
-@dataclass(frozen=True)
+@frozen
 class EvidenceOptions(LinterOptions):
     """``[tool.wpgate.evidence]``: whether pytest collection verifies the markers."""
 
@@ -63,7 +62,7 @@ class EvidenceOptions(LinterOptions):
     collect: bool = option(True, "bool", "Run pytest to verify `collected N -- paths` markers.")
 
 
-@dataclass(frozen=True)
+@frozen
 class ChangelogOptions(LinterOptions):
     """``[tool.wpgate.changelog]``: backticked names of ``[Unreleased]`` that are not checked."""
 

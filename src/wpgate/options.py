@@ -9,21 +9,21 @@ and :func:`converted` is the one conversion and check of a configured value.
 ``Config.options(kind)`` builds a record once per loaded configuration and hands every
 reader that same record.
 
-This module imports only the standard library: the rule modules import it, and
-``wpgate._config`` imports it, without either importing the other. The records of the docs
-linters live in :mod:`wpgate.docs_options`: a frozen record's methods are generated and compiled
-when its class is made, and the commit linters, which read only this module's, do not load them.
+This module imports only the standard library and :mod:`wpgate._record` (which imports no other
+wpgate module): the rule modules import it, and ``wpgate._config`` imports it, without either
+importing the other. The records are :func:`wpgate._record.frozen` records, not dataclasses:
+the commit linters make them at every start. The records of the docs linters live in
+:mod:`wpgate.docs_options`, which the commit linters do not load.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
+from wpgate._record import Field, field, fields, frozen
 from wpgate.errors import ConfigError
 
 __all__ = [
@@ -104,7 +104,7 @@ def converted(where: str, kind: str, value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True)
+@frozen
 class Setting:
     """One key of ``[tool.wpgate]`` as the reference publishes it: its table, value kind,
     default (as TOML, or in words) and what it does.
@@ -141,7 +141,7 @@ def option(default: Any, kind: str, help_text: str, *, shown_default: str | None
     return field(default=default, metadata=metadata)
 
 
-def kind_of(item: dataclasses.Field[Any]) -> str:
+def kind_of(item: Field) -> str:
     """The value kind a record field declares."""
     return str(item.metadata["kind"])
 
@@ -184,7 +184,7 @@ def _toml(value: Any) -> str:
     return str(value)
 
 
-def _setting(table: str, item: dataclasses.Field[Any]) -> Setting:
+def _setting(table: str, item: Field) -> Setting:
     """The published :class:`Setting` of one record field."""
     if not {"kind", "help"} <= item.metadata.keys():
         raise TypeError(
@@ -195,7 +195,7 @@ def _setting(table: str, item: dataclasses.Field[Any]) -> Setting:
     if shown_default is not None:
         default = str(shown_default)
     elif kind_of(item) == "str_map":  # a table, held as (key, value) pairs
-        pairs: tuple[tuple[str, str], ...] = item.default  # type: ignore[assignment]
+        pairs: tuple[tuple[str, str], ...] = item.default
         default = "{" + ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in pairs) + "}"
     else:
         default = _toml(item.default)
@@ -216,15 +216,16 @@ class OptionsSource(Protocol):
 class LinterOptions:
     """Base of the option records: the table they read, its keys, the one parser and check.
 
-    Subclasses are frozen dataclasses whose fields are made with :func:`option`.
+    Subclasses are frozen records (:func:`wpgate._record.frozen`) whose fields are made with
+    :func:`option`.
     """
 
     TABLE: ClassVar[str]
 
     @classmethod
-    def fields(cls) -> tuple[dataclasses.Field[Any], ...]:
+    def fields(cls) -> tuple[Field, ...]:
         """The record's fields: one a key of its table."""
-        return dataclasses.fields(cls)  # type: ignore[arg-type]
+        return fields(cls)
 
     @classmethod
     def settings(cls) -> tuple[Setting, ...]:
@@ -268,7 +269,7 @@ class LinterOptions:
         """Refuse, with a :class:`ConfigError`, values that have the right type but are wrong."""
 
 
-@dataclass(frozen=True)
+@frozen
 class DocsLayout(LinterOptions):
     """``[tool.wpgate.docs]``: where the governance documents live, relative to the root."""
 
@@ -306,7 +307,7 @@ class DocsLayout(LinterOptions):
     def check(self) -> None:
         """Every path and glob stays inside the repository: relative, with no ``..`` part (a
         folder outside would be read, or found empty, and pass silently)."""
-        for item in dataclasses.fields(self):
+        for item in fields(self):
             value = getattr(self, item.name)
             for path in value if isinstance(value, tuple) else (value,):
                 parts = path.replace("\\", "/").split("/")
@@ -326,7 +327,7 @@ GATE_LANGUAGES = ("python", "go", "rust", "javascript", "bats")
 CI_WORKFLOWS = (".github/workflows/*.yml", ".github/workflows/*.yaml")
 
 
-@dataclass(frozen=True)
+@frozen
 class GateOptions(LinterOptions):
     """``[tool.wpgate.gates]``: what a ``Gate:`` may name (trailers and work-package pages)."""
 
@@ -378,7 +379,7 @@ class GateOptions(LinterOptions):
                 )
 
 
-@dataclass(frozen=True)
+@frozen
 class OutputOptions(LinterOptions):
     """``[tool.wpgate.output]``: what the reports link to."""
 
@@ -427,7 +428,7 @@ DEFAULT_TYPES = (
 GOVERNED_TRAILERS = ("WP", "Provenance", "Assumptions", "Gate")
 
 
-@dataclass(frozen=True)
+@frozen
 class TrailerOptions(LinterOptions):
     """``[tool.wpgate.trailers]``: what the commit rules accept."""
 

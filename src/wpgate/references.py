@@ -17,19 +17,20 @@ trailer or a work-package page names, without importing or running anything:
 
 from __future__ import annotations
 
-import ast
 import fnmatch
 import functools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from wpgate._documents import ReadRefusedError, read_bounded
+from wpgate._record import field, frozen
 from wpgate.options import GateOptions
 
 if TYPE_CHECKING:
+    import ast
+
     from wpgate._gate_languages import Language
 
 __all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids", "workflow_jobs"]
@@ -43,7 +44,7 @@ _QUOTED = re.compile(r'"[^"]*"')
 _CI_PREFIX = "ci:"
 
 
-@dataclass(frozen=True, eq=False)
+@frozen(eq=False)
 class References:
     """Ids that exist in the repository: work packages, sources, placeholders, assumptions.
 
@@ -67,6 +68,8 @@ def split_node_ids(value: str) -> list[str]:
 
 def _names(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
     """Functions and classes defined directly in ``body``, with each class's own body."""
+    import ast  # loaded by python_names, once a gate names a Python file
+
     found: dict[str, list[ast.stmt]] = {}
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -84,6 +87,8 @@ def _names(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
 def python_names(source: bytes | str, filename: str = "<test>") -> frozenset[str]:
     """Every function and class of a Python file, nested ones as ``Class::method``; a
     SyntaxError when it does not parse."""
+    import ast  # only a gate naming a Python file needs the parser
+
     found: set[str] = set()
 
     def walk(body: list[ast.stmt], prefix: str) -> None:

@@ -30,7 +30,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+
+from wpgate._record import field, frozen, replace
 
 __all__ = [
     "DEFAULT_SYNTAX",
@@ -58,7 +59,7 @@ _CONTINUATION_FOLD = re.compile(r"\n[ \t\n\r]*")
 _BLANK_LINE = re.compile(r"^[ \t\r]*$", re.MULTILINE)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class TrailerSyntax:
     """git's configuration that changes which lines are trailers (git-interpret-trailers(1)).
 
@@ -112,7 +113,7 @@ def _patterns(separators: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
 # cost a Message twice as many instructions). They stay frozen: assignment still raises.
 
 
-@dataclass(frozen=True, init=False)
+@frozen
 class Trailer:
     """One trailer: its key as written, its unfolded value and its 1-based line."""
 
@@ -124,7 +125,7 @@ class Trailer:
         self.__dict__.update(key=key, value=value, line=line)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class DecodedText:
     """Text decoded from bytes; ``error_line`` is the 1-based line of the first invalid byte.
 
@@ -136,7 +137,7 @@ class DecodedText:
     nul_line: int | None = None
 
 
-@dataclass(frozen=True, init=False)
+@frozen
 class Message:
     """A parsed commit message.
 

@@ -51,6 +51,21 @@ def run(root: Path, *args: str, stdin: bytes = b"") -> tuple[int, str, str]:
     return status, out.getvalue(), err.getvalue()
 
 
+def _run_bytes(argv: list[str], stdin: bytes) -> tuple[int, bytes, bytes]:
+    """``main(argv)`` with the standard streams as UTF-8 text files over bytes, as a process
+    has them: (status, stdout, stderr)."""
+    out, err = io.BytesIO(), io.BytesIO()
+    streams = [io.TextIOWrapper(b, encoding="utf-8", write_through=True) for b in (out, err)]
+    old = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+    sys.stdout, sys.stderr = streams
+    try:
+        status = main(argv)
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = old
+    return status, out.getvalue(), err.getvalue()
+
+
 def message_file(root: Path, data: bytes) -> str:
     path = root / ".git" / "COMMIT_EDITMSG"
     path.write_bytes(data)
@@ -601,15 +616,19 @@ def run_verbose(root: Path, *args: str) -> tuple[int, str, str]:
 def test_ctrl_c_inside_a_command_exits_130_without_a_traceback(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import wpgate.cli
     from wpgate import _commits
 
     def interrupted(*_args: object, **_kwargs: object) -> object:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(_commits, "run_trailers", interrupted)
-    status, out, err = run(repo, "trailers", "-", stdin=GOOD)
-    # click ends the terminal's `^C` line first; then one line, and no traceback.
-    assert (status, out, err.lstrip("\n")) == (130, "", "wpgate: interrupted\n")
+    argv = ["trailers", "-", "--format", "sarif", "--root", str(repo)]
+    read_plainly = _run_bytes(argv, GOOD)
+    monkeypatch.setattr(wpgate.cli, "plain_trailers", lambda _args: None)
+    # click ends the terminal's `^C` line first; then one line, and no traceback (read with
+    # click or without).
+    assert read_plainly == _run_bytes(argv, GOOD) == (130, b"", b"\nwpgate: interrupted\n")
 
 
 def test_ctrl_c_outside_click_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -817,3 +836,135 @@ def test_an_escape_sequence_in_a_report_is_stripped_off_a_terminal(repo: Path) -
     assert status == 1
     assert "\x1b" not in out
     assert "`WP: 12` is not a work-package id" in out
+
+
+# --------------------------------------------------------------------------- plain trailers
+
+
+def _trailer_command_lines(repo: Path) -> tuple[list[list[str]], list[list[str]]]:
+    """``trailers`` command lines over ``repo``: valid ones in every spelling (read without
+    click), and ones click refuses, helps with or reads as something else."""
+    message = message_file(repo, BAD)
+    pr = repo / "pr.txt"
+    pr.write_bytes(b"feat: a change" + PR_STATEMENT)
+    root = ["--root", str(repo)]
+    plain = [
+        [message],
+        ["-"],
+        ["--range", "HEAD"],
+        ["--range=HEAD"],
+        ["--range", "HEAD~1..HEAD"],
+        ["--range", "HEAD", "--range", "HEAD~1..HEAD"],
+        ["--range", "HEAD", "--format", "json"],
+        ["--range=HEAD", "--format=sarif"],
+        ["--format", "github", "--range", "HEAD"],
+        ["--format", "json", "--format", "text", message],
+        ["--range", "HEAD", "--ignore", "WPG101", "--ignore=wp-trailer"],
+        ["--ignore", "WPG101,WPG104", message],
+        ["--ignore", "no-such-rule", message],
+        ["--history"],
+        ["--history", "--history", "--format", "sarif"],
+        ["--pushed"],
+        ["--pr", str(pr)],
+        ["--pr=-"],
+        ["-", "--pr", "-", "--format", "json"],
+        [message, "--range", "HEAD"],
+        [],
+        ["--range", ""],
+        [""],
+        ["--range", "no-such-revision"],
+        ["--range", "HEAD", "--format=sarif", "--root", str(repo / "tests")],
+        [message, "--root", str(repo / "tests")],
+    ]
+    other = [
+        ["--range", "HEAD", "--root", str(repo / "no-such-folder")],
+        ["--range", "HEAD", "--root", str(repo / "tests" / "test_gate.py")],
+        ["--range", "HEAD", "--root="],
+        ["--format", "xml", message],
+        ["--format=sarif", "--format"],
+        ["--range"],
+        ["--range", "-x"],
+        ["--range=-x"],
+        ["--ran", "HEAD"],
+        ["--bogus", message],
+        ["--format=sarif", "--bogus"],
+        ["--history=yes"],
+        [message, message],
+        ["-h"],
+        ["--help"],
+        ["--", "-"],
+    ]
+    return (
+        [["trailers", *args, *root] for args in plain] + [["trailers", "--range", "HEAD"]],
+        [["trailers", *args, *root] for args in other]
+        + [["-v", "trailers", "--range", "HEAD", *root], ["trailer", message, *root]],
+    )
+
+
+def test_a_plain_trailers_command_line_runs_as_click_runs_it(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import wpgate.cli
+
+    git(repo, "commit", "-q", "--allow-empty", "-m", BAD.decode())
+    git(repo, "commit", "-q", "--allow-empty", "-m", "fix: x\n\nWP: \x1b[31m12\n")
+    monkeypatch.chdir(repo)
+    plain, other = _trailer_command_lines(repo)
+    for argv in plain + other:
+        assert (wpgate.cli.plain_trailers(argv) is not None) == (argv in plain), argv
+        read_plainly = _run_bytes(argv, BAD)
+        with monkeypatch.context() as patched:
+            patched.setattr(wpgate.cli, "plain_trailers", lambda _args: None)
+            read_by_click = _run_bytes(argv, BAD)
+        assert read_plainly == read_by_click, argv
+
+
+def test_a_plain_trailers_command_line_is_read_as_click_reads_it(repo: Path) -> None:
+    from wpgate.cli import plain_trailers
+
+    message = message_file(repo, BAD)
+    argv = ["trailers", "--ignore", "A", message, "--ignore=B", "--pr", "-", "--range", "x"]
+    assert plain_trailers([*argv, "--range=y", "--format", "json", "--root", str(repo)]) == {
+        "message_file": message,
+        "fmt": "json",
+        "ignored": ("A", "B"),
+        "pr": "-",
+        "rev_range": "y",
+        "root": str(repo),
+    }
+
+
+def test_the_trailers_command_line_loads_no_click(repo: Path) -> None:
+    code = (
+        "import sys\nfrom wpgate.cli import main\n"
+        f"status = main(['trailers', '--range', 'HEAD', '--root', {str(repo)!r}])\n"
+        "print(status, sorted({m.split('.')[0] for m in sys.modules} & {'click'}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.splitlines()[-1] == "1 []", done.stderr
+    # Control: help goes to click.
+    code = code.replace("'--range', 'HEAD'", "'--help'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.splitlines()[-1] == "0 ['click']", done.stderr
+
+
+@pytest.mark.parametrize("read_by", ["wpgate.cli", "click"])
+def test_a_report_into_a_closed_pipe_exits_1_without_a_traceback(repo: Path, read_by: str) -> None:
+    code = "import sys, wpgate.cli\n"
+    if read_by == "click":
+        code += "wpgate.cli.plain_trailers = lambda args: None\n"
+    code += "wpgate.cli.run()\n"
+    argv = ["trailers", "--range", "HEAD", "--root", str(repo)]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before wpgate writes its report
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (1, "")

@@ -151,7 +151,7 @@ def test_every_table_and_kind_is_in_the_schema() -> None:
     }
     kinds = {setting.kind for table in schema().values() for setting in table.values()}
     assert kinds == {"str", "bool", "int", "str_list", "str_or_list", "str_map"}
-    assert set(schema()["trailers"]) <= set(TrailerOptions.__dataclass_fields__)
+    assert set(schema()["trailers"]) <= {item.name for item in TrailerOptions.fields()}
 
 
 def test_a_wpgate_toml_holds_the_tables_at_the_top_level(tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ from wpgate._model import (
     switched_on,
     with_severity,
 )
+from wpgate._record import fields as record_fields
+from wpgate._record import replace
 from wpgate.parsers.front_matter import parse_front_matter
 from wpgate.rules.trailers import CommitMessage
 from wpgate.trailers import Trailer, parse_message
@@ -79,17 +81,17 @@ def test_records_built_by_hand_written_initialisers_stay_frozen_values(
     record: object, changed: dict[str, object]
 ) -> None:
     # Finding, Commit, CommitMessage, Message and Trailer fill their fields in one step, not
-    # the frozen dataclass __init__: they must still refuse assignment and compare, hash, copy
+    # the frozen record's __init__: they must still refuse assignment and compare, hash, copy
     # and replace by their fields exactly as generated ones do.
     name = next(iter(changed))
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(record, name, changed[name])
-    fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    fields = {f.name: getattr(record, f.name) for f in record_fields(record)}
     assert type(record)(**fields) == record
     assert copy.copy(record) == record
     if not isinstance(record, CommitMessage):  # its References compare by identity
         assert pickle.loads(pickle.dumps(record)) == record
-    other = dataclasses.replace(record, **changed)  # type: ignore[type-var]
+    other = replace(record, **changed)
     assert getattr(other, name) == changed[name]
     assert other != record
     assert hash(type(record)(**fields)) == hash(record)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 
+from wpgate._record import replace
 from wpgate.options import GateOptions
 from wpgate.references import (
     GateResolver,
@@ -158,7 +158,7 @@ def test_split_node_ids() -> None:
 
 def test_references_are_cache_keys_by_identity() -> None:
     a = References(wp_ids=frozenset({"001"}), provenance_ids=frozenset({"R1"}))
-    b = dataclasses.replace(a)
+    b = replace(a)
     assert a != b  # equal sets, another load: a rule's cached verdict for `a` is not reused
     assert {a: 1}.get(b) is None
     assert {a: 1}[a] == 1

@@ -18,11 +18,11 @@ hook reads the provenance table and the registry without importing the docs rule
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from wpgate._model import RULES, Finding, Options, Rule, Subject
+from wpgate._record import frozen
 
 __all__ = [
     "ASSUMPTIONS_TRAILER",
@@ -121,7 +121,7 @@ CHANGELOG_NAMES_RESOLVE = "WPG502"
 MARKDOWN_LIST_BLANK_LINE = "WPG601"
 
 
-@dataclass(frozen=True)
+@frozen
 class RuleInfo:
     """A rule's declaration: its stable id (``WPG101``), kebab-case name and one-line summary."""
 

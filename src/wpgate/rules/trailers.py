@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from wpgate._model import WP_ID_PATTERN, Finding, Rule, register, switched_on
+from wpgate._record import field, frozen
 from wpgate.options import DEFAULT_TYPES, GOVERNED_TRAILERS, TrailerOptions
 from wpgate.references import References, split_node_ids
 from wpgate.rules import (
@@ -60,7 +60,7 @@ def _resolves(_node: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True, init=False)
+@frozen
 class CommitMessage:
     """A parsed message with what it is checked against.
 
@@ -252,8 +252,8 @@ class _Governed:
     """A governed trailer as its rule reads it: the key, the rule, the folded key
     (``Message.by_key``) and the message of its absence (the same text for every commit).
 
-    A plain class, made three times at import: a frozen dataclass's generated methods, which
-    nothing here uses, would be compiled at every start.
+    A plain class, made three times at import: nothing here uses a frozen record's equality,
+    hash or repr.
     """
 
     def __init__(self, key: str, rule_id: str, example: str) -> None:
@@ -584,7 +584,7 @@ def is_revert(message: Message) -> bool:
     return any(_REVERT_BODY.match(line) for _, line in message.text_lines())
 
 
-@dataclass(frozen=True)
+@frozen
 class LintResult:
     """Findings of many messages, how many were checked, and the exemptions by reason."""
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import FrozenInstanceError, replace
+from dataclasses import FrozenInstanceError
 
 import pytest
 
 from wpgate._config import ConfigError
 from wpgate._model import RULES, Finding
+from wpgate._record import replace
 from wpgate.references import References
 from wpgate.rules.trailers import (
     CommitMessage,
