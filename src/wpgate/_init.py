@@ -174,6 +174,7 @@ repos:
         stages: [pre-push]
         pass_filenames: false
         always_run: true
+        verbose: true  # shows its line when it passes (what it checked, or how to enable it)
 """
 
 

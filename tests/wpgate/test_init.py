@@ -409,3 +409,6 @@ def test_a_repository_in_another_language_adopts_wpgate_through_the_hooks(
     assert run("git", "commit", "-q", "--no-verify", "--allow-empty", "-m", "wip").returncode == 0
     pushed = run("git", "push", "-q", "origin", "main")
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    # pre-commit hides a passing hook's output unless the hook is verbose: the line saying how
+    # to enable the lint must reach the adopter.
+    assert "--pushed skipped: history_start is not set" in pushed.stdout + pushed.stderr
