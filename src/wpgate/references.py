@@ -40,6 +40,8 @@ __all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids", "w
 _NODE_ID = re.compile(r'(?:[^\s;,\["]+|\[[^\]]*(?:\]|$)|"[^"]*(?:"|$))+')
 _PARAMETERS = re.compile(r"\[[^\]]*\]")
 _QUOTED = re.compile(r'"[^"]*"')
+# A gate's `::` separators, found past its quoted names (which may hold `::` themselves).
+_PART_SEPARATOR = re.compile(r'"[^"]*"|::')
 _CI_PREFIX = "ci:"
 
 
@@ -152,6 +154,21 @@ def workflow_jobs(text: str) -> frozenset[str]:
         if match is not None and width == len(indent):
             jobs.add(match["id"])
     return frozenset(jobs)
+
+
+def _parts(node_id: str) -> list[str]:
+    """The ``::`` parts of a gate; a quoted name is one part, whatever it holds
+    (``web/x.test.js::"sum::adds two"`` is the file and ``"sum::adds two"``)."""
+    if '"' not in node_id:
+        return node_id.split("::")
+    parts: list[str] = []
+    start = 0
+    for match in _PART_SEPARATOR.finditer(node_id):
+        if match.group() == "::":
+            parts.append(node_id[start : match.start()])
+            start = match.end()
+    parts.append(node_id[start:])
+    return parts
 
 
 def _unquoted(name: str) -> str:
@@ -270,7 +287,7 @@ class GateResolver:
         """Resolve one gate (uncached)."""
         if node_id.startswith(_CI_PREFIX):
             return self._resolve_job(node_id[len(_CI_PREFIX) :])
-        path, *parts = node_id.split("::")
+        path, *parts = _parts(node_id)
         problem = self._form_problem(node_id, path)
         if problem is not None:
             return problem

@@ -176,6 +176,7 @@ def polyglot(tmp_path: Path) -> Path:
         "web/sum.test.ts": (
             'describe("sum", () => { it("adds two numbers", () => {}); });\n'
             'test("keeps [brackets", () => {});\n'
+            'test("reads a::b", () => {});\n'
         ),
         "test/cli.bats": '@test "prints the version" {\n  run x\n}\n',
         "t/basic.t": "ok 1 - parses input\n",
@@ -202,6 +203,9 @@ def polyglot(tmp_path: Path) -> Path:
         'web/sum.test.ts::"sum adds two numbers"',
         'web/sum.test.ts::"keeps [brackets"',
         "web/sum.test.ts::sum::adds two numbers",
+        # A quoted name is one part, `::` and all.
+        'web/sum.test.ts::"sum::adds two numbers"',
+        'web/sum.test.ts::"reads a::b"',
         'test/cli.bats::"prints the version"',
         "test/cli.bats",
         "ci:lint",
