@@ -21,7 +21,7 @@ import ast
 import fnmatch
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -56,6 +56,8 @@ class References:
     """
 
     wp_ids: frozenset[str] = field(default_factory=frozenset)
+    #: Work-package page names that are no regular file (a FIFO, a directory), with why.
+    wp_refused: Mapping[str, str] = field(default_factory=dict)
     provenance_ids: frozenset[str] = field(default_factory=frozenset)
     placeholder_ids: frozenset[str] = field(default_factory=frozenset)
     assumption_ids: frozenset[str] = field(default_factory=frozenset)
