@@ -223,6 +223,7 @@ class GateResolver:
         self._scanned: dict[str, frozenset[str] | str] = {}
         self._answers: dict[str, str | None] = {}
         self._jobs: frozenset[str] | None = None
+        self._unread_workflows: list[str] = []
 
     def _read_file(self, rel: str) -> bytes:
         """A file of the working tree, read by :func:`~wpgate._documents.read_bounded` (refused
@@ -367,21 +368,29 @@ class GateResolver:
         if job in self._jobs:
             return None
         where = ", ".join(self._options.ci_workflows)
+        unread = "".join(f" (not read: {why})" for why in self._unread_workflows)
         return (
             f"`{job}` is not a job of the CI workflows ({where}) nor of [tool.wpgate.gates] "
-            "ci_jobs; fix the job id or add the job"
+            f"ci_jobs{unread}; fix the job id or add the job"
         )
 
     def _workflow_jobs(self) -> frozenset[str]:
-        """The job ids of every workflow file of the working tree (read through ``read``)."""
+        """The job ids of every workflow file of the working tree (read through ``read``).
+
+        A workflow that cannot be read names no job; why is kept for the job's finding.
+        """
         jobs: set[str] = set()
         for glob in self._options.ci_workflows:
             for path in sorted(self._root.glob(glob)):
                 rel = path.relative_to(self._root).as_posix()
                 try:
                     jobs |= workflow_jobs(self._read(rel).decode("utf-8-sig"))
-                except (OSError, ValueError):
-                    continue  # an unreadable workflow names no job
+                except FileNotFoundError:
+                    continue  # not in the tree that is read (a commit's own)
+                except ReadRefusedError as exc:
+                    self._unread_workflows.append(str(exc))
+                except (OSError, ValueError) as exc:
+                    self._unread_workflows.append(f"`{rel}` cannot be read ({exc})")
         return frozenset(jobs)
 
 
