@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wpgate._config import Config
-from wpgate._documents import load_shared, read_text
+from wpgate._documents import ReadRefusedError, load_shared, read_bounded, read_text
 from wpgate.options import DocsLayout
 from wpgate.rules import PROVENANCE_ID_FORMAT, PROVENANCE_TABLES
 
@@ -76,14 +77,42 @@ def load_wp_ids(root: Path, config: Config | None = None) -> frozenset[str]:
     A commit's ``WP:`` trailer needs only which packages exist; ``wpgate wp`` checks that each
     page's front matter agrees with its file name.
     """
-    folder = root / DocsLayout.from_config(config).work_packages
+    return _registry(root, config)[0]
+
+
+def _registry(root: Path, config: Config | None = None) -> tuple[frozenset[str], Mapping[str, str]]:
+    """The ids of the registry's pages that are regular files, and for each page name that is
+    not one (a FIFO, a directory, a link out of the repository) why it cannot be read.
+
+    Only the odd entries are looked at further: a regular page is known by its name alone.
+    """
+    folder = DocsLayout.from_config(config).work_packages
     try:
-        names = os.listdir(folder)
+        entries = list(os.scandir(root / folder))
     except OSError:
-        return frozenset()
+        return frozenset(), {}
     from wpgate.parsers.work_packages import id_from_filename
 
-    return frozenset(wp_id for name in names if (wp_id := id_from_filename(name)) is not None)
+    ids: set[str] = set()
+    refused: dict[str, str] = {}
+    for entry in entries:
+        wp_id = id_from_filename(entry.name)
+        if wp_id is None:
+            continue
+        try:
+            regular = entry.is_file()
+        except OSError:
+            regular = False
+        if regular:
+            ids.add(wp_id)
+            continue
+        try:
+            read_bounded(root, f"{folder}/{entry.name}", limit=0)
+        except ReadRefusedError as exc:
+            refused[wp_id] = str(exc)
+        except OSError:
+            continue  # a link to nothing: no page
+    return frozenset(ids), refused
 
 
 def load_references(root: Path, config: Config | None = None) -> References:
@@ -97,8 +126,10 @@ def load_references(root: Path, config: Config | None = None) -> References:
     if read[0] is not None:  # no document, no ids: its parser is not even imported
         provenance = _provenance(root, rel, read)
         sources, placeholders = provenance.source_ids, provenance.placeholder_ids
+    wp_ids, wp_refused = _registry(root, config)
     return References(
-        wp_ids=load_wp_ids(root, config),
+        wp_ids=wp_ids,
+        wp_refused=wp_refused,
         provenance_ids=sources,
         placeholder_ids=placeholders,
         assumption_ids=load_assumption_ids(root, config),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -257,10 +259,20 @@ def differences_from_git(
 
 
 def _read_input(source: str) -> bytes:
-    """The bytes of a file, or of stdin for ``-``."""
+    """The bytes of a file, or of stdin for ``-``.
+
+    A pipe is read (``wpgate trailers <(git log -1 --format=%B)``); a device such as
+    ``/dev/zero`` is refused before it is read, as it may never end.
+    """
     if source == "-":
         return sys.stdin.buffer.read()
     try:
+        mode = os.stat(source).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            raise InvocationError(
+                f"{source} is a device, not a message file; pass the file git gives the "
+                "commit-msg hook, or - to read stdin"
+            )
         return Path(source).read_bytes()
     except OSError as exc:
         raise InvocationError(f"cannot read {source} ({exc.strerror}); check the path") from exc

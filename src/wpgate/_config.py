@@ -269,12 +269,21 @@ def _read_toml(root: Path, name: str) -> dict[str, Any] | None:
     """The TOML document ``root/name`` (None when the file does not exist).
 
     The file is read by :func:`~wpgate._documents.read_bounded`: a link out of the repository
-    (e.g. to ``/dev/zero``), a FIFO or a file over the size limit is a :class:`ConfigError`.
+    (e.g. to ``/dev/zero``), a link to nothing, a FIFO or a file over the size limit is a
+    :class:`ConfigError`.
     """
     try:
         text = read_bounded(root, name).decode("utf-8")
-    except FileNotFoundError:
-        return None
+    except FileNotFoundError as exc:
+        if not (root / name).is_symlink():
+            return None
+        target = (root / name).readlink()
+        raise ConfigError(
+            name,
+            f"is a symbolic link to {target}, which does not exist; point it at the "
+            "configuration file or remove it",
+            source=name,
+        ) from exc
     except ReadRefusedError as exc:
         detail = str(exc).removeprefix(f"{name} ")
         raise ConfigError(name, detail, source=name) from exc

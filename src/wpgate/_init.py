@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from wpgate._documents import read_bounded
+from wpgate._documents import ReadRefusedError, read_bounded
 from wpgate.options import GATE_LANGUAGES, ConfigError, DocsLayout
 
 __all__ = [
@@ -174,6 +174,7 @@ repos:
         stages: [pre-push]
         pass_filenames: false
         always_run: true
+        verbose: true  # shows its line when it passes (what it checked, or how to enable it)
 """
 
 
@@ -247,6 +248,22 @@ def _site_ignored(gitignore: Path) -> bool:
     return any(line.strip() in {"site", "site/", "/site", "/site/"} for line in lines)
 
 
+def _appendable(root: Path, rel: str) -> str:
+    """The text of ``rel``, which ``init`` appends to; ValueError saying why it cannot be read
+    (a FIFO or a link to ``/dev/zero`` would block or never end a plain read)."""
+    try:
+        return read_bounded(root, rel).decode("utf-8")
+    except ReadRefusedError as exc:
+        raise ValueError(f"{exc}; then run `wpgate init` again") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{rel} is not valid UTF-8 (byte {exc.start}); re-save it as UTF-8, then run "
+            "`wpgate init` again"
+        ) from exc
+    except OSError as exc:
+        raise ValueError(f"{rel} cannot be read ({exc.strerror}); check its permissions") from exc
+
+
 def _docs_dir(layout: DocsLayout) -> str:
     """The folder that holds the documents (the first component of the provenance path)."""
     return layout.provenance.split("/", 1)[0] if "/" in layout.provenance else "docs"
@@ -303,19 +320,26 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
         # The error already names the file, the key and the fix; say it once.
         raise ValueError(f"{exc}; then run `wpgate init` again") from exc
     layout = DocsLayout.from_config(config)
+    plans = plan_scaffolds(root, name or root.resolve().name, layout, config.source)
+    kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
+    plans = [plan for plan in plans if plan.path not in kept]
+    # Everything that could stop init is found before the first file is written.
+    for plan in plans:
+        if (root / plan.path).is_symlink() and not plan.append:
+            raise ValueError(
+                f"{plan.path} is a symbolic link to {(root / plan.path).readlink()}, which does "
+                "not exist; remove the link, then run `wpgate init` again"
+            )
+    existing = {plan.path: _appendable(root, plan.path) for plan in plans if plan.append}
     written: list[str] = []
-    kept: list[str] = []
-    for plan in plan_scaffolds(root, name or root.resolve().name, layout, config.source):
+    for plan in plans:
         target = root / plan.path
-        if plan.present or (target.exists() and not plan.append):
-            kept.append(plan.path)
-            continue
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             if plan.append:
-                existing = target.read_text(encoding="utf-8")
-                separator = "" if existing.endswith("\n") or not existing else "\n"
-                target.write_text(f"{existing}{separator}\n{plan.text}", encoding="utf-8")
+                before = existing[plan.path]
+                separator = "" if before.endswith("\n") or not before else "\n"
+                target.write_text(f"{before}{separator}\n{plan.text}", encoding="utf-8")
             else:
                 target.write_text(plan.text, encoding="utf-8")
         except OSError as exc:

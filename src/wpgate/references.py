@@ -20,7 +20,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,8 @@ __all__ = ["GateResolver", "References", "resolve_node_id", "split_node_ids", "w
 _NODE_ID = re.compile(r'(?:[^\s;,\["]+|\[[^\]]*(?:\]|$)|"[^"]*(?:"|$))+')
 _PARAMETERS = re.compile(r"\[[^\]]*\]")
 _QUOTED = re.compile(r'"[^"]*"')
+# A gate's `::` separators, found past its quoted names (which may hold `::` themselves).
+_PART_SEPARATOR = re.compile(r'"[^"]*"|::')
 _CI_PREFIX = "ci:"
 
 
@@ -55,6 +57,8 @@ class References:
     """
 
     wp_ids: frozenset[str] = field(default_factory=frozenset)
+    #: Work-package page names that are no regular file (a FIFO, a directory), with why.
+    wp_refused: Mapping[str, str] = field(default_factory=dict)
     provenance_ids: frozenset[str] = field(default_factory=frozenset)
     placeholder_ids: frozenset[str] = field(default_factory=frozenset)
     assumption_ids: frozenset[str] = field(default_factory=frozenset)
@@ -159,6 +163,21 @@ def workflow_jobs(text: str) -> frozenset[str]:
     return frozenset(jobs)
 
 
+def _parts(node_id: str) -> list[str]:
+    """The ``::`` parts of a gate; a quoted name is one part, whatever it holds
+    (``web/x.test.js::"sum::adds two"`` is the file and ``"sum::adds two"``)."""
+    if '"' not in node_id:
+        return node_id.split("::")
+    parts: list[str] = []
+    start = 0
+    for match in _PART_SEPARATOR.finditer(node_id):
+        if match.group() == "::":
+            parts.append(node_id[start : match.start()])
+            start = match.end()
+    parts.append(node_id[start:])
+    return parts
+
+
 def _unquoted(name: str) -> str:
     """A gate part without the quotes that let it hold spaces."""
     return name[1:-1] if len(name) >= 2 and name[0] == name[-1] == '"' else name
@@ -209,6 +228,7 @@ class GateResolver:
         self._scanned: dict[str, frozenset[str] | str] = {}
         self._answers: dict[str, str | None] = {}
         self._jobs: frozenset[str] | None = None
+        self._unread_workflows: list[str] = []
 
     def _read_file(self, rel: str) -> bytes:
         """A file of the working tree, read by :func:`~wpgate._documents.read_bounded` (refused
@@ -275,7 +295,7 @@ class GateResolver:
         """Resolve one gate (uncached)."""
         if node_id.startswith(_CI_PREFIX):
             return self._resolve_job(node_id[len(_CI_PREFIX) :])
-        path, *parts = node_id.split("::")
+        path, *parts = _parts(node_id)
         problem = self._form_problem(node_id, path)
         if problem is not None:
             return problem
@@ -353,21 +373,29 @@ class GateResolver:
         if job in self._jobs:
             return None
         where = ", ".join(self._options.ci_workflows)
+        unread = "".join(f" (not read: {why})" for why in self._unread_workflows)
         return (
             f"`{job}` is not a job of the CI workflows ({where}) nor of [tool.wpgate.gates] "
-            "ci_jobs; fix the job id or add the job"
+            f"ci_jobs{unread}; fix the job id or add the job"
         )
 
     def _workflow_jobs(self) -> frozenset[str]:
-        """The job ids of every workflow file of the working tree (read through ``read``)."""
+        """The job ids of every workflow file of the working tree (read through ``read``).
+
+        A workflow that cannot be read names no job; why is kept for the job's finding.
+        """
         jobs: set[str] = set()
         for glob in self._options.ci_workflows:
             for path in sorted(self._root.glob(glob)):
                 rel = path.relative_to(self._root).as_posix()
                 try:
                     jobs |= workflow_jobs(self._read(rel).decode("utf-8-sig"))
-                except (OSError, ValueError):
-                    continue  # an unreadable workflow names no job
+                except FileNotFoundError:
+                    continue  # not in the tree that is read (a commit's own)
+                except ReadRefusedError as exc:
+                    self._unread_workflows.append(str(exc))
+                except (OSError, ValueError) as exc:
+                    self._unread_workflows.append(f"`{rel}` cannot be read ({exc})")
         return frozenset(jobs)
 
 

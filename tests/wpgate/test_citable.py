@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from wpgate._citable import load_references
 from wpgate._config import load_config
@@ -25,3 +28,20 @@ def test_a_repository_without_governance_documents_cites_nothing(tmp_path: Path)
         frozenset(),
     )
     assert refs.placeholder_ids == frozenset()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_work_package_page_that_is_no_regular_file_is_not_registered(tmp_path: Path) -> None:
+    registry = tmp_path / "docs" / "work_packages"
+    registry.mkdir(parents=True)
+    (registry / "wp-001.md").write_text('---\nid: "001"\n---\n', encoding="utf-8")
+    os.mkfifo(registry / "wp-002.md")
+    (registry / "wp-003.md").mkdir()
+    (registry / "wp-004.md").symlink_to("nowhere.md")
+    refs = load_references(tmp_path, load_config(tmp_path))  # returns: the FIFO is not opened
+    assert refs.wp_ids == {"001"}
+    assert refs.wp_refused == {
+        "002": "docs/work_packages/wp-002.md is a FIFO (named pipe), not a regular file; "
+        "replace it",
+        "003": "docs/work_packages/wp-003.md is a directory, not a regular file; replace it",
+    }

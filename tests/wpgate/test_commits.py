@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +104,29 @@ def test_a_gate_gone_from_the_working_tree_resolves_in_its_own_commit(tmp_path: 
         text + b"Gate: tests/test_feature.py::test_feature\n", "msg", load_config(root)
     )
     assert [f.rule_id for f in run.findings] == ["WPG107"]
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_a_device_as_the_message_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    # /dev/zero never ends: the old reader grew without bound. A deadline fails a hang, and
+    # the child's address space is capped so that a regression fails fast instead of
+    # taking the machine's memory.
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "wpgate", "trailers", "/dev/zero", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+        preexec_fn=cap,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "wpgate: error: /dev/zero is a device, not a message file; pass the file git gives the "
+        "commit-msg hook, or - to read stdin\n"
+    )

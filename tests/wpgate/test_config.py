@@ -186,6 +186,20 @@ def test_the_first_file_that_configures_wpgate_is_read(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("name", [".wpgate.toml", "wpgate.toml", "pyproject.toml"])
+def test_a_configuration_link_to_nothing_is_refused_not_taken_for_no_file(
+    tmp_path: Path, name: str
+) -> None:
+    # The defaults would be linted silently while the adopter believes the file is read.
+    (tmp_path / name).symlink_to("shared/wpgate.toml")
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path)
+    assert str(error.value) == (
+        f"{name}: is a symbolic link to shared/wpgate.toml, which does not exist; point it at "
+        "the configuration file or remove it"
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

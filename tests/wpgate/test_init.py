@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -237,6 +238,73 @@ def test_init_ignores_the_built_site_once(tmp_path: Path) -> None:
     assert (other / ".gitignore").read_text(encoding="utf-8") == "site/\n"
 
 
+def _make_gitignore_fifo(root: Path) -> None:
+    os.mkfifo(root / ".gitignore")
+
+
+def _link_gitignore_to_dev_zero(root: Path) -> None:
+    (root / ".gitignore").symlink_to("/dev/zero")
+
+
+def _write_latin1_gitignore(root: Path) -> None:
+    (root / ".gitignore").write_bytes(b"caf\xe9/\n")
+
+
+def _link_mkdocs_yml_to_nothing(root: Path) -> None:
+    (root / "mkdocs.yml").symlink_to(root.parent / "outside.yml")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and /dev/zero")
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (
+            _make_gitignore_fifo,
+            ".gitignore is a FIFO (named pipe), not a regular file; replace it; then run "
+            "`wpgate init` again",
+        ),
+        (
+            _link_gitignore_to_dev_zero,
+            ".gitignore is a symbolic link that leads out of the repository (to /dev/zero); "
+            "replace it with the file itself; then run `wpgate init` again",
+        ),
+        (
+            _write_latin1_gitignore,
+            ".gitignore is not valid UTF-8 (byte 3); re-save it as UTF-8, then run "
+            "`wpgate init` again",
+        ),
+        (
+            _link_mkdocs_yml_to_nothing,
+            "mkdocs.yml is a symbolic link to {outside}, which does not exist; remove the "
+            "link, then run `wpgate init` again",
+        ),
+    ],
+    ids=["fifo", "dev-zero", "latin-1", "link-to-nothing"],
+)
+def test_init_refuses_a_file_it_cannot_add_to_before_writing_anything(
+    tmp_path: Path, make: Callable[[Path], None], error: str
+) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    make(root)
+    before = sorted(p.name for p in root.iterdir())
+    # A plain read of a FIFO waits for a writer and /dev/zero never ends: a subprocess with a
+    # deadline, so that a hang fails the test.
+    done = subprocess.run(
+        [sys.executable, "-m", "wpgate", "init", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    outside = tmp_path / "outside.yml"
+    assert done.stderr == f"wpgate: error: {error.format(outside=outside)}\n"
+    assert sorted(p.name for p in root.iterdir()) == before  # nothing written
+    assert not outside.exists()  # never written through the link
+
+
 def test_init_keeps_an_existing_wpgate_toml(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -341,3 +409,6 @@ def test_a_repository_in_another_language_adopts_wpgate_through_the_hooks(
     assert run("git", "commit", "-q", "--no-verify", "--allow-empty", "-m", "wip").returncode == 0
     pushed = run("git", "push", "-q", "origin", "main")
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    # pre-commit hides a passing hook's output unless the hook is verbose: the line saying how
+    # to enable the lint must reach the adopter.
+    assert "--pushed skipped: history_start is not set" in pushed.stdout + pushed.stderr

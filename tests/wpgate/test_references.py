@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,7 @@ def polyglot(tmp_path: Path) -> Path:
         "web/sum.test.ts": (
             'describe("sum", () => { it("adds two numbers", () => {}); });\n'
             'test("keeps [brackets", () => {});\n'
+            'test("reads a::b", () => {});\n'
         ),
         "test/cli.bats": '@test "prints the version" {\n  run x\n}\n',
         "t/basic.t": "ok 1 - parses input\n",
@@ -202,6 +204,9 @@ def polyglot(tmp_path: Path) -> Path:
         'web/sum.test.ts::"sum adds two numbers"',
         'web/sum.test.ts::"keeps [brackets"',
         "web/sum.test.ts::sum::adds two numbers",
+        # A quoted name is one part, `::` and all.
+        'web/sum.test.ts::"sum::adds two numbers"',
+        'web/sum.test.ts::"reads a::b"',
         'test/cli.bats::"prints the version"',
         "test/cli.bats",
         "ci:lint",
@@ -271,3 +276,18 @@ def test_workflow_jobs_reads_the_keys_under_jobs() -> None:
         "env:\n  other: 1\n"
     )
     assert workflow_jobs(text) == {"build", "test-3.11"}
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_job_not_found_names_the_workflows_that_could_not_be_read(polyglot: Path) -> None:
+    workflows = polyglot / ".github" / "workflows"
+    os.mkfifo(workflows / "pipe.yml")
+    (workflows / "bad.yml").write_bytes(b"jobs:\n  e2e:\n    name: \xff\n")
+    resolver = GateResolver(polyglot)
+    assert resolver.resolve("ci:lint") is None  # the readable workflow still counts
+    why = resolver.resolve("ci:e2e")
+    assert why is not None
+    assert why.startswith("`e2e` is not a job of the CI workflows"), why
+    assert ".github/workflows/pipe.yml is a FIFO (named pipe), not a regular file" in why
+    assert "`.github/workflows/bad.yml` cannot be read (" in why
+    assert why.endswith("; fix the job id or add the job")

@@ -319,13 +319,16 @@ def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding
             ),
         )
     if value != "none" and value not in parsed.references.wp_ids:
+        refused = parsed.references.wp_refused.get(value)
         return (
             Finding(
                 parsed.path,
                 trailer.line,
                 WP_TRAILER,
                 f"work package {value} is not in the registry (docs/work_packages/wp-{value}.md); "
-                "fix the id or create the package with `wpgate new-wp`",
+                "fix the id or create the package with `wpgate new-wp`"
+                if refused is None
+                else f"work package {value} is not in the registry: {refused}",
             ),
         )
     return _NONE

@@ -228,6 +228,15 @@ def test_wp_missing_repeated_malformed_unknown() -> None:
     assert _run(check_wp, base + "wp: 197b\n") == []
 
 
+def test_wp_naming_a_page_that_is_no_regular_file_says_why() -> None:
+    why = "docs/work_packages/wp-009.md is a FIFO (named pipe), not a regular file; replace it"
+    refs = replace(REFS, wp_refused={"009": why})
+    parsed = replace(_commit("fix: x\n\nBody.\n\nWP: 009\n"), references=refs)
+    assert [(f.line, f.rule_id, f.message) for f in check_wp(parsed, OPTIONS)] == [
+        (5, "WPG104", f"work package 009 is not in the registry: {why}")
+    ]
+
+
 def test_wp_trailer_in_prose_is_not_a_trailer() -> None:
     # "WP: 004" inside a prose paragraph does not count: the block is the last paragraph only.
     text = "fix: x\n\nWP: 004 is what this changes.\nIt also fixes a typo.\n"
