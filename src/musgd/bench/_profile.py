@@ -5,7 +5,8 @@ warm-up that makes any recordings:
 
 - ``step_ms``: CUDA-event time of ``step()`` (what the optimizer benchmark reports);
 - ``host_ms``: wall time of the ``step()`` call itself, without synchronizing (Python + launches);
-- ``device_busy_ms``: the summed time of the step's GPU kernels (``torch.profiler``, CUDA only);
+- ``device_busy_ms``: the summed time of the step's GPU kernels (``torch.profiler``, CUDA only),
+  and ``kernel_table``: that time per kernel name (calls and microseconds per step);
 - ``kernels_per_step``: how many kernels (and copies) the GPU ran per step;
 - ``host_top``: the host functions with the most cumulative time per step (``cProfile``);
 - ``phases`` (once per run): the host time of each phase of a bucketed-eager step and of each
@@ -71,8 +72,11 @@ def _host_ms(step: Any, steps: int, device: torch.device) -> list[float]:
     return samples
 
 
-def _device_busy(step: Any, steps: int, device: torch.device) -> tuple[float, float] | None:
-    """Summed GPU time (ms) and the number of kernels and copies, per step; None on CPU."""
+def device_kernels(step: Any, steps: int, device: torch.device) -> dict[str, Any] | None:
+    """What the GPU ran per ``step()`` (``torch.profiler``; kernels inside a CUDA-graph replay
+    are traced one by one): ``busy_ms``, the summed time of its kernels and copies;
+    ``kernels``, how many ran; ``table``, one row per kernel name, longest first (``name``, at
+    most 96 characters; ``calls`` and ``us`` per step). None on a device other than CUDA."""
     if device.type != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
@@ -82,15 +86,18 @@ def _device_busy(step: Any, steps: int, device: torch.device) -> tuple[float, fl
         for _ in range(steps):
             step()
         torch.cuda.synchronize(device)
-    total_us = 0.0
-    kernels = 0
+    table: list[dict[str, Any]] = []
     for event in prof.key_averages():
         # Kernel and memcpy/memset rows; their device time is what the GPU spent busy.
         busy = float(getattr(event, "self_device_time_total", 0.0) or 0.0)
         if busy > 0:
-            total_us += busy
-            kernels += int(event.count)
-    return total_us / 1e3 / steps, kernels / steps
+            table.append({"name": event.key[:96], "calls": event.count / steps, "us": busy / steps})
+    table.sort(key=lambda row: -row["us"])
+    return {
+        "busy_ms": sum(row["us"] for row in table) / 1e3,
+        "kernels": sum(row["calls"] for row in table),
+        "table": table,
+    }
 
 
 def _host_top(step: Any, steps: int, top: int) -> list[dict[str, Any]]:
@@ -216,9 +223,11 @@ def profile_variant(
     replay = getattr(optimizer, "_replay", None)
     if branches is not None and replay is not None:
         replay.recorder.branches = branches  # before the first step records anything
-    timing = time_steps(optimizer.step, steps=args.steps, warmup=args.warmup, device=device)
-    host = _host_ms(optimizer.step, args.steps, device)
-    busy = _device_busy(optimizer.step, min(args.steps, 20), device)
+    # What the variant times: the optimizer, its step captured whole, or its NS part alone.
+    stepper = variant.stepper(optimizer)
+    timing = time_steps(stepper.step, steps=args.steps, warmup=args.warmup, device=device)
+    host = _host_ms(stepper.step, args.steps, device)
+    busy = device_kernels(stepper.step, min(args.steps, 20), device)
     stats = getattr(replay, "stats", None)
     name = variant.name if branches is None else f"{variant.name} [branches={branches}]"
     return {
@@ -226,9 +235,10 @@ def profile_variant(
         "branches": branches,
         "step_ms": timing.as_dict(),
         "host_ms": {"median": statistics.median(host), "min": min(host), "max": max(host)},
-        "device_busy_ms": None if busy is None else busy[0],
-        "kernels_per_step": None if busy is None else busy[1],
-        "host_bound": busy is not None and statistics.median(host) > busy[0],
+        "device_busy_ms": None if busy is None else busy["busy_ms"],
+        "kernels_per_step": None if busy is None else busy["kernels"],
+        "kernel_table": None if busy is None else busy["table"],
+        "host_bound": busy is not None and statistics.median(host) > busy["busy_ms"],
         "replay": None
         if stats is None
         else {
@@ -237,7 +247,7 @@ def profile_variant(
             "failures": stats.failures,
             "fallbacks": dict(stats.fallbacks),
         },
-        "host_top": _host_top(optimizer.step, min(args.steps, 20), args.top),
+        "host_top": _host_top(stepper.step, min(args.steps, 20), args.top),
     }
 
 

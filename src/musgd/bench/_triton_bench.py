@@ -40,6 +40,7 @@ from musgd import _triton_ns as T
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS
 from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._models import YOLO26_MODELS, yolo26_parameters
+from musgd.bench._profile import device_kernels
 from musgd.bench._timing import _event, time_steps
 
 SETS = YOLO26_MODELS
@@ -89,23 +90,6 @@ def _optimizer(name: str, options: dict[str, Any], device: torch.device) -> MuSG
         p.grad = torch.randn(shape, generator=gen, device=device) * 1e-2
         params.append(p)
     return MuSGD(params, lr=0.02, momentum=0.95, weight_decay=5e-4, **options)
-
-
-def _kernels_per_step(opt: MuSGD, device: torch.device, steps: int = 5) -> dict[str, float]:
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            opt.step()
-        torch.cuda.synchronize(device)
-    busy_us, count = 0.0, 0
-    for event in prof.key_averages():
-        busy = float(getattr(event, "self_device_time_total", 0.0) or 0.0)
-        if busy > 0:
-            busy_us += busy
-            count += int(event.count)
-    return {"kernels_per_step": count / steps, "device_busy_ms": busy_us / 1e3 / steps}
 
 
 def _ns_flops(batch: int, rows: int, cols: int, steps: int) -> float:
@@ -209,7 +193,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 "fallbacks": dict(stats.fallbacks),
             }
             if name == "yolo26n":
-                row.update(_kernels_per_step(opt, device))
+                kernels = device_kernels(opt.step, 5, device)
+                assert kernels is not None  # this benchmark runs on CUDA only
+                row["kernels_per_step"] = kernels["kernels"]
+                row["device_busy_ms"] = kernels["busy_ms"]
             row["warnings"] = [str(w.message)[:300] for w in caught]
             rows[variant] = row
             print(

@@ -31,6 +31,7 @@ def test_profile_writes_replay_profile_evidence(
     (row,) = results["variants"]
     assert row["variant"] == "bucketed eager"
     assert row["device_busy_ms"] is None  # no torch.profiler device time on CPU
+    assert row["kernel_table"] is None
     assert len(row["host_top"]) == 3
     assert {p["phase"] for p in results["phases"]} >= {"gather gradients", "write (foreach)"}
 
