@@ -6,11 +6,13 @@ reads ``TRITON_INTERPRET`` then). Each tile of every output is written by one pr
 fixed reduction order and no atomics: results are deterministic.
 
 The iteration's workspaces hold every matrix padded with zeros to whole tiles (``MP x NP`` for
-``X``, ``MP x MP`` for ``A`` and ``B``), at offsets and row strides that are multiples of the
-tile: the product kernels then read and write whole tiles with no masks and no index wrapping,
-and (told so by ``tl.multiple_of``) with vectorized, aligned accesses. Zero padding is closed
-under the iteration: padded rows and columns of ``X`` give zero rows and columns of ``A`` and
-``B``, which give zeros again in ``X``'s padding; they add exact zeros to every sum.
+``X``, ``MP x MP`` for ``A`` and ``B``; ``NP`` a multiple of the column tile ``BN`` of the
+rectangular kernels, itself a multiple of ``BM``), at offsets and row strides that are
+multiples of the tile: the product kernels then read and write whole tiles with no masks and no
+index wrapping, and (told so by ``tl.multiple_of``) with vectorized, aligned accesses. Zero
+padding is closed under the iteration: padded rows and columns of ``X`` give zero rows and
+columns of ``A`` and ``B``, which give zeros again in ``X``'s padding; they add exact zeros to
+every sum.
 
 ``UPCAST`` (interpreter only) widens bf16/fp16 operands to float32 before each block product:
 Triton's CPU interpreter multiplies bf16 blocks wrongly (numpy has no bf16), and the widening is
@@ -31,14 +33,14 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @triton.jit
-def _problem(problems, tiles, BM: tl.constexpr, COLS: tl.constexpr):
-    """A program's problem row and the row/column indices of its output tile."""
+def _problem(problems, tiles, BM: tl.constexpr, BN: tl.constexpr, COLS: tl.constexpr):
+    """A program's problem row and the row/column indices of its ``BM x BN`` output tile."""
     t = tiles + tl.program_id(0) * 3
     p = tl.load(t)
     ti = tl.load(t + 1)
     tj = tl.load(t + 2)
     rm = ti * BM + tl.arange(0, BM)
-    rn = tj * BM + tl.arange(0, BM)
+    rn = tj * BN + tl.arange(0, BN)
     return p, problems + p * COLS, rm, rn, ti != tj
 
 
@@ -67,9 +69,9 @@ def _source_tile(src, row, rm, rn, m, n, mask):
 
 
 @triton.jit
-def sumsq(src, partial, problems, tiles, BM: tl.constexpr, COLS: tl.constexpr):
+def sumsq(src, partial, problems, tiles, BM: tl.constexpr, BN: tl.constexpr, COLS: tl.constexpr):
     """The sum of squares of one tile of one matrix, into ``partial`` at the tile's index."""
-    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM, COLS)
+    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM, BN, COLS)
     m = tl.load(row + 0).to(tl.int32)
     n = tl.load(row + 1).to(tl.int32)
     mask = (rm[:, None] < m) & (rn[None, :] < n)
@@ -86,13 +88,14 @@ def normalize(
     tiles,
     eps,
     BM: tl.constexpr,
+    BN: tl.constexpr,
     REDUCE: tl.constexpr,
     COLS: tl.constexpr,
 ):
     """``X = G / (‖G‖_F + eps)`` on one tile of the padded ``X``, in the working dtype (zeros
     in the padding). Every tile of a matrix adds that matrix's tile partials in the same fixed
     order, so all see the same norm."""
-    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM, COLS)
+    _p, row, rm, rn, _mirror = _problem(problems, tiles, BM, BN, COLS)
     m = tl.load(row + 0).to(tl.int32)
     n = tl.load(row + 1).to(tl.int32)
     _mp, np_, x_off, _a_off = _padded(row, BM)
@@ -128,13 +131,24 @@ def _store_symmetric(base, ld, rm, rn, out, mirror):
 
 
 @triton.jit
-def _square_times(sq, mp, rm, rhs, w, rn, BM: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr):
-    """``S[rm, :] · R[:, rn]`` in fp32, for the padded ``S`` (``mp x mp``) at ``sq`` and ``R``
-    (``mp x w``) at ``rhs``, both row-major with whole tiles."""
+def _square_times(
+    sq,
+    mp,
+    rm,
+    rhs,
+    w,
+    rn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """``S[rm, :] · R[:, rn]`` in fp32 (``BM x BN``), for the padded ``S`` (``mp x mp``) at
+    ``sq`` and ``R`` (``mp x w``) at ``rhs``, both row-major with whole tiles."""
     rk = tl.arange(0, BK)
     left = sq + rm[:, None] * mp + rk[None, :]
     right = rhs + rk[:, None] * w + rn[None, :]
-    acc = tl.zeros((BM, BM), dtype=tl.float32)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
     for _k in range(0, mp, BK):
         acc = _mma(tl.load(left), tl.load(right), acc, UPCAST)
         left += BK
@@ -154,7 +168,7 @@ def gram(
     COLS: tl.constexpr,
 ):
     """``A = X·Xᵀ`` on one lower-triangle tile; both operands are row blocks of X."""
-    _p, row, rm, rn, mirror = _problem(problems, tiles, BM, COLS)
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM, BM, COLS)
     mp, np_, x_off, a_off = _padded(row, BM)
     rk = tl.arange(0, BK)
     left = x + x_off + rm[:, None] * np_ + rk[None, :]
@@ -181,10 +195,10 @@ def poly(
     COLS: tl.constexpr,
 ):
     """``B = b·A + c·A·A`` on one lower-triangle tile (A symmetric, so is B)."""
-    _p, row, rm, rn, mirror = _problem(problems, tiles, BM, COLS)
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM, BM, COLS)
     mp, _np, _x_off, a_off = _padded(row, BM)
     ab = a + a_off
-    acc = _square_times(ab, mp, rm, ab, mp, rn, BM, BK, UPCAST)
+    acc = _square_times(ab, mp, rm, ab, mp, rn, BM, BM, BK, UPCAST)
     aij = tl.load(ab + rm[:, None] * mp + rn[None, :])
     out = (cb * aij.to(tl.float32) + cc * acc).to(b_out.dtype.element_ty)
     _store_symmetric(b_out + a_off, mp, rm, rn, out, mirror)
@@ -203,20 +217,21 @@ def update(
     w_sgd,
     w_muon,
     BM: tl.constexpr,
+    BN: tl.constexpr,
     BK: tl.constexpr,
     FINAL: tl.constexpr,
     MIX: tl.constexpr,
     UPCAST: tl.constexpr,
     COLS: tl.constexpr,
 ):
-    """``X' = a·X + B·X`` on one tile; the last iteration writes ``O = scale·X'`` in the
-    matrix's own orientation, extent and dtype (``out`` is then the packed result), or with
-    ``MIX`` the update ``w_sgd·G + w_muon·O`` of the packed source ``G`` (the weights read from
-    float32 0-d device tensors)."""
-    p, row, rm, rn, _mirror = _problem(problems, tiles, BM, COLS)
+    """``X' = a·X + B·X`` on one ``BM x BN`` tile; the last iteration writes ``O = scale·X'``
+    in the matrix's own orientation, extent and dtype (``out`` is then the packed result), or
+    with ``MIX`` the update ``w_sgd·G + w_muon·O`` of the packed source ``G`` (the weights read
+    from float32 0-d device tensors)."""
+    p, row, rm, rn, _mirror = _problem(problems, tiles, BM, BN, COLS)
     mp, np_, x_off, a_off = _padded(row, BM)
     xb = x + x_off
-    acc = _square_times(bmat + a_off, mp, rm, xb, np_, rn, BM, BK, UPCAST)
+    acc = _square_times(bmat + a_off, mp, rm, xb, np_, rn, BM, BN, BK, UPCAST)
     xij = tl.load(xb + rm[:, None] * np_ + rn[None, :])
     res = ca * xij.to(tl.float32) + acc
     if FINAL:

@@ -95,12 +95,30 @@ def check_backend(value: object) -> None:
 
 @dataclass(frozen=True)
 class TileConfig:
-    """Tile sizes and launch settings of one plan's matmul kernels."""
+    """Tile sizes and launch settings of one plan's matmul kernels.
+
+    ``block`` is the square tile of the Gram and polynomial products and the row extent of the
+    rectangular ones (normalization and ``X' = a·X + B·X``), whose column extent is
+    ``block_n`` (0: ``block``; else a multiple of it). ``update_warps`` (0: ``num_warps``) are
+    the warps of the ``X'`` product alone.
+    """
 
     block: int
     block_k: int
     num_warps: int
     num_stages: int
+    block_n: int = 0
+    update_warps: int = 0
+
+    @property
+    def columns(self) -> int:
+        """The column extent of the rectangular tiles."""
+        return self.block_n or self.block
+
+    @property
+    def warps_of_update(self) -> int:
+        """The warps of the ``X' = a·X + B·X`` launches."""
+        return self.update_warps or self.num_warps
 
 
 # Measured on the H200 with the padded, aligned kernels (docs/evidence/
@@ -146,6 +164,11 @@ def build_plan(
             f"tile block {tiles.block} must be a multiple of block_k {tiles.block_k}, both at "
             "least 16: the kernels step whole block_k slices over matrices padded to whole blocks"
         )
+    if tiles.columns % tiles.block:
+        raise ValueError(
+            f"tile block_n {tiles.block_n} must be a multiple of block {tiles.block}: the "
+            "rectangular tiles' columns pad X to whole square tiles too"
+        )
     rows: list[list[int]] = []
     square: list[tuple[int, int, int]] = []
     rect: list[tuple[int, int, int]] = []
@@ -153,8 +176,8 @@ def build_plan(
     for p, ((r, c), (m, n)) in enumerate(zip(shapes, work, strict=True)):
         # Source layout is the matrix's (r, c) row-major view; X is it, or its transpose. The
         # workspaces hold X and A padded to whole tiles (see musgd._triton_kernels).
-        tm, tn = _tile_count(m, tiles.block), _tile_count(n, tiles.block)
-        mp, np_ = tm * tiles.block, tn * tiles.block
+        tm, tn = _tile_count(m, tiles.block), _tile_count(n, tiles.columns)
+        mp, np_ = tm * tiles.block, tn * tiles.columns
         rows.append([m, n, x_off, a_off, s_off, int(r > c), len(rect), tm * tn, mp, np_])
         square.extend((p, i, j) for i in range(tm) for j in range(i + 1))
         rect.extend((p, i, j) for i in range(tm) for j in range(tn))
@@ -309,7 +332,14 @@ def run_plan(
     # squares, then every tile adds its matrix's sums in one fixed order and scales itself).
     partial = torch.empty(rect[0], dtype=torch.float32, device=src.device)
     k.sumsq[rect](
-        src, partial, plan.problems, plan.rect_tiles, BM=cfg.block, COLS=_COLUMNS, num_warps=4
+        src,
+        partial,
+        plan.problems,
+        plan.rect_tiles,
+        BM=cfg.block,
+        BN=cfg.columns,
+        COLS=_COLUMNS,
+        num_warps=4,
     )
     k.normalize[rect](
         src,
@@ -319,6 +349,7 @@ def run_plan(
         plan.rect_tiles,
         eps,
         BM=cfg.block,
+        BN=cfg.columns,
         REDUCE=NORMALIZE_REDUCE,
         COLS=_COLUMNS,
         num_warps=4,
@@ -343,10 +374,11 @@ def run_plan(
             src,
             *(mix or (src, src)),  # unread without MIX
             BM=cfg.block,
+            BN=cfg.columns,
             BK=cfg.block_k,
             FINAL=final,
             MIX=final and mix is not None,
-            **launch,
+            **{**launch, "num_warps": cfg.warps_of_update},
         )
         x, x_next = x_next, x
     return out

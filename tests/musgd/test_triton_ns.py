@@ -158,6 +158,43 @@ def test_plan_covers_one_triangle_of_each_gram_and_every_update_tile() -> None:
     assert plan.rect_tiles[6:].tolist() == [[1, 0, j] for j in range(4)]
 
 
+def test_wide_column_tiles_pad_x_to_them_and_tile_each_row_block_by_them() -> None:
+    tiles = T.TileConfig(block=64, block_k=64, num_warps=4, num_stages=3, block_n=128)
+    plan = T.build_plan([(70, 130), (200, 10)], torch.device("cpu"), tiles)
+    # Columns padded to 128: X 128x256 and 64x256; the Gram grids are unchanged (64-wide).
+    assert plan.square_tiles.tolist() == [[0, 0, 0], [0, 1, 0], [0, 1, 1], [1, 0, 0]]
+    assert plan.x_numel == 128 * 256 + 64 * 256
+    assert plan.problems[0].tolist() == [70, 130, 0, 0, 0, 0, 0, 4, 128, 256]
+    assert plan.rect_tiles.tolist() == [[0, i, j] for i in range(2) for j in range(2)] + [
+        [1, 0, j] for j in range(2)
+    ]
+
+
+def test_column_tiles_that_are_no_multiple_of_the_block_are_refused() -> None:
+    tiles = T.TileConfig(block=64, block_k=64, num_warps=4, num_stages=3, block_n=96)
+    with pytest.raises(ValueError, match="block_n 96 must be a multiple of block 64"):
+        T.build_plan([(70, 130)], torch.device("cpu"), tiles)
+
+
+def test_wide_column_tiles_give_the_square_tiles_result_up_to_summation_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rectangular kernels on 16x32 tiles (the update with its own warps) against 16x16 ones:
+    the same Newton-Schulz up to the norms' float32 summation order, and both within the
+    table's bound of the float64 iteration."""
+    members = inputs(11)
+    results = []
+    for block_n, update_warps in ((0, 0), (32, 2)):
+        tiles = T.TileConfig(16, 16, 4, 1, block_n=block_n, update_warps=update_warps)
+        monkeypatch.setattr(T, "SMALL_TILES", tiles)
+        monkeypatch.setattr(T, "_PLANS", {})
+        results.append(table(members))
+    for a, b, g in zip(*results, members, strict=True):
+        torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=0)
+        want = ns64(g.double().cpu(), TRIPLES)
+        assert rel_err(b.double().cpu() / scale(*g.shape), want) < RTOL[torch.bfloat16]
+
+
 def _steps(backend: str, ns_dtype: torch.dtype = torch.bfloat16) -> list[Tensor]:
     gen = torch.Generator().manual_seed(0)
     shapes = [(8, 3, 3, 3), (16, 8), (24, 4), (16,), (6, 6), (6, 6)]

@@ -74,6 +74,13 @@ CONFIGS = {
     "128/64/w8/s3": T.TileConfig(128, 64, 8, 3),
     "128/64/w8/s4": T.TileConfig(128, 64, 8, 4),
     "128/128/w8/s3": T.TileConfig(128, 128, 8, 3),
+    # Wider column tiles for the rectangular kernels (block_n), and the update's own warps (uN).
+    "64/64/w4/s3/u8": T.TileConfig(64, 64, 4, 3, 0, 8),
+    "64x128/64/w4/s3": T.TileConfig(64, 64, 4, 3, 128),
+    "64x128/64/w4/s4": T.TileConfig(64, 64, 4, 4, 128),
+    "64x128/64/w4/s3/u8": T.TileConfig(64, 64, 4, 3, 128, 8),
+    "64x256/64/w4/s3/u8": T.TileConfig(64, 64, 4, 3, 256, 8),
+    "128x256/64/w8/s3": T.TileConfig(128, 64, 8, 3, 256),
 }
 
 
@@ -136,7 +143,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ns-steps", type=int, default=10, help="timed calls per NS stack")
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--commit", default=None)
-    parser.add_argument("--small-tiles", help="block,block_k,warps,stages of small tables")
+    parser.add_argument(
+        "--small-tiles",
+        help="block,block_k,warps,stages[,block_n[,update_warps]] of small tables",
+    )
     parser.add_argument("--large-tiles", help="block,block_k,warps,stages of large tables")
 
 
@@ -260,7 +270,10 @@ def pick(results: dict[str, Any]) -> dict[str, str]:
 
     def spec(name: str) -> str:
         cfg = CONFIGS[name]
-        return f"{cfg.block},{cfg.block_k},{cfg.num_warps},{cfg.num_stages}"
+        return (
+            f"{cfg.block},{cfg.block_k},{cfg.num_warps},{cfg.num_stages},"
+            f"{cfg.block_n},{cfg.update_warps}"
+        )
 
     return {"small": spec(best_small), "large": spec(best_large)}
 

@@ -56,4 +56,4 @@ def test_pick_takes_the_fastest_capturing_configurations() -> None:
         "24x1024x4096": {fast: {"tflops": 90.0}, safe: {"tflops": 50.0}},
         "8x4096x4096": {fast: {"tflops": 90.0}, safe: {"tflops": 50.0}},
     }
-    assert tb.pick(results) == {"small": "64,32,4,3", "large": "128,64,8,3"}
+    assert tb.pick(results) == {"small": "64,32,4,3,0,0", "large": "128,64,8,3,0,0"}
