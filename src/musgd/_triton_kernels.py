@@ -31,6 +31,27 @@ import triton.language as tl
 # Whether Triton interprets the kernels below: it decides when each is defined, from this.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
+try:  # Grid dependency control (programmatic dependent launch, SM90+), in newer Triton only.
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    GDC_FOUND = True
+except ImportError:  # the kernels then launch without it (GDC=False never reaches these names)
+    gdc_launch_dependents = gdc_wait = None
+    GDC_FOUND = False
+
+
+@triton.jit
+def _follow(GDC: tl.constexpr):
+    """With programmatic dependent launch (``GDC``): let the next kernel of the chain start its
+    prologue now, then wait until the previous kernel has finished and its writes are visible.
+    Each kernel calls this after reading only the plan's tables (never written by a kernel) and
+    before any other access, so every read of a prior kernel's output, and every write a prior
+    kernel might still read, comes after the wait; the wait of each kernel follows the whole
+    completion of the one before it, so the ordering holds across the chain."""
+    if GDC:
+        gdc_launch_dependents()
+        gdc_wait()
+
 
 @triton.jit
 def _problem(problems, tiles, BM: tl.constexpr, BN: tl.constexpr, COLS: tl.constexpr):
@@ -69,11 +90,21 @@ def _source_tile(src, row, rm, rn, m, n, mask):
 
 
 @triton.jit
-def sumsq(src, partial, problems, tiles, BM: tl.constexpr, BN: tl.constexpr, COLS: tl.constexpr):
+def sumsq(
+    src,
+    partial,
+    problems,
+    tiles,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    COLS: tl.constexpr,
+    GDC: tl.constexpr,
+):
     """The sum of squares of one tile of one matrix, into ``partial`` at the tile's index."""
     _p, row, rm, rn, _mirror = _problem(problems, tiles, BM, BN, COLS)
     m = tl.load(row + 0).to(tl.int32)
     n = tl.load(row + 1).to(tl.int32)
+    _follow(GDC)
     mask = (rm[:, None] < m) & (rn[None, :] < n)
     v = _source_tile(src, row, rm, rn, m, n, mask)
     tl.store(partial + tl.program_id(0), tl.sum(tl.sum(v * v, axis=1), axis=0))
@@ -91,6 +122,7 @@ def normalize(
     BN: tl.constexpr,
     REDUCE: tl.constexpr,
     COLS: tl.constexpr,
+    GDC: tl.constexpr,
 ):
     """``X = G / (‖G‖_F + eps)`` on one tile of the padded ``X``, in the working dtype (zeros
     in the padding). Every tile of a matrix adds that matrix's tile partials in the same fixed
@@ -101,6 +133,7 @@ def normalize(
     _mp, np_, x_off, _a_off = _padded(row, BM)
     first = tl.load(row + 6)
     count = tl.load(row + 7).to(tl.int32)
+    _follow(GDC)
     lanes = tl.arange(0, REDUCE)
     # Masked lanes must read 0: an undefined value would enter every norm (it did, on the H200:
     # replays then differed from eager runs at d844cf2).
@@ -166,10 +199,12 @@ def gram(
     BK: tl.constexpr,
     UPCAST: tl.constexpr,
     COLS: tl.constexpr,
+    GDC: tl.constexpr,
 ):
     """``A = X·Xᵀ`` on one lower-triangle tile; both operands are row blocks of X."""
     _p, row, rm, rn, mirror = _problem(problems, tiles, BM, BM, COLS)
     mp, np_, x_off, a_off = _padded(row, BM)
+    _follow(GDC)
     rk = tl.arange(0, BK)
     left = x + x_off + rm[:, None] * np_ + rk[None, :]
     right = x + x_off + rn[:, None] * np_ + rk[None, :]
@@ -193,10 +228,12 @@ def poly(
     BK: tl.constexpr,
     UPCAST: tl.constexpr,
     COLS: tl.constexpr,
+    GDC: tl.constexpr,
 ):
     """``B = b·A + c·A·A`` on one lower-triangle tile (A symmetric, so is B)."""
     _p, row, rm, rn, mirror = _problem(problems, tiles, BM, BM, COLS)
     mp, _np, _x_off, a_off = _padded(row, BM)
+    _follow(GDC)
     ab = a + a_off
     acc = _square_times(ab, mp, rm, ab, mp, rn, BM, BM, BK, UPCAST)
     aij = tl.load(ab + rm[:, None] * mp + rn[None, :])
@@ -223,6 +260,7 @@ def update(
     MIX: tl.constexpr,
     UPCAST: tl.constexpr,
     COLS: tl.constexpr,
+    GDC: tl.constexpr,
 ):
     """``X' = a·X + B·X`` on one ``BM x BN`` tile; the last iteration writes ``O = scale·X'``
     in the matrix's own orientation, extent and dtype (``out`` is then the packed result), or
@@ -230,6 +268,7 @@ def update(
     from float32 0-d device tensors)."""
     p, row, rm, rn, _mirror = _problem(problems, tiles, BM, BN, COLS)
     mp, np_, x_off, a_off = _padded(row, BM)
+    _follow(GDC)
     xb = x + x_off
     acc = _square_times(bmat + a_off, mp, rm, xb, np_, rn, BM, BN, BK, UPCAST)
     xij = tl.load(xb + rm[:, None] * np_ + rn[None, :])

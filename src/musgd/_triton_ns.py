@@ -21,6 +21,7 @@ and the caller runs the torch backend.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import operator
 import os
@@ -100,7 +101,8 @@ class TileConfig:
     ``block`` is the square tile of the Gram and polynomial products and the row extent of the
     rectangular ones (normalization and ``X' = a·X + B·X``), whose column extent is
     ``block_n`` (0: ``block``; else a multiple of it). ``update_warps`` (0: ``num_warps``) are
-    the warps of the ``X'`` product alone.
+    the warps of the ``X'`` product alone. ``pdl``: launch the chain with programmatic
+    dependent launch where it applies (:func:`pdl_applies`).
     """
 
     block: int
@@ -109,6 +111,7 @@ class TileConfig:
     num_stages: int
     block_n: int = 0
     update_warps: int = 0
+    pdl: bool = True
 
     @property
     def columns(self) -> int:
@@ -294,6 +297,30 @@ MAX_ELEMENTS = 1 << 31
 NORMALIZE_REDUCE = 256
 
 
+def _launch_pdl_found() -> bool:
+    """Whether this Triton's CUDA backend takes the ``launch_pdl`` launch option."""
+    try:
+        compiler = importlib.import_module("triton.backends.nvidia.compiler")
+    except ImportError:
+        return False
+    options = getattr(compiler, "CUDAOptions", None)
+    return "launch_pdl" in getattr(options, "__dataclass_fields__", {})
+
+
+@functools.cache
+def pdl_applies(device: torch.device) -> bool:
+    """Whether the table's kernels launch with programmatic dependent launch on ``device``:
+    each kernel's prologue (reading the plan's tables) then overlaps the previous kernel's
+    tail, and a grid-dependency wait orders the rest (``musgd._triton_kernels._follow``).
+    Needs a CUDA device of compute capability 9.0 or newer (Hopper) and a Triton that has both
+    the device-side wait and the launch option; never under the interpreter."""
+    if device.type != "cuda" or interpreting() or not _kernels().GDC_FOUND:
+        return False
+    if torch.cuda.get_device_capability(device)[0] < 9:
+        return False
+    return _launch_pdl_found()
+
+
 def run_plan(
     plan: TablePlan,
     src: Tensor,
@@ -322,11 +349,14 @@ def run_plan(
         out = torch.empty_like(src)
     square = (plan.square_tiles.size(0),)
     rect = (plan.rect_tiles.size(0),)
+    gdc = cfg.pdl and pdl_applies(src.device)
+    pdl: dict[str, Any] = {"GDC": gdc, **({"launch_pdl": True} if gdc else {})}
     launch = {
         "num_warps": cfg.num_warps,
         "num_stages": cfg.num_stages,
         "UPCAST": interpreting(),
         "COLS": _COLUMNS,
+        **pdl,
     }
     # The Frobenius norms: one program per tile of each matrix, in two launches (tile sums of
     # squares, then every tile adds its matrix's sums in one fixed order and scales itself).
@@ -340,6 +370,7 @@ def run_plan(
         BN=cfg.columns,
         COLS=_COLUMNS,
         num_warps=4,
+        **pdl,
     )
     k.normalize[rect](
         src,
@@ -353,6 +384,7 @@ def run_plan(
         REDUCE=NORMALIZE_REDUCE,
         COLS=_COLUMNS,
         num_warps=4,
+        **pdl,
     )
     last = len(triples) - 1
     for i, (ca, cb, cc) in enumerate(triples):

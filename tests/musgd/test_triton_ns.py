@@ -195,6 +195,13 @@ def test_wide_column_tiles_give_the_square_tiles_result_up_to_summation_order(
         assert rel_err(b.double().cpu() / scale(*g.shape), want) < RTOL[torch.bfloat16]
 
 
+def test_programmatic_dependent_launch_never_applies_off_cuda_or_interpreted() -> None:
+    assert not T.pdl_applies(torch.device("cpu"))
+    if T.interpreting():
+        # The kernels then launch with GDC=False: the interpreter has no grid dependency control.
+        assert not T.pdl_applies(torch.device("cuda"))
+
+
 def _steps(backend: str, ns_dtype: torch.dtype = torch.bfloat16) -> list[Tensor]:
     gen = torch.Generator().manual_seed(0)
     shapes = [(8, 3, 3, 3), (16, 8), (24, 4), (16,), (6, 6), (6, 6)]

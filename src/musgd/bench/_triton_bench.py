@@ -81,6 +81,10 @@ CONFIGS = {
     "64x128/64/w4/s3/u8": T.TileConfig(64, 64, 4, 3, 128, 8),
     "64x256/64/w4/s3/u8": T.TileConfig(64, 64, 4, 3, 256, 8),
     "128x256/64/w8/s3": T.TileConfig(128, 64, 8, 3, 256),
+    # The chain launched plainly, without programmatic dependent launch (the default uses it
+    # where it applies).
+    "64/64/w4/s3/nopdl": T.TileConfig(64, 64, 4, 3, pdl=False),
+    "128/64/w8/s4/nopdl": T.TileConfig(128, 64, 8, 4, pdl=False),
 }
 
 
@@ -145,9 +149,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--commit", default=None)
     parser.add_argument(
         "--small-tiles",
+        type=tile_config,
         help="block,block_k,warps,stages[,block_n[,update_warps]] of small tables",
     )
-    parser.add_argument("--large-tiles", help="block,block_k,warps,stages of large tables")
+    parser.add_argument(
+        "--large-tiles",
+        type=tile_config,
+        help="block,block_k,warps,stages[,block_n[,update_warps]] of large tables",
+    )
+
+
+def tile_config(text: str) -> T.TileConfig:
+    """An argparse type: ``block,block_k,warps,stages[,block_n[,update_warps]]``, integers."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if not 4 <= len(values) <= 6 or min(values) < 0:
+        raise argparse.ArgumentTypeError(
+            "expected block,block_k,warps,stages[,block_n[,update_warps]] as non-negative "
+            f"integers, e.g. 64,64,4,3; got {text!r}"
+        )
+    block, block_k, warps, stages, *rest = values
+    return T.TileConfig(
+        block,
+        block_k,
+        warps,
+        stages,
+        block_n=rest[0] if rest else 0,
+        update_warps=rest[1] if len(rest) > 1 else 0,
+    )
 
 
 def _needs_cuda(command: str) -> bool:
@@ -162,9 +193,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Time every variant on every set, and Newton-Schulz alone; write the evidence JSON."""
     # Module constants read when a plan is first built: set before any is.
     if args.small_tiles:
-        T.SMALL_TILES = T.TileConfig(*map(int, args.small_tiles.split(",")))
+        T.SMALL_TILES = args.small_tiles
     if args.large_tiles:
-        T.LARGE_TILES = T.TileConfig(*map(int, args.large_tiles.split(",")))
+        T.LARGE_TILES = args.large_tiles
     device = torch.device("cuda")
     if _needs_cuda("triton"):
         return 2

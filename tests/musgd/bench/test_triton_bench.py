@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from musgd._triton_ns import TileConfig
 from musgd.bench import _triton_bench as tb
 from musgd.bench._cli import EXIT_USAGE, build_parser, main
 from musgd.bench._models import YOLO26_MODELS, yolo26_parameters
@@ -19,6 +20,24 @@ def test_triton_options_and_defaults() -> None:
     assert str(args.out) == "out"
     tiles = build_parser().parse_args(["triton-tiles"])
     assert tiles.configs.split(",") == list(tb.CONFIGS)
+
+
+def test_tile_options_take_four_to_six_integers() -> None:
+    args = build_parser().parse_args(
+        ["triton", "--small-tiles", "64,64,4,3,128,8", "--large-tiles", "128,64,8,4"]
+    )
+    assert args.small_tiles == TileConfig(64, 64, 4, 3, block_n=128, update_warps=8)
+    assert args.large_tiles == TileConfig(128, 64, 8, 4)
+
+
+@pytest.mark.parametrize("bad", ["64,64,4", "64,64,4,3,1,2,3", "64,x,4,3", "64,64,-4,3"])
+def test_bad_tile_options_exit_2_saying_the_form(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["triton", "--small-tiles", bad])
+    assert exit_.value.code == EXIT_USAGE
+    assert "expected block,block_k,warps,stages[,block_n[,update_warps]]" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU answer")
