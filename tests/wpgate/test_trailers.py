@@ -575,3 +575,32 @@ def test_a_configured_key_ending_in_a_separator_reads_as_git_log_shows_it(tmp_pa
     ours = [(t.key, t.value) for t in parse_message(message, syntax=syntax).trailers]
     assert ours == theirs  # the message file, as the commit-msg hook reads it
     assert differences_from_git(root, parse_range("main")) == (1, [])  # the range
+
+
+# Python memory of reading one huge all-trailer last paragraph, per byte of the message: about
+# 30 after the change (one Trailer record, its strings, its line and its index entry per line of
+# ~25 bytes), 35 before it. The bound leaves room for allocator and version differences.
+_PEAK_PER_BYTE = 40
+
+
+def test_a_huge_trailer_paragraph_is_read_without_copies_and_not_kept() -> None:
+    import tracemalloc
+
+    lines = [f"Key-{index}: value {index}" for index in range(40_000)]
+    text = "fix: title\n\n" + "\n".join(lines) + "\n"
+    gc.collect()
+    tracemalloc.start()
+    try:
+        message = parse_message(text)
+        assert len(message.trailers) == len(lines)
+        assert message.trailers[-1] == Trailer("Key-39999", "value 39999", len(lines) + 2)
+        _, peak = tracemalloc.get_traced_memory()
+        del message
+        gc.collect()
+        left, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak / len(text) <= _PEAK_PER_BYTE
+    # The paragraph cache (meant for the sign-off blocks a history repeats) keeps neither the
+    # paragraph nor its trailers once the message is gone.
+    assert left / len(text) < 1
