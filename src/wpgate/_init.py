@@ -38,7 +38,8 @@ _CONFIG = """
 # history_start = "<40-hex commit id>"
 
 [{prefix}trailers]
-# The trailers every commit carries (WP, Provenance, Assumptions, Gate).
+# The trailers every commit must carry, of the four wpgate checks (WP, Provenance,
+# Assumptions, Gate).
 required = {required}
 
 [{prefix}gates]
