@@ -305,6 +305,8 @@ def init(name: str | None, root: str | None) -> int:
         click.echo(f"wrote {path}")
     for path in result.kept:
         click.echo(f"kept  {path} (exists)")
+    if result.advice:
+        click.echo(result.advice)
     click.echo("next: wpgate new-wp 001 --title TITLE --phase 1; pre-commit install; wpgate check")
     return shell.EXIT_CLEAN
 

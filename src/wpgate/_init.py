@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from wpgate._documents import ReadRefusedError, read_bounded
+from wpgate._documents import ReadRefusedError, read_bounded, resolve_inside
 from wpgate.options import GATE_LANGUAGES, ConfigError, DocsLayout
 
 __all__ = [
@@ -37,7 +38,8 @@ _CONFIG = """
 # history_start = "<40-hex commit id>"
 
 [{prefix}trailers]
-# The trailers every commit carries (WP, Provenance, Assumptions, Gate).
+# The trailers every commit must carry, of the four wpgate checks (WP, Provenance,
+# Assumptions, Gate).
 required = {required}
 
 [{prefix}gates]
@@ -195,6 +197,9 @@ class InitResult:
 
     written: tuple[str, ...]
     kept: tuple[str, ...]
+    #: What the user should add by hand (an existing ``.pre-commit-config.yaml`` without
+    #: wpgate's hooks), or ``""``.
+    advice: str = ""
 
 
 def detect_languages(root: Path) -> tuple[str, ...]:
@@ -307,8 +312,74 @@ def plan_scaffolds(
     ]
 
 
+_AGAIN = "then run `wpgate init` again"
+_HOOK_IDS = re.compile(r"^[ \t-]*id:[ \t]*[\"']?wpgate-(?:docs|trailers|history)\b", re.MULTILINE)
+
+
+def _unwritable(root: Path, rel: str) -> str:
+    """Why ``init`` cannot write ``rel`` (a folder on its way that is a file, or a symbolic link
+    leading out of the repository or to nothing), or ``""``."""
+    parts = rel.split("/")
+    for depth in range(1, len(parts)):
+        folder = "/".join(parts[:depth])
+        path = root / folder
+        if not path.is_symlink() and not path.exists():
+            return ""  # init creates it and everything under it
+        if resolve_inside(root, "", folder)[1] is not None:
+            return (
+                f"{folder} is a symbolic link that leads out of the repository (to "
+                f"{path.resolve()}), so {rel} would be written outside it; replace the link "
+                f"with a folder, {_AGAIN}"
+            )
+        if not path.is_dir():
+            what = f"a symbolic link to {path.readlink()}" if path.is_symlink() else "a file"
+            return f"{folder} is {what}, not a folder, so {rel} cannot go in it; {_AGAIN}"
+    return ""
+
+
+def _kept_refusal(root: Path, rel: str) -> str:
+    """Why the existing ``rel`` (kept by ``init``) is no regular file inside the repository,
+    or ``""``: read as every linter reads it, so that what is kept will also be read."""
+    try:
+        read_bounded(root, rel)
+    except ReadRefusedError as exc:
+        return f"{exc}; {_AGAIN}"
+    except OSError:
+        return ""  # unreadable for other reasons: the linters say so when they run
+    return ""
+
+
+def _hook_advice(root: Path, hooks: Scaffold) -> str:
+    """The hook entries to add to an existing ``.pre-commit-config.yaml`` that has none of
+    wpgate's, or ``""``. The user's file is never rewritten."""
+    try:
+        text = read_bounded(root, hooks.path).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    if _HOOK_IDS.search(text):
+        return ""
+    entries = hooks.text[hooks.text.index("  - repo: local") :]
+    install = (
+        "Then install the three hook types: "
+        "`pre-commit install -t pre-commit -t commit-msg -t pre-push`."
+    )
+    if "default_install_hook_types" in text:
+        install = (
+            "Then run `pre-commit install` (its default_install_hook_types must list commit-msg)."
+        )
+    return (
+        f"{hooks.path} exists without wpgate's hooks (kept as it is). Add under `repos:`\n"
+        f"{entries}{install}"
+    )
+
+
 def init_repository(root: Path, name: str | None = None) -> InitResult:
-    """Write every missing scaffold under ``root``; raises ValueError saying why it cannot."""
+    """Write every missing scaffold under ``root``; raises ValueError saying why it cannot.
+
+    Nothing is written unless every file can be: a folder on a file's way that is a symbolic
+    link out of the repository (or a file), and a kept file that is no regular file inside the
+    repository (a FIFO, a directory, a link out), are refused before the first write.
+    """
     if not root.is_dir():
         raise ValueError(f"{root} is not a directory; create it or pass --root")
     from wpgate._config import load_config
@@ -318,17 +389,24 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
         config = load_config(root)
     except ConfigError as exc:
         # The error already names the file, the key and the fix; say it once.
-        raise ValueError(f"{exc}; then run `wpgate init` again") from exc
+        raise ValueError(f"{exc}; {_AGAIN}") from exc
     layout = DocsLayout.from_config(config)
     plans = plan_scaffolds(root, name or root.resolve().name, layout, config.source)
-    kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
-    plans = [plan for plan in plans if plan.path not in kept]
     # Everything that could stop init is found before the first file is written.
+    for plan in plans:
+        why = _unwritable(root, plan.path)
+        if not why and plan.path != config.source and (root / plan.path).exists():
+            why = _kept_refusal(root, plan.path)
+        if why:
+            raise ValueError(why)
+    kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
+    advice = _hook_advice(root, plans[-1]) if plans[-1].path in kept else ""
+    plans = [plan for plan in plans if plan.path not in kept]
     for plan in plans:
         if (root / plan.path).is_symlink() and not plan.append:
             raise ValueError(
                 f"{plan.path} is a symbolic link to {(root / plan.path).readlink()}, which does "
-                "not exist; remove the link, then run `wpgate init` again"
+                f"not exist; remove the link, {_AGAIN}"
             )
     existing = {plan.path: _appendable(root, plan.path) for plan in plans if plan.append}
     written: list[str] = []
@@ -347,4 +425,4 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
                 f"cannot write {plan.path} ({exc.strerror}); check permissions"
             ) from exc
         written.append(plan.path)
-    return InitResult(tuple(written), tuple(kept))
+    return InitResult(tuple(written), tuple(kept), advice)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from wpgate._record import field, frozen, replace
 
@@ -54,6 +54,8 @@ _SCISSORS = "------------------------ >8 ------------------------"
 _TRAILER_FAST = re.compile(r"([A-Za-z0-9-]+)[ \t]*:(.*)")
 # The same, for every line of a paragraph at once (no CR in it: the fast path refuses CRs).
 _TRAILER_LINES = re.compile(r"^([A-Za-z0-9-]+)[ \t]*:(.*)$", re.MULTILINE)
+# A paragraph every line of which is one (checked without a match object per line).
+_ALL_TRAILER_LINES = re.compile(r"(?:[A-Za-z0-9-]+[ \t]*:[^\n]*\n)*[A-Za-z0-9-]+[ \t]*:[^\n]*")
 _URL = "//"
 _CONTINUATION_FOLD = re.compile(r"\n[ \t\n\r]*")
 _BLANK_LINE = re.compile(r"^[ \t\r]*$", re.MULTILINE)
@@ -459,7 +461,8 @@ def _parse_plain(
     ):
         return None
     lines = core.split("\n")
-    size, block = _plain_block(paragraph)
+    cached = len(paragraph) <= _CACHED_PARAGRAPH
+    size, block = _plain_block(paragraph) if cached else _read_plain_block(paragraph)
     first = len(lines) - size
     if block is not None:  # the usual case: every line of the last paragraph is a trailer
         # One loop in this frame (a comprehension is a call of its own in Python 3.11) makes
@@ -491,6 +494,26 @@ def _parse_plain(
 #: A history repeats its last paragraphs (runc's 4,879 come in 806 kinds, a sign-off by the same
 #: person above all), so each distinct one is matched once per run (:func:`_plain_block`).
 _PARAGRAPH_CACHE = 4096
+#: The longest last paragraph kept in that cache (characters): a sign-off block is a few
+#: hundred; a larger one is read each time, so that the cache never holds a huge message's
+#: paragraph (and its trailers) after the message is gone.
+_CACHED_PARAGRAPH = 4096
+
+
+def _read_plain_block(
+    paragraph: str,
+) -> tuple[int, Iterable[tuple[int, str, str, str]] | None]:
+    """The number of lines of a last paragraph too long to cache, and, when every line is a
+    trailer line, its trailers as :func:`_plain_block` gives them, made one at a time as they
+    are asked for: no list of every line's match is kept beside the trailers."""
+    size = paragraph.count("\n") + 1
+    if _ALL_TRAILER_LINES.fullmatch(paragraph) is None:
+        return size, None
+    return size, (
+        (offset, match[1], match[2].strip(_GIT_SPACE), match[1].lower())
+        for offset, match in enumerate(_TRAILER_LINES.finditer(paragraph), 1)
+        if not match[2].startswith(_URL)
+    )
 
 
 @functools.lru_cache(maxsize=_PARAGRAPH_CACHE)
@@ -500,18 +523,8 @@ def _plain_block(
     """The number of lines of a last paragraph (no CR, comment or whitespace-led line in it),
     and, when every line is a trailer line, its trailers as ``(line within the paragraph, key,
     value, folded key)`` in order, URL values left out; None when some line is not one."""
-    size = paragraph.count("\n") + 1
-    pairs = _TRAILER_LINES.findall(paragraph)
-    if len(pairs) != size:
-        return size, None
-    block = tuple(
-        [
-            (offset, key, value.strip(_GIT_SPACE), key.lower())
-            for offset, (key, value) in enumerate(pairs, 1)
-            if not value.startswith(_URL)
-        ]
-    )
-    return size, block
+    size, block = _read_plain_block(paragraph)
+    return size, None if block is None else tuple(block)
 
 
 def _mixed_block(block: list[str], first: int) -> tuple[Trailer, ...]:

@@ -412,3 +412,138 @@ def test_a_repository_in_another_language_adopts_wpgate_through_the_hooks(
     # pre-commit hides a passing hook's output unless the hook is verbose: the line saying how
     # to enable the lint must reach the adopter.
     assert "--pushed skipped: history_start is not set" in pushed.stdout + pushed.stderr
+
+
+def _link_docs_out(root: Path) -> None:
+    (root.parent / "elsewhere").mkdir()
+    (root / "docs").symlink_to(root.parent / "elsewhere")
+
+
+def _link_work_packages_out(root: Path) -> None:
+    (root.parent / "elsewhere").mkdir()
+    (root / "docs").mkdir()
+    (root / "docs/work_packages").symlink_to(root.parent / "elsewhere")
+
+
+def _docs_is_a_file(root: Path) -> None:
+    (root / "docs").write_text("not a folder\n", encoding="utf-8")
+
+
+def _link_changelog_out(root: Path) -> None:
+    (root.parent / "elsewhere").mkdir()
+    (root.parent / "elsewhere/CHANGELOG.md").write_text("# theirs\n", encoding="utf-8")
+    (root / "CHANGELOG.md").symlink_to(root.parent / "elsewhere/CHANGELOG.md")
+
+
+def _changelog_fifo(root: Path) -> None:
+    os.mkfifo(root / "CHANGELOG.md")
+
+
+def _index_is_a_directory(root: Path) -> None:
+    (root / "docs/index.md").mkdir(parents=True)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and symbolic links")
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (
+            _link_docs_out,
+            "docs is a symbolic link that leads out of the repository (to {elsewhere}), so "
+            "docs/PROVENANCE.md would be written outside it; replace the link with a folder, "
+            "then run `wpgate init` again",
+        ),
+        (
+            _link_work_packages_out,
+            "docs/work_packages is a symbolic link that leads out of the repository (to "
+            "{elsewhere}), so docs/work_packages/index.md would be written outside it; replace "
+            "the link with a folder, then run `wpgate init` again",
+        ),
+        (
+            _docs_is_a_file,
+            "docs is a file, not a folder, so docs/PROVENANCE.md cannot go in it; then run "
+            "`wpgate init` again",
+        ),
+        (
+            _link_changelog_out,
+            "CHANGELOG.md is a symbolic link that leads out of the repository (to "
+            "{elsewhere}/CHANGELOG.md); replace it with the file itself; then run `wpgate init` "
+            "again",
+        ),
+        (
+            _changelog_fifo,
+            "CHANGELOG.md is a FIFO (named pipe), not a regular file; replace it; then run "
+            "`wpgate init` again",
+        ),
+        (
+            _index_is_a_directory,
+            "docs/index.md is a directory, not a regular file; replace it; then run "
+            "`wpgate init` again",
+        ),
+    ],
+    ids=["docs-out", "registry-out", "docs-file", "changelog-out", "fifo", "directory"],
+)
+def test_init_refuses_a_path_it_cannot_write_through_before_writing_anything(
+    tmp_path: Path, make: Callable[[Path], None], error: str
+) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    make(root)
+
+    def tree() -> list[str]:
+        return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+    before = tree()
+    done = subprocess.run(
+        [sys.executable, "-m", "wpgate", "init", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    elsewhere = (tmp_path / "elsewhere").resolve()
+    assert done.stderr == f"wpgate: error: {error.format(elsewhere=elsewhere)}\n"
+    assert tree() == before  # nothing written, in the repository or outside it
+
+
+_USER_HOOKS = (
+    "repos:\n  - repo: https://example.com/hooks\n    rev: v1\n    hooks:\n      - id: x\n"
+)
+
+
+def test_init_says_which_hooks_to_add_to_a_pre_commit_config_without_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / ".wpgate.toml").write_text(
+        '[docs]\nprovenance = "notes/PROVENANCE.md"\nchangelog = "HISTORY.md"\n', encoding="utf-8"
+    )
+    (tmp_path / ".pre-commit-config.yaml").write_text(_USER_HOOKS, encoding="utf-8")
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / ".pre-commit-config.yaml").read_text(encoding="utf-8") == _USER_HOOKS
+    assert "kept  .pre-commit-config.yaml (exists)" in out
+    assert ".pre-commit-config.yaml exists without wpgate's hooks" in out
+    block = out[out.index("  - repo: local") : out.index("Then install")]
+    # What is printed is what init would have written, for this repository's layout: pasted
+    # under `repos:` it makes the three hooks.
+    import yaml
+
+    hooks = yaml.safe_load("repos:\n" + block)["repos"][0]["hooks"]
+    assert [h["id"] for h in hooks] == ["wpgate-docs", "wpgate-trailers", "wpgate-history"]
+    assert hooks[0]["files"] == r"^(notes/|HISTORY\.md$)"
+    assert "pre-commit install -t pre-commit -t commit-msg -t pre-push" in out
+
+
+def test_init_says_nothing_of_a_pre_commit_config_that_has_wpgates_hooks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = _USER_HOOKS + "  - repo: local\n    hooks:\n      - id: wpgate-trailers\n"
+    (tmp_path / ".pre-commit-config.yaml").write_text(text, encoding="utf-8")
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "kept  .pre-commit-config.yaml (exists)" in out
+    assert "wpgate's hooks" not in out
+    assert "repo: local" not in out
+    assert (tmp_path / ".pre-commit-config.yaml").read_text(encoding="utf-8") == text

@@ -538,3 +538,69 @@ def test_a_repeated_last_paragraph_is_numbered_where_each_message_has_it() -> No
     assert parse_message(f"fix: z\n\nText.\n\n{mixed}\n").trailers == (
         Trailer("Signed-off-by", "A <a@e.org>", 6),
     )
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_configured_key_ending_in_a_separator_reads_as_git_log_shows_it(tmp_path: Path) -> None:
+    # git 2.39 reads `Ref=x` under `trailer.ref.key = Ref=` as key `Ref=`, value `x` both
+    # ways, but prints it differently: `git log --format=%(trailers)` writes `Ref=: x` (key,
+    # ": ", value), `git interpret-trailers --parse` writes `Ref=x` (no separator after a key
+    # that ends in one) and `Key= y` (its first separator). wpgate follows git log, for a range
+    # and for a message file alike: the commit-msg hook reads what git log will show.
+    root = tmp_path / "repo"
+    message = "title\n\nRef=x\nKey=y\n"
+    _history(root, [message.encode()])
+    for key, value in (("trailer.separators", "="), ("trailer.ref.key", "Ref=")):
+        subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
+
+    def git(*args: str, stdin: str | None = None) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert git("log", "-1", "--format=%(trailers:only,unfold)") == "Ref=: x\nKey: y\n\n"
+    assert git("interpret-trailers", "--parse", stdin=message) == "Ref=x\nKey= y\n"
+    pairs = git(
+        "log", "-1", "--format=%(trailers:only,unfold,separator=%x1d,key_value_separator=%x1c)"
+    )
+    theirs = [tuple(item.split("\x1c", 1)) for item in pairs.strip("\n").split("\x1d")]
+    assert theirs == [("Ref=", "x"), ("Key", "y")]
+    _comment, syntax = reading_settings(root)
+    ours = [(t.key, t.value) for t in parse_message(message, syntax=syntax).trailers]
+    assert ours == theirs  # the message file, as the commit-msg hook reads it
+    assert differences_from_git(root, parse_range("main")) == (1, [])  # the range
+
+
+# Python memory of reading one huge all-trailer last paragraph, per byte of the message: about
+# 30 after the change (one Trailer record, its strings, its line and its index entry per line of
+# ~25 bytes), 35 before it. The bound leaves room for allocator and version differences.
+_PEAK_PER_BYTE = 40
+
+
+def test_a_huge_trailer_paragraph_is_read_without_copies_and_not_kept() -> None:
+    import tracemalloc
+
+    lines = [f"Key-{index}: value {index}" for index in range(40_000)]
+    text = "fix: title\n\n" + "\n".join(lines) + "\n"
+    gc.collect()
+    tracemalloc.start()
+    try:
+        message = parse_message(text)
+        assert len(message.trailers) == len(lines)
+        assert message.trailers[-1] == Trailer("Key-39999", "value 39999", len(lines) + 2)
+        _, peak = tracemalloc.get_traced_memory()
+        del message
+        gc.collect()
+        left, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak / len(text) <= _PEAK_PER_BYTE
+    # The paragraph cache (meant for the sign-off blocks a history repeats) keeps neither the
+    # paragraph nor its trailers once the message is gone.
+    assert left / len(text) < 1

@@ -371,7 +371,12 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
     return tuple(problems)
 
 
-_PROVENANCE = _Governed("Provenance", PROVENANCE_TRAILER, "Provenance: R12")
+# No example id: a newcomer's provenance table is empty, and `R12` would be refused.
+_PROVENANCE = _Governed(
+    "Provenance",
+    PROVENANCE_TRAILER,
+    "Provenance: R<n>` (a source id of the provenance table) or `Provenance: none (reason)",
+)
 
 
 def check_provenance(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:

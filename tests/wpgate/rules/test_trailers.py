@@ -245,6 +245,15 @@ def test_wp_trailer_in_prose_is_not_a_trailer() -> None:
 
 def test_provenance() -> None:
     base = "fix: x\n\nBody.\n\nWP: 004\n"
+    assert _run(check_provenance, base) == [
+        (
+            5,
+            "WPG105",
+            "the `Provenance:` trailer is missing; add `Provenance: R<n>` (a source id of the "
+            "provenance table) or `Provenance: none (reason)` to the last paragraph of the "
+            "message (trailers follow a blank line)",
+        )
+    ]
     assert _run(check_provenance, base + "Provenance: R12 §3.2, R40\n") == []
     assert _run(check_provenance, base + "Provenance: none (our own measurement)\n") == []
     assert _run(check_provenance, base + "Provenance: none\n") == [
