@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
 
 from musgd._clip_replay import GradClipReplay
+from musgd._compile_cache import cache_path as compile_cache_path
+from musgd._compile_cache import load as load_compile_cache
+from musgd._compile_cache import save as save_compile_cache
 from musgd._ema import FusedEMA
 from musgd._network_capture import NetworkCapture, compiled_predict
 from musgd._newton_schulz import SUPPORTED_NS_DTYPES
@@ -164,6 +168,7 @@ def musgd_trainer(
     skip_nonfinite: bool = False,
     channels_last: bool = False,
     compile_network: bool = False,
+    compile_cache: str | os.PathLike[str] | None = None,
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
 
@@ -199,7 +204,10 @@ def musgd_trainer(
     forward and backward as Inductor's kernels (:func:`musgd._network_capture.compiled_predict`),
     and with ``capture_network`` the recordings hold those kernels (``torch.compile`` makes no
     CUDA graphs of its own here). Inductor caches its compilations on disk, so a second run of
-    the same model starts faster.
+    the same model starts faster. ``compile_cache`` (a file path, with ``compile_network``)
+    carries that cache to other machines: the trainer loads the file's artifacts before it
+    compiles and writes them when training ends (:mod:`musgd._compile_cache`; the trainer's
+    ``musgd_compile_cache`` says what was loaded and saved).
 
     ``ns`` (a :class:`musgd.NSConfig`) reaches every optimizer the trainer builds
     (``musgd_options["ns"]``); ``ns_dtype`` and ``ns_backend`` are shorthands for its fields.
@@ -249,6 +257,15 @@ def musgd_trainer(
     for flag, value in (*flags, *more):
         if not isinstance(value, bool):
             raise ValueError(f"musgd_trainer: {flag} must be True or False, got {value!r}")
+    try:
+        cache = compile_cache_path(compile_cache)
+    except ValueError as exc:
+        raise ValueError(f"musgd_trainer: {exc}") from None
+    if cache is not None and not compile_network:
+        raise ValueError(
+            "musgd_trainer: compile_cache holds the compiled network's kernels: it needs "
+            "compile_network=True"
+        )
     options: dict[str, Any] = {
         "capture_orthogonalization": capture_orthogonalization,
         "capture_updates": capture_updates,
@@ -287,6 +304,7 @@ def musgd_trainer(
             "capture_network": capture_network,
             "channels_last": channels_last,
             "compile_network": compile_network,
+            "compile_cache": cache,
         },
         # Until the first batch sets them: NCHW, and why (None: not decided yet).
         "musgd_channels_last": False,
@@ -366,12 +384,17 @@ def _install_network(self: Any) -> None:
     options = type(self).musgd_options
     self.musgd_network, self.musgd_network_reason = None, None
     self.musgd_compiled = False
+    self.musgd_compile_cache = None
     capture, compile_ = options["capture_network"], options.get("compile_network", False)
     if not (capture or compile_):
         return
     if _distributed():
         self.musgd_network_reason = "distributed: each rank runs its network eagerly"
         return
+    cache = options.get("compile_cache")
+    if compile_ and cache is not None:  # before anything compiles; written when training ends
+        report = self.musgd_compile_cache = load_compile_cache(cache)
+        self.add_callback("on_train_end", lambda trainer: save_compile_cache(cache, report))
     model = self.model
     try:
         if capture:
@@ -566,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in args):
         print(
             "usage: musgd-yolo [model=yolo26n.yaml] [task=detect|segment|pose|obb|classify] "
-            "[capture_network=true] [compile_network=true] [channels_last=false] "
+            "[capture_network=true] [compile_network=true [compile_cache=FILE]] "
+            "[channels_last=false] "
             "[skip_nonfinite=true] "
             "[ns_steps=5 ns_coefficients=quintic ns_dtype=bf16 ...] "
             "key=value ...  (model.train arguments; ns_* are musgd.NSConfig fields)"
@@ -581,6 +605,11 @@ def main(argv: list[str] | None = None) -> int:
         layout = kwargs.pop("channels_last", None)
         if layout is not None and not isinstance(layout, bool):
             raise ValueError(f"channels_last= takes true or false, got {layout!r}")
+        cache = kwargs.pop("compile_cache", None)
+        if cache is not None:
+            compile_cache_path(str(cache))  # a bad path is a usage error now, not after setup
+            if not flags["compile_network"]:
+                raise ValueError("compile_cache= needs compile_network=true")
         ns = pop_command_line(kwargs)  # ns_steps=3 ns_coefficients=quintic ...
         model_given = any(a.partition("=")[0] == "model" for a in args)
         task, task_model = _task_of(kwargs.pop("task", None), model_given)
@@ -606,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     options.update({key: True for key in _TRAINER_FLAGS[1:] if flags[key]})
     if layout is not None:
         options["channels_last"] = layout
+    if cache is not None:
+        options["compile_cache"] = str(cache)
     if ns is not None:
         options["ns"] = ns
     model.train(trainer=musgd_trainer(base, **options), **kwargs)

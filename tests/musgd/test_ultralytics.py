@@ -15,6 +15,7 @@ import math
 import sys
 import types
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -441,7 +442,9 @@ def test_command_line_errors_exit_2_with_a_message(
     assert "channels_last= takes true or false, got 'auto'" in capsys.readouterr().err
 
 
-def test_command_line_capture_network_reaches_the_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_command_line_capture_network_reaches_the_trainer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import types
 
     import musgd.ultralytics as module
@@ -465,17 +468,22 @@ def test_command_line_capture_network_reaches_the_trainer(monkeypatch: pytest.Mo
     assert module.main(["epochs=2"]) == 0
     assert module.main(["skip_nonfinite=true", "epochs=2"]) == 0
     assert module.main(["compile_network=true", "channels_last=false", "epochs=2"]) == 0
+    cache = tmp_path / "network.bin"
+    assert module.main(["compile_network=true", f"compile_cache={cache}", "epochs=2"]) == 0
     assert made == [
         {"capture_network": True},
         {"capture_network": False},
         {"capture_network": False, "skip_nonfinite": True},
         {"capture_network": False, "compile_network": True, "channels_last": False},
+        {"capture_network": False, "compile_network": True, "compile_cache": str(cache)},
     ]
-    assert [kw for _, kw in calls] == [{"trainer": None, "epochs": 2}] * 4
+    assert [kw for _, kw in calls] == [{"trainer": None, "epochs": 2}] * 5
     assert module.main(["skip_nonfinite=often"]) == 2  # a clear message, no training
     assert module.main(["compile_network=yes please"]) == 2
     assert module.main(["channels_last=auto"]) == 2
-    assert len(made) == 4
+    assert module.main([f"compile_cache={cache}"]) == 2  # without compile_network
+    assert module.main(["compile_network=true", f"compile_cache={tmp_path}"]) == 2  # a folder
+    assert len(made) == 5
 
 
 def test_groups_given_generators_keep_their_parameters() -> None:
@@ -574,6 +582,7 @@ def test_trainer_clip_replay_can_be_turned_off_and_a_custom_step_is_kept() -> No
         "capture_network": False,
         "channels_last": False,
         "compile_network": False,
+        "compile_cache": None,
     }
     kept = musgd_trainer(CustomStep)
     assert "optimizer_step" not in vars(kept)
@@ -730,6 +739,61 @@ def test_compile_network_alone_installs_the_compiled_predict_until_training_ends
     assert both.musgd_network.installed
     both.end()
     assert not both.musgd_network.installed
+
+
+def test_a_compile_cache_is_written_when_training_ends_and_loaded_before_compiling(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first run finds no cache, compiles and writes one; a second run (a fresh model)
+    loads all of it before it compiles; a damaged file is one warning and the run goes on."""
+    from network_common import TinyDetector
+
+    cache = tmp_path / "network.bin"
+    trainer_class = musgd_trainer(_LayoutTrainer, compile_network=True, compile_cache=cache)
+    first = trainer_class(TinyDetector())
+    first.preprocess_batch({"img": torch.randn(2, 3, 8, 8)})
+    assert first.musgd_compile_cache["loaded_bytes"] == 0
+    assert "no cache file yet" in first.musgd_compile_cache["reason"]
+    first.model.predict(torch.randn(2, 3, 8, 8))  # compiles
+    first.end()
+    written = cache.stat().st_size
+    assert written > 0
+    assert first.musgd_compile_cache["saved_bytes"] == written
+    second = trainer_class(TinyDetector())
+    second.preprocess_batch({"img": torch.randn(2, 3, 8, 8)})
+    assert second.musgd_compile_cache["loaded_bytes"] == written
+    assert second.musgd_compile_cache["reason"] is None
+    assert set(second.model.predict(torch.randn(2, 3, 8, 8))) == {"one2many", "one2one"}
+    second.end()
+    cache.write_bytes(b"not a cache")
+    third = trainer_class(TinyDetector())
+    with caplog.at_level("WARNING", logger="musgd"):
+        third.preprocess_batch({"img": torch.randn(2, 3, 8, 8)})
+    assert third.musgd_compile_cache["loaded_bytes"] == 0
+    assert "compiling as without it" in third.musgd_compile_cache["reason"]
+    assert "compile_cache" in caplog.text
+    assert set(third.model.predict(torch.randn(2, 3, 8, 8))) == {"one2many", "one2one"}
+    third.end()
+    assert cache.stat().st_size > len(b"not a cache")  # rewritten with real artifacts
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (3, "must be the path of a file"),
+        ("", "must be the path of a file"),
+        ("{tmp}", "exists and is not a regular file"),
+        ("{tmp}/missing/cache.bin", "does not exist; create it"),
+    ],
+)
+def test_a_bad_compile_cache_is_refused_naming_the_fix(
+    tmp_path: Path, value: object, message: str
+) -> None:
+    given = value.format(tmp=tmp_path) if isinstance(value, str) else value
+    with pytest.raises(ValueError, match=message):
+        musgd_trainer(_LayoutTrainer, compile_network=True, compile_cache=given)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs compile_network=True"):
+        musgd_trainer(_LayoutTrainer, compile_cache=tmp_path / "cache.bin")
 
 
 @pytest.fixture
