@@ -605,7 +605,10 @@ def main(argv: list[str] | None = None) -> int:
         layout = kwargs.pop("channels_last", None)
         if layout is not None and not isinstance(layout, bool):
             raise ValueError(f"channels_last= takes true or false, got {layout!r}")
+        given = "compile_cache" in kwargs
         cache = kwargs.pop("compile_cache", None)
+        if given and cache in (None, ""):
+            raise ValueError("compile_cache= takes the path of a file, e.g. compile_cache=net.bin")
         if cache is not None:
             compile_cache_path(str(cache))  # a bad path is a usage error now, not after setup
             if not flags["compile_network"]:

@@ -483,6 +483,7 @@ def test_command_line_capture_network_reaches_the_trainer(
     assert module.main(["channels_last=auto"]) == 2
     assert module.main([f"compile_cache={cache}"]) == 2  # without compile_network
     assert module.main(["compile_network=true", f"compile_cache={tmp_path}"]) == 2  # a folder
+    assert module.main(["compile_network=true", "compile_cache="]) == 2  # no path
     assert len(made) == 5
 
 
