@@ -238,6 +238,19 @@ def test_init_ignores_the_built_site_once(tmp_path: Path) -> None:
     assert (other / ".gitignore").read_text(encoding="utf-8") == "site/\n"
 
 
+def _init_in_subprocess(root: Path) -> subprocess.CompletedProcess[str]:
+    """``wpgate init --root ROOT`` in a child process with a deadline (a plain read of a FIFO
+    waits for a writer and /dev/zero never ends: a hang fails the test instead)."""
+    return subprocess.run(
+        [sys.executable, "-m", "wpgate", "init", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+        check=False,
+    )
+
+
 def _make_gitignore_fifo(root: Path) -> None:
     os.mkfifo(root / ".gitignore")
 
@@ -288,16 +301,7 @@ def test_init_refuses_a_file_it_cannot_add_to_before_writing_anything(
     root.mkdir()
     make(root)
     before = sorted(p.name for p in root.iterdir())
-    # A plain read of a FIFO waits for a writer and /dev/zero never ends: a subprocess with a
-    # deadline, so that a hang fails the test.
-    done = subprocess.run(
-        [sys.executable, "-m", "wpgate", "init", "--root", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
-        check=False,
-    )
+    done = _init_in_subprocess(root)
     assert done.returncode == 2, done.stdout + done.stderr
     outside = tmp_path / "outside.yml"
     assert done.stderr == f"wpgate: error: {error.format(outside=outside)}\n"
@@ -494,14 +498,7 @@ def test_init_refuses_a_path_it_cannot_write_through_before_writing_anything(
         return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
 
     before = tree()
-    done = subprocess.run(
-        [sys.executable, "-m", "wpgate", "init", "--root", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
-        check=False,
-    )
+    done = _init_in_subprocess(root)
     assert done.returncode == 2, done.stdout + done.stderr
     elsewhere = (tmp_path / "elsewhere").resolve()
     assert done.stderr == f"wpgate: error: {error.format(elsewhere=elsewhere)}\n"
