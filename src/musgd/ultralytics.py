@@ -48,6 +48,13 @@ from musgd._ultralytics_optim import (
     UltralyticsMuSGD,
     muon_scale,
 )
+from musgd._yolo_loss import (
+    TARGETS_KEY,
+    VALID_KEY,
+    DeviceE2ELoss,
+    device_loss_reason,
+    padded_targets,
+)
 
 __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on first use
     "CLIP_MAX_NORM",
@@ -74,7 +81,7 @@ CLIP_MAX_NORM = 10.0
 # With skip_nonfinite, the trainer reads the optimizer's skip counter every this many steps.
 SKIP_REPORT_EVERY = 200
 # The trainer's true/false keys of musgd-yolo (capture_network first: always passed).
-_TRAINER_FLAGS = ("capture_network", "skip_nonfinite", "compile_network")
+_TRAINER_FLAGS = ("capture_network", "skip_nonfinite", "compile_network", "device_loss")
 # Per Ultralytics task: the module and name of its documented trainer class, and the YOLO26n
 # model configuration of the task.
 TASK_TRAINERS: dict[str, tuple[str, str, str]] = {
@@ -169,6 +176,7 @@ def musgd_trainer(
     channels_last: bool = False,
     compile_network: bool = False,
     compile_cache: str | os.PathLike[str] | None = None,
+    device_loss: bool = False,
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
 
@@ -208,6 +216,14 @@ def musgd_trainer(
     carries that cache to other machines: the trainer loads the file's artifacts before it
     compiles and writes them when training ends (:mod:`musgd._compile_cache`; the trainer's
     ``musgd_compile_cache`` says what was loaded and saved).
+
+    ``device_loss`` (off by default) computes YOLO26 detection's end-to-end loss on the device
+    with no host read (:class:`musgd._yolo_loss.DeviceE2ELoss`, written anew and matched to the
+    installed criterion within float rounding, not bit for bit): each batch's targets are padded
+    per image to a power-of-two bucket on the host before they go to the device. The stock
+    criterion keeps its state (its head weights, which the trainer moves each epoch) and serves
+    every other call (validation). A model whose criterion is not that loss (segment, pose, obb,
+    classify, or a DFL head) keeps the stock loss, and ``musgd_loss_reason`` says why.
 
     ``ns`` (a :class:`musgd.NSConfig`) reaches every optimizer the trainer builds
     (``musgd_options["ns"]``); ``ns_dtype`` and ``ns_backend`` are shorthands for its fields.
@@ -253,7 +269,11 @@ def musgd_trainer(
         ("capture_network", capture_network),
         ("skip_nonfinite", skip_nonfinite),
     )
-    more = (("channels_last", channels_last), ("compile_network", compile_network))
+    more = (
+        ("channels_last", channels_last),
+        ("compile_network", compile_network),
+        ("device_loss", device_loss),
+    )
     for flag, value in (*flags, *more):
         if not isinstance(value, bool):
             raise ValueError(f"musgd_trainer: {flag} must be True or False, got {value!r}")
@@ -305,6 +325,7 @@ def musgd_trainer(
             "channels_last": channels_last,
             "compile_network": compile_network,
             "compile_cache": cache,
+            "device_loss": device_loss,
         },
         # Until the first batch sets them: NCHW, and why (None: not decided yet).
         "musgd_channels_last": False,
@@ -323,7 +344,7 @@ def musgd_trainer(
             "(parameters and momentum buffers), not the EMA, and the scaler keeps its host read",
             base.__name__,
         )
-    if capture_network or compile_network or channels_last:
+    if capture_network or compile_network or channels_last or device_loss:
         namespace["preprocess_batch"] = _preprocess_batch
     # The default's name is the one this module exports: Ultralytics' DDP launch pickles the
     # trainer class with cloudpickle, which writes that class by reference (module and name) and
@@ -339,12 +360,19 @@ def _trains_with_musgd(name: object) -> bool:
 
 
 def _preprocess_batch(self: Any, batch: Any) -> Any:
-    """The base's ``preprocess_batch``; at the first batch, the layout set and the network
-    capture (or compilation) installed; with channels-last, the batch's images in it."""
+    """The base's ``preprocess_batch``; at the first batch, the layout set, the network
+    capture (or compilation) and the device loss installed; with channels-last, the batch's
+    images in it; with the device loss, its padded targets beside the batch's own."""
     owner: type[Any] = next(
         c for c in type(self).__mro__ if vars(c).get("preprocess_batch") is _preprocess_batch
     )
+    if "musgd_network" not in self.__dict__:
+        self.musgd_loss, self.musgd_loss_reason = _install_loss(self)
+    padded = _padded_batch(batch) if self.musgd_loss is not None else None
     out = super(owner, self).preprocess_batch(batch)
+    if padded is not None and isinstance(out, dict):
+        device = out["img"].device
+        out[TARGETS_KEY], out[VALID_KEY] = (t.to(device, non_blocking=True) for t in padded)
     if "musgd_network" not in self.__dict__:
         self.musgd_channels_last, self.musgd_layout_reason = _set_layout(self)
         _install_network(self)
@@ -352,6 +380,51 @@ def _preprocess_batch(self: Any, batch: Any) -> Any:
     if self.musgd_channels_last and isinstance(img, torch.Tensor) and img.dim() == 4:
         out["img"] = img.contiguous(memory_format=torch.channels_last)
     return out
+
+
+def _padded_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The host batch's targets padded per image (:func:`musgd._yolo_loss.padded_targets`), or
+    None where the batch lacks the detection keys."""
+    if not isinstance(batch, dict):
+        return None
+    index, cls, boxes, img = (batch.get(k) for k in ("batch_idx", "cls", "bboxes", "img"))
+    if not (
+        isinstance(index, torch.Tensor)
+        and isinstance(cls, torch.Tensor)
+        and isinstance(boxes, torch.Tensor)
+        and isinstance(img, torch.Tensor)
+    ):
+        return None
+    return padded_targets(index.cpu(), cls.cpu(), boxes.cpu(), int(img.shape[0]))
+
+
+def _install_loss(self: Any) -> tuple[DeviceE2ELoss | None, str | None]:
+    """With ``device_loss``, the model's criterion made a :class:`DeviceE2ELoss` over its stock
+    one (put back when training ends); None and why where the stock loss stays."""
+    if not type(self).musgd_options.get("device_loss", False):
+        return None, "device_loss=False"
+    model = self.model
+    init = getattr(model, "init_criterion", None)
+    if not callable(init):
+        return None, f"the model is a {type(model).__name__}, without init_criterion"
+    stock = getattr(model, "criterion", None)
+    if stock is None:
+        stock = init()
+    elif isinstance(stock, DeviceE2ELoss):
+        return stock, None
+    reason = device_loss_reason(stock)
+    if reason is not None:
+        LOGGER.warning("musgd_trainer: device_loss keeps the stock loss: %s", reason)
+        return None, reason
+    ours = DeviceE2ELoss(stock)
+    model.criterion = ours
+
+    def restore(trainer: Any) -> None:
+        if getattr(model, "criterion", None) is ours:
+            model.criterion = stock
+
+    self.add_callback("on_train_end", restore)
+    return ours, None
 
 
 def _distributed() -> bool:
@@ -591,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
             "usage: musgd-yolo [model=yolo26n.yaml] [task=detect|segment|pose|obb|classify] "
             "[capture_network=true] [compile_network=true [compile_cache=FILE]] "
             "[channels_last=false] "
-            "[skip_nonfinite=true] "
+            "[skip_nonfinite=true] [device_loss=true] "
             "[ns_steps=5 ns_coefficients=quintic ns_dtype=bf16 ...] "
             "key=value ...  (model.train arguments; ns_* are musgd.NSConfig fields)"
         )

@@ -584,6 +584,7 @@ def test_trainer_clip_replay_can_be_turned_off_and_a_custom_step_is_kept() -> No
         "channels_last": False,
         "compile_network": False,
         "compile_cache": None,
+        "device_loss": False,
     }
     kept = musgd_trainer(CustomStep)
     assert "optimizer_step" not in vars(kept)

@@ -1,0 +1,213 @@
+"""The device loss's own logic, without Ultralytics: target padding, CIoU, static shapes and no
+host reads. Its agreement with the installed criterion is in tests/ultralytics."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from musgd._yolo_loss import (
+    BUCKET_MIN,
+    TARGETS_KEY,
+    VALID_KEY,
+    DeviceE2ELoss,
+    ciou,
+    device_loss_reason,
+    padded_targets,
+)
+
+STRIDES = (8.0, 16.0, 32.0)
+
+
+class _NoHostReads(TorchDispatchMode):
+    """Fails on anything that reads a device value back or sizes a result by one."""
+
+    REFUSED = frozenset(
+        {
+            torch.ops.aten._local_scalar_dense.default,
+            torch.ops.aten.nonzero.default,
+            torch.ops.aten.masked_select.default,
+        }
+    )
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func in self.REFUSED:
+            raise AssertionError(f"{func} reads the device back")
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+class v8DetectionLoss:  # noqa: N801 - the stock head's class name, which the loss checks
+    def __init__(self, topk: int, topk2: int) -> None:
+        self.reg_max = 1
+        self.class_weights: torch.Tensor | None = None
+        self.assigner = SimpleNamespace(
+            topk=topk, topk2=topk2, alpha=0.5, beta=6.0, eps=1e-9, stride_val=16.0
+        )
+        self.hyp = SimpleNamespace(box=7.5, cls=0.5, dfl=1.5)
+        self.stride = torch.tensor(STRIDES)
+        self.loss_names = ("box_loss", "cls_loss", "l1_loss")
+
+
+class _Stock:
+    """The stock end-to-end criterion's attributes, as the device loss reads them."""
+
+    def __init__(self) -> None:
+        self.one2many = v8DetectionLoss(10, 10)
+        self.one2one = v8DetectionLoss(7, 1)
+        self.o2m, self.o2o = 0.8, 0.2
+        self.updates = 0
+        self.called = 0
+
+    def update(self) -> None:
+        self.updates += 1
+        self.o2m, self.o2o = self.o2m - 0.1, self.o2o + 0.1
+
+    def __call__(self, preds: Any, batch: Any) -> Any:
+        self.called += 1
+        return torch.zeros(3), {}
+
+
+def _preds(batch: int, size: int, classes: int, seed: int) -> dict[str, Any]:
+    g = torch.Generator().manual_seed(seed)
+    feats = [torch.zeros(batch, 1, size // int(s), size // int(s)) for s in STRIDES]
+    anchors = sum(f.shape[2] * f.shape[3] for f in feats)
+    heads = {}
+    for name in ("one2many", "one2one"):
+        boxes = (torch.rand(batch, 4, anchors, generator=g) * 3).requires_grad_()
+        scores = (torch.randn(batch, classes, anchors, generator=g) - 2).requires_grad_()
+        heads[name] = {"boxes": boxes, "scores": scores, "feats": feats}
+    return heads
+
+
+def _batch(counts: list[int], classes: int, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    n = sum(counts)
+    index = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts)).float()
+    xy = torch.rand(n, 2, generator=g) * 0.6 + 0.2
+    wh = torch.rand(n, 2, generator=g) * 0.4 + 0.01
+    cls = torch.randint(0, classes, (n, 1), generator=g).float()
+    return {"batch_idx": index, "cls": cls, "bboxes": torch.cat((xy, wh), 1)}
+
+
+def _with_targets(batch: dict[str, torch.Tensor], size: int, bucket: int = BUCKET_MIN) -> Any:
+    rows, valid = padded_targets(batch["batch_idx"], batch["cls"], batch["bboxes"], size, bucket)
+    return {**batch, TARGETS_KEY: rows, VALID_KEY: valid}
+
+
+def test_targets_are_padded_per_image_in_their_order_to_a_power_of_two() -> None:
+    batch = _batch([3, 0, 9], classes=4, seed=0)
+    rows, valid = padded_targets(batch["batch_idx"], batch["cls"], batch["bboxes"], 3)
+    assert rows.shape == (3, 16, 5)  # 9 targets: the next power of two
+    assert valid.sum(1).tolist() == [3, 0, 9]
+    assert torch.equal(rows[0, :3, 1:], batch["bboxes"][:3])
+    assert torch.equal(rows[2, :9, 0], batch["cls"][3:, 0])
+    assert not rows[~valid].any(), "padding is zeros"
+    empty = _batch([0, 0], classes=4, seed=0)
+    rows, valid = padded_targets(empty["batch_idx"], empty["cls"], empty["bboxes"], 2)
+    assert rows.shape == (2, BUCKET_MIN, 5)
+    assert not valid.any()
+
+
+def test_ciou_of_known_boxes() -> None:
+    box = torch.tensor([0.0, 0.0, 4.0, 2.0])
+    assert ciou(box, box).item() == pytest.approx(1.0, abs=1e-6)
+    far = torch.tensor([10.0, 0.0, 14.0, 2.0])
+    # Disjoint, same shape: IoU 0, centre distance 10 over the 14 x 2 enclosing box's diagonal.
+    assert ciou(box, far).item() == pytest.approx(-(100 / (14**2 + 2**2)), rel=1e-5)
+    square = torch.tensor([0.0, 0.0, 2.0, 2.0])
+    v = 4 / math.pi**2 * (math.atan(1.0) - math.atan(2.0)) ** 2
+    iou = 0.5
+    want = iou - (1.0 / (4**2 + 2**2) + v * v / (v - iou + 1))
+    assert ciou(box, square).item() == pytest.approx(want, rel=1e-4)
+
+
+def test_the_loss_makes_no_host_read_and_its_bucket_does_not_change_a_bit() -> None:
+    stock = _Stock()
+    loss = DeviceE2ELoss(stock)
+    preds = _preds(3, 64, classes=5, seed=1)
+    batch = _batch([2, 0, 5], classes=5, seed=2)
+    padded = _with_targets(batch, 3)  # on the host, as the trainer pads before the copy
+    loss(preds, padded)  # the grid is made at the first call
+    mode = _NoHostReads()
+    with mode:
+        total, items = loss(preds, padded)
+        total.sum().backward()
+    assert mode.calls > 0
+    grads = [preds[h][k].grad.clone() for h in preds for k in ("boxes", "scores")]
+    for h in preds:
+        for k in ("boxes", "scores"):
+            preds[h][k].grad = None
+    wider, wider_items = loss(preds, _with_targets(batch, 3, bucket=32))
+    wider.sum().backward()
+    assert torch.equal(total, wider)
+    assert all(torch.equal(items[k], wider_items[k]) for k in items)
+    again = [preds[h][k].grad for h in preds for k in ("boxes", "scores")]
+    assert all(torch.equal(a, b) for a, b in zip(grads, again, strict=True))
+    assert set(items) == {"box_loss", "cls_loss", "l1_loss"}
+    assert stock.called == 0
+
+
+def test_the_head_weights_are_the_stock_criterions_at_each_call() -> None:
+    stock = _Stock()
+    loss = DeviceE2ELoss(stock)
+    preds = _preds(2, 64, classes=3, seed=3)
+    batch = _with_targets(_batch([3, 1], classes=3, seed=4), 2)
+    before = loss(preds, batch)[0]
+    loss.update()  # reaches the stock criterion, as the trainer's call does
+    assert stock.updates == 1
+    after = loss(preds, batch)[0]
+    assert not torch.equal(before, after)
+    many = loss(preds, {**batch})[0]
+    assert torch.equal(after, many)
+
+
+def test_assigned_targets_pull_the_boxes_toward_them() -> None:
+    """The gradient points where the losses say: a step against it lowers the loss."""
+    loss = DeviceE2ELoss(_Stock())
+    preds = _preds(2, 64, classes=3, seed=5)
+    batch = _with_targets(_batch([4, 2], classes=3, seed=6), 2)
+    total = loss(preds, batch)[0].sum()
+    total.backward()
+    with torch.no_grad():
+        for head in preds.values():
+            for key in ("boxes", "scores"):
+                head[key] -= 1e-3 * head[key].grad
+    assert loss(preds, batch)[0].sum() < total
+
+
+def test_a_batch_without_padded_targets_goes_to_the_stock_criterion() -> None:
+    stock = _Stock()
+    loss = DeviceE2ELoss(stock)
+    loss(_preds(1, 64, classes=3, seed=7), _batch([1], classes=3, seed=8))
+    assert stock.called == 1
+
+
+def test_losses_it_does_not_cover_are_refused_with_the_reason() -> None:
+    assert device_loss_reason(object()) == (
+        "the loss is object, not YOLO26's end-to-end detection loss"
+    )
+    stock = _Stock()
+    stock.one2many.reg_max = 16
+    assert "DFL" in (device_loss_reason(stock) or "")
+    stock = _Stock()
+    stock.one2one.class_weights = torch.ones(3)
+    assert "class weights" in (device_loss_reason(stock) or "")
+
+    class v8SegmentationLoss(v8DetectionLoss):  # noqa: N801
+        pass
+
+    stock = _Stock()
+    stock.one2many = v8SegmentationLoss(10, 10)
+    assert "v8SegmentationLoss" in (device_loss_reason(stock) or "")
+    with pytest.raises(TypeError, match="DeviceE2ELoss: a head's loss is v8SegmentationLoss"):
+        DeviceE2ELoss(stock)
