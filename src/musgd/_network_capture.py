@@ -52,7 +52,6 @@ a lookup. The compilation happens in the warm-up passes, before the capture.
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -549,16 +548,8 @@ class NetworkCapture:
         try:
             run = self.grapher.graph(network, (img.detach().clone(),), self._grad_strides[key])
         except Exception as exc:  # any failure: this key stays eager
-            self._cache.refuse(key)
-            self.stats.count_failure(exc)
-            if self.stats.failures == 1:
-                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                warnings.warn(
-                    f"NetworkCapture: recording the network for input {tuple(img.shape)} failed "
-                    f"({type(exc).__name__}: {message}); that input runs eagerly",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
+            what = f"NetworkCapture: recording the network for input {tuple(img.shape)}"
+            self._cache.refuse_failed(key, exc, self.stats, what, "that input runs eagerly")
             return None
         finally:  # the warm-up moved BatchNorm statistics (and may have failed half-way)
             with torch.no_grad():

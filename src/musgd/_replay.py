@@ -429,6 +429,21 @@ class RecordingCache(Generic[E]):
         self._entries.clear()
         self._refused.clear()
 
+    def refuse_failed(
+        self, key: Hashable, exc: BaseException, stats: ReplayStats, what: str, after: str
+    ) -> None:
+        """``key``'s recording failed with ``exc``: never retried, counted in ``stats``, and
+        the first failure warned of once, as "``what`` failed (the error); ``after``"."""
+        self.refuse(key)
+        stats.count_failure(exc)
+        if stats.failures == 1:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            warnings.warn(
+                f"{what} failed ({type(exc).__name__}: {message}); {after}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
 
 @dataclass
 class _OrthEntry:

@@ -35,6 +35,7 @@ device and can be recorded in a CUDA graph. The targets come padded from the hos
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -174,7 +175,8 @@ class _Grid:
 
 
 def head_loss(
-    head: Mapping[str, Any],
+    boxes: Tensor,
+    scores: Tensor,
     targets: Tensor,
     valid: Tensor,
     grid: _Grid,
@@ -184,16 +186,17 @@ def head_loss(
     """The gain-scaled (box, cls, l1) of one head's outputs (``boxes`` (B, 4, A) distances in
     grid units, ``scores`` (B, C, A) logits); ``targets`` (B, M, 5) (class, x, y, w, h of the
     image, normalised) with ``valid`` (B, M)."""
-    dist = head["boxes"].permute(0, 2, 1).contiguous()
-    logits = head["scores"].permute(0, 2, 1).contiguous()
+    dist = boxes.permute(0, 2, 1).contiguous()
+    logits = scores.permute(0, 2, 1).contiguous()
     dtype = logits.dtype
     points, stride, whwh = grid.points, grid.stride, grid.whwh
     pred = torch.cat((points - dist[..., :2], points + dist[..., 2:]), -1)
+    targets = targets.to(dtype)
     xywh = targets[..., 1:5] * whwh
     boxes = torch.cat((xywh[..., :2] - xywh[..., 2:] / 2, xywh[..., :2] + xywh[..., 2:] / 2), -1)
     boxes = boxes * valid[..., None].to(boxes.dtype)
     labels = targets[..., 0].long()
-    box, soft, fg = _assign(
+    assigned, soft, fg = _assign(
         logits.detach().sigmoid(),
         (pred.detach() * stride).to(boxes.dtype),
         points * stride,
@@ -204,10 +207,10 @@ def head_loss(
     )
     total = soft.sum().clamp(min=1)
     cls = F.binary_cross_entropy_with_logits(logits, soft.to(dtype), reduction="none").sum() / total
-    box = box / stride
+    assigned = assigned / stride
     weight = soft.sum(-1) * fg
-    iou_loss = ((1.0 - ciou(pred, box)) * weight).sum() / total
-    aim = torch.cat((points - box[..., :2], box[..., 2:] - points), -1)
+    iou_loss = ((1.0 - ciou(pred, assigned)) * weight).sum() / total
+    aim = torch.cat((points - assigned[..., :2], assigned[..., 2:] - points), -1)
     l1 = ((dist - aim).abs() * stride / whwh).mean(-1)
     l1_loss = (l1 * weight).sum() / total
     return torch.stack((iou_loss * gains[0], cls * gains[1], l1_loss * gains[2]))
@@ -296,7 +299,10 @@ class DeviceE2ELoss:
         self.__dict__["strides"] = tuple(float(s) for s in many.stride.tolist())
         self.__dict__["names"] = tuple(many.loss_names)
         self.__dict__["_grids"] = {}
+        self.__dict__["_held"] = None
         self.__dict__["calls"] = 0
+        # A musgd._loss_capture.LossCapture where the trainer records the loss (CUDA).
+        self.__dict__["capture"] = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["stock"], name)
@@ -311,25 +317,51 @@ class DeviceE2ELoss:
             grid = self._grids[key] = _Grid(feats, self.strides, dtype)
         return grid
 
+    def _weights(self, device: torch.device) -> Tensor:
+        """The stock criterion's head weights as a device tensor, made anew only when they
+        change (the trainer moves them once an epoch)."""
+        now = (float(self.stock.o2m), float(self.stock.o2o))
+        held: tuple[tuple[float, float], Tensor] | None = self._held
+        if held is None or held[0] != now or held[1].device != device:
+            held = self.__dict__["_held"] = (now, torch.tensor(now, device=device))
+        return held[1]
+
+    def _loss(
+        self,
+        grids: tuple[_Grid, _Grid],
+        *tensors: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        """The loss vector (the batch size times both heads' gain-scaled terms, weighted) and
+        the one-to-one head's items, of (many boxes, many scores, one boxes, one scores,
+        targets, valid, weights)."""
+        many_boxes, many_scores, one_boxes, one_scores, targets, valid, weights = tensors
+        (_, many), (_, one) = self.heads
+        part_many = head_loss(many_boxes, many_scores, targets, valid, grids[0], many, self.gains)
+        part_one = head_loss(one_boxes, one_scores, targets, valid, grids[1], one, self.gains)
+        total = (part_many * weights[0] + part_one * weights[1]) * targets.shape[0]
+        return total, part_one.detach()
+
     def __call__(self, preds: Any, batch: Mapping[str, Any]) -> tuple[Tensor, dict[str, Tensor]]:
         targets, valid = batch.get(TARGETS_KEY), batch.get(VALID_KEY)
         if not isinstance(targets, Tensor) or not isinstance(valid, Tensor):
             return self.stock(preds, batch)  # type: ignore[no-any-return]
         if isinstance(preds, tuple):  # (inference, train outputs) in some call paths
             preds = preds[1]
-        weights = (float(self.stock.o2m), float(self.stock.o2o))
-        total: Tensor | None = None
-        items: Tensor | None = None
-        for (name, settings), weight in zip(self.heads, weights, strict=True):
-            head = preds[name]
-            grid = self._grid(head["feats"], head["scores"].dtype)
-            part = head_loss(
-                head, targets.to(head["scores"].dtype), valid, grid, settings, self.gains
-            )
-            total = part * weight if total is None else total + part * weight
-            items = part.detach()  # the stock criterion reports the one-to-one head's
-        assert total is not None
-        assert items is not None
+        many, one = (preds[name] for name, _ in self.heads)
+        grids = (
+            self._grid(many["feats"], many["scores"].dtype),
+            self._grid(one["feats"], one["scores"].dtype),
+        )
+        inputs = (
+            many["boxes"],
+            many["scores"],
+            one["boxes"],
+            one["scores"],
+            targets,
+            valid,
+            self._weights(targets.device),
+        )
+        run = functools.partial(self._loss, grids)
+        total, items = run(*inputs) if self.capture is None else self.capture(run, inputs)
         self.__dict__["calls"] += 1
-        size = targets.shape[0]
-        return total * size, dict(zip(self.names, items.unbind(0), strict=True))
+        return total, dict(zip(self.names, items.unbind(0), strict=True))

@@ -38,6 +38,7 @@ from musgd._compile_cache import cache_path as compile_cache_path
 from musgd._compile_cache import load as load_compile_cache
 from musgd._compile_cache import save as save_compile_cache
 from musgd._ema import FusedEMA
+from musgd._loss_capture import LossCapture
 from musgd._network_capture import NetworkCapture, compiled_predict
 from musgd._newton_schulz import SUPPORTED_NS_DTYPES
 from musgd._nsconfig import NSConfig, merge_flat, pop_command_line
@@ -223,7 +224,10 @@ def musgd_trainer(
     per image to a power-of-two bucket on the host before they go to the device. The stock
     criterion keeps its state (its head weights, which the trainer moves each epoch) and serves
     every other call (validation). A model whose criterion is not that loss (segment, pose, obb,
-    classify, or a DFL head) keeps the stock loss, and ``musgd_loss_reason`` says why.
+    classify, or a DFL head) keeps the stock loss, and ``musgd_loss_reason`` says why. With
+    ``capture_network`` too, the loss's forward and backward are recorded in CUDA graphs
+    (:class:`musgd._loss_capture.LossCapture`, ``trainer.musgd_loss.capture``): the iteration's
+    loss is two graph launches.
 
     ``ns`` (a :class:`musgd.NSConfig`) reaches every optimizer the trainer builds
     (``musgd_options["ns"]``); ``ns_dtype`` and ``ns_backend`` are shorthands for its fields.
@@ -417,6 +421,8 @@ def _install_loss(self: Any) -> tuple[DeviceE2ELoss | None, str | None]:
         LOGGER.warning("musgd_trainer: device_loss keeps the stock loss: %s", reason)
         return None, reason
     ours = DeviceE2ELoss(stock)
+    if type(self).musgd_options["capture_network"] and not _distributed():
+        ours.__dict__["capture"] = LossCapture()  # recorded on CUDA; eager elsewhere, counted
     model.criterion = ours
 
     def restore(trainer: Any) -> None:

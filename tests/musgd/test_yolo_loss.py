@@ -4,24 +4,23 @@ host reads. Its agreement with the installed criterion is in tests/ultralytics."
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from yolo_loss_fakes import FakeE2ELoss as _Stock
+from yolo_loss_fakes import batch as _batch
+from yolo_loss_fakes import predictions as _preds
+from yolo_loss_fakes import v8DetectionLoss
+from yolo_loss_fakes import with_targets as _with_targets
 
 from musgd._yolo_loss import (
     BUCKET_MIN,
-    TARGETS_KEY,
-    VALID_KEY,
     DeviceE2ELoss,
     ciou,
     device_loss_reason,
     padded_targets,
 )
-
-STRIDES = (8.0, 16.0, 32.0)
 
 
 class _NoHostReads(TorchDispatchMode):
@@ -44,64 +43,6 @@ class _NoHostReads(TorchDispatchMode):
             raise AssertionError(f"{func} reads the device back")
         self.calls += 1
         return func(*args, **(kwargs or {}))
-
-
-class v8DetectionLoss:  # noqa: N801 - the stock head's class name, which the loss checks
-    def __init__(self, topk: int, topk2: int) -> None:
-        self.reg_max = 1
-        self.class_weights: torch.Tensor | None = None
-        self.assigner = SimpleNamespace(
-            topk=topk, topk2=topk2, alpha=0.5, beta=6.0, eps=1e-9, stride_val=16.0
-        )
-        self.hyp = SimpleNamespace(box=7.5, cls=0.5, dfl=1.5)
-        self.stride = torch.tensor(STRIDES)
-        self.loss_names = ("box_loss", "cls_loss", "l1_loss")
-
-
-class _Stock:
-    """The stock end-to-end criterion's attributes, as the device loss reads them."""
-
-    def __init__(self) -> None:
-        self.one2many = v8DetectionLoss(10, 10)
-        self.one2one = v8DetectionLoss(7, 1)
-        self.o2m, self.o2o = 0.8, 0.2
-        self.updates = 0
-        self.called = 0
-
-    def update(self) -> None:
-        self.updates += 1
-        self.o2m, self.o2o = self.o2m - 0.1, self.o2o + 0.1
-
-    def __call__(self, preds: Any, batch: Any) -> Any:
-        self.called += 1
-        return torch.zeros(3), {}
-
-
-def _preds(batch: int, size: int, classes: int, seed: int) -> dict[str, Any]:
-    g = torch.Generator().manual_seed(seed)
-    feats = [torch.zeros(batch, 1, size // int(s), size // int(s)) for s in STRIDES]
-    anchors = sum(f.shape[2] * f.shape[3] for f in feats)
-    heads = {}
-    for name in ("one2many", "one2one"):
-        boxes = (torch.rand(batch, 4, anchors, generator=g) * 3).requires_grad_()
-        scores = (torch.randn(batch, classes, anchors, generator=g) - 2).requires_grad_()
-        heads[name] = {"boxes": boxes, "scores": scores, "feats": feats}
-    return heads
-
-
-def _batch(counts: list[int], classes: int, seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    n = sum(counts)
-    index = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts)).float()
-    xy = torch.rand(n, 2, generator=g) * 0.6 + 0.2
-    wh = torch.rand(n, 2, generator=g) * 0.4 + 0.01
-    cls = torch.randint(0, classes, (n, 1), generator=g).float()
-    return {"batch_idx": index, "cls": cls, "bboxes": torch.cat((xy, wh), 1)}
-
-
-def _with_targets(batch: dict[str, torch.Tensor], size: int, bucket: int = BUCKET_MIN) -> Any:
-    rows, valid = padded_targets(batch["batch_idx"], batch["cls"], batch["bboxes"], size, bucket)
-    return {**batch, TARGETS_KEY: rows, VALID_KEY: valid}
 
 
 def test_targets_are_padded_per_image_in_their_order_to_a_power_of_two() -> None:

@@ -125,3 +125,18 @@ def test_musgd_yolo_refuses_a_device_loss_that_is_not_true_or_false(
 ) -> None:
     assert main(["device_loss=maybe"]) == 2
     assert "device_loss= takes true or false" in capsys.readouterr().err
+
+
+def test_with_the_network_captured_the_loss_is_recorded_where_cuda_is(tmp_path: Path) -> None:
+    """On a CPU both stay eager, each training call counted with the reason."""
+    dataset = write_synthetic_dataset(tmp_path / "data", train_images=8, val_images=2, size=64)
+    model = YOLO("yolo26n.yaml")
+    model.train(
+        trainer=musgd_trainer(task_trainer("detect"), device_loss=True, capture_network=True),
+        **_args(dataset.data, tmp_path, batch=4, epochs=1),
+    )
+    loss = model.trainer.musgd_loss
+    assert isinstance(loss, DeviceE2ELoss)
+    assert loss.capture is not None
+    assert dict(loss.capture.stats.fallbacks) == {"device:cpu": 2}  # 8 images at batch 4
+    assert loss.calls == 2

@@ -67,8 +67,8 @@ class Arm:
 
 
 def _ours(**options: bool) -> dict[str, bool]:
-    """``musgd_trainer`` options: the four the benchmark sets, False unless given."""
-    keys = ("capture_network", "skip_nonfinite", "channels_last", "compile_network")
+    """``musgd_trainer`` options: the five the benchmark sets, False unless given."""
+    keys = ("capture_network", "skip_nonfinite", "channels_last", "compile_network", "device_loss")
     return {key: options.get(key, False) for key in keys}
 
 
@@ -93,6 +93,12 @@ ARM_TABLE: dict[str, Arm] = {
     "ours": Arm("musgd_trainer with the --ours-* options", ours=True, options=None),
     "ours-network": Arm(
         "musgd_trainer(capture_network=True)", ours=True, options=_ours(capture_network=True)
+    ),
+    "ours-network-loss": Arm(
+        "musgd_trainer(capture_network=True, device_loss=True, skip_nonfinite=True): the "
+        "network and the loss recorded, the step guarded on the device",
+        ours=True,
+        options=_ours(capture_network=True, device_loss=True, skip_nonfinite=True),
     ),
     "ours-network-compiled": Arm(
         "musgd_trainer(capture_network=True, compile_network=True)",

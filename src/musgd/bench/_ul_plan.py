@@ -208,6 +208,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="our arm compiles its network with Inductor (compile_network=True)",
     )
     parser.add_argument(
+        "--ours-device-loss",
+        action="store_true",
+        help="our arm computes YOLO26 detection's loss on the device (device_loss=True); with "
+        "--ours-network the loss is recorded too",
+    )
+    parser.add_argument(
         "--network-iters",
         type=int,
         default=None,

@@ -58,6 +58,7 @@ __all__ = [
     "child_env",
     "clip_stats",
     "host_snapshot",
+    "loss_stats",
     "network_stats",
     "ours_argv",
     "ours_options",
@@ -263,6 +264,7 @@ def ours_options(args: argparse.Namespace) -> dict[str, Any]:
         "skip_nonfinite": args.ours_guard,
         "channels_last": LAYOUT_CHOICES[args.ours_channels_last],
         "compile_network": args.ours_compile,
+        "device_loss": args.ours_device_loss,
     }
 
 
@@ -273,6 +275,7 @@ def ours_argv(args: argparse.Namespace) -> list[str]:
         ("--ours-network", args.ours_network),
         ("--ours-guard", args.ours_guard),
         ("--ours-compile", args.ours_compile),
+        ("--ours-device-loss", args.ours_device_loss),
     )
     return argv + [flag for flag, on in flags if on]
 
@@ -388,6 +391,8 @@ def train_once(
         "replay": replay_stats(opt),
         "clip_replay": clip_stats(model.trainer),
         "network": network_stats(model.trainer),
+        "loss": loss_stats(model.trainer),
+        "loss_reason": model.trainer.__dict__.get("musgd_loss_reason"),
         "skipped_steps": getattr(model.trainer, "musgd_skipped", None),
         "channels_last": getattr(model.trainer, "musgd_channels_last", None),
         "compiled": getattr(model.trainer, "musgd_compiled", None),
@@ -663,6 +668,16 @@ def network_stats(trainer: Any) -> dict[str, Any] | None:
     """The trainer's network capture (``musgd_network``), where it has one."""
     capture = trainer.__dict__.get("musgd_network")
     return None if capture is None else stats_dict(capture.stats)
+
+
+def loss_stats(trainer: Any) -> dict[str, Any] | None:
+    """The trainer's device loss (``musgd_loss``): its calls and, where it is recorded, its
+    capture's counts; None without one (the reason is ``musgd_loss_reason``)."""
+    loss = trainer.__dict__.get("musgd_loss")
+    if loss is None:
+        return None
+    capture = loss.capture
+    return {"calls": loss.calls, "capture": None if capture is None else stats_dict(capture.stats)}
 
 
 def stats_dict(stats: Any) -> dict[str, Any]:

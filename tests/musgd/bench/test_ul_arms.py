@@ -43,7 +43,10 @@ def test_the_table_holds_the_six_arms_of_issue_32_with_what_each_trains() -> Non
         "skip_nonfinite": False,
         "channels_last": False,
         "compile_network": False,
+        "device_loss": False,
     }
+    loss = records["ours-network-loss"]["options"]
+    assert (loss["capture_network"], loss["device_loss"], loss["skip_nonfinite"]) == (True,) * 3
     compiled = records["ours-network-compiled"]["options"]
     assert (compiled["capture_network"], compiled["compile_network"]) == (True, True)
     assert compiled["channels_last"] is False

@@ -119,6 +119,7 @@ def test_the_phases_and_syncs_parts_run_each_arm_once_per_batch(
             "skip_nonfinite": True,
             "channels_last": False,
             "compile_network": False,
+            "device_loss": False,
         }
         assert "median 3 (min 3, max 4)" in lines[0]
 
@@ -126,13 +127,21 @@ def test_the_phases_and_syncs_parts_run_each_arm_once_per_batch(
 def test_our_options_reach_a_child_process_as_they_were_given() -> None:
     """``--ours-*`` give ``musgd_trainer``'s options, and the child's command line repeats
     them: a run in its own process trains the configuration the parent was asked for."""
-    args = _args("--quick", "--ours-network", "--ours-compile", "--ours-channels-last", "false")
+    args = _args(
+        "--quick",
+        "--ours-network",
+        "--ours-compile",
+        "--ours-device-loss",
+        "--ours-channels-last",
+        "false",
+    )
     options = _ul_runs.ours_options(args)
     assert options == {
         "capture_network": True,
         "skip_nonfinite": False,
         "channels_last": False,
         "compile_network": True,
+        "device_loss": True,
     }
     child = _args("--quick", *_ul_runs.ours_argv(args))
     assert _ul_runs.ours_options(child) == options

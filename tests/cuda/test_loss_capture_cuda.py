@@ -1,0 +1,125 @@
+"""The device loss on the GPU: recorded in CUDA graphs it gives its eager bits (loss, items and
+gradients), in float32 and under fp16 autocast, with no host synchronization in steady state;
+and it matches the installed Ultralytics criterion on a real YOLO26n's CUDA outputs."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+from yolo_loss_fakes import FakeE2ELoss, batch, predictions, with_targets
+
+from musgd._loss_capture import LossCapture
+from musgd._yolo_loss import DeviceE2ELoss
+from musgd.bench._syncs import PROTOTYPE_WARNING
+
+pytestmark = pytest.mark.cuda
+
+DEVICE = torch.device("cuda")
+HEADS = ("one2many", "one2one")
+
+
+def _leaves(preds: Any) -> list[Tensor]:
+    return [preds[h][k] for h in HEADS for k in ("boxes", "scores")]
+
+
+def _fresh(preds: Any) -> Any:
+    return {
+        h: {
+            "boxes": preds[h]["boxes"].detach().clone().requires_grad_(),
+            "scores": preds[h]["scores"].detach().clone().requires_grad_(),
+            "feats": preds[h]["feats"],
+        }
+        for h in HEADS
+    }
+
+
+def _run(
+    loss: DeviceE2ELoss, preds: Any, padded: Any, dtype: torch.dtype | None, grad: Tensor
+) -> Any:
+    with torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None):
+        # The heads' outputs in the autocast dtype, as a network's last convolution gives them.
+        heads = {
+            h: {
+                "boxes": preds[h]["boxes"] * 1.0,
+                "scores": preds[h]["scores"] * 1.0,
+                "feats": preds[h]["feats"],
+            }
+            for h in HEADS
+        }
+        if dtype is not None:
+            for h in HEADS:
+                heads[h]["boxes"] = heads[h]["boxes"].to(dtype)
+                heads[h]["scores"] = heads[h]["scores"].to(dtype)
+        total, items = loss(heads, padded)
+    total.backward(grad)
+    return (
+        total.detach().clone(),
+        {k: v.clone() for k, v in items.items()},
+        [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in _leaves(preds)],
+    )
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float16], ids=["float32", "fp16-autocast"])
+def test_recorded_loss_gives_the_eager_bits_with_no_host_sync(dtype: torch.dtype | None) -> None:
+    eager = DeviceE2ELoss(FakeE2ELoss())
+    recorded = DeviceE2ELoss(FakeE2ELoss())
+    capture = recorded.__dict__["capture"] = LossCapture()
+    for it in range(8):
+        preds = predictions(4, 128, classes=5, seed=it, device=DEVICE)
+        padded = with_targets(batch([3, 0, 7, 2], classes=5, seed=100 + it), 4, device="cuda")
+        grad = torch.tensor([1.0, 2.0, 0.5], device=DEVICE)  # made before the sync check
+        want = _run(eager, _fresh(preds), padded, dtype, grad)
+        steady = it >= 3
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=PROTOTYPE_WARNING)
+            if steady:
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                got = _run(recorded, _fresh(preds), padded, dtype, grad)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        assert torch.equal(got[0], want[0]), f"iteration {it}: the loss differs"
+        assert all(torch.equal(got[1][k], want[1][k]) for k in want[1])
+        for g, w in zip(got[2], want[2], strict=True):
+            assert torch.equal(g, w), f"iteration {it}: a gradient differs"
+    assert capture.stats.recordings == 1
+    assert capture.stats.replays == 6
+    assert capture.stats.failures == 0
+
+
+def test_the_device_loss_matches_the_stock_criterion_on_yolo26n_cuda_outputs() -> None:
+    pytest.importorskip("ultralytics", reason="ultralytics is not installed here")
+    from ultralytics.cfg import get_cfg
+    from ultralytics.nn.tasks import DetectionModel
+
+    torch.manual_seed(0)
+    model = DetectionModel("yolo26n.yaml", nc=80, verbose=False).to(DEVICE)
+    model.args = get_cfg()
+    stock = model.init_criterion()
+    ours = DeviceE2ELoss(stock)
+    model.train()
+    worst = {"float32": 0.0, "fp16-autocast": 0.0}
+    for it in range(20):
+        counts = [int(c) for c in torch.randint(0, 30, (4,))]
+        host = batch(counts, classes=80, seed=it)
+        padded = with_targets(host, 4, device="cuda")
+        on_device = {k: v.to(DEVICE) for k, v in padded.items()}
+        img = torch.rand(4, 3, 320, 320, device=DEVICE)
+        for name, amp in (("float32", False), ("fp16-autocast", True)):
+            with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+                preds = model(img)
+                mine, _ = ours(preds, on_device)
+                theirs, _ = stock(preds, on_device)
+            g_mine = torch.autograd.grad(mine.sum(), _leaves(preds), retain_graph=True)
+            g_theirs = torch.autograd.grad(theirs.sum(), _leaves(preds))
+            rel = float(((mine - theirs).abs() / theirs.abs().clamp(min=1e-12)).max())
+            for a, b in zip(g_mine, g_theirs, strict=True):
+                rel = max(rel, float((a.float() - b.float()).norm() / b.float().norm()))
+            worst[name] = max(worst[name], rel)
+    print(f"device loss against stock on CUDA: {worst}")
+    assert worst["float32"] <= 1e-5
+    assert worst["fp16-autocast"] <= 1e-3
