@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -48,6 +48,7 @@ __all__ = [
     "BUCKET_MIN",
     "DeviceE2ELoss",
     "HeadSettings",
+    "HostItems",
     "ciou",
     "device_loss_reason",
     "head_loss",
@@ -278,6 +279,58 @@ def _settings(head: Any) -> HeadSettings:
     )
 
 
+class HostItems:
+    """The loss items on the host without waiting for the device: each call copies the device
+    items into one of ``slots`` pinned buffers (non-blocking, an event recorded behind it) and
+    answers the newest buffer whose copy has completed -- the items of an iteration the device
+    has finished, usually the one or two before the host's. Only the very first call waits.
+
+    The trainer formats its progress line from the items every iteration; read from the device
+    that is a host synchronization each (three an iteration for YOLO26's three terms).
+    ``event`` makes the completion markers (CUDA events; a stand-in in tests).
+    """
+
+    def __init__(self, slots: int = 4, event: Callable[[], Any] | None = None) -> None:
+        if slots < 2:
+            raise ValueError(f"HostItems needs 2 or more slots, got {slots}")
+        self.slots = slots
+        self._event: Callable[[], Any] = event or torch.cuda.Event
+        self._buffers: list[Tensor] = []
+        self._events: list[Any] = []
+        self._sequence: list[int] = []  # per slot, the call number its copy belongs to
+        self._calls = 0
+        self._answer: Tensor | None = None
+        self._answered = -1
+
+    def push(self, items: Tensor) -> Tensor:
+        """Queue the copy of ``items`` (a device vector) and answer the newest completed one
+        (a host tensor of its own)."""
+        if not self._buffers:
+            pin = items.device.type == "cuda"
+            self._buffers = [
+                torch.empty(items.shape, dtype=items.dtype, pin_memory=pin)
+                for _ in range(self.slots)
+            ]
+            self._events = [self._event() for _ in range(self.slots)]
+            self._sequence = [-1] * self.slots
+        slot = self._calls % self.slots
+        self._buffers[slot].copy_(items.detach(), non_blocking=True)
+        self._events[slot].record()
+        self._sequence[slot] = self._calls
+        self._calls += 1
+        done = [i for i in range(self.slots) if self._sequence[i] >= 0 and self._events[i].query()]
+        if done:
+            newest = max(done, key=lambda i: self._sequence[i])
+            if self._sequence[newest] > self._answered:
+                self._answer = self._buffers[newest].clone()
+                self._answered = self._sequence[newest]
+        if self._answer is None:  # the first call: nothing has completed yet, so wait once
+            self._events[slot].synchronize()
+            self._answer = self._buffers[slot].clone()
+            self._answered = self._sequence[slot]
+        return self._answer
+
+
 class DeviceE2ELoss:
     """A model's ``criterion``: the stock end-to-end criterion's loss computed on the device.
 
@@ -285,9 +338,14 @@ class DeviceE2ELoss:
     every attribute this class does not define is the stock criterion's, so the trainer's calls
     reach it. A batch without the padded targets (a caller that is not the trainer's
     ``preprocess_batch``) is passed to the stock criterion.
+
+    With ``host_items`` the items it returns for a CUDA batch are host tensors, the newest the
+    device has finished (:class:`HostItems`), so that the trainer's progress line reads no
+    device value; the loss itself (the first result, which the trainer differentiates) is
+    this iteration's. ``device_items`` keeps this iteration's items on the device.
     """
 
-    def __init__(self, stock: Any) -> None:
+    def __init__(self, stock: Any, *, host_items: bool = False) -> None:
         reason = device_loss_reason(stock)
         if reason is not None:
             raise TypeError(f"DeviceE2ELoss: {reason}")
@@ -303,6 +361,10 @@ class DeviceE2ELoss:
         self.__dict__["calls"] = 0
         # A musgd._loss_capture.LossCapture where the trainer records the loss (CUDA).
         self.__dict__["capture"] = None
+        # The last call's items on the device; with host_items (the trainer's) the call
+        # answers the newest items the device has finished instead (HostItems).
+        self.__dict__["device_items"] = None
+        self.__dict__["host_items"] = HostItems() if host_items else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["stock"], name)
@@ -364,4 +426,7 @@ class DeviceE2ELoss:
         run = functools.partial(self._loss, grids)
         total, items = run(*inputs) if self.capture is None else self.capture(run, inputs)
         self.__dict__["calls"] += 1
+        self.__dict__["device_items"] = items
+        if self.host_items is not None and items.device.type == "cuda":
+            items = self.host_items.push(items)
         return total, dict(zip(self.names, items.unbind(0), strict=True))

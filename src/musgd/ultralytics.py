@@ -227,7 +227,11 @@ def musgd_trainer(
     classify, or a DFL head) keeps the stock loss, and ``musgd_loss_reason`` says why. With
     ``capture_network`` too, the loss's forward and backward are recorded in CUDA graphs
     (:class:`musgd._loss_capture.LossCapture`, ``trainer.musgd_loss.capture``): the iteration's
-    loss is two graph launches.
+    loss is two graph launches. On CUDA the loss items the trainer prints and averages into
+    its epoch's train losses are copied to the host without waiting
+    (:class:`musgd._yolo_loss.HostItems`): each iteration's line shows the newest items the
+    device has finished, usually those of an iteration or two before, and nothing in the
+    iteration waits for the device.
 
     ``ns`` (a :class:`musgd.NSConfig`) reaches every optimizer the trainer builds
     (``musgd_options["ns"]``); ``ns_dtype`` and ``ns_backend`` are shorthands for its fields.
@@ -420,7 +424,7 @@ def _install_loss(self: Any) -> tuple[DeviceE2ELoss | None, str | None]:
     if reason is not None:
         LOGGER.warning("musgd_trainer: device_loss keeps the stock loss: %s", reason)
         return None, reason
-    ours = DeviceE2ELoss(stock)
+    ours = DeviceE2ELoss(stock, host_items=True)
     if type(self).musgd_options["capture_network"] and not _distributed():
         ours.__dict__["capture"] = LossCapture()  # recorded on CUDA; eager elsewhere, counted
     model.criterion = ours

@@ -17,6 +17,7 @@ from yolo_loss_fakes import with_targets as _with_targets
 from musgd._yolo_loss import (
     BUCKET_MIN,
     DeviceE2ELoss,
+    HostItems,
     ciou,
     device_loss_reason,
     padded_targets,
@@ -152,3 +153,46 @@ def test_losses_it_does_not_cover_are_refused_with_the_reason() -> None:
     assert "v8SegmentationLoss" in (device_loss_reason(stock) or "")
     with pytest.raises(TypeError, match="DeviceE2ELoss: a head's loss is v8SegmentationLoss"):
         DeviceE2ELoss(stock)
+
+
+class _Event:
+    """A stand-in CUDA event whose completion the test decides."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+        self.done = False
+
+    def record(self) -> None:
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.log.append("wait")
+        self.done = True
+
+
+def test_host_items_answer_the_newest_finished_copy_and_wait_only_once() -> None:
+    log: list[str] = []
+    events: list[_Event] = []
+
+    def make() -> _Event:
+        events.append(_Event(log))
+        return events[-1]
+
+    items = HostItems(slots=3, event=make)
+    first = items.push(torch.tensor([1.0, 2.0, 3.0]))
+    assert first.tolist() == [1.0, 2.0, 3.0]
+    assert log == ["wait"], "the first call waits, once"
+    # Nothing newer has finished: the last answer stands, and nothing waits.
+    assert items.push(torch.tensor([4.0, 5.0, 6.0])).tolist() == [1.0, 2.0, 3.0]
+    third = items.push(torch.tensor([7.0, 8.0, 9.0]))
+    assert third.tolist() == [1.0, 2.0, 3.0]
+    events[1].done = events[2].done = True  # the device finished the second and third copies
+    fourth = items.push(torch.tensor([10.0, 11.0, 12.0]))  # reuses the first slot
+    assert fourth.tolist() == [7.0, 8.0, 9.0]
+    assert log == ["wait"]
+    assert first.tolist() == [1.0, 2.0, 3.0], "an answer is the caller's own copy"
+    with pytest.raises(ValueError, match="2 or more slots"):
+        HostItems(slots=1)

@@ -154,7 +154,11 @@ class RunLog:
         self.clock.end_iteration()
         if self.syncs is not None:
             self.syncs.end_iteration()
-        self._loss_items.append(_snapshot(getattr(trainer, "loss_items", None)))
+        loss = trainer.__dict__.get("musgd_loss")  # the device loss: this iteration's items
+        items = getattr(loss, "device_items", None) if loss is not None else None
+        if items is None:
+            items = getattr(trainer, "loss_items", None)
+        self._loss_items.append(_snapshot(items))
 
     @property
     def losses(self) -> list[float]:
