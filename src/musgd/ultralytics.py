@@ -354,6 +354,8 @@ def musgd_trainer(
         )
     if capture_network or compile_network or channels_last or device_loss:
         namespace["preprocess_batch"] = _preprocess_batch
+    if device_loss:
+        namespace["validate"] = _validate
     # The default's name is the one this module exports: Ultralytics' DDP launch pickles the
     # trainer class with cloudpickle, which writes that class by reference (module and name) and
     # any other made here by value, options included (tests/ultralytics checks both).
@@ -371,13 +373,10 @@ def _preprocess_batch(self: Any, batch: Any) -> Any:
     """The base's ``preprocess_batch``; at the first batch, the layout set, the network
     capture (or compilation) and the device loss installed; with channels-last, the batch's
     images in it; with the device loss, its padded targets beside the batch's own."""
-    owner: type[Any] = next(
-        c for c in type(self).__mro__ if vars(c).get("preprocess_batch") is _preprocess_batch
-    )
     if "musgd_network" not in self.__dict__:
         self.musgd_loss, self.musgd_loss_reason = _install_loss(self)
     padded = _padded_batch(batch) if self.musgd_loss is not None else None
-    out = super(owner, self).preprocess_batch(batch)
+    out = _base_method(self, "preprocess_batch", _preprocess_batch)(batch)
     if padded is not None and isinstance(out, dict):
         device = out["img"].device
         out[TARGETS_KEY], out[VALID_KEY] = (t.to(device, non_blocking=True) for t in padded)
@@ -388,6 +387,28 @@ def _preprocess_batch(self: Any, batch: Any) -> Any:
     if self.musgd_channels_last and isinstance(img, torch.Tensor) and img.dim() == 4:
         out["img"] = img.contiguous(memory_format=torch.channels_last)
     return out
+
+
+def _base_method(self: Any, name: str, ours: Any) -> Any:
+    """The bound method ``name`` of the class above the one that defines ``ours`` as it."""
+    owner: type[Any] = next(c for c in type(self).__mro__ if vars(c).get(name) is ours)
+    return getattr(super(owner, self), name)
+
+
+def _validate(self: Any) -> Any:
+    """The base's ``validate``, the loss items put back on the device first: with the device
+    loss they are host tensors (:class:`musgd._yolo_loss.HostItems`), and the validator adds
+    the EMA model's device items to zeros shaped like them."""
+    loss = self.__dict__.get("musgd_loss")
+    items = getattr(self, "loss_items", None)
+    device_items = None if loss is None else loss.device_items
+    if isinstance(items, dict) and device_items is not None:
+        device = device_items.device
+        self.loss_items = {
+            k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for k, v in items.items()
+        }
+    return _base_method(self, "validate", _validate)()
 
 
 def _padded_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -972,3 +972,27 @@ def test_trainer_skip_nonfinite_is_checked_and_reaches_the_options() -> None:
     assert made.musgd_options["skip_nonfinite"] is True
     assert "optimizer_step" in vars(made)  # the guarded step, though the clip is not replayed
     assert "skip_nonfinite" not in musgd_trainer(FakeTrainer).musgd_options
+
+
+def test_trainer_with_the_device_loss_validates_with_its_items_back_on_the_device() -> None:
+    """The host loss items (HostItems) go back to the device loss's device before the base's
+    validate, whose validator adds the EMA model's device items to zeros shaped like them."""
+
+    class FakeTrainer:
+        loss_items: dict[str, torch.Tensor]
+
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            raise AssertionError("never reached")
+
+        def validate(self) -> dict[str, torch.device]:
+            return {k: v.device for k, v in self.loss_items.items()}
+
+    trainer = musgd_trainer(FakeTrainer, device_loss=True)()
+    trainer.loss_items = {"box_loss": torch.tensor(1.0), "cls_loss": torch.tensor(2.0)}
+    trainer.musgd_loss = types.SimpleNamespace(device_items=torch.empty(3, device="meta"))
+    assert trainer.validate() == {
+        "box_loss": torch.device("meta"),
+        "cls_loss": torch.device("meta"),
+    }
+    plain = musgd_trainer(FakeTrainer)()
+    assert "validate" not in vars(type(plain)), "only the device loss needs it"
