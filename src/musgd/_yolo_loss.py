@@ -186,9 +186,11 @@ def head_loss(
 ) -> Tensor:
     """The gain-scaled (box, cls, l1) of one head's outputs (``boxes`` (B, 4, A) distances in
     grid units, ``scores`` (B, C, A) logits); ``targets`` (B, M, 5) (class, x, y, w, h of the
-    image, normalised) with ``valid`` (B, M)."""
-    dist = boxes.permute(0, 2, 1).contiguous()
-    logits = scores.permute(0, 2, 1).contiguous()
+    image, normalised) with ``valid`` (B, M). Computed in float32 whatever the outputs' dtype
+    (under autocast a network's last convolutions give float16, where CIoU's ``eps`` of 1e-7
+    rounds away); the gradients go back in the outputs' dtype."""
+    dist = boxes.permute(0, 2, 1).float().contiguous()
+    logits = scores.permute(0, 2, 1).float().contiguous()
     dtype = logits.dtype
     points, stride, whwh = grid.points, grid.stride, grid.whwh
     pred = torch.cat((points - dist[..., :2], points + dist[..., 2:]), -1)
