@@ -196,3 +196,38 @@ def test_host_items_answer_the_newest_finished_copy_and_wait_only_once() -> None
     assert first.tolist() == [1.0, 2.0, 3.0], "an answer is the caller's own copy"
     with pytest.raises(ValueError, match="2 or more slots"):
         HostItems(slots=1)
+
+
+def test_float16_outputs_give_the_float32_loss_finite() -> None:
+    """Autocast hands the loss float16 outputs; computed in float16 the loss was NaN here
+    (CIoU's eps of 1e-7 rounds away) and on the H200 at batch 16. It is the loss of float32
+    copies, bit for bit, and its gradients come back in float16."""
+    loss = DeviceE2ELoss(_Stock())
+    for seed in range(4):
+        preds = _preds(4, 128, classes=5, seed=seed)
+        half = {
+            h: {
+                "boxes": preds[h]["boxes"].detach().half().requires_grad_(),
+                "scores": preds[h]["scores"].detach().half().requires_grad_(),
+                "feats": preds[h]["feats"],
+            }
+            for h in preds
+        }
+        full = {
+            h: {
+                "boxes": half[h]["boxes"].detach().float(),
+                "scores": half[h]["scores"].detach().float(),
+                "feats": preds[h]["feats"],
+            }
+            for h in preds
+        }
+        padded = _with_targets(_batch([3, 0, 7, 30], classes=5, seed=seed), 4)
+        total, _ = loss(half, padded)
+        assert torch.equal(total, loss(full, padded)[0])
+        total.sum().backward()
+        for head in half.values():
+            for key in ("boxes", "scores"):
+                grad = head[key].grad
+                assert grad is not None
+                assert grad.dtype == torch.float16
+                assert torch.isfinite(grad).all()
