@@ -746,7 +746,21 @@ def main(argv: list[str] | None = None) -> int:
         options["compile_cache"] = str(cache)
     if ns is not None:
         options["ns"] = ns
-    model.train(trainer=musgd_trainer(base, **options), **kwargs)
+    try:
+        model.train(trainer=musgd_trainer(base, **options), **kwargs)
+    except RuntimeError as exc:
+        message = str(exc)
+        # Ultralytics' dataset check ("Dataset '<data>' error ..."; observed on 8.4.190): a
+        # missing or unreachable dataset is the user's to fix, not a traceback.
+        if not message.startswith("Dataset '"):
+            raise
+        hint = "" if "data" in kwargs else " (no data= given: Ultralytics' default downloads it)"
+        print(
+            f"musgd-yolo: {' '.join(message.split())}{hint}; name a dataset on this machine "
+            "with data=PATH/data.yaml",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 

@@ -478,6 +478,7 @@ def test_command_line_capture_network_reaches_the_trainer(
         {"capture_network": False, "compile_network": True, "compile_cache": str(cache)},
     ]
     assert [kw for _, kw in calls] == [{"trainer": None, "epochs": 2}] * 5
+
     assert module.main(["skip_nonfinite=often"]) == 2  # a clear message, no training
     assert module.main(["compile_network=yes please"]) == 2
     assert module.main(["channels_last=auto"]) == 2
@@ -485,6 +486,40 @@ def test_command_line_capture_network_reaches_the_trainer(
     assert module.main(["compile_network=true", f"compile_cache={tmp_path}"]) == 2  # a folder
     assert module.main(["compile_network=true", "compile_cache="]) == 2  # no path
     assert len(made) == 5
+
+
+def test_command_line_dataset_error_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import types
+
+    import musgd.ultralytics as module
+
+    class FakeYOLO:
+        task = "detect"
+
+        def __init__(self, model: str) -> None:
+            self.model = model
+
+        def train(self, **kw: Any) -> None:
+            if kw.get("data") == "boom":
+                raise RuntimeError("something else")
+            raise RuntimeError(
+                "Dataset 'coco8.yaml' error ❌ ❌  Download failure for "
+                "https://ultralytics.com/assets/coco8.zip. Environment may be offline."
+            )
+
+    monkeypatch.setitem(sys.modules, "ultralytics", types.SimpleNamespace(YOLO=FakeYOLO))
+    monkeypatch.setattr(module, "require_ultralytics", lambda: None)
+    monkeypatch.setattr(module, "musgd_trainer", lambda base=None, **options: None)
+    assert module.main(["epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "Download failure" in err
+    assert "no data= given" in err
+    assert "data=PATH/data.yaml" in err
+    with pytest.raises(RuntimeError, match="something else"):  # not a dataset error: raised
+        module.main(["data=boom"])
 
 
 def test_groups_given_generators_keep_their_parameters() -> None:
