@@ -373,14 +373,15 @@ def _preprocess_batch(self: Any, batch: Any) -> Any:
     """The base's ``preprocess_batch``; at the first batch, the layout set, the network
     capture (or compilation) and the device loss installed; with channels-last, the batch's
     images in it; with the device loss, its padded targets beside the batch's own."""
-    if "musgd_network" not in self.__dict__:
+    first = "musgd_network" not in self.__dict__  # the first batch: set up what it asks for
+    if first:
         self.musgd_loss, self.musgd_loss_reason = _install_loss(self)
     padded = _padded_batch(batch) if self.musgd_loss is not None else None
     out = _base_method(self, "preprocess_batch", _preprocess_batch)(batch)
     if padded is not None and isinstance(out, dict):
         device = out["img"].device
         out[TARGETS_KEY], out[VALID_KEY] = (t.to(device, non_blocking=True) for t in padded)
-    if "musgd_network" not in self.__dict__:
+    if first:
         self.musgd_channels_last, self.musgd_layout_reason = _set_layout(self)
         _install_network(self)
     img = out.get("img") if isinstance(out, dict) else None

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import Tensor
 from yolo_loss_fakes import FakeE2ELoss, batch, predictions, with_targets
+from yolo_loss_fakes import fresh_leaves as _fresh
 
 from musgd._loss_capture import LossCapture
 from musgd._yolo_loss import DeviceE2ELoss, HostItems
@@ -32,17 +33,6 @@ def _as_float32(preds: Any) -> Any:
         h: {
             "boxes": preds[h]["boxes"].float(),
             "scores": preds[h]["scores"].float(),
-            "feats": preds[h]["feats"],
-        }
-        for h in HEADS
-    }
-
-
-def _fresh(preds: Any) -> Any:
-    return {
-        h: {
-            "boxes": preds[h]["boxes"].detach().clone().requires_grad_(),
-            "scores": preds[h]["scores"].detach().clone().requires_grad_(),
             "feats": preds[h]["feats"],
         }
         for h in HEADS

@@ -77,3 +77,15 @@ def with_targets(
     """``batch`` with its padded targets, as the trainer adds them (then on ``device``)."""
     rows, valid = padded_targets(batch["batch_idx"], batch["cls"], batch["bboxes"], size, bucket)
     return {**batch, TARGETS_KEY: rows.to(device), VALID_KEY: valid.to(device)}
+
+
+def fresh_leaves(preds: dict[str, Any]) -> dict[str, Any]:
+    """Both heads' boxes and scores as new leaves that require grad (their feature maps kept)."""
+    return {
+        h: {
+            "boxes": preds[h]["boxes"].detach().clone().requires_grad_(),
+            "scores": preds[h]["scores"].detach().clone().requires_grad_(),
+            "feats": preds[h]["feats"],
+        }
+        for h in ("one2many", "one2one")
+    }

@@ -13,6 +13,8 @@ import pytest
 import torch
 
 pytest.importorskip("ultralytics", reason="ultralytics is not installed: make test-ultralytics")
+from yolo_loss_fakes import fresh_leaves
+
 from musgd._yolo_loss import DeviceE2ELoss, device_loss_reason
 from musgd.bench import _ul_plan
 from musgd.bench._ul_runs import train_kwargs
@@ -26,17 +28,6 @@ BATCHES = 200
 
 def _leaves(preds: Any) -> list[torch.Tensor]:
     return [preds[h][k] for h in ("one2many", "one2one") for k in ("boxes", "scores")]
-
-
-def _detached(preds: Any) -> Any:
-    return {
-        h: {
-            "boxes": preds[h]["boxes"].detach().clone().requires_grad_(),
-            "scores": preds[h]["scores"].detach().clone().requires_grad_(),
-            "feats": [f.detach() for f in preds[h]["feats"]],
-        }
-        for h in ("one2many", "one2one")
-    }
 
 
 def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -61,7 +52,7 @@ def test_device_loss_matches_the_stock_criterion_on_every_trainer_batch(
     def checked(self: DeviceE2ELoss, preds: Any, batch: Any) -> Any:
         out = ours_call(self, preds, batch)
         if "musgd_targets" in batch:
-            twin = _detached(preds)
+            twin = fresh_leaves(preds)
             mine, items = ours_call(self, twin, batch)
             theirs, their_items = self.stock(twin, batch)
             g_mine = torch.autograd.grad(mine.sum(), _leaves(twin))
