@@ -25,6 +25,7 @@ from wpgate._git import (
     paths_identical,
     require_full_history,
     resolve_commits,
+    unreachable_commits,
 )
 from wpgate._model import Finding
 from wpgate.options import DocsLayout
@@ -160,8 +161,12 @@ def _current_hashes(root: Path, files: dict[str, EvidenceParse]) -> dict[str, st
 
 def _named_commits(
     root: Path, files: dict[str, EvidenceParse], contexts: Sequence[ClaimContext]
-) -> dict[str, str | None]:
-    """Every commit an evidence file, a ``covers`` or a marker names, resolved (one process)."""
+) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """Every commit an evidence file, a ``covers`` or a marker names, resolved, and the names
+    of those that are unreachable, each with its same-tree commit in history or None.
+
+    An unreachable commit resolves to None, as it does in a clone, which lacks it: the answer
+    here is the answer CI gives."""
     markers = [m for c in contexts for m in c.claim.identical]
     revisions = {
         p.evidence.git_commit for p in files.values() if p.evidence and p.evidence.git_commit
@@ -169,11 +174,14 @@ def _named_commits(
     revisions |= {sha for c in contexts for sha in c.claim.covers}
     revisions |= {m.base for m in markers} | {m.head for m in markers}
     commits = resolve_commits(root, revisions)
+    lost = unreachable_commits(root, {sha for sha in commits.values() if sha is not None})
+    unreachable = {rev: lost[sha] for rev, sha in commits.items() if sha in lost}
+    commits.update(dict.fromkeys(unreachable))
     if any(sha is None for sha in commits.values()):
         # A commit a claim or an evidence file names may lie beyond a shallow clone's cut:
         # then "unknown commit" would be a wrong answer, so ask for the whole history instead.
         require_full_history(root, "the evidence check of recorded commits (wpgate evidence)")
-    return commits
+    return commits, unreachable
 
 
 def _blob_requests(
@@ -260,7 +268,7 @@ def load_evidence(
         return EvidenceTree(
             evidence_dir, files.parsed, tuple(contexts), current, findings=tuple(findings)
         )
-    commits = _named_commits(root, files.parsed, contexts)
+    commits, unreachable = _named_commits(root, files.parsed, contexts)
     requests = _blob_requests(files.parsed, contexts, commits)
     return EvidenceTree(
         evidence_dir,
@@ -269,6 +277,7 @@ def load_evidence(
         current,
         git=True,
         commits=commits,
+        unreachable=unreachable,
         hashes_at=blob_hashes_at(root, requests),
         identical=_identical_answers(root, contexts, commits) if identical else {},
         counts=_count_answers(root, contexts, collect),

@@ -43,6 +43,7 @@ __all__ = [
     "require_full_history",
     "resolve_commits",
     "trailer_syntax",
+    "unreachable_commits",
     "validate_revision",
 ]
 
@@ -581,6 +582,38 @@ def resolve_commits(root: Path, revisions: Iterable[str]) -> dict[str, str | Non
         parts = line.split()
         out[rev] = parts[0] if len(parts) == 2 and parts[1] == "commit" else None
     return out
+
+
+# The refs a clone carries: what a commit must be reachable from to exist in a fresh checkout.
+_PUBLISHED = ("HEAD", "--branches", "--tags", _REMOTES)
+
+
+def unreachable_commits(root: Path, commits: Iterable[str]) -> dict[str, str | None]:
+    """The full shas among ``commits`` that no branch, tag, remote-tracking ref or HEAD reaches
+    (objects left behind by an amend, a rebase or a reset: a clone will not have them), each
+    mapped to a reachable commit with the same tree, or None when history has none.
+
+    Two git processes when every commit is reachable (the usual answer), three otherwise.
+    """
+    wanted = sorted(set(commits))
+    if not wanted:
+        return {}
+    done = _ask(root, ["rev-list", *wanted, "--not", *_PUBLISHED])
+    if done is None or done.returncode != 0:
+        return {}
+    outside = set(done.stdout.decode().split())
+    lost = [sha for sha in wanted if sha in outside]
+    if not lost:
+        return {}
+    request = "".join(f"{sha}^{{tree}}\n" for sha in lost).encode()
+    trees = _ask(root, ["cat-file", "--batch-check=%(objectname)"], request)
+    tree_of = dict(zip(lost, trees.stdout.decode().split(), strict=False)) if trees else {}
+    log = _ask(root, ["log", "--format=%H %T", *_PUBLISHED])
+    same_tree: dict[str, str] = {}
+    for line in log.stdout.decode().splitlines() if log and log.returncode == 0 else []:
+        sha, _, tree = line.partition(" ")
+        same_tree.setdefault(tree, sha)  # newest first: the newest commit with that tree
+    return {sha: same_tree.get(tree_of.get(sha, "")) for sha in lost}
 
 
 def blobs_at(

@@ -62,7 +62,9 @@ class EvidenceTree:
     """Everything the evidence rules need, read once: files, claims, hashes, git answers.
 
     ``git`` is False when history checks are off or ``root`` is not a git work tree; then the
-    commit-bound facts are empty and the rules that need them say so.
+    commit-bound facts are empty and the rules that need them say so. ``unreachable`` maps each
+    named revision that only an unreachable object answers (resolved to None in ``commits``, as
+    in a clone) to the commit in history with the same tree, or None.
     """
 
     evidence_dir: str
@@ -71,6 +73,7 @@ class EvidenceTree:
     current_hashes: Mapping[str, str | None]
     git: bool = False
     commits: Mapping[str, str | None] = field(default_factory=dict)
+    unreachable: Mapping[str, str | None] = field(default_factory=dict)
     hashes_at: Mapping[tuple[str, str], str | None] = field(default_factory=dict)
     identical: Mapping[IdenticalMarker, bool | str] = field(default_factory=dict)
     counts: Mapping[CountMarker, int | str] = field(default_factory=dict)

@@ -6,7 +6,7 @@ every answer that needs the file system, git or pytest; these functions only com
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
 
 from wpgate._model import Finding, Rule, register
@@ -122,7 +122,9 @@ def check_source_hashes(tree: EvidenceTree, options: EvidenceOptions) -> Iterato
                 evidence.path,
                 1,
                 EVIDENCE_SOURCE_HASHES,
-                f"the recorded commit {commit[:12]} is not in this repository; fetch it (a "
+                _missing_commit(tree, commit)
+                if commit in tree.unreachable
+                else f"the recorded commit {commit[:12]} is not in this repository; fetch it (a "
                 "shallow clone needs `git fetch --unshallow`) or re-run the benchmark",
             )
             continue
@@ -145,6 +147,21 @@ def check_source_hashes(tree: EvidenceTree, options: EvidenceOptions) -> Iterato
                     f"{commit[:12]}; the benchmark ran on modified code - record `git_dirty: "
                     "true` or re-run it from a clean tree",
                 )
+
+
+def _missing_commit(tree: EvidenceTree, commit: str) -> str:
+    """Why an evidence file's unreachable recorded commit fails, and the fix."""
+    same = tree.unreachable.get(commit)
+    fix = (
+        f'{same[:12]} in history has the same tree: record `"git_commit": "{same}"` (keep '
+        f'the old name as `"git_commit_reworded_from": "{commit}"`)'
+        if same
+        else "re-run the benchmark from a commit in history, or push the branch that holds it"
+    )
+    return (
+        f"the recorded commit {commit[:12]} is here only as an unreachable object (an amend, a "
+        f"rebase or a reset left it behind), so a clone will not have it; {fix}"
+    )
 
 
 def _rounded(value: Decimal, decimals: int) -> set[Decimal]:
@@ -255,14 +272,27 @@ def check_stale(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Findin
                 )
                 continue
             if not any(_covers(tree, evidence, sha) for sha in claim.covers):
+                lost = [sha for sha in claim.covers if sha in tree.unreachable]
                 yield Finding(
                     claim.path,
                     claim.line,
                     EVIDENCE_STALE,
-                    f"the claim says it covers {', '.join(claim.covers)}, but {evidence.path}'s "
-                    "source hashes do not match the files at that commit; name the commit the "
-                    "benchmark ran on",
+                    f"the claim says it covers {', '.join(lost)}, which is here only as an "
+                    "unreachable object (an amend, a rebase or a reset left it behind), so a "
+                    f"clone will not have it; {_same_tree_hint(tree, lost)}"
+                    if lost
+                    else f"the claim says it covers {', '.join(claim.covers)}, but "
+                    f"{evidence.path}'s source hashes do not match the files at that commit; "
+                    "name the commit the benchmark ran on",
                 )
+
+
+def _same_tree_hint(tree: EvidenceTree, lost: Sequence[str]) -> str:
+    """The commits in history with the same trees as the unreachable ``lost``, as a fix."""
+    same = [f"{sha} -> {tree.unreachable[sha]}" for sha in lost if tree.unreachable.get(sha)]
+    if same:
+        return f"name the commit in history with the same tree ({', '.join(same)})"
+    return "name the commit in history the benchmark ran on"
 
 
 def _covers(tree: EvidenceTree, evidence: Evidence, sha: str) -> bool:
@@ -287,10 +317,15 @@ def check_identical(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Fi
             if isinstance(result, str):
                 yield Finding(*where, f"`identical {marker.base}..{marker.head}`: {result}")
             elif unknown:
+                lost = [r for r in unknown if r in tree.unreachable]
                 yield Finding(
                     *where,
-                    f"`identical {marker.base}..{marker.head}` names {', '.join(unknown)}, which "
-                    "git does not know; fix the commit or fetch it",
+                    f"`identical {marker.base}..{marker.head}` names {', '.join(lost)}, which is "
+                    "here only as an unreachable object (an amend, a rebase or a reset left it "
+                    f"behind), so a clone will not have it; {_same_tree_hint(tree, lost)}"
+                    if lost
+                    else f"`identical {marker.base}..{marker.head}` names {', '.join(unknown)}, "
+                    "which git does not know; fix the commit or fetch it",
                 )
             elif result is False:
                 yield Finding(

@@ -160,6 +160,48 @@ def test_wpg405_recorded_hashes_must_match_the_recorded_commit(repo: tuple[Path,
     assert "is not in this repository" in lint_evidence(root)[0].message
 
 
+def test_wpg405_an_amended_commit_fails_here_as_it_does_in_a_clone(repo: tuple[Path, str]) -> None:
+    root, _ = repo
+    (root / "src/m.py").write_text("X = 3\n", encoding="utf-8")
+    measured = _commit(root, "feat: m three")
+    # The benchmark ran at `measured`; then its message was reworded (same tree, new name), and
+    # the old object stays here, unreachable, while a clone lacks it.
+    isolated_git(root, "commit", "-q", "--amend", "-m", "feat: m three, reworded")
+    reworded = isolated_git(root, "rev-parse", "HEAD")
+    assert isolated_git(root, "cat-file", "-t", measured) == "commit"
+    _evidence(root, measured)
+    _page(root, CLAIM + f" It covers {measured}.")
+    (root / "src/m.py").write_text("X = 5\n", encoding="utf-8")  # the claim is now stale
+    _commit(root, "docs: evidence at three; m moves on")
+    findings = lint_evidence(root)
+    assert _ids(findings) == [("docs/evidence/a.json", 1, "WPG405"), (PAGE, 5, "WPG407")]
+    assert findings[0].message == (
+        f"the recorded commit {measured[:12]} is here only as an unreachable object (an amend, "
+        "a rebase or a reset left it behind), so a clone will not have it; "
+        f'{reworded[:12]} in history has the same tree: record `"git_commit": "{reworded}"` '
+        f'(keep the old name as `"git_commit_reworded_from": "{measured}"`)'
+    )
+    assert findings[1].message.endswith(
+        f"name the commit in history with the same tree ({measured} -> {reworded})"
+    )
+    # The fix the message gives passes.
+    (root / "src/m.py").write_text("X = 3\n", encoding="utf-8")
+    _evidence(root, reworded, git_commit_reworded_from=measured)
+    (root / "src/m.py").write_text("X = 5\n", encoding="utf-8")
+    _page(root, CLAIM + f" It covers {reworded}.")
+    assert lint_evidence(root) == []
+    # With no commit of that tree in history, the way out is a new run.
+    (root / "src/m.py").write_text("X = 4\n", encoding="utf-8")
+    lost = _commit(root, "feat: m four")
+    isolated_git(root, "reset", "-q", "--hard", "HEAD~1")
+    (root / "src/m.py").write_text("X = 4\n", encoding="utf-8")
+    _evidence(root, lost)
+    _page(root, CLAIM)
+    assert lint_evidence(root)[0].message.endswith(
+        "re-run the benchmark from a commit in history, or push the branch that holds it"
+    )
+
+
 def test_wpg406_numbers_come_from_the_evidence(repo: tuple[Path, str]) -> None:
     root, _ = repo
     _page(
@@ -206,6 +248,15 @@ def test_wpg408_identical_marker_verified_with_git(repo: tuple[Path, str]) -> No
     assert lint_evidence(root) == []
     _page(root, claim.replace(first[:7] + "..", "1234567.."))
     assert "which git does not know" in lint_evidence(root)[0].message
+    isolated_git(root, "commit", "-q", "--amend", "-m", "docs: page, reworded")
+    reworded = isolated_git(root, "rev-parse", "HEAD")
+    dropped = isolated_git(root, "rev-parse", "HEAD@{1}")  # the amended commit, unreachable
+    _page(root, claim.replace(f"{first[:7]}..{second[:7]}", f"{second[:7]}..{dropped}"))
+    assert lint_evidence(root)[0].message == (
+        f"`identical {second[:7]}..{dropped}` names {dropped}, which is here only as an "
+        "unreachable object (an amend, a rebase or a reset left it behind), so a clone will not "
+        f"have it; name the commit in history with the same tree ({dropped} -> {reworded})"
+    )
     _page(root, claim.replace("-- src/m.py", "-- ../../etc"))
     assert "the marker path `../../etc` uses `..`" in lint_evidence(root)[0].message
 
