@@ -383,11 +383,17 @@ class DeviceE2ELoss:
 
     def _weights(self, device: torch.device) -> Tensor:
         """The stock criterion's head weights as a device tensor, made anew only when they
-        change (the trainer moves them once an epoch)."""
+        change (the trainer moves them once an epoch), from pinned memory on CUDA: a copy
+        from pageable memory would wait for the device."""
         now = (float(self.stock.o2m), float(self.stock.o2o))
         held: tuple[tuple[float, float], Tensor] | None = self._held
         if held is None or held[0] != now or held[1].device != device:
-            held = self.__dict__["_held"] = (now, torch.tensor(now, device=device))
+            host = torch.tensor(now)
+            if device.type == "cuda":
+                # The host allocator keeps the pinned block until the copy has run.
+                host = host.pin_memory()
+            weights = host.to(device, non_blocking=True)
+            held = self.__dict__["_held"] = (now, weights)
         return held[1]
 
     def _loss(
