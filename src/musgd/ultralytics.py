@@ -564,7 +564,7 @@ def _optimizer_step(self: Any) -> None:
     optimizer = self.optimizer
     guarded = options.get("skip_nonfinite", False) and isinstance(optimizer, UltralyticsMuSGD)
     self.scaler.unscale_(optimizer)
-    clip(self.model.parameters())
+    clip(_model_parameters(self) if options["capture_clip"] else self.model.parameters())
     if guarded and self.scaler.is_enabled():
         optimizer.step()
     else:
@@ -581,6 +581,19 @@ def _optimizer_step(self: Any) -> None:
         self.musgd_steps = steps
         if steps % SKIP_REPORT_EVERY == 0:
             report_skips(self)
+
+
+def _model_parameters(self: Any) -> list[torch.Tensor]:
+    """``list(self.model.parameters())``, listed once an epoch (walking an Ultralytics model's
+    modules took 0.5 ms of host time per iteration for YOLO26n); the same tensors in the same
+    order, so the clip's norm has the same bits. A model whose parameters are replaced inside an
+    epoch is listed anew at the next epoch (or when the trainer's model is another object)."""
+    key = (id(self.model), getattr(self, "epoch", None))
+    cached = self.__dict__.get("musgd_parameters")
+    if cached is None or cached[0] != key:
+        cached = self.musgd_parameters = (key, list(self.model.parameters()))
+    params: list[torch.Tensor] = cached[1]
+    return params
 
 
 def _clip_eagerly(parameters: Any) -> None:

@@ -8,6 +8,8 @@ recording (``CudaNetworkGrapher``, CUDA graphs) is exercised on the GPU (tests/c
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import cast
 
 import pytest
 import torch
@@ -21,16 +23,20 @@ from network_common import (
     train_detector,
 )
 from replay_fakes import FakeNetworkGrapher
-from torch import nn
+from torch import Tensor, nn
 
 from musgd._network_capture import (
     RECORDINGS_BOUND,
     NetworkCapture,
+    _CudaRecording,
     compiled_predict,
     dense,
+    direct_hand_off,
     flatten,
     grad_buffer,
+    hand_grads,
     keep_accumulated,
+    obeys_layout,
     parameter_twin,
     unflatten,
 )
@@ -292,3 +298,145 @@ def test_a_network_whose_output_a_graph_cannot_give_back_stays_eager() -> None:
         "record-failed:TypeError": 1,
         "not-recordable": 1,
     }
+
+
+class _EagerGraph:
+    """A stand-in for a CUDA graph: ``replay`` runs ``body``."""
+
+    def __init__(self, body: Callable[[], None]) -> None:
+        self.body = body
+
+    def replay(self) -> None:
+        self.body()
+
+
+def _eager_recording(module: nn.Module, img: Tensor) -> _CudaRecording:
+    """A :class:`_CudaRecording` of ``module`` whose two graphs run eagerly on the CPU, into the
+    recording's static tensors as the captured graphs write them (what the real one records is
+    tested on the GPU)."""
+    rec = _CudaRecording.__new__(_CudaRecording)
+    rec.static_img = img.detach().clone()
+    forward = rec._eager_forward(module)
+    outs = forward()
+    rec.differentiable = tuple(o.requires_grad for o in outs)
+    rec.outputs = tuple(o.detach().clone() for o in outs)
+    rec.grad_outputs = [torch.empty_like(o) for o in outs if o.requires_grad]
+    grads = tuple(torch.zeros_like(p) for p in rec._leaves)
+    rec.grads = grads
+    live: dict[str, tuple[Tensor, ...]] = {}
+
+    def run_forward() -> None:
+        with torch.enable_grad():  # an autograd.Function's forward runs without it
+            live["outs"] = forward()
+        for static, o in zip(rec.outputs, live["outs"], strict=True):
+            static.copy_(o.detach())
+
+    def run_backward() -> None:
+        wanted = [o for o in live["outs"] if o.requires_grad]
+        fresh = torch.autograd.grad(wanted, rec._leaves, rec.grad_outputs)
+        for static, g in zip(grads, fresh, strict=True):
+            static.copy_(g)
+
+    rec._forward, rec._backward = _EagerGraph(run_forward), _EagerGraph(run_backward)  # type: ignore[assignment]
+    rec.obeys = tuple(obeys_layout(g, p) for p, g in zip(rec.params, grads, strict=True))
+    rec.anchor = torch.empty(0, requires_grad=True)
+    return rec
+
+
+class _TwoLayers(nn.Sequential):
+    """Two convolutions whose output is a flat tuple, as a recording's module gives it."""
+
+    def forward(self, x: Tensor) -> tuple[Tensor, ...]:
+        return (super().forward(x),)  # type: ignore[no-untyped-call,unused-ignore]
+
+
+def _conv(module: nn.Module, index: int) -> nn.Conv2d:
+    layer = cast(nn.Sequential, module)[index]
+    assert isinstance(layer, nn.Conv2d)
+    return layer
+
+
+def _two_layers() -> nn.Sequential:
+    torch.manual_seed(0)
+    return _TwoLayers(nn.Conv2d(3, 4, 3), nn.SiLU(), nn.Conv2d(4, 2, 1))
+
+
+def _backward_through(rec: _CudaRecording, img: Tensor, scale: float) -> None:
+    (out,) = rec.run(img)
+    (out * scale).square().sum().backward()
+
+
+def _grads(module: nn.Module) -> list[Tensor]:
+    grads = [p.grad for p in module.parameters()]
+    assert all(g is not None for g in grads)
+    return [g.clone() for g in grads if g is not None]
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_a_replay_that_hands_gradients_gives_autograds_bits(accumulate: bool) -> None:
+    """The handing replay and autograd's hand-off leave the same ``.grad`` bits, each iteration
+    from scratch (``zero_grad``) or summed over iterations; a handed gradient is a view of the
+    recording's memory, as autograd's is."""
+    imgs = [torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    results = []
+    for handing in (True, False):
+        module = _two_layers()
+        rec = _eager_recording(module, imgs[0])
+        if not handing:  # a hook sends the replay through autograd's hand-off
+            _conv(module, 0).weight.register_hook(lambda g: g)
+        assert direct_hand_off(rec.params) is handing
+        for i, img in enumerate(imgs):
+            if not accumulate:
+                module.zero_grad(set_to_none=True)
+            _backward_through(rec, img, 1.0 + i)
+        results.append(_grads(module))
+        if handing and not accumulate:
+            first = next(iter(module.parameters()))
+            assert first.grad is not None
+            assert first.grad.data_ptr() == rec.grads[0].data_ptr()  # type: ignore[union-attr]
+    eager = _two_layers()
+    for i, img in enumerate(imgs):
+        if not accumulate:
+            eager.zero_grad(set_to_none=True)
+        (eager(img)[0] * (1.0 + i)).square().sum().backward()
+    assert same_tensors(results[0], results[1])
+    assert same_tensors(results[0], _grads(eager))
+
+
+def test_a_hook_or_a_frozen_parameter_goes_through_autograd() -> None:
+    module = _two_layers()
+    rec = _eager_recording(module, torch.randn(1, 3, 5, 5))
+    assert direct_hand_off(rec.params)
+    first_bias, last_bias = _conv(module, 0).bias, _conv(module, 2).bias
+    assert first_bias is not None
+    assert last_bias is not None
+    calls: list[int] = []
+    handle = last_bias.register_post_accumulate_grad_hook(lambda p: calls.append(1))
+    assert not direct_hand_off(rec.params)
+    _backward_through(rec, torch.randn(1, 3, 5, 5), 1.0)
+    assert calls == [1]  # autograd ran the hook
+    handle.remove()
+    module.zero_grad(set_to_none=True)
+    first_bias.requires_grad_(False)
+    assert not direct_hand_off(rec.params)
+    _backward_through(rec, torch.randn(1, 3, 5, 5), 1.0)
+    assert first_bias.grad is None  # frozen: no gradient, as in eager autograd
+    assert _conv(module, 0).weight.grad is not None
+
+
+def test_a_gradient_in_another_layout_is_handed_in_the_parameters() -> None:
+    param = torch.zeros(4, 3, 2, 2).to(memory_format=torch.channels_last).requires_grad_()
+    grad = torch.randn(4, 3, 2, 2)  # contiguous
+    assert not obeys_layout(grad, param)
+    assert obeys_layout(grad.to(memory_format=torch.channels_last), param)
+    assert obeys_layout(torch.randn(1, 3), torch.zeros(1, 3).t().contiguous().t())  # size-1 dim
+    hand_grads([param], [grad], [False])
+    assert param.grad is not None
+    assert param.grad.stride() == param.stride()
+    assert torch.equal(param.grad, grad)
+    hand_grads([param], [grad], [False])  # a second one adds in place
+    assert torch.equal(param.grad, grad + grad)
+    with torch.enable_grad():  # as under create_graph: out of place
+        before = param.grad
+        hand_grads([param], [grad], [False])
+        assert param.grad is not before

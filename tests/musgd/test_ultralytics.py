@@ -597,6 +597,34 @@ def test_trainer_optimizer_step_is_the_stock_sequence_with_the_clip_replayed() -
     assert clip.stats.replays == 3
 
 
+def test_the_clip_lists_the_models_parameters_once_an_epoch() -> None:
+    """The replayed clip gets the model's parameters in their order, listed anew when the
+    epoch or the model changes (a parameter added inside an epoch is clipped from the next)."""
+    spied = _Spied()
+    trainer = _step_trainer(spied, capture_orthogonalization=False, capture_updates=False)
+    seen: list[list[torch.Tensor]] = []
+    trainer.musgd_clip = lambda params: seen.append(list(params))
+    trainer.epoch = 0
+    for step in range(2):
+        set_grads(list(trainer.model.parameters()), step)
+        trainer.optimizer_step()
+    assert [id(p) for p in seen[0]] == [id(p) for p in seen[1]]
+    assert [id(p) for p in seen[0]] == [id(p) for p in trainer.model.parameters()]
+    extra = torch.nn.Parameter(torch.zeros(2))
+    trainer.model.append(extra)
+    set_grads(list(trainer.model.parameters()), 2)
+    trainer.optimizer_step()
+    assert all(p is not extra for p in seen[2])  # the same epoch: the list made at its start
+    trainer.epoch = 1
+    set_grads(list(trainer.model.parameters()), 3)
+    trainer.optimizer_step()
+    assert seen[3][-1] is extra
+    trainer.model = torch.nn.ParameterList(make_params())
+    set_grads(list(trainer.model.parameters()), 4)
+    trainer.optimizer_step()
+    assert [id(p) for p in seen[4]] == [id(p) for p in trainer.model.parameters()]
+
+
 def test_trainer_clip_replay_can_be_turned_off_and_a_custom_step_is_kept() -> None:
     class FakeTrainer:
         def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
