@@ -23,7 +23,6 @@ launch-bound training loop pays for. The counter is read when asked
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,7 +30,6 @@ import torch
 from torch import Tensor
 
 from musgd._device import capturing
-from musgd._replay import CudaGraphRecorder, Recorder, Recording, context_fallback
 
 # The integer type of each float width: the select runs on these views of the same bytes.
 _INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -52,18 +50,9 @@ class Snapshot:
 
     The optimizer's guard protects parameters and buffers with one; the trainer's guarded EMA
     (``musgd.ultralytics``) protects the EMA weights with another, skipped by the same flag.
-
-    Both operations are a few multi-tensor launches over every protected tensor, the same
-    tensors each step: on one CUDA device they are recorded (``recorder``, CUDA graphs by
-    default) at their first call and replayed after, so that their host cost (the launches'
-    checks of hundreds of tensors, 2 to 3 ms of a YOLO26n training iteration) is one replay
-    each; the kernels are the eager ones, so are the bits. A select is recorded for the flag
-    tensors it read (the guard's own, the same objects each step) and recorded anew when they
-    change. Inside a capture or ``torch.compile``, on several devices, or after a failed
-    recording (warned once), they run eagerly.
     """
 
-    def __init__(self, protected: Sequence[Tensor], *, recorder: Recorder | None = None) -> None:
+    def __init__(self, protected: Sequence[Tensor]) -> None:
         self.protected = list(protected)
         self.devices = list(dict.fromkeys(t.device for t in protected))
         lanes: dict[tuple[torch.device, int], list[Tensor]] = {}
@@ -78,12 +67,6 @@ class Snapshot:
             )
             for (device, width), tensors in lanes.items()
         ]
-        # One chain of launches: nothing to spread over branches.
-        self.recorder: Recorder = CudaGraphRecorder(branches=1) if recorder is None else recorder
-        self.saving: Recording | None = None
-        self.selecting: tuple[list[Tensor], Recording] | None = None
-        self.refused = False
-        self.replays = 0
 
     def serves(self, protected: Sequence[Tensor]) -> bool:
         """Whether this snapshot was built for exactly these tensors (by identity, in order)."""
@@ -91,72 +74,16 @@ class Snapshot:
             a is b for a, b in zip(protected, self.protected, strict=True)
         )
 
-    def _device(self) -> torch.device | None:
-        """The one device a recording may run on now, or None where the work runs eagerly."""
-        if self.refused or len(self.devices) != 1:
-            return None
-        device = self.devices[0]
-        return None if context_fallback(self.recorder, device) else device
-
-    def _record(self, body: Callable[[], None], device: torch.device) -> Recording | None:
-        """``body`` recorded; its warm-up pass is this call's work (both operations give the
-        same bits run twice). None where the recording failed: the caller runs it eagerly."""
-
-        def fn() -> tuple[Tensor, ...]:
-            body()
-            return ()
-
-        try:
-            return self.recorder.record(fn, device)
-        except Exception as exc:  # any failure: this snapshot runs eagerly from now on
-            self.refused = True
-            warnings.warn(
-                f"musgd: recording the non-finite guard's backups failed ({exc}); they run eagerly",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-            return None
-
     def save(self) -> None:
         """Copy every protected tensor into its backup."""
-        device = self._device()
-        if device is None:
-            self._save()
-        elif self.saving is not None:
-            self.saving.replay()
-            self.replays += 1
-        else:
-            self.saving = self._record(self._save, device)
-            if self.saving is None:
-                self._save()
-
-    def _save(self) -> None:
         for lane in self.lanes:
             torch._foreach_copy_(lane.saved, lane.live)
 
     def select(self, skip: Callable[[torch.device], Tensor]) -> None:
         """Each protected tensor keeps its value where ``skip(device)`` (a 0-d 0/1 tensor) is 0
         and takes its backup's bits where it is 1."""
-        flags = [skip(lane.device) for lane in self.lanes]
-        device = self._device()
-        if device is None:
-            self._select(flags)
-            return
-        recorded = self.selecting
-        if recorded is not None and all(a is b for a, b in zip(recorded[0], flags, strict=True)):
-            recorded[1].replay()
-            self.replays += 1
-            return
-        recording = self._record(lambda: self._select(flags), device)
-        if recording is None:
-            self._select(flags)
-        else:
-            self.selecting = (flags, recording)
-
-    def _select(self, flags: Sequence[Tensor]) -> None:
-        # Run twice, it gives the bits it gives once: the backup is kept where it was taken.
-        for lane, flag in zip(self.lanes, flags, strict=True):
-            drop = flag.to(lane.int_dtype)
+        for lane in self.lanes:
+            drop = skip(lane.device).to(lane.int_dtype)
             torch._foreach_mul_(lane.live, 1 - drop)
             torch._foreach_mul_(lane.saved, drop)
             torch._foreach_add_(lane.live, lane.saved)

@@ -18,8 +18,6 @@ from replay_fakes import FakeRecorder
 from torch import Tensor
 
 from musgd import MuSGD
-from musgd._guard import Snapshot
-from musgd.bench import same_bits
 from musgd.ultralytics import UltralyticsMuSGD
 
 SHAPES = [(8, 4), (16, 3, 3, 3), (5,), (4, 4), (12, 8)]
@@ -238,55 +236,3 @@ def test_the_last_step_flag_says_whether_it_was_skipped() -> None:
         opt.step()
         seen.append(float(opt.last_step_skipped(cpu)))
     assert seen == [0.0, 1.0, 0.0]
-
-
-def _snapshot_run(
-    recorder: FakeRecorder | None, skips: list[float]
-) -> tuple[Snapshot, list[Tensor]]:
-    """Save, scribble over the live tensors (NaN included, as a step on a poisoned gradient
-    writes), and select by one flag tensor holding each of ``skips`` in turn (as the guard's
-    flag does); the live tensors at the end."""
-    gen = torch.Generator().manual_seed(3)
-    live = [torch.randn(s, generator=gen) for s in SHAPES] + [torch.arange(6.0).half()]
-    snapshot = Snapshot(live) if recorder is None else Snapshot(live, recorder=recorder)
-    flag = torch.zeros(())
-    for i, skip in enumerate(skips):
-        snapshot.save()
-        for t in live:
-            t.mul_(1.5).add_(i)
-        live[0].view(-1)[0] = float("nan")
-        flag.fill_(skip)
-        snapshot.select(lambda device: flag)
-    return snapshot, live
-
-
-def test_a_recorded_snapshot_gives_the_eager_bits_and_replays() -> None:
-    flags = [0.0, 1.0, 1.0, 0.0, 1.0, 0.0]
-    _, eager = _snapshot_run(None, flags)
-    recorder = FakeRecorder()
-    snapshot, recorded = _snapshot_run(recorder, flags)
-    assert all(same_bits(a, b) for a, b in zip(eager, recorded, strict=True))
-    assert not same_bits(eager[1], _snapshot_run(None, [0.0, 1.0, 1.0, 0.0, 1.0, 1.0])[1][1])
-    # The save and the select are recorded once each; every later call replays.
-    assert recorder.records == 2
-    assert snapshot.replays == len(flags) * 2 - 2
-    fresh = torch.ones(())  # another flag tensor: recorded anew
-    snapshot.select(lambda device: fresh)
-    assert recorder.records == 3
-
-
-def test_a_snapshot_runs_eagerly_in_a_capture_and_after_a_failed_recording() -> None:
-    flags = [0.0, 1.0, 0.0]
-    _, eager = _snapshot_run(None, flags)
-    underway = FakeRecorder(capture_underway=True)
-    snapshot, live = _snapshot_run(underway, flags)
-    assert underway.records == 0
-    assert snapshot.replays == 0
-    assert all(same_bits(a, b) for a, b in zip(eager, live, strict=True))
-    for where in ("warmup", "capture"):
-        failing = FakeRecorder(fail_in=where)
-        with pytest.warns(RuntimeWarning, match="recording the non-finite guard's backups failed"):
-            snapshot, live = _snapshot_run(failing, flags)
-        assert snapshot.refused
-        assert failing.records == 1  # no second try
-        assert all(same_bits(a, b) for a, b in zip(eager, live, strict=True))
