@@ -588,11 +588,12 @@ def _model_parameters(self: Any) -> list[torch.Tensor]:
     modules took 0.5 ms of host time per iteration for YOLO26n); the same tensors in the same
     order, so the clip's norm has the same bits. A model whose parameters are replaced inside an
     epoch is listed anew at the next epoch (or when the trainer's model is another object)."""
-    key = (id(self.model), getattr(self, "epoch", None))
+    model, epoch = self.model, getattr(self, "epoch", None)
     cached = self.__dict__.get("musgd_parameters")
-    if cached is None or cached[0] != key:
-        cached = self.musgd_parameters = (key, list(self.model.parameters()))
-    params: list[torch.Tensor] = cached[1]
+    # The model itself, not its id: a freed model's id may name the next one.
+    if cached is None or cached[0] is not model or cached[1] != epoch:
+        cached = self.musgd_parameters = (model, epoch, list(model.parameters()))
+    params: list[torch.Tensor] = cached[2]
     return params
 
 
