@@ -172,6 +172,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lowdata-rounds", "--lowdata-pairs", dest="lowdata_pairs", type=int, default=2
     )
     parser.add_argument("--iters", type=int, default=None, help="iterations per training run")
+    parser.add_argument(
+        "--train-images",
+        type=int,
+        default=None,
+        help="synthetic training images (default 320; 16 with --quick): with --iters, an "
+        "epoch's length, e.g. a 10-epoch fit at batch 16 of 2400 images is --iters 1500",
+    )
     parser.add_argument("--identity-steps", type=int, default=None)
     parser.add_argument(
         "--workers",
@@ -313,6 +320,10 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
         args.workers = args.workers_given
     args.lowdata_workers = min(16, cpus)
     args.iters = iters if args.iters is None else args.iters
+    if args.train_images is not None:
+        if args.train_images < 1:
+            raise UsageError(f"--train-images must be 1 or more, got {args.train_images}")
+        args.n_train = args.train_images
     args.identity_steps = steps if args.identity_steps is None else args.identity_steps
     if args.network_iters is None:
         args.network_iters = 8 if args.quick else 120

@@ -122,6 +122,10 @@ class RunLog:
         self.clock = clock
         self.syncs = syncs
         self.epoch_s: list[float] = []
+        # Per epoch on CUDA: the reserved peak so far and what is reserved at its end (MiB),
+        # which says whether the run's peak came with the recordings or in steady state.
+        self.epoch_memory_mib: list[dict[str, float]] = []
+        self.train_started: float | None = None
         self._loss_items: list[Any] = []
         self._epoch_start = 0.0
 
@@ -133,6 +137,7 @@ class RunLog:
         model.add_callback("on_train_batch_end", self.batch_end)
 
     def train_start(self, trainer: Any) -> None:
+        self.train_started = time.perf_counter()
         instrument_trainer_objects(trainer, self.clock)
 
     def epoch_start(self, trainer: Any) -> None:
@@ -143,6 +148,14 @@ class RunLog:
     def epoch_end(self, trainer: Any) -> None:
         _sync(self.device)
         self.epoch_s.append(time.perf_counter() - self._epoch_start)
+        if torch.device(self.device).type == "cuda":
+            mib = 2**20
+            self.epoch_memory_mib.append(
+                {
+                    "peak_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
+                    "reserved": round(torch.cuda.memory_reserved() / mib, 1),
+                }
+            )
 
     def batch_start(self, trainer: Any) -> None:
         instrument_network(trainer, self.clock)
@@ -388,6 +401,9 @@ def train_once(
         "epoch_s": log.epoch_s,
         **epoch_summaries(log.epoch_s),
         "run_s": total,
+        # model.train() to the trainer's on_train_start: dataset, model, optimizer, AMP check.
+        "setup_s": None if log.train_started is None else log.train_started - start,
+        "epoch_memory_mib": log.epoch_memory_mib,
         "process_s": None,  # the run's own process's wall time, where it has one (train_run)
         "trace_ms": phase_trace(iterations),
         "host": {"before": host_before, "after": host_after},

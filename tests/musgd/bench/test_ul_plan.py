@@ -81,6 +81,9 @@ def test_configure_and_plan() -> None:
         f"plan: train 2 rounds of stock, ours (abba) x 2 batch sizes, about {2 * ab_s:.0f} s"
     )
     assert _args("--settle-s", "8", "--isolation", "none").settle_s == 8.0
+    fit = _args("--parts", "train", "--train-images", "2400", "--iters", "1500")
+    assert (fit.n_train, fit.iters) == (2400, 1500)
+    assert plan.epochs_for(fit.iters, -(-fit.n_train // 16)) == 10
 
 
 @pytest.mark.parametrize(
@@ -88,6 +91,7 @@ def test_configure_and_plan() -> None:
     [
         (["--parts", "identity,trian"], "unknown parts"),
         (["--network-iters", "0"], "--network-iters must be 1 or more"),
+        (["--train-images", "0"], "--train-images must be 1 or more"),
         (["--workers", "-1"], "--workers must be 0 or more"),
         (["--settle-s", "-1"], "--settle-s must be 0 or more seconds"),
         (["--settle-s", "nan"], "--settle-s must be 0 or more seconds"),
