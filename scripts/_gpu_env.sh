@@ -27,3 +27,13 @@ if [ -n "${GATE_COMMIT:-}" ]; then
   commit=(--commit "$GATE_COMMIT")
   export GIT_DIR="$PWD/.gate-no-git"
 fi
+
+# need_ultralytics: import ultralytics, else install the carried wheels of ultralytics 8.4.190,
+# ultralytics-thop and polars (.whl/, carry it) to /tmp/ul-site with nothing else; exit 3 without.
+need_ultralytics() {
+  $PY -c "import ultralytics" 2>/dev/null && return 0
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/ul-site .whl/ultralytics-*.whl .whl/ultralytics_thop-*.whl .whl/polars-*.whl \
+    || { echo "ultralytics wheels missing: carry .whl (see docs/ultralytics.md)" >&2; exit 3; }
+  export PYTHONPATH="$PYTHONPATH:/tmp/ul-site"
+}

@@ -17,12 +17,7 @@
 # where the machine lacks ultralytics; they go to /tmp/ul-site, nothing else is installed.
 set -uo pipefail
 source "$(dirname "$0")/_gpu_env.sh"  # root, $OUT, PYTHONPATH, $PY; GATE_COMMIT -> commit=()
-if ! $PY -c "import ultralytics" 2>/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/ul-site .whl/ultralytics-*.whl .whl/ultralytics_thop-*.whl .whl/polars-*.whl \
-    || { echo "ultralytics wheels missing: carry .whl (see docs/ultralytics.md)" >&2; exit 3; }
-  export PYTHONPATH="$PYTHONPATH:/tmp/ul-site"
-fi
+need_ultralytics
 limit=${LIMIT_S:-540}
 left=$((limit - SECONDS))
 # 30 s of margin: importing torch and writing the evidence after the last run.

@@ -20,6 +20,7 @@ import torch
 from musgd.bench import (
     _cpu_dtype,
     _distributed_bench,
+    _floor,
     _ns_quality,
     _profile,
     _triton_bench,
@@ -85,6 +86,11 @@ MEASUREMENTS: dict[
         "YOLO26 in the Ultralytics trainer, any task: stock MuSGD against ours, bit-identity",
         _ul_plan.add_arguments,
         _ultralytics,
+    ),
+    "floor": (
+        "the one-graph floor of a YOLO26 training iteration: forward, backward, step replayed",
+        _floor.add_arguments,
+        _floor.run,
     ),
     "cpu-dtype": (
         "MuSGD step per Newton-Schulz dtype (bf16, float32) on the CPU, by matrix size",

@@ -106,20 +106,11 @@ class DtypeResult:
             "matrices": len(works),
             "largest_work": max(works, default=0),
             "total_work": sum(works),
-            **{name: _ms(s) for name, s in self.steps.items()},
+            **{name: s.as_ms() for name, s in self.steps.items()},
             "bf16_speedup": self.bf16_speedup,
             "faster": self.faster,
             "auto": self.auto,
         }
-
-
-def _ms(summary: Summary) -> dict[str, float | int]:
-    return {
-        "median_ms": summary.median,
-        "min_ms": summary.min,
-        "max_ms": summary.max,
-        "count": summary.count,
-    }
 
 
 def square_workloads(sizes: Sequence[int]) -> list[Workload]:

@@ -28,6 +28,15 @@ class Summary:
     max: float
     count: int
 
+    def as_ms(self) -> dict[str, float | int]:
+        """JSON-ready: ``median_ms``, ``min_ms``, ``max_ms`` and ``count``."""
+        return {
+            "median_ms": self.median,
+            "min_ms": self.min,
+            "max_ms": self.max,
+            "count": self.count,
+        }
+
     def format(self, digits: int = 3) -> str:
         """``median (min-max)`` with an en dash, the house notation for a measured range."""
         return f"{self.median:.{digits}f} ({self.min:.{digits}f}\u2013{self.max:.{digits}f})"
