@@ -438,6 +438,7 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
     argv = [sys.executable, "-m", "musgd.bench", "ultralytics", "--device", args.device]
     argv += ["--task", args.task, "--model", args.model]
     argv += ["--amp", "true" if args.amp else "false", "--iters", str(args.iters)]
+    argv += ["--train-images", str(args.n_train)]  # the epoch's length: epochs = iters / epoch
     argv += ["--workers", str(args.workers), "--work", str(args.work)]
     argv += ["--quick"] if args.quick else []
     argv += ours_argv(args)

@@ -60,6 +60,27 @@ def test_a_child_runs_the_subcommand_with_this_configuration(tmp_path: Path) -> 
     assert argv[-2:] == ["--one-run-out", str(tmp_path / "out.json")]
 
 
+@pytest.mark.parametrize("sizes", [(), ("--train-images", "1600", "--iters", "1000")])
+def test_a_child_sizes_its_epochs_as_this_process_does(
+    tmp_path: Path, sizes: tuple[str, ...]
+) -> None:
+    # A child that dropped --train-images read the default epoch length: at 1600 images of
+    # batch 16 and 1000 iterations it trained 50 epochs of 100 iterations instead of 10.
+    args = _args(*sizes)
+    args.work = tmp_path
+    run = {"arm": "stock", "batch": 16, "seed": 0, "synchronize": False}
+    argv = _ul_runs.child_argv(args, tmp_path / "data.yaml", run, tmp_path / "out.json")
+    child = _args(*argv[4:])
+    assert (child.n_train, child.iters, child.imgsz, child.workers) == (
+        args.n_train,
+        args.iters,
+        args.imgsz,
+        args.workers,
+    )
+    if sizes:
+        assert _ul_plan.epochs_for(child.iters, child.n_train // 16) == 10
+
+
 def test_a_child_imports_the_musgd_this_process_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     source = str(Path(musgd.__file__).resolve().parents[1])
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
