@@ -42,7 +42,7 @@ from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._trainer_phases import data_wait_share
 from musgd.bench._ul_design import DATA_BOUND_SHARE, SKIP_FIRST, lowdata_wanted
 from musgd.bench._ul_identity import run_identity, run_network_identity
-from musgd.bench._ul_plan import Budget, UsageError, configure, plan_lines
+from musgd.bench._ul_plan import Budget, UsageError, configure, dataset_fits, plan_lines
 from musgd.bench._ul_report import build_curves, read_train_results
 from musgd.bench._ul_runs import (
     RunFailedError,
@@ -90,6 +90,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         return run_one(args)
     for line in plan_lines(args, budget):
         print(line)
+    dataset_fits(args.work, args.n_train, args.imgsz)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.work is None:
         args.work = Path(tempfile.mkdtemp(prefix="musgd-ultralytics-"))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -164,3 +167,19 @@ def test_the_plan_and_the_budget_count_every_arm_and_a_compilations_start() -> N
     assert about(plan.plan_lines(compiled, plan.Budget(None)), "train") == pytest.approx(
         2 * (2 * one + start), abs=1.0
     )
+
+
+def test_a_dataset_larger_than_the_free_disk_is_refused_before_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "not" / "made" / "yet"
+    plan.dataset_fits(work, 2400, 640)  # about 0.7 GiB: fits this machine's disk
+    with pytest.raises(plan.UsageError, match=r"needs about .* GiB of disk"):
+        plan.dataset_fits(work, 10**20, 640)
+    assert not (tmp_path / "not").exists()
+
+    one_mib = SimpleNamespace(total=2**20, used=0, free=2**20)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: one_mib)
+    with pytest.raises(plan.UsageError, match=r"0\.0 GiB free: ask for fewer images"):
+        plan.dataset_fits(tmp_path, 100, 640)
+    plan.dataset_fits(tmp_path, 1, 64)  # 4 KiB of images in 1 MiB
