@@ -42,7 +42,14 @@ from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._trainer_phases import data_wait_share
 from musgd.bench._ul_design import DATA_BOUND_SHARE, SKIP_FIRST, lowdata_wanted
 from musgd.bench._ul_identity import run_identity, run_network_identity
-from musgd.bench._ul_plan import Budget, UsageError, configure, dataset_fits, plan_lines
+from musgd.bench._ul_plan import (
+    VAL_IMAGES,
+    Budget,
+    UsageError,
+    configure,
+    dataset_fits,
+    plan_lines,
+)
 from musgd.bench._ul_report import build_curves, read_train_results
 from musgd.bench._ul_runs import (
     RunFailedError,
@@ -97,7 +104,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     dataset = write_synthetic_dataset(
         args.work / "data",
         train_images=args.n_train,
-        val_images=4,
+        val_images=VAL_IMAGES,
         size=args.imgsz,
         seed=0,
         task=args.task,

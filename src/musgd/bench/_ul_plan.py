@@ -29,6 +29,7 @@ LAYOUT_CHOICES: dict[str, bool] = {"false": False, "true": True}
 __all__ = [
     "LAYOUT_CHOICES",
     "PARTS",
+    "VAL_IMAGES",
     "Budget",
     "UsageError",
     "add_arguments",
@@ -49,6 +50,8 @@ SKIP_ALLOWANCE = 0.1
 # Bytes a synthetic image may take on disk, as a share of its raw RGB bytes: the writer's JPEGs
 # of 640 px images were 0.09 to 0.15 of raw (measured, detect / segment / classify).
 DISK_SHARE_OF_RAW = 0.25
+# The synthetic dataset's validation images (the trainer validates; the benchmark times training).
+VAL_IMAGES = 4
 
 
 class UsageError(ValueError):
@@ -345,7 +348,7 @@ def dataset_fits(work: Path | None, images: int, imgsz: int) -> None:
     where = Path(tempfile.gettempdir()) if work is None else work.absolute()
     while not where.exists() and where != where.parent:
         where = where.parent
-    need = math.ceil((images + 4) * imgsz * imgsz * 3 * DISK_SHARE_OF_RAW)
+    need = math.ceil((images + VAL_IMAGES) * imgsz * imgsz * 3 * DISK_SHARE_OF_RAW)
     free = shutil.disk_usage(where).free
     if need > free:
         raise UsageError(

@@ -182,4 +182,4 @@ def test_a_dataset_larger_than_the_free_disk_is_refused_before_it_is_written(
     monkeypatch.setattr(shutil, "disk_usage", lambda path: one_mib)
     with pytest.raises(plan.UsageError, match=r"0\.0 GiB free: ask for fewer images"):
         plan.dataset_fits(tmp_path, 100, 640)
-    plan.dataset_fits(tmp_path, 1, 64)  # 4 KiB of images in 1 MiB
+    plan.dataset_fits(tmp_path, 1, 64)  # 15 KiB of images in 1 MiB
