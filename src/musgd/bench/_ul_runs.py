@@ -57,11 +57,13 @@ __all__ = [
     "child_argv",
     "child_env",
     "clip_stats",
+    "cuda_segments",
     "host_snapshot",
     "loss_stats",
     "network_stats",
     "ours_argv",
     "ours_options",
+    "pool_split",
     "replay_stats",
     "run_one",
     "run_pairs",
@@ -419,6 +421,8 @@ def train_once(
         "layout": channels_last_weights(getattr(model.trainer, "model", None)),
         "layout_callback": None if layout_callback is None else layout_callback.converted,
         "memory_mib": peak_memory_mib() if cuda else None,
+        # Where the memory reserved at the run's end lies: eager work's pool, the recordings'.
+        "pools_at_end_mib": pool_split(cuda_segments()) if cuda else None,
         "host_syncs": None if syncs is None else syncs.summary(skip),
     }
 
@@ -429,6 +433,53 @@ def peak_memory_mib() -> dict[str, float]:
     return {
         "peak_allocated": round(torch.cuda.max_memory_allocated() / mib, 1),
         "peak_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
+    }
+
+
+def cuda_segments() -> list[dict[str, Any]]:
+    """The CUDA caching allocator's reserved segments now (``torch.cuda.memory_snapshot``)."""
+    segments: list[dict[str, Any]] = torch.cuda.memory_snapshot()  # type: ignore[no-untyped-call]
+    return segments
+
+
+# The largest private pools listed one by one in :func:`pool_split`; the rest are summed.
+LISTED_POOLS = 8
+
+
+def pool_split(segments: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reserved segments of a ``torch.cuda.memory_snapshot()`` split by memory pool, MiB.
+
+    ``caching``: the caching allocator's own segments (pool id ``(0, 0)``), which eager work
+    shares and reuses; ``private``: the pools of CUDA graph recordings, each held for as long as
+    its graph lives. Per pool: segments, reserved and allocated (in use by live tensors); the
+    largest private pools one by one, largest first.
+    """
+    mib = 1024.0 * 1024.0
+    pools: dict[tuple[int, ...], list[float]] = {}
+    for seg in segments:
+        key = tuple(seg.get("segment_pool_id") or (0, 0))
+        entry = pools.setdefault(key, [0.0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += seg["total_size"]
+        entry[2] += seg["allocated_size"]
+
+    def record(entry: list[float]) -> dict[str, float]:
+        return {
+            "segments": int(entry[0]),
+            "reserved": round(entry[1] / mib, 1),
+            "allocated": round(entry[2] / mib, 1),
+        }
+
+    caching = pools.pop((0, 0), [0.0, 0.0, 0.0])
+    private = sorted(pools.values(), key=lambda e: e[1], reverse=True)
+    total = [sum(e[i] for e in private) for i in range(3)]
+    return {
+        "caching": record(caching),
+        "private": {
+            **record(total),
+            "pools": len(private),
+            "largest": [record(e) for e in private[:LISTED_POOLS]],
+        },
     }
 
 
@@ -594,6 +645,13 @@ def _describe_round_run(run: dict[str, Any]) -> str:
         if memory
         else ""
     )
+    pools = run.get("pools_at_end_mib")
+    if pools:
+        private = pools["private"]
+        peaks += (
+            f" (at the end {pools['caching']['reserved']:.0f} MiB eager, "
+            f"{private['reserved']:.0f} MiB in {private['pools']} recordings' pools)"
+        )
     process = run.get("process_s")
     whole = f", process {process:.1f} s" if process is not None else ""
     return (

@@ -309,3 +309,31 @@ def test_an_unknown_arm_is_refused_before_ultralytics_is_imported(tmp_path: Path
         _ul_runs.train_once(
             args, tmp_path / "d.yaml", arm="stock-fast", batch=4, seed=0, synchronize=False
         )
+
+
+def test_the_pool_split_separates_the_caching_allocator_from_the_recordings() -> None:
+    mib = 2**20
+
+    def segment(pool: tuple[int, int], total: int, allocated: int) -> dict[str, object]:
+        return {
+            "segment_pool_id": pool,
+            "total_size": total * mib,
+            "allocated_size": allocated * mib,
+        }
+
+    segments = [
+        segment((0, 0), 20, 4),
+        segment((0, 0), 2, 2),
+        segment((1, 3), 40, 40),
+        segment((1, 7), 100, 60),
+        segment((1, 7), 20, 0),
+        segment((1, 9), 2, 1),
+    ]
+    split = _ul_runs.pool_split(segments)
+    assert split["caching"] == {"segments": 2, "reserved": 22.0, "allocated": 6.0}
+    private = split["private"]
+    assert (private["pools"], private["segments"]) == (3, 4)
+    assert (private["reserved"], private["allocated"]) == (162.0, 101.0)
+    assert [p["reserved"] for p in private["largest"]] == [120.0, 40.0, 2.0]  # largest first
+    assert private["largest"][0] == {"segments": 2, "reserved": 120.0, "allocated": 60.0}
+    assert _ul_runs.pool_split([])["private"]["pools"] == 0
