@@ -27,7 +27,14 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor
 
-from musgd._replay import STREAMS, RecordingCache, ReplayStats, capture, on_side_stream
+from musgd._replay import (
+    STREAMS,
+    RecordingCache,
+    ReplayStats,
+    capture,
+    give_back_cached_blocks,
+    on_side_stream,
+)
 
 __all__ = ["CudaLossGrapher", "LossCapture", "LossFunction", "LossGrapher", "LossRecording"]
 
@@ -78,7 +85,7 @@ class _CudaLossRecording:
                     torch.autograd.grad(total, self.leaves, torch.ones_like(total))
                     del total
             torch.clear_autocast_cache()
-            torch.cuda.synchronize()
+            give_back_cached_blocks()  # the warm-up's blocks, cached for the side stream
             pool = torch.cuda.graph_pool_handle()
             self._forward, self._backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
             try:

@@ -63,7 +63,14 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor
 
-from musgd._replay import STREAMS, RecordingCache, ReplayStats, capture, on_side_stream
+from musgd._replay import (
+    STREAMS,
+    RecordingCache,
+    ReplayStats,
+    capture,
+    give_back_cached_blocks,
+    on_side_stream,
+)
 
 __all__ = [
     "RECORDINGS_BOUND",
@@ -134,8 +141,7 @@ class _CudaRecording:
             # The eager iterations before this one left their activations cached for the
             # current stream; the warm-up allocates for the side stream, which cannot reuse
             # them. Given back first, the peak holds one iteration's activations, not two.
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
+            give_back_cached_blocks()
             current = torch.cuda.current_stream()
             # The side stream every recording of this package warms up and captures on (one
             # cuBLAS workspace; musgd._replay.STREAMS).
@@ -148,10 +154,9 @@ class _CudaRecording:
                     self._differentiate(outs, zeros)
                     del outs, zeros
             torch.clear_autocast_cache()
-            torch.cuda.synchronize()
             # The warm-up's activations, cached for the side stream, are given back before the
             # capture takes its own: the peak holds one set of them, not two.
-            torch.cuda.empty_cache()
+            give_back_cached_blocks()
             pool = torch.cuda.graph_pool_handle()
             self._forward, self._backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
             try:

@@ -159,3 +159,32 @@ def test_host_items_follow_the_device_without_a_sync() -> None:
     assert seen == sorted(seen), "answers never go back in time"
     torch.cuda.synchronize()
     assert items.push(torch.full((3,), 99.0, device=DEVICE))[0] >= 39.0
+
+
+def _idle_cached_mib() -> float:
+    """The caching allocator's reserved memory that no tensor uses (recordings' pools aside)."""
+    from musgd.bench._ul_runs import cuda_segments, pool_split
+
+    caching = pool_split(cuda_segments())["caching"]
+    return float(caching["reserved"] - caching["allocated"])
+
+
+def test_a_recording_gives_back_what_its_warm_up_cached() -> None:
+    """The warm-up's blocks, cached for the side stream, do not stay reserved after recording."""
+    from musgd._loss_capture import CudaLossGrapher
+
+    def loss(x: Tensor) -> tuple[Tensor, Tensor]:
+        wide = x.unsqueeze(1).expand(-1, 4096, -1) * 2.0  # 4 x 4096 x 4096 float32: 256 MiB
+        total = (wide.sin() * wide).mean(dim=(1, 2))
+        return total, total.detach()
+
+    x = torch.randn(4, 4096, device=DEVICE)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    before = _idle_cached_mib()
+    recording = CudaLossGrapher().record(loss, [x], [True])
+    recording.replay_forward([x])
+    torch.cuda.synchronize()
+    idle = _idle_cached_mib()
+    del recording
+    assert idle - before < 64.0, f"{idle - before:.0f} MiB cached and unused after the recording"
