@@ -450,18 +450,24 @@ def pool_split(segments: list[dict[str, Any]]) -> dict[str, Any]:
     """The reserved segments of a ``torch.cuda.memory_snapshot()`` split by memory pool, MiB.
 
     ``caching``: the caching allocator's own segments (pool id ``(0, 0)``), which eager work
-    shares and reuses; ``private``: the pools of CUDA graph recordings, each held for as long as
-    its graph lives. Per pool: segments, reserved and allocated (in use by live tensors); the
-    largest private pools one by one, largest first.
+    shares and reuses, with the block sizes in use that hold most of it; ``private``: the pools
+    of CUDA graph recordings, each held for as long as its graph lives. Per pool: segments,
+    reserved and allocated (in use by live tensors); the largest private pools one by one,
+    largest first.
     """
     mib = 1024.0 * 1024.0
     pools: dict[tuple[int, ...], list[float]] = {}
+    live: dict[int, int] = {}  # the caching allocator's blocks in use: size -> count
     for seg in segments:
         key = tuple(seg.get("segment_pool_id") or (0, 0))
         entry = pools.setdefault(key, [0.0, 0.0, 0.0])
         entry[0] += 1
         entry[1] += seg["total_size"]
         entry[2] += seg["allocated_size"]
+        if key == (0, 0):
+            for block in seg.get("blocks", ()):
+                if block.get("state") == "active_allocated":
+                    live[block["size"]] = live.get(block["size"], 0) + 1
 
     def record(entry: list[float]) -> dict[str, float]:
         return {
@@ -473,8 +479,13 @@ def pool_split(segments: list[dict[str, Any]]) -> dict[str, Any]:
     caching = pools.pop((0, 0), [0.0, 0.0, 0.0])
     private = sorted(pools.values(), key=lambda e: e[1], reverse=True)
     total = [sum(e[i] for e in private) for i in range(3)]
+    by_bytes = sorted(live.items(), key=lambda sc: sc[0] * sc[1], reverse=True)
     return {
-        "caching": record(caching),
+        "caching": {
+            **record(caching),
+            # What holds it: the block sizes in use that hold the most, [MiB, count] each.
+            "largest_live": [[round(size / mib, 2), n] for size, n in by_bytes[:LISTED_POOLS]],
+        },
         "private": {
             **record(total),
             "pools": len(private),

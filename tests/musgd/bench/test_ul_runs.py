@@ -329,8 +329,18 @@ def test_the_pool_split_separates_the_caching_allocator_from_the_recordings() ->
         segment((1, 7), 20, 0),
         segment((1, 9), 2, 1),
     ]
+    segments[0]["blocks"] = [
+        {"size": 3 * mib, "state": "active_allocated"},
+        {"size": 3 * mib, "state": "active_allocated"},
+        {"size": 1 * mib, "state": "active_allocated"},
+        {"size": 16 * mib, "state": "inactive"},
+    ]
+    segments[1]["blocks"] = [{"size": 2 * mib, "state": "active_allocated"}]
+    segments[2]["blocks"] = [{"size": 40 * mib, "state": "active_allocated"}]  # a recording's
     split = _ul_runs.pool_split(segments)
-    assert split["caching"] == {"segments": 2, "reserved": 22.0, "allocated": 6.0}
+    caching = split["caching"]
+    assert (caching["segments"], caching["reserved"], caching["allocated"]) == (2, 22.0, 6.0)
+    assert caching["largest_live"] == [[3.0, 2], [2.0, 1], [1.0, 1]]  # most bytes first
     private = split["private"]
     assert (private["pools"], private["segments"]) == (3, 4)
     assert (private["reserved"], private["allocated"]) == (162.0, 101.0)
