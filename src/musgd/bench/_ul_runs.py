@@ -112,6 +112,20 @@ def _snapshot(items: Any) -> Any:
     return items
 
 
+# Iterations at a run's start whose reserved memory each run records (the recordings are made
+# in the first two or three).
+MEMORY_TRACE_ITERATIONS = 8
+
+
+def reserved_mib() -> dict[str, float]:
+    """The CUDA caching allocator's reserved peak so far and what it reserves now, MiB."""
+    mib = 2**20
+    return {
+        "peak_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
+        "reserved": round(torch.cuda.memory_reserved() / mib, 1),
+    }
+
+
 class RunLog:
     """Ultralytics callbacks: phase marks at batch start and end, epoch times, the losses.
 
@@ -127,6 +141,9 @@ class RunLog:
         # Per epoch on CUDA: the reserved peak so far and what is reserved at its end (MiB),
         # which says whether the run's peak came with the recordings or in steady state.
         self.epoch_memory_mib: list[dict[str, float]] = []
+        # The same for each of the first MEMORY_TRACE_ITERATIONS iterations (the allocator's
+        # counters, no synchronization): which iteration, recording or eager, set the peak.
+        self.memory_trace_mib: list[dict[str, float]] = []
         self.train_started: float | None = None
         self._loss_items: list[Any] = []
         self._epoch_start = 0.0
@@ -151,13 +168,7 @@ class RunLog:
         _sync(self.device)
         self.epoch_s.append(time.perf_counter() - self._epoch_start)
         if torch.device(self.device).type == "cuda":
-            mib = 2**20
-            self.epoch_memory_mib.append(
-                {
-                    "peak_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
-                    "reserved": round(torch.cuda.memory_reserved() / mib, 1),
-                }
-            )
+            self.epoch_memory_mib.append(reserved_mib())
 
     def batch_start(self, trainer: Any) -> None:
         instrument_network(trainer, self.clock)
@@ -167,6 +178,9 @@ class RunLog:
 
     def batch_end(self, trainer: Any) -> None:
         self.clock.end_iteration()
+        trace = self.memory_trace_mib
+        if len(trace) < MEMORY_TRACE_ITERATIONS and torch.device(self.device).type == "cuda":
+            trace.append(reserved_mib())
         if self.syncs is not None:
             self.syncs.end_iteration()
         loss = trainer.__dict__.get("musgd_loss")  # the device loss: this iteration's items
@@ -406,6 +420,7 @@ def train_once(
         # model.train() to the trainer's on_train_start: dataset, model, optimizer, AMP check.
         "setup_s": None if log.train_started is None else log.train_started - start,
         "epoch_memory_mib": log.epoch_memory_mib,
+        "memory_trace_mib": log.memory_trace_mib,
         "process_s": None,  # the run's own process's wall time, where it has one (train_run)
         "trace_ms": phase_trace(iterations),
         "host": {"before": host_before, "after": host_after},

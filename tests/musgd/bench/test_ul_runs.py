@@ -347,3 +347,30 @@ def test_the_pool_split_separates_the_caching_allocator_from_the_recordings() ->
     assert [p["reserved"] for p in private["largest"]] == [120.0, 40.0, 2.0]  # largest first
     assert private["largest"][0] == {"segments": 2, "reserved": 120.0, "allocated": 60.0}
     assert _ul_runs.pool_split([])["private"]["pools"] == 0
+
+
+def test_a_cuda_run_traces_its_first_iterations_reserved_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    import torch
+
+    from musgd.bench._trainer_phases import PhaseClock
+
+    reserved = iter(range(1, 100))
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 2**20 * 64)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 2**20 * next(reserved))
+    log = _ul_runs.RunLog("cuda", PhaseClock(synchronize=lambda: None))
+    trainer = types.SimpleNamespace(loss_items=None)
+    for _ in range(_ul_runs.MEMORY_TRACE_ITERATIONS + 3):
+        log.batch_start(trainer)
+        log.batch_end(trainer)
+    assert log.memory_trace_mib == [
+        {"peak_reserved": 64.0, "reserved": float(i)}
+        for i in range(1, _ul_runs.MEMORY_TRACE_ITERATIONS + 1)
+    ]
+    cpu = _ul_runs.RunLog("cpu", PhaseClock(synchronize=lambda: None))
+    cpu.batch_start(trainer)
+    cpu.batch_end(trainer)
+    assert cpu.memory_trace_mib == []
