@@ -40,7 +40,13 @@ from musgd._functional import (
     pad_bound,
 )
 from musgd._guard import GuardPlan, NonFiniteGuard
-from musgd._replay import CudaGraphRecorder, Recorder, ReplayOrthogonalizer, ReplayState
+from musgd._replay import (
+    CudaGraphRecorder,
+    GraphPool,
+    Recorder,
+    ReplayOrthogonalizer,
+    ReplayState,
+)
 from musgd._update_replay import UpdateReplayer
 
 if TYPE_CHECKING:
@@ -126,9 +132,13 @@ class StepEngine:
         self.rule = rule
         self.body: PrepareFn = rule.prepare
         self.orth: Orthogonalizer = EagerOrthogonalizer()
+        # The engine's own recorder, which share_pool may point at a pool; never a caller's.
+        self._own_recorder: CudaGraphRecorder | None = None
+        if recorder is None:
+            recorder = self._own_recorder = CudaGraphRecorder()
         # Replay (spec §2): recordings are bounded by the number of matrix parameters.
         self.replay = ReplayState(
-            CudaGraphRecorder() if recorder is None else recorder,
+            recorder,
             orth_bound=self.count_matrices,
             update_bound=lambda: max(self.count_matrices(), len(optimizer.param_groups)),
         )
@@ -141,6 +151,16 @@ class StepEngine:
         # Single-process groups stack matrices of equal column count, zero-padding rows
         # (`build_layout`); the sharded plan slices same-shape buckets, so it never pads.
         self.pad_buckets = True
+
+    def share_pool(self, pool: GraphPool) -> bool:
+        """Make every later recording in ``pool``, shared with recordings that never replay
+        while a step does (a captured network's); False, with nothing changed, where the
+        recorder is a caller's or already records into a pool."""
+        own = self._own_recorder
+        if own is None or own.pool is not None:
+            return False
+        own.pool = pool
+        return True
 
     def count_matrices(self) -> int:
         """The number of parameters routed to Newton-Schulz: the bound on recordings."""

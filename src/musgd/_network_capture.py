@@ -65,6 +65,7 @@ from torch import Tensor
 
 from musgd._replay import (
     STREAMS,
+    GraphPool,
     RecordingCache,
     ReplayStats,
     capture,
@@ -99,8 +100,9 @@ class CudaNetworkGrapher:
     """Records a network with CUDA graphs (:class:`_CudaRecording`); with ``compile``, its
     Inductor kernels (:func:`compiled_predict` of a :func:`parameter_twin`)."""
 
-    def __init__(self, *, compile: bool = False) -> None:
+    def __init__(self, *, compile: bool = False, pool: GraphPool | None = None) -> None:
         self.compile = compile
+        self.pool = pool
 
     def supports(self, device: torch.device) -> bool:
         return device.type == "cuda"
@@ -109,7 +111,7 @@ class CudaNetworkGrapher:
         self, module: torch.nn.Module, sample_args: tuple[Tensor, ...], grad_strides: GradStrides
     ) -> Callable[..., Any]:
         (img,) = sample_args
-        recording = _CudaRecording(module, img, grad_strides, compile=self.compile)
+        recording = _CudaRecording(module, img, grad_strides, compile=self.compile, pool=self.pool)
         return recording.run
 
 
@@ -133,6 +135,7 @@ class _CudaRecording:
         grad_strides: GradStrides,
         *,
         compile: bool = False,
+        pool: GraphPool | None = None,
     ) -> None:
         self.static_img = img.detach().clone()
         forward = self._compiled_forward(module) if compile else self._eager_forward(module)
@@ -157,10 +160,12 @@ class _CudaRecording:
             # The warm-up's activations, cached for the side stream, are given back before the
             # capture takes its own: the peak holds one set of them, not two.
             give_back_cached_blocks()
-            pool = torch.cuda.graph_pool_handle()
+            # Both graphs in one pool: the backward's scratch reuses the forward's. A shared
+            # pool (GraphPool) also holds recordings that replay after the backward only.
+            token = torch.cuda.graph_pool_handle() if pool is None else pool.handle(img.device)
             self._forward, self._backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
             try:
-                outs = capture(self._forward, forward, side, pool)
+                outs = capture(self._forward, forward, side, token)
             finally:
                 torch.clear_autocast_cache()  # no cast made in the capture is read outside it
             self.differentiable = tuple(o.requires_grad for o in outs)
@@ -170,7 +175,7 @@ class _CudaRecording:
                 if o.requires_grad
             ]
             self.grads = capture(
-                self._backward, lambda: self._differentiate(outs, self.grad_outputs), side, pool
+                self._backward, lambda: self._differentiate(outs, self.grad_outputs), side, token
             )
             self.outputs = tuple(o.detach() for o in outs)  # the capture's autograd graph goes
             # Whether each gradient already has its parameter's layout (autograd's contract).
@@ -546,18 +551,21 @@ class NetworkCapture:
         *,
         grapher: NetworkGrapher | None = None,
         compile: bool = False,
+        pool: GraphPool | None = None,
     ) -> None:
         if not callable(getattr(model, "predict", None)):
             raise TypeError(
                 "NetworkCapture needs an Ultralytics model (a module with predict(img)), got "
                 f"{type(model).__name__}"
             )
-        if compile and grapher is not None:
-            raise ValueError("NetworkCapture: compile=True makes its own grapher; pass no grapher")
+        if grapher is not None and (compile or pool is not None):
+            raise ValueError(
+                "NetworkCapture: compile=True or a pool makes its own grapher; pass no grapher"
+            )
         self.model = model
         self.compile = compile
         if grapher is None:  # the compiling grapher only when asked: the default stays plain
-            grapher = CudaNetworkGrapher(compile=True) if compile else CudaNetworkGrapher()
+            grapher = CudaNetworkGrapher(compile=compile, pool=pool)
         self.grapher: NetworkGrapher = grapher
         self.stats = ReplayStats()
         self._cache: RecordingCache[_Graphed] = RecordingCache(lambda: RECORDINGS_BOUND)

@@ -209,21 +209,52 @@ class _StreamPool(threading.local):
 STREAMS = _StreamPool()
 
 
+class GraphPool:
+    """One CUDA-graph memory pool per device, shared by every recording given it.
+
+    Captures into one pool reuse the memory each earlier capture had freed by its end (its
+    scratch), so the recordings together reserve about what the largest needs, not the sum
+    (WP-025, "Reserved memory"). Sharing is safe (PyTorch's CUDA-graph documentation and its
+    clarification in pytorch/pytorch#166975, docs/PROVENANCE.md R5, R385) for recordings that
+    never replay concurrently, whatever their order, as long as whatever one graph writes for
+    later work is a tensor kept alive, never memory freed by the end of its capture: the
+    allocator never hands a block in use to another capture. The caller guarantees the rest.
+    A network's forward and backward are one such pair only together: the activations the
+    forward saves for the backward are freed when the backward's capture ends, so nothing may
+    replay between the two from the same pool (the trainer's loss records into its own).
+    """
+
+    def __init__(self) -> None:
+        self._handles: dict[int, Any] = {}
+
+    def handle(self, device: torch.device) -> Any:
+        """The pool's token on ``device`` (``torch.cuda.graph_pool_handle``), made once."""
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        token = self._handles.get(index)
+        if token is None:
+            token = self._handles[index] = torch.cuda.graph_pool_handle()
+        return token
+
+
 class CudaGraphRecorder:
-    """Records with ``torch.cuda.CUDAGraph``: side-stream warm-up, then capture into a private pool.
+    """Records with ``torch.cuda.CUDAGraph``: side-stream warm-up, then capture.
 
     The warm-up pass runs the function once on the side stream that then captures it, so that
     lazily created library state (cuBLAS handles and per-stream workspaces) exists before
     capture, as the PyTorch CUDA-graph documentation requires (docs/PROVENANCE.md R5, R123). The
-    capture gets its own graph memory pool (no ``pool`` argument), and replay runs on whichever
-    stream is current when it is called.
+    capture goes into ``pool`` (a :class:`GraphPool`) where one is given, else into a private
+    pool of its own; replay runs on whichever stream is current when it is called.
     """
 
     def __init__(
-        self, branches: int = DEFAULT_BRANCHES, branch_cost_limit: int = BRANCH_COST_LIMIT
+        self,
+        branches: int = DEFAULT_BRANCHES,
+        branch_cost_limit: int = BRANCH_COST_LIMIT,
+        pool: GraphPool | None = None,
     ) -> None:
         self.branches = branches
         self.branch_cost_limit = branch_cost_limit
+        self.pool = pool
 
     def supports(self, device: torch.device) -> bool:
         return device.type == "cuda"
@@ -259,7 +290,8 @@ class CudaGraphRecorder:
                 fn()
             graph = torch.cuda.CUDAGraph()
             give_back_cached_blocks()
-            outputs = tuple(capture(graph, fn, side))
+            pool = None if self.pool is None else self.pool.handle(device)
+            outputs = tuple(capture(graph, fn, side, pool))
             return CudaGraphRecording(graph, outputs)
 
 

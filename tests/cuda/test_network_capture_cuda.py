@@ -12,10 +12,15 @@ from network_common import (
     TinyDetector,
     captured_copy,
     detector_inputs,
+    detector_loss,
     module_state,
     same_tensors,
     train_detector,
 )
+
+from musgd import GradClipReplay, MuSGD, param_groups
+from musgd._network_capture import CudaNetworkGrapher
+from musgd._replay import CudaGraphRecorder, GraphPool
 
 pytestmark = pytest.mark.cuda
 
@@ -97,3 +102,52 @@ def test_compiled_recordings_train_as_the_eager_compiled_network(amp: bool, layo
     assert same_tensors(module_state(captured), module_state(reference))
     assert (capture.stats.recordings, capture.stats.replays, capture.stats.failures) == (1, 5, 0)
     assert expected == pytest.approx(train_detector(eager, imgs, amp=amp), rel=1e-2)
+
+
+def _train_with_musgd(
+    model: TinyDetector, imgs: list[torch.Tensor], *, replay: bool, pool: GraphPool | None
+) -> tuple[list[float], MuSGD, GradClipReplay]:
+    """MuSGD steps with the clip before each, as the Ultralytics trainer orders them: forward,
+    backward, clip, step; with ``replay`` the clip and both capture flags record, and with a
+    ``pool`` every recording of the optimizer and the clip goes into it."""
+    groups = param_groups(model, weight_decay=5e-4, lr=0.02, momentum=0.9)
+    opt = MuSGD(groups, lr=0.02, capture_orthogonalization=replay, capture_updates=replay)
+    clip = GradClipReplay(1.0, recorder=CudaGraphRecorder(branches=1, pool=pool))
+    if pool is not None:
+        assert opt._engine.share_pool(pool)
+    losses = []
+    for img in imgs:
+        loss = detector_loss(model(img))
+        loss.backward()
+        if replay:
+            clip(list(model.parameters()))
+        else:
+            torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, opt, clip
+
+
+@pytest.mark.usefixtures("deterministic_cudnn")
+def test_the_network_the_optimizer_and_the_clip_in_one_pool_train_as_eager() -> None:
+    # Two network recordings (a batch of 4, a short one of 2) and the optimizer's and the
+    # clip's recordings all capture into one pool, replayed in turns: an eager network with an
+    # eager optimizer gives the same bits.
+    torch.manual_seed(0)
+    eager = TinyDetector().cuda()
+    pool = GraphPool()
+    captured, capture = captured_copy(eager, CudaNetworkGrapher(pool=pool))
+    batches = [*detector_inputs(4, batch=4), *detector_inputs(3, batch=2), *detector_inputs(4)]
+    imgs = [img.cuda() for img in batches]
+    got, opt, clip = _train_with_musgd(captured, imgs, replay=True, pool=pool)
+    want, _, _ = _train_with_musgd(eager, imgs, replay=False, pool=None)
+    assert got == want
+    assert same_tensors(module_state(captured), module_state(eager))
+    assert capture.stats.recordings == 2
+    assert capture.stats.failures == 0
+    stats = opt._replay.stats
+    assert stats.recordings > 0
+    assert stats.failures == 0
+    assert clip.stats.replays > 0
+    assert clip.stats.failures == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from musgd import _functional as functional
 from musgd import _triton_ns as triton_ns
 from musgd._functional import EagerOrthogonalizer, NSSettings
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
-from musgd._replay import CudaGraphRecorder, ReplayOrthogonalizer, ReplayState
+from musgd._replay import CudaGraphRecorder, GraphPool, ReplayOrthogonalizer, ReplayState
 
 pytestmark = [
     pytest.mark.cuda,
@@ -445,3 +446,46 @@ def test_a_collection_inside_a_capture_cannot_free_graphs_there() -> None:
             gc.enable()
         else:
             gc.disable()
+
+
+def test_recordings_in_one_pool_reuse_its_scratch_and_keep_their_bits() -> None:
+    # Each function's two 16 MiB intermediates are scratch, freed by the capture's end: in
+    # pools of their own the second recording reserves them again, in one pool it reuses them.
+    x = torch.randn(2048, 2048, device=DEVICE)
+
+    def chain(scale: float) -> Callable[[], list[Tensor]]:
+        def run() -> list[Tensor]:
+            y = x @ x
+            return [((y * scale) @ y).sum(dim=0)]
+
+        return run
+
+    def grown_by(recorder: CudaGraphRecorder, fn: Callable[[], list[Tensor]]) -> tuple[int, Any]:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_reserved(DEVICE)
+        recording = recorder.record(fn, DEVICE)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        return torch.cuda.memory_reserved(DEVICE) - before, recording
+
+    mib = 2**20
+    own = CudaGraphRecorder(branches=1)
+    _, first_own = grown_by(own, chain(1.0))
+    second_own_growth, second_own = grown_by(own, chain(0.5))
+    shared = CudaGraphRecorder(branches=1, pool=GraphPool())
+    _, first = grown_by(shared, chain(1.0))
+    second_growth, second = grown_by(shared, chain(0.5))
+    assert second_own_growth >= 32 * mib
+    assert second_growth <= 4 * mib
+    # Replayed in either order, each gives its own eager bits.
+    want = [chain(1.0)()[0], chain(0.5)()[0]]
+    for order in ((first, second), (second, first), (first, first, second)):
+        for recording in order:
+            recording.replay()
+        assert torch.equal(first.outputs[0], want[0])
+        assert torch.equal(second.outputs[0], want[1])
+    first_own.replay()
+    second_own.replay()
+    assert torch.equal(first_own.outputs[0], want[0])
+    assert torch.equal(second_own.outputs[0], want[1])

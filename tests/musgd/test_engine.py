@@ -152,3 +152,26 @@ def test_rules_compare_by_value_so_recordings_are_keyed_by_them() -> None:
     assert hash(UltralyticsRule(0.2, 1.0, ns)) == hash(UltralyticsRule(0.2, 1.0, ns))
     assert UltralyticsRule(0.2, 1.0, ns) != UltralyticsRule(0.2, 1.0, NSConfig(steps=3))
     assert DefaultRule(foreach=True) != DefaultRule(foreach=False)
+
+
+def test_share_pool_points_only_the_engines_own_recorder_at_the_pool_once() -> None:
+    from musgd._replay import CudaGraphRecorder, GraphPool
+
+    params = [nn.Parameter(torch.randn(8, 4))]
+    own = MuSGD(params, lr=0.02)
+    pool, other = GraphPool(), GraphPool()
+    recorder = own._replay.recorder
+    assert isinstance(recorder, CudaGraphRecorder)
+    assert recorder.pool is None
+    assert own._engine.share_pool(pool) is True
+    assert recorder.pool is pool
+    # Already in a pool: a second pool is refused, the first kept.
+    assert own._engine.share_pool(other) is False
+    assert recorder.pool is pool
+    # A caller's recorder is the caller's: left as it was.
+    given = CudaGraphRecorder()
+    theirs = MuSGD(params, lr=0.02, recorder=given)
+    assert theirs._engine.share_pool(pool) is False
+    assert given.pool is None
+    fake = MuSGD(params, lr=0.02, recorder=FakeRecorder())
+    assert fake._engine.share_pool(pool) is False

@@ -440,3 +440,20 @@ def test_a_gradient_in_another_layout_is_handed_in_the_parameters() -> None:
         before = param.grad
         hand_grads([param], [grad], [False])
         assert param.grad is not before
+
+
+def test_a_pool_reaches_the_default_grapher_and_refuses_a_given_one() -> None:
+    from musgd._network_capture import CudaNetworkGrapher
+    from musgd._replay import GraphPool
+
+    def pool_of(capture: NetworkCapture) -> GraphPool | None:
+        grapher = capture.grapher
+        assert isinstance(grapher, CudaNetworkGrapher)
+        return grapher.pool
+
+    pool = GraphPool()
+    assert pool_of(NetworkCapture(TinyDetector(), pool=pool)) is pool
+    assert pool_of(NetworkCapture(TinyDetector(), compile=True, pool=pool)) is pool
+    assert pool_of(NetworkCapture(TinyDetector())) is None
+    with pytest.raises(ValueError, match="pass no grapher"):
+        NetworkCapture(TinyDetector(), grapher=CudaNetworkGrapher(), pool=pool)

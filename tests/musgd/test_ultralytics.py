@@ -1059,3 +1059,50 @@ def test_trainer_with_the_device_loss_validates_with_its_items_back_on_the_devic
     }
     plain = musgd_trainer(FakeTrainer)()
     assert "validate" not in vars(type(plain)), "only the device loss needs it"
+
+
+def test_the_network_capture_shares_its_pool_with_the_optimizer_and_the_clip() -> None:
+    from network_common import TinyDetector
+
+    from musgd._network_capture import CudaNetworkGrapher
+    from musgd._replay import CudaGraphRecorder
+
+    class FakeTrainer(_LayoutTrainer):
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            params = list(model.parameters())
+            matrices = [p for p in params if p.dim() >= 2]
+            others = [p for p in params if p.dim() < 2]
+            return _StockLike(
+                [{"params": matrices, "use_muon": True}, {"params": others, "use_muon": False}],
+                **KW,
+            )
+
+    trainer = musgd_trainer(FakeTrainer, capture_network=True)(TinyDetector())
+    trainer.optimizer = trainer.build_optimizer(trainer.model)
+    trainer.scaler = torch.amp.GradScaler("cpu", enabled=False)
+    trainer.ema = None
+    trainer.preprocess_batch({})
+    pool = trainer.musgd_graph_pool
+    grapher = trainer.musgd_network.grapher
+    assert isinstance(grapher, CudaNetworkGrapher)
+    assert grapher.pool is pool
+    recorder = trainer.optimizer._replay.recorder
+    assert isinstance(recorder, CudaGraphRecorder)
+    assert recorder.pool is pool
+    for p in trainer.model.parameters():
+        p.grad = torch.ones_like(p)
+    trainer.optimizer_step()  # the clip is made at the first step, in the same pool
+    clip_recorder = trainer.musgd_clip.recorder
+    assert isinstance(clip_recorder, CudaGraphRecorder)
+    assert clip_recorder.pool is pool
+    assert clip_recorder.branches == 1
+    # Without the capture nothing shares: the clip records into pools of its own.
+    plain = musgd_trainer(FakeTrainer)(TinyDetector())
+    plain.optimizer = plain.build_optimizer(plain.model)
+    plain.scaler, plain.ema = torch.amp.GradScaler("cpu", enabled=False), None
+    for p in plain.model.parameters():
+        p.grad = torch.ones_like(p)
+    plain.optimizer_step()
+    assert "musgd_graph_pool" not in vars(plain)
+    assert plain.musgd_clip.recorder.pool is None
+    assert plain.optimizer._replay.recorder.pool is None
