@@ -161,8 +161,9 @@ class _CudaRecording:
             # capture takes its own: the peak holds one set of them, not two.
             give_back_cached_blocks()
             # Both graphs in one pool: the backward's scratch reuses the forward's. A shared
-            # pool (GraphPool) also holds recordings that replay after the backward only.
-            token = torch.cuda.graph_pool_handle() if pool is None else pool.handle(img.device)
+            # pool (GraphPool) also holds recordings that replay after the backward only and
+            # read its gradients: this recording joins it as their producer.
+            token = torch.cuda.graph_pool_handle() if pool is None else pool.producer(img.device)
             self._forward, self._backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
             try:
                 outs = capture(self._forward, forward, side, token)

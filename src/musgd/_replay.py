@@ -210,30 +210,54 @@ STREAMS = _StreamPool()
 
 
 class GraphPool:
-    """One CUDA-graph memory pool per device, shared by every recording given it.
+    """One CUDA-graph memory pool per device, shared by the recordings given it.
 
     Captures into one pool reuse the memory each earlier capture had freed by its end (its
     scratch), so the recordings together reserve about what the largest needs, not the sum
-    (WP-025, "Reserved memory"). Sharing is safe (PyTorch's CUDA-graph documentation and its
-    clarification in pytorch/pytorch#166975, docs/PROVENANCE.md R5, R385) for recordings that
-    never replay concurrently, whatever their order, as long as whatever one graph writes for
-    later work is a tensor kept alive, never memory freed by the end of its capture: the
-    allocator never hands a block in use to another capture. The caller guarantees the rest.
-    A network's forward and backward are one such pair only together: the activations the
-    forward saves for the backward are freed when the backward's capture ends, so nothing may
-    replay between the two from the same pool (the trainer's loss records into its own).
+    (WP-025, "Reserved memory"). PyTorch documents such sharing as safe (docs/PROVENANCE.md R5,
+    R385) for graphs that never replay concurrently, whatever their order, where none reads
+    what another wrote into memory freed by the end of its capture: the allocator never hands a
+    block in use to a capture, but it may hand one that an earlier graph uses as scratch.
+
+    Here one kind of recording reads another's outputs: a consumer (the optimizer's, the
+    clip's) reads the gradients a producer (a network's backward) keeps as outputs. Where the
+    consumer was captured first, the producer's outputs may sit in the consumer's scratch, which
+    the consumer's replay overwrites while it reads them. So a producer joins the pool only
+    while no consumer has captured into it on that device, and records into a private pool
+    otherwise (counted in ``private``). The caller guarantees the rest: consumers and producers
+    never replay at the same time, and nothing of the pool replays between a network's forward
+    and backward (the forward's saved activations are freed when the backward's capture ends).
     """
 
     def __init__(self) -> None:
         self._handles: dict[int, Any] = {}
+        self._consumed: set[int] = set()
+        self.private = 0  # producers that came after a consumer, recorded on their own
 
-    def handle(self, device: torch.device) -> Any:
-        """The pool's token on ``device`` (``torch.cuda.graph_pool_handle``), made once."""
-        index = device.index if device.index is not None else torch.cuda.current_device()
+    def _index(self, device: torch.device) -> int:
+        return device.index if device.index is not None else torch.cuda.current_device()
+
+    def _shared(self, index: int) -> Any:
         token = self._handles.get(index)
         if token is None:
             token = self._handles[index] = torch.cuda.graph_pool_handle()
         return token
+
+    def consumer(self, device: torch.device) -> Any:
+        """The shared pool's token on ``device``, for a recording that reads producers'
+        outputs; no producer joins the pool on ``device`` after it."""
+        index = self._index(device)
+        self._consumed.add(index)
+        return self._shared(index)
+
+    def producer(self, device: torch.device) -> Any:
+        """The shared pool's token on ``device`` while no consumer has captured there, else
+        a private pool's."""
+        index = self._index(device)
+        if index in self._consumed:
+            self.private += 1
+            return torch.cuda.graph_pool_handle()
+        return self._shared(index)
 
 
 class CudaGraphRecorder:
@@ -242,8 +266,9 @@ class CudaGraphRecorder:
     The warm-up pass runs the function once on the side stream that then captures it, so that
     lazily created library state (cuBLAS handles and per-stream workspaces) exists before
     capture, as the PyTorch CUDA-graph documentation requires (docs/PROVENANCE.md R5, R123). The
-    capture goes into ``pool`` (a :class:`GraphPool`) where one is given, else into a private
-    pool of its own; replay runs on whichever stream is current when it is called.
+    capture goes into ``pool`` (a :class:`GraphPool`, as a consumer: what it records may read a
+    network's gradients) where one is given, else into a private pool of its own; replay runs
+    on whichever stream is current when it is called.
     """
 
     def __init__(
@@ -290,7 +315,7 @@ class CudaGraphRecorder:
                 fn()
             graph = torch.cuda.CUDAGraph()
             give_back_cached_blocks()
-            pool = None if self.pool is None else self.pool.handle(device)
+            pool = None if self.pool is None else self.pool.consumer(device)
             outputs = tuple(capture(graph, fn, side, pool))
             return CudaGraphRecording(graph, outputs)
 

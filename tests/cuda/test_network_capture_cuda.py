@@ -107,38 +107,40 @@ def test_compiled_recordings_train_as_the_eager_compiled_network(amp: bool, layo
 def _train_with_musgd(
     model: TinyDetector, imgs: list[torch.Tensor], *, replay: bool, pool: GraphPool | None
 ) -> tuple[list[float], MuSGD, GradClipReplay]:
-    """MuSGD steps with the clip before each, as the Ultralytics trainer orders them: forward,
-    backward, clip, step; with ``replay`` the clip and both capture flags record, and with a
-    ``pool`` every recording of the optimizer and the clip goes into it."""
+    """MuSGD steps every second iteration (the trainer's gradient accumulation), the clip
+    before each, as the Ultralytics trainer orders them; with ``replay`` the clip and both
+    capture flags record, and with a ``pool`` every recording of theirs goes into it."""
     groups = param_groups(model, weight_decay=5e-4, lr=0.02, momentum=0.9)
     opt = MuSGD(groups, lr=0.02, capture_orthogonalization=replay, capture_updates=replay)
     clip = GradClipReplay(1.0, recorder=CudaGraphRecorder(branches=1, pool=pool))
     if pool is not None:
         assert opt._engine.share_pool(pool)
     losses = []
-    for img in imgs:
+    for i, img in enumerate(imgs, start=1):
         loss = detector_loss(model(img))
         loss.backward()
-        if replay:
-            clip(list(model.parameters()))
-        else:
-            torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)
-        opt.step()
-        opt.zero_grad()
+        if i % 2 == 0:
+            if replay:
+                clip(list(model.parameters()))
+            else:
+                torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)
+            opt.step()
+            opt.zero_grad()
         losses.append(loss.item())
     return losses, opt, clip
 
 
 @pytest.mark.usefixtures("deterministic_cudnn")
 def test_the_network_the_optimizer_and_the_clip_in_one_pool_train_as_eager() -> None:
-    # Two network recordings (a batch of 4, a short one of 2) and the optimizer's and the
-    # clip's recordings all capture into one pool, replayed in turns: an eager network with an
-    # eager optimizer gives the same bits.
+    # The network's recording of a batch of 4 (its second iteration) comes before the first
+    # step and shares the pool with the optimizer's and the clip's recordings, replayed in
+    # turns; the short batches' recording comes after the optimizer's and gets its own. An
+    # eager network with an eager optimizer gives the same bits.
     torch.manual_seed(0)
     eager = TinyDetector().cuda()
     pool = GraphPool()
     captured, capture = captured_copy(eager, CudaNetworkGrapher(pool=pool))
-    batches = [*detector_inputs(4, batch=4), *detector_inputs(3, batch=2), *detector_inputs(4)]
+    batches = [*detector_inputs(4, batch=4), *detector_inputs(3, batch=2), *detector_inputs(5)]
     imgs = [img.cuda() for img in batches]
     got, opt, clip = _train_with_musgd(captured, imgs, replay=True, pool=pool)
     want, _, _ = _train_with_musgd(eager, imgs, replay=False, pool=None)
@@ -146,6 +148,7 @@ def test_the_network_the_optimizer_and_the_clip_in_one_pool_train_as_eager() -> 
     assert same_tensors(module_state(captured), module_state(eager))
     assert capture.stats.recordings == 2
     assert capture.stats.failures == 0
+    assert pool.private == 1  # the short batches' recording, made after the optimizer's
     stats = opt._replay.stats
     assert stats.recordings > 0
     assert stats.failures == 0

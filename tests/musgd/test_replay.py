@@ -652,3 +652,30 @@ def test_plan_branches_runs_everything_inline_without_two_lanes_of_small_jobs() 
     assert plan_branches([5, 100, 200], 4, limit=100) == ([], [0, 1, 2])
     assert plan_branches([5, 6, 7], 1, limit=100) == ([], [0, 1, 2])
     assert plan_branches([], 4) == ([], [])
+
+
+def test_a_graph_pool_takes_producers_only_until_a_consumer_has_captured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from itertools import count
+
+    from musgd._replay import GraphPool
+
+    tokens = count()
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(tokens)))
+    first, second = torch.device("cuda", 0), torch.device("cuda", 1)
+    pool = GraphPool()
+    network = pool.producer(first)
+    assert pool.producer(first) == network  # a second layout's network shares it
+    assert pool.consumer(first) == network  # the optimizer joins it
+    assert pool.consumer(first) == network
+    # A network recorded after the optimizer's first capture gets a pool of its own: its
+    # gradients could otherwise sit in the optimizer's scratch, which its replay overwrites.
+    late = pool.producer(first)
+    assert late != network
+    assert pool.private == 1
+    # Each device has its own pool and its own order.
+    other = pool.producer(second)
+    assert other not in (network, late)
+    assert pool.consumer(second) == other
+    assert pool.private == 1
