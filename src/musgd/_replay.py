@@ -219,20 +219,23 @@ class GraphPool:
     what another wrote into memory freed by the end of its capture: the allocator never hands a
     block in use to a capture, but it may hand one that an earlier graph uses as scratch.
 
-    Here one kind of recording reads another's outputs: a consumer (the optimizer's, the
-    clip's) reads the gradients a producer (a network's backward) keeps as outputs. Where the
-    consumer was captured first, the producer's outputs may sit in the consumer's scratch, which
-    the consumer's replay overwrites while it reads them. So a producer joins the pool only
-    while no consumer has captured into it on that device, and records into a private pool
-    otherwise (counted in ``private``). The caller guarantees the rest: consumers and producers
-    never replay at the same time, and nothing of the pool replays between a network's forward
-    and backward (the forward's saved activations are freed when the backward's capture ends).
+    A later capture's outputs may sit in an earlier one's scratch: they hold until that one
+    replays again. Here one kind of recording reads another's outputs: consumers (the
+    optimizer's, the clip's, which use their outputs at once) read the gradients a producer (a
+    network's backward) keeps as outputs, which may outlive the producer's next replay when
+    gradients accumulate. So one producer joins the pool on a device, and only before any
+    consumer has captured there: no consumer's scratch then holds its gradients, and no other
+    producer's replay overwrites them. A later producer (another input layout's network, or
+    one recorded after the optimizer's first step) records into a private pool, counted in
+    ``private``. The caller guarantees the rest: consumers and the producer never replay at the
+    same time, and nothing of the pool replays between the producer's forward and backward (the
+    activations the forward saves are freed when the backward's capture ends).
     """
 
     def __init__(self) -> None:
         self._handles: dict[int, Any] = {}
-        self._consumed: set[int] = set()
-        self.private = 0  # producers that came after a consumer, recorded on their own
+        self._closed: set[int] = set()  # devices where no producer may join any more
+        self.private = 0  # producers that came too late, recorded on their own
 
     def _index(self, device: torch.device) -> int:
         return device.index if device.index is not None else torch.cuda.current_device()
@@ -244,19 +247,20 @@ class GraphPool:
         return token
 
     def consumer(self, device: torch.device) -> Any:
-        """The shared pool's token on ``device``, for a recording that reads producers'
+        """The shared pool's token on ``device``, for a recording that reads the producer's
         outputs; no producer joins the pool on ``device`` after it."""
         index = self._index(device)
-        self._consumed.add(index)
+        self._closed.add(index)
         return self._shared(index)
 
     def producer(self, device: torch.device) -> Any:
-        """The shared pool's token on ``device`` while no consumer has captured there, else
-        a private pool's."""
+        """The shared pool's token on ``device`` for its first producer, if no consumer has
+        captured there before it; else a private pool's."""
         index = self._index(device)
-        if index in self._consumed:
+        if index in self._closed:
             self.private += 1
             return torch.cuda.graph_pool_handle()
+        self._closed.add(index)
         return self._shared(index)
 
 

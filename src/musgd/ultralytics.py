@@ -531,11 +531,13 @@ def _share_pool(self: Any, pool: GraphPool) -> None:
     """The optimizer's recordings and the clip's in the network's pool (``musgd_graph_pool``).
 
     They replay after the network's backward and before its next forward, never at the same
-    time, and each hands on only tensors it keeps alive: their scratch and the network's take
-    turns in one pool (:class:`musgd._replay.GraphPool`) instead of one pool each, which saved
-    reserved memory on the H200 (WP-025). The loss keeps its own pool: it replays between the
-    network's forward and backward, while the activations the forward saved are live in memory
-    the allocator counts as free.
+    time, and use their outputs at once: their scratch and the network's take turns in one
+    pool (:class:`musgd._replay.GraphPool`) instead of one pool each (WP-025, "Reserved
+    memory"). The network's first recording joins it if it comes before the optimizer's first
+    capture (as where gradients accumulate over iterations); a later one, such as a short last
+    batch's, records on its own. The loss keeps its own pool: it replays between the network's
+    forward and backward, while the activations the forward saved are live in memory the
+    allocator counts as free.
     """
     self.musgd_graph_pool = pool
     engine = getattr(getattr(self, "optimizer", None), "_engine", None)

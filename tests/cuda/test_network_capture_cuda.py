@@ -134,8 +134,8 @@ def _train_with_musgd(
 def test_the_network_the_optimizer_and_the_clip_in_one_pool_train_as_eager() -> None:
     # The network's recording of a batch of 4 (its second iteration) comes before the first
     # step and shares the pool with the optimizer's and the clip's recordings, replayed in
-    # turns; the short batches' recording comes after the optimizer's and gets its own. An
-    # eager network with an eager optimizer gives the same bits.
+    # turns; the short batches' recording, a second network's, gets its own. An eager network
+    # with an eager optimizer gives the same bits.
     torch.manual_seed(0)
     eager = TinyDetector().cuda()
     pool = GraphPool()
@@ -148,7 +148,7 @@ def test_the_network_the_optimizer_and_the_clip_in_one_pool_train_as_eager() -> 
     assert same_tensors(module_state(captured), module_state(eager))
     assert capture.stats.recordings == 2
     assert capture.stats.failures == 0
-    assert pool.private == 1  # the short batches' recording, made after the optimizer's
+    assert pool.private == 1  # the short batches' recording
     stats = opt._replay.stats
     assert stats.recordings > 0
     assert stats.failures == 0

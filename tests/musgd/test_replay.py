@@ -654,7 +654,7 @@ def test_plan_branches_runs_everything_inline_without_two_lanes_of_small_jobs() 
     assert plan_branches([], 4) == ([], [])
 
 
-def test_a_graph_pool_takes_producers_only_until_a_consumer_has_captured(
+def test_a_graph_pool_takes_one_producer_and_only_before_any_consumer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from itertools import count
@@ -663,19 +663,21 @@ def test_a_graph_pool_takes_producers_only_until_a_consumer_has_captured(
 
     tokens = count()
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(tokens)))
-    first, second = torch.device("cuda", 0), torch.device("cuda", 1)
+    first, second, third = (torch.device("cuda", i) for i in range(3))
     pool = GraphPool()
     network = pool.producer(first)
-    assert pool.producer(first) == network  # a second layout's network shares it
     assert pool.consumer(first) == network  # the optimizer joins it
     assert pool.consumer(first) == network
-    # A network recorded after the optimizer's first capture gets a pool of its own: its
-    # gradients could otherwise sit in the optimizer's scratch, which its replay overwrites.
+    # A second network (a short batch's) or one recorded after the optimizer's first capture
+    # gets a pool of its own: its gradients could otherwise sit in another recording's scratch.
     late = pool.producer(first)
     assert late != network
     assert pool.private == 1
     # Each device has its own pool and its own order.
     other = pool.producer(second)
     assert other not in (network, late)
-    assert pool.consumer(second) == other
-    assert pool.private == 1
+    assert pool.producer(second) not in (network, late, other)
+    assert pool.private == 2
+    optimizer_first = pool.consumer(third)
+    assert pool.producer(third) != optimizer_first
+    assert pool.private == 3
