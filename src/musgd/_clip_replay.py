@@ -119,6 +119,11 @@ class GradClipReplay:
         self._cache: RecordingCache[_ClipEntry] = RecordingCache(lambda: RECORDINGS_BOUND)
         self._seen: Hashable | None = None
 
+    def clear(self) -> None:
+        """Drop every recording: each layout's next call runs eagerly, the one after records."""
+        self._cache.clear()
+        self._seen = None
+
     def _eager(self, params: list[Tensor]) -> Tensor:
         return torch.nn.utils.clip_grad_norm_(params, self.max_norm, self.norm_type)
 

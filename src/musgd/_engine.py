@@ -160,6 +160,9 @@ class StepEngine:
         if own is None or own.pool is not None:
             return False
         own.pool = pool
+        # Where the network joins after this optimizer's first recordings, they are dropped
+        # (and made anew at the next step) rather than replayed over its gradients.
+        own.drops_with(self.replay.clear)
         return True
 
     def count_matrices(self) -> int:

@@ -223,19 +223,25 @@ class GraphPool:
     replays again. Here one kind of recording reads another's outputs: consumers (the
     optimizer's, the clip's, which use their outputs at once) read the gradients a producer (a
     network's backward) keeps as outputs, which may outlive the producer's next replay when
-    gradients accumulate. So one producer joins the pool on a device, and only before any
-    consumer has captured there: no consumer's scratch then holds its gradients, and no other
-    producer's replay overwrites them. A later producer (another input layout's network, or
-    one recorded after the optimizer's first step) records into a private pool, counted in
-    ``private``. The caller guarantees the rest: consumers and the producer never replay at the
-    same time, and nothing of the pool replays between the producer's forward and backward (the
-    activations the forward saves are freed when the backward's capture ends).
+    gradients accumulate. So one producer joins the pool on a device, and no consumer's
+    recording made before it replays after it: no consumer's scratch then holds its gradients,
+    and no other producer's replay overwrites them. Where consumers captured first (the
+    trainer's first steps come before the network's recording), the producer joins only if
+    every consumer said how to drop its recordings (:meth:`on_producer`): it drops them, and
+    they record anew after it. Otherwise, and for every later producer (another input
+    layout's network), it records into a private pool, counted in ``private``. The caller
+    guarantees the rest: consumers and the producer never replay at the same time, and nothing
+    of the pool replays between the producer's forward and backward (the activations the
+    forward saves are freed when the backward's capture ends).
     """
 
     def __init__(self) -> None:
         self._handles: dict[int, Any] = {}
-        self._closed: set[int] = set()  # devices where no producer may join any more
-        self.private = 0  # producers that came too late, recorded on their own
+        self._joined: set[int] = set()  # devices whose producer has joined
+        self._consumed: set[int] = set()  # devices where a consumer has captured
+        self._drops: list[Callable[[], None]] = []
+        self._undroppable = False  # a consumer captured without saying how to drop it
+        self.private = 0  # producers recorded on their own
 
     def _index(self, device: torch.device) -> int:
         return device.index if device.index is not None else torch.cuda.current_device()
@@ -246,21 +252,33 @@ class GraphPool:
             token = self._handles[index] = torch.cuda.graph_pool_handle()
         return token
 
-    def consumer(self, device: torch.device) -> Any:
+    def on_producer(self, drop: Callable[[], None]) -> None:
+        """``drop`` drops every recording one consumer made in this pool (they record anew at
+        their next call); the producer calls it where it joins after them. A consumer says so
+        before it captures."""
+        self._drops.append(drop)
+
+    def consumer(self, device: torch.device, *, droppable: bool = True) -> Any:
         """The shared pool's token on ``device``, for a recording that reads the producer's
-        outputs; no producer joins the pool on ``device`` after it."""
+        outputs (``droppable``: its consumer called :meth:`on_producer`)."""
         index = self._index(device)
-        self._closed.add(index)
+        self._consumed.add(index)
+        self._undroppable = self._undroppable or not droppable
         return self._shared(index)
 
     def producer(self, device: torch.device) -> Any:
-        """The shared pool's token on ``device`` for its first producer, if no consumer has
-        captured there before it; else a private pool's."""
+        """The shared pool's token on ``device`` for its first producer, the consumers'
+        earlier recordings dropped; a private pool's where they cannot be, or for a later
+        producer."""
         index = self._index(device)
-        if index in self._closed:
+        if index in self._joined or (index in self._consumed and self._undroppable):
             self.private += 1
             return torch.cuda.graph_pool_handle()
-        self._closed.add(index)
+        if index in self._consumed:
+            for drop in self._drops:
+                drop()
+            self._consumed.clear()
+        self._joined.add(index)
         return self._shared(index)
 
 
@@ -284,6 +302,15 @@ class CudaGraphRecorder:
         self.branches = branches
         self.branch_cost_limit = branch_cost_limit
         self.pool = pool
+        self.droppable = False  # its owner told the pool how to drop its recordings
+
+    def drops_with(self, drop: Callable[[], None]) -> None:
+        """Tell the pool that ``drop`` drops every recording made through this recorder (see
+        :class:`GraphPool`), before any of them is made."""
+        if self.pool is None:
+            raise ValueError("CudaGraphRecorder.drops_with: the recorder has no pool")
+        self.pool.on_producer(drop)
+        self.droppable = True
 
     def supports(self, device: torch.device) -> bool:
         return device.type == "cuda"
@@ -319,7 +346,9 @@ class CudaGraphRecorder:
                 fn()
             graph = torch.cuda.CUDAGraph()
             give_back_cached_blocks()
-            pool = None if self.pool is None else self.pool.consumer(device)
+            pool = None
+            if self.pool is not None:
+                pool = self.pool.consumer(device, droppable=self.droppable)
             outputs = tuple(capture(graph, fn, side, pool))
             return CudaGraphRecording(graph, outputs)
 

@@ -533,9 +533,10 @@ def _share_pool(self: Any, pool: GraphPool) -> None:
     They replay after the network's backward and before its next forward, never at the same
     time, and use their outputs at once: their scratch and the network's take turns in one
     pool (:class:`musgd._replay.GraphPool`) instead of one pool each (WP-025, "Reserved
-    memory"). The network's first recording joins it if it comes before the optimizer's first
-    capture (as where gradients accumulate over iterations); a later one, such as a short last
-    batch's, records on its own. The loss keeps its own pool: it replays between the network's
+    memory"). The network's first recording joins it, and the optimizer's recordings made
+    before it (the trainer's first steps come first) are dropped and made anew after it; a
+    later network recording, such as a short last batch's, records on its own. The loss keeps
+    its own pool: it replays between the network's
     forward and backward, while the activations the forward saved are live in memory the
     allocator counts as free.
     """
@@ -581,8 +582,11 @@ def _optimizer_step(self: Any) -> None:
         clip = self.__dict__.get("musgd_clip")
         if clip is None:
             # One branch: a clip is a handful of kernels in one chain (GradClipReplay's own).
-            recorder = CudaGraphRecorder(branches=1, pool=self.__dict__.get("musgd_graph_pool"))
+            pool = self.__dict__.get("musgd_graph_pool")
+            recorder = CudaGraphRecorder(branches=1, pool=pool)
             clip = self.musgd_clip = GradClipReplay(CLIP_MAX_NORM, recorder=recorder)
+            if pool is not None:
+                recorder.drops_with(clip.clear)
     else:
         clip = _clip_eagerly
     optimizer = self.optimizer

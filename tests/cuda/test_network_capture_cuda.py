@@ -105,21 +105,28 @@ def test_compiled_recordings_train_as_the_eager_compiled_network(amp: bool, layo
 
 
 def _train_with_musgd(
-    model: TinyDetector, imgs: list[torch.Tensor], *, replay: bool, pool: GraphPool | None
+    model: TinyDetector,
+    imgs: list[torch.Tensor],
+    *,
+    replay: bool,
+    pool: GraphPool | None,
+    every: int,
 ) -> tuple[list[float], MuSGD, GradClipReplay]:
-    """MuSGD steps every second iteration (the trainer's gradient accumulation), the clip
+    """MuSGD steps every ``every`` iterations (the trainer's gradient accumulation), the clip
     before each, as the Ultralytics trainer orders them; with ``replay`` the clip and both
     capture flags record, and with a ``pool`` every recording of theirs goes into it."""
     groups = param_groups(model, weight_decay=5e-4, lr=0.02, momentum=0.9)
     opt = MuSGD(groups, lr=0.02, capture_orthogonalization=replay, capture_updates=replay)
-    clip = GradClipReplay(1.0, recorder=CudaGraphRecorder(branches=1, pool=pool))
+    recorder = CudaGraphRecorder(branches=1, pool=pool)
+    clip = GradClipReplay(1.0, recorder=recorder)
     if pool is not None:
         assert opt._engine.share_pool(pool)
+        recorder.drops_with(clip.clear)
     losses = []
     for i, img in enumerate(imgs, start=1):
         loss = detector_loss(model(img))
         loss.backward()
-        if i % 2 == 0:
+        if i % every == 0:
             if replay:
                 clip(list(model.parameters()))
             else:
@@ -130,20 +137,22 @@ def _train_with_musgd(
     return losses, opt, clip
 
 
+@pytest.mark.parametrize("every", [1, 2], ids=["optimizer-first", "network-first"])
 @pytest.mark.usefixtures("deterministic_cudnn")
-def test_the_network_the_optimizer_and_the_clip_in_one_pool_train_as_eager() -> None:
-    # The network's recording of a batch of 4 (its second iteration) comes before the first
-    # step and shares the pool with the optimizer's and the clip's recordings, replayed in
-    # turns; the short batches' recording, a second network's, gets its own. An eager network
-    # with an eager optimizer gives the same bits.
+def test_the_network_the_optimizer_and_the_clip_in_one_pool_train_as_eager(every: int) -> None:
+    # The network's recording of a batch of 4 (its second iteration) shares the pool with the
+    # optimizer's and the clip's recordings, replayed in turns: with a step at every iteration
+    # the optimizer recorded first, and those recordings are dropped and made anew after the
+    # network's. The short batches' recording, a second network's, gets a pool of its own. An
+    # eager network with an eager optimizer gives the same bits.
     torch.manual_seed(0)
     eager = TinyDetector().cuda()
     pool = GraphPool()
     captured, capture = captured_copy(eager, CudaNetworkGrapher(pool=pool))
     batches = [*detector_inputs(4, batch=4), *detector_inputs(3, batch=2), *detector_inputs(5)]
     imgs = [img.cuda() for img in batches]
-    got, opt, clip = _train_with_musgd(captured, imgs, replay=True, pool=pool)
-    want, _, _ = _train_with_musgd(eager, imgs, replay=False, pool=None)
+    got, opt, clip = _train_with_musgd(captured, imgs, replay=True, pool=pool, every=every)
+    want, _, _ = _train_with_musgd(eager, imgs, replay=False, pool=None, every=every)
     assert got == want
     assert same_tensors(module_state(captured), module_state(eager))
     assert capture.stats.recordings == 2

@@ -211,3 +211,16 @@ def test_parameters_that_are_not_tensors_are_refused_with_a_message(
     with pytest.raises(TypeError, match=message):
         clip(parameters)  # type: ignore[arg-type]
     assert clip.stats.recordings == 0
+
+
+def test_clear_drops_the_recordings_and_the_next_calls_record_anew() -> None:
+    recorder = FakeRecorder()
+    clip = GradClipReplay(10.0, recorder=recorder)
+    _run_both(clip, 4, lambda step: list(_grads(step, 30.0)))
+    assert (clip.stats.recordings, clip.stats.replays) == (1, 3)
+    clip.clear()
+    # As a new clip: the next call runs eagerly, the one after records, the rest replay.
+    _run_both(clip, 4, lambda step: list(_grads(step + 4, 30.0)))
+    assert (clip.stats.recordings, clip.stats.replays) == (2, 6)
+    assert clip.stats.fallbacks == {"first-call": 2}
+    assert recorder.records == 2

@@ -21,6 +21,7 @@ from musgd._distributed import ShardedStep
 from musgd._engine import EngineOptimizer, StepEngine, StepValues
 from musgd._functional import NSSettings, StepRecord, Structure
 from musgd._optimizer import DefaultRule
+from musgd._replay import CudaGraphRecorder
 from musgd._ultralytics_optim import UltralyticsHyper, UltralyticsRule
 from musgd.ultralytics import UltralyticsMuSGD
 
@@ -155,7 +156,7 @@ def test_rules_compare_by_value_so_recordings_are_keyed_by_them() -> None:
 
 
 def test_share_pool_points_only_the_engines_own_recorder_at_the_pool_once() -> None:
-    from musgd._replay import CudaGraphRecorder, GraphPool
+    from musgd._replay import GraphPool
 
     params = [nn.Parameter(torch.randn(8, 4))]
     own = MuSGD(params, lr=0.02)
@@ -175,3 +176,27 @@ def test_share_pool_points_only_the_engines_own_recorder_at_the_pool_once() -> N
     assert given.pool is None
     fake = MuSGD(params, lr=0.02, recorder=FakeRecorder())
     assert fake._engine.share_pool(pool) is False
+
+
+def test_a_network_joining_the_pool_late_drops_the_optimizers_recordings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from itertools import count
+
+    from musgd._replay import GraphPool
+
+    tokens = count()
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(tokens)))
+    opt = MuSGD([nn.Parameter(torch.randn(8, 4))], lr=0.02)
+    pool = GraphPool()
+    assert opt._engine.share_pool(pool)
+    recorder = opt._replay.recorder
+    assert isinstance(recorder, CudaGraphRecorder)
+    assert recorder.droppable
+    device = torch.device("cuda", 0)
+    token = pool.consumer(device, droppable=recorder.droppable)  # as its record() asks
+    opt._replay.orth_cache.publish("key", object())  # type: ignore[arg-type]
+    opt._replay.orth_cache.refuse("refused")
+    assert pool.producer(device) == token
+    assert len(opt._replay.orth_cache) == 0
+    assert opt._replay.orth_cache.admits("refused") is None

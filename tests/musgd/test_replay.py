@@ -654,7 +654,7 @@ def test_plan_branches_runs_everything_inline_without_two_lanes_of_small_jobs() 
     assert plan_branches([], 4) == ([], [])
 
 
-def test_a_graph_pool_takes_one_producer_and_only_before_any_consumer(
+def test_a_graph_pool_takes_one_producer_and_drops_the_consumers_before_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from itertools import count
@@ -664,20 +664,24 @@ def test_a_graph_pool_takes_one_producer_and_only_before_any_consumer(
     tokens = count()
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(tokens)))
     first, second, third = (torch.device("cuda", i) for i in range(3))
+    dropped: list[str] = []
     pool = GraphPool()
+    pool.on_producer(lambda: dropped.append("optimizer"))
     network = pool.producer(first)
     assert pool.consumer(first) == network  # the optimizer joins it
-    assert pool.consumer(first) == network
-    # A second network (a short batch's) or one recorded after the optimizer's first capture
-    # gets a pool of its own: its gradients could otherwise sit in another recording's scratch.
-    late = pool.producer(first)
-    assert late != network
+    assert dropped == []  # it came after the network: nothing to drop
+    # A second network (a short batch's) gets a pool of its own: its gradients could
+    # otherwise sit in the first one's scratch, overwritten while they accumulate.
+    assert pool.producer(first) != network
     assert pool.private == 1
-    # Each device has its own pool and its own order.
-    other = pool.producer(second)
-    assert other not in (network, late)
-    assert pool.producer(second) not in (network, late, other)
-    assert pool.private == 2
-    optimizer_first = pool.consumer(third)
-    assert pool.producer(third) != optimizer_first
-    assert pool.private == 3
+    # The optimizer captured first on another device: the network joins there, and the
+    # optimizer's recordings are dropped, to be made anew after it.
+    early = pool.consumer(second)
+    assert pool.producer(second) == early
+    assert dropped == ["optimizer"]
+    assert pool.private == 1
+    # A consumer that cannot drop its recordings keeps a late network out.
+    strict = GraphPool()
+    alone = strict.consumer(third, droppable=False)
+    assert strict.producer(third) != alone
+    assert strict.private == 1

@@ -1096,6 +1096,8 @@ def test_the_network_capture_shares_its_pool_with_the_optimizer_and_the_clip() -
     assert isinstance(clip_recorder, CudaGraphRecorder)
     assert clip_recorder.pool is pool
     assert clip_recorder.branches == 1
+    assert clip_recorder.droppable  # a network joining after its recordings drops them
+    assert recorder.droppable
     # Without the capture nothing shares: the clip records into pools of its own.
     plain = musgd_trainer(FakeTrainer)(TinyDetector())
     plain.optimizer = plain.build_optimizer(plain.model)
