@@ -278,6 +278,12 @@ class GraphPool:
             for drop in self._drops:
                 drop()
             self._consumed.clear()
+            # Where no producer joined, every graph of the pool is gone, and PyTorch refuses a
+            # capture into a pool whose graphs all were (an internal assertion on the H200,
+            # PyTorch 2.11): the producer starts a fresh pool, the old one's memory given back.
+            for stale in set(self._handles) - self._joined:
+                del self._handles[stale]
+            give_back_cached_blocks()
         self._joined.add(index)
         return self._shared(index)
 

@@ -183,10 +183,13 @@ def test_a_network_joining_the_pool_late_drops_the_optimizers_recordings(
 ) -> None:
     from itertools import count
 
+    from musgd import _replay as replay_module
     from musgd._replay import GraphPool
 
     tokens = count()
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(tokens)))
+    given_back: list[int] = []
+    monkeypatch.setattr(replay_module, "give_back_cached_blocks", lambda: given_back.append(1))
     opt = MuSGD([nn.Parameter(torch.randn(8, 4))], lr=0.02)
     pool = GraphPool()
     assert opt._engine.share_pool(pool)
@@ -197,6 +200,7 @@ def test_a_network_joining_the_pool_late_drops_the_optimizers_recordings(
     token = pool.consumer(device, droppable=recorder.droppable)  # as its record() asks
     opt._replay.orth_cache.publish("key", object())  # type: ignore[arg-type]
     opt._replay.orth_cache.refuse("refused")
-    assert pool.producer(device) == token
+    assert pool.producer(device) != token  # a fresh pool: every graph of the old one is gone
+    assert given_back == [1]
     assert len(opt._replay.orth_cache) == 0
     assert opt._replay.orth_cache.admits("refused") is None

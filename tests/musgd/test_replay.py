@@ -659,10 +659,13 @@ def test_a_graph_pool_takes_one_producer_and_drops_the_consumers_before_it(
 ) -> None:
     from itertools import count
 
+    from musgd import _replay as replay_module
     from musgd._replay import GraphPool
 
     tokens = count()
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(tokens)))
+    given_back: list[int] = []
+    monkeypatch.setattr(replay_module, "give_back_cached_blocks", lambda: given_back.append(1))
     first, second, third = (torch.device("cuda", i) for i in range(3))
     dropped: list[str] = []
     pool = GraphPool()
@@ -677,8 +680,14 @@ def test_a_graph_pool_takes_one_producer_and_drops_the_consumers_before_it(
     # The optimizer captured first on another device: the network joins there, and the
     # optimizer's recordings are dropped, to be made anew after it.
     early = pool.consumer(second)
-    assert pool.producer(second) == early
+    joined = pool.producer(second)
     assert dropped == ["optimizer"]
+    # ... into a fresh pool (PyTorch refuses a capture into one whose graphs were all freed),
+    # the dropped recordings' memory given back first.
+    assert joined != early
+    assert given_back == [1]
+    assert pool.consumer(second) == joined
+    assert pool.consumer(first) == network  # the first device's pool, with its network, stays
     assert pool.private == 1
     # A consumer that cannot drop its recordings keeps a late network out.
     strict = GraphPool()
