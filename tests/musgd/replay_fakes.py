@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from musgd._functional import Bucket, BucketJob, NSSettings, Orthogonalizer
+from musgd._replay import GraphPool
 
 
 class InjectedFailureError(RuntimeError):
@@ -161,9 +162,19 @@ class FakeNetworkGrapher:
     results are the eager ones, bit for bit. ``fail`` makes the graphing raise after the warm-up.
     """
 
-    def __init__(self, *, warmup: int = 3, fail: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        warmup: int = 3,
+        fail: bool = False,
+        compile: bool = False,
+        pool: GraphPool | None = None,
+    ) -> None:
+        if compile:
+            raise ValueError("FakeNetworkGrapher runs the module eagerly: it has no compile=True")
         self.warmup = warmup
         self.fail = fail
+        self.pool = pool  # taken as the real grapher takes it; nothing is recorded into it
         self.graphed = 0
         self.grad_strides: list[list[tuple[int, ...] | None]] = []  # what each graph was given
 
