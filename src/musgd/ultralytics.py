@@ -503,7 +503,9 @@ def _install_network(self: Any) -> None:
         report = self.musgd_compile_cache = load_compile_cache(cache)
         self.add_callback("on_train_end", lambda trainer: save_compile_cache(cache, report))
     model = self.model
-    pool = GraphPool()
+    # The compiled network's recordings keep pools of their own: sharing one is checked bit
+    # for bit on the H200 for the eager kernels only (WP-025).
+    pool = None if compile_ else GraphPool()
     try:
         if capture:
             network = NetworkCapture(model, compile=compile_, pool=pool).install()
@@ -515,7 +517,8 @@ def _install_network(self: Any) -> None:
     self.musgd_compiled = compile_
     if capture:
         self.musgd_network = network
-        _share_pool(self, pool)
+        if pool is not None:
+            _share_pool(self, pool)
         self.add_callback("on_train_end", lambda trainer: network.uninstall())
         return
     model.__dict__["predict"] = compiled

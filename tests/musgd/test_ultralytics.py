@@ -1098,6 +1098,17 @@ def test_the_network_capture_shares_its_pool_with_the_optimizer_and_the_clip() -
     assert clip_recorder.branches == 1
     assert clip_recorder.droppable  # a network joining after its recordings drops them
     assert recorder.droppable
+    # The compiled network keeps its own pools (sharing is checked for eager kernels only).
+    compiled = musgd_trainer(FakeTrainer, capture_network=True, compile_network=True)(
+        TinyDetector()
+    )
+    compiled.optimizer = compiled.build_optimizer(compiled.model)
+    compiled.preprocess_batch({})
+    compiled_grapher = compiled.musgd_network.grapher
+    assert isinstance(compiled_grapher, CudaNetworkGrapher)
+    assert compiled_grapher.pool is None
+    assert "musgd_graph_pool" not in vars(compiled)
+    assert compiled.optimizer._replay.recorder.pool is None
     # Without the capture nothing shares: the clip records into pools of its own.
     plain = musgd_trainer(FakeTrainer)(TinyDetector())
     plain.optimizer = plain.build_optimizer(plain.model)
