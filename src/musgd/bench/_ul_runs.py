@@ -770,9 +770,17 @@ def clip_stats(trainer: Any) -> dict[str, Any] | None:
 
 
 def network_stats(trainer: Any) -> dict[str, Any] | None:
-    """The trainer's network capture (``musgd_network``), where it has one."""
+    """The trainer's network capture (``musgd_network``), where it has one; with the shared
+    recording pool (``musgd_graph_pool``), how many network recordings kept pools of their own
+    (``pool_private``: a short batch's, or one the pool could not take)."""
     capture = trainer.__dict__.get("musgd_network")
-    return None if capture is None else stats_dict(capture.stats)
+    if capture is None:
+        return None
+    stats = stats_dict(capture.stats)
+    pool = trainer.__dict__.get("musgd_graph_pool")
+    if pool is not None:
+        stats["pool_private"] = pool.private
+    return stats
 
 
 def loss_stats(trainer: Any) -> dict[str, Any] | None:

@@ -374,3 +374,21 @@ def test_a_cuda_run_traces_its_first_iterations_reserved_memory(
     cpu.batch_start(trainer)
     cpu.batch_end(trainer)
     assert cpu.memory_trace_mib == []
+
+
+def test_network_stats_say_how_many_networks_kept_pools_of_their_own() -> None:
+    import types
+
+    from musgd._replay import GraphPool, ReplayStats
+
+    capture = types.SimpleNamespace(stats=ReplayStats(recordings=2, replays=5))
+    pool = GraphPool()
+    pool.private = 1
+    trainer = types.SimpleNamespace(musgd_network=capture, musgd_graph_pool=pool)
+    stats = _ul_runs.network_stats(trainer)
+    assert stats is not None
+    assert (stats["recordings"], stats["replays"], stats["pool_private"]) == (2, 5, 1)
+    alone = _ul_runs.network_stats(types.SimpleNamespace(musgd_network=capture))
+    assert alone is not None
+    assert "pool_private" not in alone
+    assert _ul_runs.network_stats(types.SimpleNamespace()) is None
