@@ -258,9 +258,10 @@ class GraphPool:
         before it captures."""
         self._drops.append(drop)
 
-    def consumer(self, device: torch.device, *, droppable: bool = True) -> Any:
+    def consumer(self, device: torch.device, *, droppable: bool = False) -> Any:
         """The shared pool's token on ``device``, for a recording that reads the producer's
-        outputs (``droppable``: its consumer called :meth:`on_producer`)."""
+        outputs (``droppable``: its consumer called :meth:`on_producer`; where one did not, a
+        producer coming later records on its own)."""
         index = self._index(device)
         self._consumed.add(index)
         self._undroppable = self._undroppable or not droppable

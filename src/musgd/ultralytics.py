@@ -539,9 +539,8 @@ def _share_pool(self: Any, pool: GraphPool) -> None:
     memory"). The network's first recording joins it, and the optimizer's recordings made
     before it (the trainer's first steps come first) are dropped and made anew after it; a
     later network recording, such as a short last batch's, records on its own. The loss keeps
-    its own pool: it replays between the network's
-    forward and backward, while the activations the forward saved are live in memory the
-    allocator counts as free.
+    its own pool: it replays between the network's forward and backward, while the activations
+    the forward saved are live in memory the allocator counts as free.
     """
     self.musgd_graph_pool = pool
     engine = getattr(getattr(self, "optimizer", None), "_engine", None)

@@ -671,7 +671,7 @@ def test_a_graph_pool_takes_one_producer_and_drops_the_consumers_before_it(
     pool = GraphPool()
     pool.on_producer(lambda: dropped.append("optimizer"))
     network = pool.producer(first)
-    assert pool.consumer(first) == network  # the optimizer joins it
+    assert pool.consumer(first, droppable=True) == network  # the optimizer joins it
     assert dropped == []  # it came after the network: nothing to drop
     # A second network (a short batch's) gets a pool of its own: its gradients could
     # otherwise sit in the first one's scratch, overwritten while they accumulate.
@@ -679,18 +679,19 @@ def test_a_graph_pool_takes_one_producer_and_drops_the_consumers_before_it(
     assert pool.private == 1
     # The optimizer captured first on another device: the network joins there, and the
     # optimizer's recordings are dropped, to be made anew after it.
-    early = pool.consumer(second)
+    early = pool.consumer(second, droppable=True)
     joined = pool.producer(second)
     assert dropped == ["optimizer"]
     # ... into a fresh pool (PyTorch refuses a capture into one whose graphs were all freed),
     # the dropped recordings' memory given back first.
     assert joined != early
     assert given_back == [1]
-    assert pool.consumer(second) == joined
-    assert pool.consumer(first) == network  # the first device's pool, with its network, stays
+    assert pool.consumer(second, droppable=True) == joined
+    # The first device's pool, with its network, stays.
+    assert pool.consumer(first, droppable=True) == network
     assert pool.private == 1
     # A consumer that cannot drop its recordings keeps a late network out.
     strict = GraphPool()
-    alone = strict.consumer(third, droppable=False)
+    alone = strict.consumer(third)  # said nothing of how to drop its recordings
     assert strict.producer(third) != alone
     assert strict.private == 1
