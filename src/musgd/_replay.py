@@ -315,7 +315,10 @@ class CudaGraphRecorder:
         """Tell the pool that ``drop`` drops every recording made through this recorder (see
         :class:`GraphPool`), before any of them is made."""
         if self.pool is None:
-            raise ValueError("CudaGraphRecorder.drops_with: the recorder has no pool")
+            raise ValueError(
+                "CudaGraphRecorder.drops_with: the recorder has no pool to tell; make it with "
+                "CudaGraphRecorder(pool=GraphPool())"
+            )
         self.pool.on_producer(drop)
         self.droppable = True
 

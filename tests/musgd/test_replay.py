@@ -695,3 +695,10 @@ def test_a_graph_pool_takes_one_producer_and_drops_the_consumers_before_it(
     alone = strict.consumer(third)  # said nothing of how to drop its recordings
     assert strict.producer(third) != alone
     assert strict.private == 1
+
+
+def test_drops_with_needs_a_pool_and_says_how_to_give_one() -> None:
+    from musgd._replay import CudaGraphRecorder
+
+    with pytest.raises(ValueError, match=r"CudaGraphRecorder\(pool=GraphPool\(\)\)"):
+        CudaGraphRecorder().drops_with(lambda: None)
