@@ -198,3 +198,17 @@ class FakeNetworkGrapher:
             raise RuntimeError("fake graphing failure")
         self.graphed += 1
         return module
+
+
+def fake_graph_pools(monkeypatch: Any) -> list[int]:
+    """Pool tokens made on any machine (``torch.cuda.graph_pool_handle`` gives distinct
+    tuples) and ``give_back_cached_blocks`` counted rather than run: the list it appends to."""
+    from itertools import count
+
+    from musgd import _replay
+
+    tokens = count()
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(tokens)))
+    given_back: list[int] = []
+    monkeypatch.setattr(_replay, "give_back_cached_blocks", lambda: given_back.append(1))
+    return given_back

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from replay_fakes import FakeRecorder
+from replay_fakes import FakeRecorder, fake_graph_pools
 from torch import Tensor, nn
 
 from musgd import MuSGD
@@ -181,15 +181,9 @@ def test_share_pool_points_only_the_engines_own_recorder_at_the_pool_once() -> N
 def test_a_network_joining_the_pool_late_drops_the_optimizers_recordings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from itertools import count
-
-    from musgd import _replay as replay_module
     from musgd._replay import GraphPool
 
-    tokens = count()
-    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(tokens)))
-    given_back: list[int] = []
-    monkeypatch.setattr(replay_module, "give_back_cached_blocks", lambda: given_back.append(1))
+    given_back = fake_graph_pools(monkeypatch)
     opt = MuSGD([nn.Parameter(torch.randn(8, 4))], lr=0.02)
     pool = GraphPool()
     assert opt._engine.share_pool(pool)

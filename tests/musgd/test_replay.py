@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from replay_common import assert_same, check_stacked, count_calls, count_ns_bodies, set_grads
-from replay_fakes import FakeRecorder, InjectedFailureError
+from replay_fakes import FakeRecorder, InjectedFailureError, fake_graph_pools
 from torch import Tensor
 
 from musgd import MuSGD
@@ -657,15 +657,9 @@ def test_plan_branches_runs_everything_inline_without_two_lanes_of_small_jobs() 
 def test_a_graph_pool_takes_one_producer_and_drops_the_consumers_before_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from itertools import count
-
-    from musgd import _replay as replay_module
     from musgd._replay import GraphPool
 
-    tokens = count()
-    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(tokens)))
-    given_back: list[int] = []
-    monkeypatch.setattr(replay_module, "give_back_cached_blocks", lambda: given_back.append(1))
+    given_back = fake_graph_pools(monkeypatch)
     first, second, third = (torch.device("cuda", i) for i in range(3))
     dropped: list[str] = []
     pool = GraphPool()
