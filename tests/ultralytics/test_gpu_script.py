@@ -254,3 +254,14 @@ def test_three_arms_each_train_as_their_name_says_in_rotating_rounds(
         "stock-channels-last seed 0",
         "stock seed 1",
     }
+
+
+def test_a_model_ultralytics_cannot_build_exits_2_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--device", "cpu", "--quick", "--parts", "train", "--out", str(tmp_path)]
+    assert _main([*argv, "--model", "nope.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "--model nope.yaml: Ultralytics cannot build it" in err
+    assert "Traceback" not in err
+    assert not list(tmp_path.glob("ultralytics-*.json"))

@@ -48,6 +48,7 @@ from musgd.bench._ul_plan import (
     UsageError,
     configure,
     dataset_fits,
+    model_builds,
     plan_lines,
 )
 from musgd.bench._ul_report import build_curves, read_train_results
@@ -98,6 +99,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     for line in plan_lines(args, budget):
         print(line)
     dataset_fits(args.work, args.n_train, args.imgsz)
+    model_builds(args.model)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.work is None:
         args.work = Path(tempfile.mkdtemp(prefix="musgd-ultralytics-"))

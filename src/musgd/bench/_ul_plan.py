@@ -38,6 +38,7 @@ __all__ = [
     "default_run_s",
     "epochs_for",
     "identity_epochs",
+    "model_builds",
     "parse_arms",
     "plan_lines",
     "round_estimate",
@@ -356,6 +357,21 @@ def dataset_fits(work: Path | None, images: int, imgsz: int) -> None:
             f"for the synthetic dataset, and {where} has {free / 2**30:.1f} GiB free: "
             "ask for fewer images, or point --work at a larger disk"
         )
+
+
+def model_builds(name: str) -> None:
+    """Refuse (:class:`UsageError`) a ``--model`` that Ultralytics cannot build, before any
+    run: otherwise the first run's own process fails with Ultralytics' traceback."""
+    from ultralytics import YOLO
+
+    try:
+        YOLO(name)
+    except Exception as exc:  # whatever Ultralytics raises for a name it cannot resolve
+        raise UsageError(
+            f"--model {name}: Ultralytics cannot build it ({type(exc).__name__}: {exc}); name a "
+            "model config such as yolo26n.yaml (yolo26n-seg.yaml for --task segment), or a "
+            "weights file that exists"
+        ) from None
 
 
 def plan_lines(args: argparse.Namespace, budget: Budget) -> list[str]:
