@@ -87,8 +87,7 @@ RECORDINGS_BOUND = 3
 
 
 class NetworkGrapher(Protocol):
-    """Makes a graphed callable of a module for given sample arguments (the caller's tensors:
-    a grapher copies what it keeps)."""
+    """Makes a graphed callable of a module for given sample arguments."""
 
     def supports(self, device: torch.device) -> bool: ...
 
@@ -658,9 +657,7 @@ class NetworkCapture:
         saved = [b.clone() for b in buffers]
         network = _FlatNetwork(self.model, self._original)
         try:
-            # The recording keeps its own copy of the input (a batch at a time, 75 MiB for
-            # b16 at 640 px): no second one for the call.
-            run = self.grapher.graph(network, (img.detach(),), self._grad_strides[key])
+            run = self.grapher.graph(network, (img.detach().clone(),), self._grad_strides[key])
         except Exception as exc:  # any failure: this key stays eager
             what = f"NetworkCapture: recording the network for input {tuple(img.shape)}"
             self._cache.refuse_failed(key, exc, self.stats, what, "that input runs eagerly")
