@@ -488,3 +488,39 @@ def test_recordings_in_one_pool_reuse_its_scratch_and_keep_their_bits() -> None:
     for recording, expected in ((first_own, first), (second_own, second)):
         recording.replay()
         assert torch.equal(recording.outputs[0], want[id(expected)])
+
+
+def test_dropping_a_recording_leaves_the_others_their_cublas_workspace() -> None:
+    """Every recording warms up and captures on one side stream (``musgd._replay.STREAMS``),
+    so its GEMMs bake in that stream's cuBLAS workspace. PyTorch's tracker reports that
+    destroying a graph frees the workspace of the stream it was captured on, under the graphs
+    still alive (docs/PROVENANCE.md R386); a dropped or failed recording would then leave the
+    others reading freed memory. Dropping one recording must free its outputs and nothing else,
+    and the other must still replay the eager bits with the freed memory reused."""
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    a, b = (
+        torch.randn(1024, 1024, generator=gen, device=DEVICE).to(torch.bfloat16) for _ in range(2)
+    )
+    recorder = CudaGraphRecorder(branches=1)
+    kept = recorder.record(lambda: (a @ b,), DEVICE)
+    dropped = recorder.record(lambda: (b @ a,), DEVICE)
+    kept.replay()
+    dropped.replay()
+    expected = (a @ b).clone()
+    output_bytes = dropped.outputs[0].untyped_storage().nbytes()
+    torch.cuda.synchronize()
+    gc.collect()
+    before = torch.cuda.memory_allocated(DEVICE)
+    del dropped
+    gc.collect()
+    torch.cuda.synchronize()
+    freed = before - torch.cuda.memory_allocated(DEVICE)
+    assert freed == output_bytes, (
+        f"dropping one recording freed {freed} bytes, its outputs are {output_bytes}: the "
+        "rest is memory the live recordings may use (the side stream's cuBLAS workspace)"
+    )
+    filler = torch.full((32 << 20,), 3.0, device=DEVICE)  # takes whatever was freed
+    kept.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(kept.outputs[0], expected)
+    assert bool((filler == 3.0).all())
