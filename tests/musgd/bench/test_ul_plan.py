@@ -172,10 +172,19 @@ def test_the_plan_and_the_budget_count_every_arm_and_a_compilations_start() -> N
 def test_a_dataset_larger_than_the_free_disk_is_refused_before_it_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The free space is the test's, not the machine's: a CI disk once had 0.4 GiB left.
+    asked: list[Path] = []
+
+    def one_gib_free(path: Path) -> SimpleNamespace:
+        asked.append(Path(path))
+        return SimpleNamespace(total=2**30, used=0, free=2**30)
+
+    monkeypatch.setattr(shutil, "disk_usage", one_gib_free)
     work = tmp_path / "not" / "made" / "yet"
-    plan.dataset_fits(work, 2400, 640)  # about 0.7 GiB: fits this machine's disk
-    with pytest.raises(plan.UsageError, match=r"needs about .* GiB of disk"):
-        plan.dataset_fits(work, 10**20, 640)
+    plan.dataset_fits(work, 2400, 640)  # about 0.7 GiB: fits in 1 GiB
+    assert asked == [tmp_path]  # the nearest folder that exists is the one measured
+    with pytest.raises(plan.UsageError, match=r"needs about 1\.1 GiB of disk.* 1\.0 GiB free"):
+        plan.dataset_fits(work, 4000, 640)
     assert not (tmp_path / "not").exists()
 
     one_mib = SimpleNamespace(total=2**20, used=0, free=2**20)
