@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from musgd._replay import (
+    GRAPHS,
     STREAMS,
     RecordingCache,
     ReplayStats,
@@ -87,7 +88,8 @@ class _CudaLossRecording:
             torch.clear_autocast_cache()
             give_back_cached_blocks()  # the warm-up's blocks, cached for the side stream
             pool = torch.cuda.graph_pool_handle()
-            self._forward, self._backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            index = torch.cuda.current_device()
+            self._forward, self._backward = GRAPHS.graph(index), GRAPHS.graph(index)
             try:
                 total, items = capture(self._forward, lambda: fn(*self.static), side, pool)
             finally:

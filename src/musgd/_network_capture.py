@@ -64,6 +64,7 @@ import torch
 from torch import Tensor
 
 from musgd._replay import (
+    GRAPHS,
     STREAMS,
     GraphPool,
     RecordingCache,
@@ -164,7 +165,8 @@ class _CudaRecording:
             # pool (GraphPool) also holds recordings that replay after the backward only and
             # read its gradients: this recording joins it as their producer.
             token = torch.cuda.graph_pool_handle() if pool is None else pool.producer(img.device)
-            self._forward, self._backward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            index = torch.cuda.current_device()
+            self._forward, self._backward = GRAPHS.graph(index), GRAPHS.graph(index)
             try:
                 outs = capture(self._forward, forward, side, token)
             finally:

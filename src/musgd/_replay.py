@@ -16,6 +16,7 @@ import gc
 import math
 import threading
 import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -160,11 +161,102 @@ class BranchedOrthogonalizer(Orthogonalizer):
                 current.wait_stream(stream)
 
 
+class _Held:
+    """A graph the keeper holds, and the shared pool it captured into (None: its own)."""
+
+    __slots__ = ("graph", "pool")
+
+    def __init__(self, graph: Any) -> None:
+        self.graph: Any = graph
+        self.pool: Hashable | None = None
+
+
+class KeptGraph:
+    """A ``torch.cuda.CUDAGraph`` made by :data:`GRAPHS`: its owner captures and replays it
+    through this handle, and when the handle goes the keeper decides when the graph does."""
+
+    __slots__ = ("__weakref__", "_held")
+
+    def __init__(self, held: _Held) -> None:
+        self._held = held
+
+    def capture_begin(self, pool: Any = None) -> None:
+        """Begin capturing on the current stream, into ``pool`` (a pool token) or its own."""
+        self._held.pool = pool
+        self._held.graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+
+    def capture_end(self) -> None:
+        self._held.graph.capture_end()
+
+    def replay(self) -> None:
+        self._held.graph.replay()
+
+
+class GraphKeeper:
+    """Every CUDA graph this package makes, each destroyed only once no other graph of its
+    device is still owned.
+
+    PyTorch frees the cuBLAS workspaces of a graph's capture stream when it destroys the graph,
+    also those that other live graphs captured on that stream write to (pytorch/pytorch#193402,
+    docs/PROVENANCE.md R386). Every recording here warms up and captures on one side stream per
+    device (:data:`STREAMS`), so a dropped or failed recording would free the workspace of the
+    network's and the optimizer's live ones, and their next replays would write into memory the
+    caching allocator hands out again or gives back to the driver. So an owner holds a
+    :class:`KeptGraph`; when that handle goes, its graph is destroyed at once where it was its
+    device's last owned graph, and else kept, idle and never replayed, until the device's last
+    owned graph goes. ``idle`` counts the graphs kept so; each holds its own pool's memory
+    (graphs in a shared pool hold nothing the pool does not), and the events that make them --
+    a recording dropped or failed while others live -- are few in a training run.
+    """
+
+    def __init__(self, make: Callable[[], Any] | None = None) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._owned: dict[int, set[_Held]] = {}
+        self._idle: dict[int, list[_Held]] = {}
+
+    def graph(self, device: int) -> KeptGraph:
+        """A new graph on device ``device`` (an index), owned through the handle returned."""
+        held = _Held(torch.cuda.CUDAGraph() if self._make is None else self._make())
+        handle = KeptGraph(held)
+        with self._lock:
+            self._owned.setdefault(device, set()).add(held)
+        weakref.finalize(handle, self._let_go, device, held).atexit = False
+        return handle
+
+    def _let_go(self, device: int, held: _Held) -> None:
+        with self._lock:
+            owned = self._owned[device]
+            owned.discard(held)
+            if owned:
+                self._idle.setdefault(device, []).append(held)
+                return
+            gone = [*self._idle.pop(device, []), held]
+        for each in gone:  # outside the lock: destroying a graph may run other finalizers
+            each.graph = None
+
+    @property
+    def idle(self) -> int:
+        """How many graphs are kept past their owners, all devices together."""
+        with self._lock:
+            return sum(len(kept) for kept in self._idle.values())
+
+    def holds_pool(self, device: int, pool: Hashable) -> bool:
+        """Whether a graph of ``device``, owned or idle, captured into the shared ``pool``:
+        PyTorch refuses a capture into a pool whose graphs were all destroyed."""
+        with self._lock:
+            held = (*self._owned.get(device, ()), *self._idle.get(device, ()))
+            return any(h.pool == pool for h in held)
+
+
+GRAPHS = GraphKeeper()
+
+
 @dataclass(frozen=True)
 class CudaGraphRecording:
-    """One captured ``torch.cuda.CUDAGraph`` and the static tensors its replay writes."""
+    """One captured graph (a :class:`KeptGraph`) and the static tensors its replay writes."""
 
-    graph: torch.cuda.CUDAGraph
+    graph: KeptGraph
     outputs: tuple[Tensor, ...]
 
     def replay(self) -> None:
@@ -175,7 +267,8 @@ class _StreamPool(threading.local):
     """The streams recordings warm up, capture and branch on: per thread and device, shared.
 
     PyTorch gives cuBLAS a workspace for each stream it runs on and keeps it until the process
-    ends (32 MiB each on an H200). Streams owned by each recorder would hold one more set of
+    ends (32 MiB each on an H200), or until a graph captured on that stream is destroyed
+    (:class:`GraphKeeper` says why none of ours is while another lives). Streams owned by each recorder would hold one more set of
     workspaces for every optimizer a process creates; shared, a thread holds one side stream and
     one set of lanes per device. Per thread, because two threads recording at once must not
     capture on the same stream. PyTorch hands ``torch.cuda.Stream()`` out of a fixed pool per
@@ -282,8 +375,11 @@ class GraphPool:
             # Where no producer joined, every graph of the pool is gone, and PyTorch refuses a
             # capture into a pool whose graphs all were (an internal assertion on the H200,
             # PyTorch 2.11): the producer starts a fresh pool, the old one's memory given back.
+            # Where GRAPHS still keeps some of them, idle, the pool lives on: the producer
+            # joins it and reuses their memory.
             for stale in set(self._handles) - self._joined:
-                del self._handles[stale]
+                if not GRAPHS.holds_pool(stale, self._handles[stale]):
+                    del self._handles[stale]
             give_back_cached_blocks()
         self._joined.add(index)
         return self._shared(index)
@@ -354,7 +450,7 @@ class CudaGraphRecorder:
             side = STREAMS.side_stream(torch.cuda.current_device())
             with on_side_stream(side, current):
                 fn()
-            graph = torch.cuda.CUDAGraph()
+            graph = GRAPHS.graph(torch.cuda.current_device())
             give_back_cached_blocks()
             pool = None
             if self.pool is not None:
@@ -390,7 +486,7 @@ def give_back_cached_blocks() -> None:
 
 
 def capture(
-    graph: torch.cuda.CUDAGraph,
+    graph: KeptGraph,
     fn: Callable[[], T],
     side: torch.cuda.Stream,
     pool: Any = None,  # a torch.cuda.graph_pool_handle()
@@ -404,7 +500,7 @@ def capture(
     default "global" mode would). The cyclic garbage collector waits (``_no_automatic_collection``).
     """
     with torch.cuda.stream(side), _no_automatic_collection():
-        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        graph.capture_begin(pool)
         try:
             return fn()
         finally:

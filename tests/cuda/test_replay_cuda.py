@@ -22,7 +22,13 @@ from musgd import _functional as functional
 from musgd import _triton_ns as triton_ns
 from musgd._functional import EagerOrthogonalizer, NSSettings
 from musgd._newton_schulz import DEFAULT_COEFFICIENTS, resolve_coefficients
-from musgd._replay import CudaGraphRecorder, GraphPool, ReplayOrthogonalizer, ReplayState
+from musgd._replay import (
+    GRAPHS,
+    CudaGraphRecorder,
+    GraphPool,
+    ReplayOrthogonalizer,
+    ReplayState,
+)
 
 pytestmark = [
     pytest.mark.cuda,
@@ -520,6 +526,40 @@ def test_dropping_a_recording_leaves_the_others_their_cublas_workspace() -> None
         "rest is memory the live recordings may use (the side stream's cuBLAS workspace)"
     )
     filler = torch.full((32 << 20,), 3.0, device=DEVICE)  # takes whatever was freed
+    kept.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(kept.outputs[0], expected)
+    assert bool((filler == 3.0).all())
+
+
+def test_a_failed_capture_leaves_the_live_recordings_their_workspace() -> None:
+    """A capture that fails gives up its graph while another recording of the side stream
+    lives: :data:`musgd._replay.GRAPHS` keeps that graph, idle, so the workspace the live one's
+    GEMM writes to stays its own through the cache's give-back and a new allocation."""
+    gen = torch.Generator(device=DEVICE).manual_seed(1)
+    a, b = (
+        torch.randn(1024, 1024, generator=gen, device=DEVICE).to(torch.bfloat16) for _ in range(2)
+    )
+    recorder = CudaGraphRecorder(branches=1)
+    kept = recorder.record(lambda: (a @ b,), DEVICE)
+    expected = (a @ b).clone()
+    idle = GRAPHS.idle
+    passes: list[int] = []
+
+    def fails_in_capture() -> tuple[Tensor, ...]:
+        out = b @ a
+        passes.append(1)
+        if len(passes) > 1:  # the warm-up passes, the capture fails
+            raise RuntimeError("injected capture failure")
+        return (out,)
+
+    with pytest.raises(RuntimeError, match="injected capture failure"):
+        recorder.record(fails_in_capture, DEVICE)
+    gc.collect()
+    assert GRAPHS.idle == idle + 1
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    filler = torch.full((32 << 20,), 3.0, device=DEVICE)
     kept.replay()
     torch.cuda.synchronize()
     assert torch.equal(kept.outputs[0], expected)

@@ -696,3 +696,111 @@ def test_drops_with_needs_a_pool_and_says_how_to_give_one() -> None:
 
     with pytest.raises(ValueError, match=r"CudaGraphRecorder\(pool=GraphPool\(\)\)"):
         CudaGraphRecorder().drops_with(lambda: None)
+
+
+class _FakeGraph:
+    """Stands in for ``torch.cuda.CUDAGraph``: its capture's pool and mode, and its
+    destruction, appended by name to a shared list."""
+
+    def __init__(self, name: str, destroyed: list[str]) -> None:
+        self.name, self.destroyed = name, destroyed
+        self.pool: Any = None
+        self.mode = ""
+        self.replays = 0
+
+    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+        self.pool, self.mode = pool, capture_error_mode
+
+    def capture_end(self) -> None:
+        pass
+
+    def replay(self) -> None:
+        self.replays += 1
+
+    def __del__(self) -> None:
+        self.destroyed.append(self.name)
+
+
+def _fake_keeper() -> tuple[Any, list[str]]:
+    """A :class:`musgd._replay.GraphKeeper` of fake graphs named a, b, c, ... in order of
+    making, and the list their destruction is written to."""
+    from musgd._replay import GraphKeeper
+
+    destroyed: list[str] = []
+    names = iter("abcdefgh")
+    return GraphKeeper(lambda: _FakeGraph(next(names), destroyed)), destroyed
+
+
+def test_a_graph_outlives_its_owner_until_its_devices_last_owned_graph_goes() -> None:
+    # PyTorch frees the capture stream's cuBLAS workspace with a graph (R386): one destroyed
+    # while another of the same side stream lives would free the live one's workspace.
+    keeper, destroyed = _fake_keeper()
+    a, b, c = keeper.graph(0), keeper.graph(0), keeper.graph(1)
+    del a
+    assert destroyed == []  # b, on the same device, still owned: a is kept
+    assert keeper.idle == 1
+    del c
+    assert destroyed == ["c"]  # the last owned graph of device 1: nothing to keep it for
+    b.replay()
+    assert keeper.idle == 1
+    del b
+    assert sorted(destroyed) == ["a", "b", "c"]  # device 0's last owner went: both go
+    assert keeper.idle == 0
+
+
+def test_the_keeper_knows_which_pools_its_graphs_captured_into() -> None:
+    keeper, destroyed = _fake_keeper()
+    graph, other = keeper.graph(0), keeper.graph(0)
+    graph.capture_begin(("pool", 7))
+    graph.capture_end()
+    assert keeper.holds_pool(0, ("pool", 7))
+    assert not keeper.holds_pool(1, ("pool", 7))
+    assert not keeper.holds_pool(0, ("pool", 8))
+    del graph
+    assert keeper.holds_pool(0, ("pool", 7))  # kept, idle: the pool still has a graph
+    del other
+    assert not keeper.holds_pool(0, ("pool", 7))
+    assert sorted(destroyed) == ["a", "b"]
+
+
+def test_captures_are_thread_local_into_the_pool_given() -> None:
+    keeper, _ = _fake_keeper()
+    graph = keeper.graph(0)
+    graph.capture_begin(("pool", 1))
+    held = graph._held.graph
+    assert (held.pool, held.mode) == (("pool", 1), "thread_local")
+
+
+def test_a_producer_joins_the_pool_its_dropped_consumers_are_kept_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from musgd import _replay
+    from musgd._replay import GraphPool
+
+    given_back = fake_graph_pools(monkeypatch)
+    keeper, destroyed = _fake_keeper()
+    monkeypatch.setattr(_replay, "GRAPHS", keeper)
+    first, second = torch.device("cuda", 0), torch.device("cuda", 1)
+    pool = GraphPool()
+    consumers: dict[int, Any] = {}
+    pool.on_producer(consumers.clear)
+    # On the first device a loss recording (its own pool) lives when the network joins: the
+    # optimizer's dropped graph is kept, so the shared pool still has a graph and lives on.
+    loss = keeper.graph(0)
+    loss.capture_begin(("loss", 0))
+    early = pool.consumer(first, droppable=True)
+    consumers[0] = keeper.graph(0)
+    consumers[0].capture_begin(early)
+    assert pool.producer(first) == early
+    assert destroyed == []
+    assert keeper.idle == 1
+    assert given_back == [1]
+    # On the second device nothing else lives: the dropped graph goes, and the network starts
+    # a fresh pool (PyTorch refuses a capture into one whose graphs were all destroyed).
+    late = pool.consumer(second, droppable=True)
+    consumers[1] = keeper.graph(1)
+    consumers[1].capture_begin(late)
+    joined = pool.producer(second)
+    assert joined != late
+    assert destroyed == ["c"]
+    del loss

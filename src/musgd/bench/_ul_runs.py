@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 import musgd
+from musgd._replay import GRAPHS
 from musgd.bench._syncs import SyncCounter
 from musgd.bench._trainer_phases import PhaseClock, phase_trace, summarize_phases
 from musgd.bench._ul_arms import ARM_TABLE, ChannelsLastAtStart, channels_last_weights
@@ -772,11 +773,14 @@ def clip_stats(trainer: Any) -> dict[str, Any] | None:
 def network_stats(trainer: Any) -> dict[str, Any] | None:
     """The trainer's network capture (``musgd_network``), where it has one; with the shared
     recording pool (``musgd_graph_pool``), how many network recordings kept pools of their own
-    (``pool_private``: a short batch's, or one the pool could not take)."""
+    (``pool_private``: a short batch's, or one the pool could not take); and how many graphs the
+    process keeps past their owners (``graphs_kept_idle``, ``musgd._replay.GRAPHS``: recordings
+    dropped or failed while others lived)."""
     capture = trainer.__dict__.get("musgd_network")
     if capture is None:
         return None
     stats = stats_dict(capture.stats)
+    stats["graphs_kept_idle"] = GRAPHS.idle
     pool = trainer.__dict__.get("musgd_graph_pool")
     if pool is not None:
         stats["pool_private"] = pool.private
