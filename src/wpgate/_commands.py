@@ -286,7 +286,7 @@ def new_wp(wp_id: str, title: str, phase: int, root: str | None) -> int:
         paths = new_work_package(base, load_config(base), wp_id, title, phase)
     except ValueError as exc:
         raise InvocationError(str(exc)) from exc
-    click.echo("\n".join(paths))
+    click.echo("\n".join(shell.shown_path(base, path) for path in paths))
     return shell.EXIT_CLEAN
 
 
@@ -301,6 +301,8 @@ def init(name: str | None, root: str | None) -> int:
         result = init_repository(shell.repository_root(root), name)
     except ValueError as exc:
         raise InvocationError(str(exc)) from exc
+    for path, added in result.appended:
+        click.echo(f"appended {added} to {path}")
     for path in result.written:
         click.echo(f"wrote {path}")
     for path in result.kept:

@@ -274,8 +274,9 @@ def _repository_state(root: Path) -> tuple[bool, Path]:
     done = _run(root, ["rev-parse", "--is-shallow-repository", "--git-path", "shallow"])
     if done.returncode != 0:
         raise GitError(
-            f"{root} is not inside a git repository; run wpgate in a clone, or pass a message "
-            "file instead of a range"
+            f"{root} is not inside a git repository, and reading commits needs one: run "
+            "wpgate in a clone (outside one, `wpgate trailers FILE` lints a message file, and "
+            "`wpgate check` lints the documents alone once history_start is unset)"
         )
     lines = done.stdout.decode().splitlines()
     shallow_file = Path(lines[1]) if len(lines) > 1 else Path(".git/shallow")

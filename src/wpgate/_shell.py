@@ -19,11 +19,11 @@ from itertools import chain
 from pathlib import Path
 from typing import IO, NamedTuple
 
-from wpgate._config import Config, load_config
+from wpgate._config import Config, find_config, load_config
 from wpgate._model import MAX_MESSAGE, Finding, with_severity
 from wpgate._output import LinterRun, Summary, format_report
 from wpgate._record import replace
-from wpgate.errors import GitError, InvocationError
+from wpgate.errors import ConfigError, GitError, InvocationError
 from wpgate.options import OutputOptions
 
 __all__ = [
@@ -104,8 +104,34 @@ def _spelled(finding: Finding, config: Config) -> Finding:
 
 
 def repository_root(path: str | None) -> Path:
-    """The repository root: ``--root``, else the current directory."""
-    return Path(path).resolve() if path else Path.cwd()
+    """The repository root: ``--root``; else, as git and ruff find theirs, the nearest folder
+    at or above the current one whose configuration configures wpgate, up to the top of its
+    git work tree (the root where nothing below it does); else the current directory."""
+    if path:
+        return Path(path).resolve()
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if _configures_wpgate(folder) or (folder / ".git").exists():
+            return folder
+    return here
+
+
+def _configures_wpgate(folder: Path) -> bool:
+    """Whether one of ``folder``'s configuration files configures wpgate (one that cannot be
+    read counts: loading it there says what is wrong with it)."""
+    try:
+        return bool(find_config(folder)[0])
+    except ConfigError:
+        return True
+
+
+def shown_path(root: Path, path: str) -> str:
+    """``path`` (relative to ``root``) as the shell reaches it from the current folder where
+    that lies inside ``root`` (a root found above it); else as it is, relative to the root."""
+    here = Path.cwd()
+    if here != root and root not in here.parents:
+        return path
+    return os.path.relpath(root / path, here)
 
 
 def command_config(
@@ -152,7 +178,12 @@ FORMAT_OPTION = Option(
     "Report format: text, json, GitHub workflow annotations, or SARIF 2.1.0 (code scanning).",
 )
 ROOT_OPTION = Option(
-    "--root", "root", DIRECTORY, None, "Repository root (default: the current directory)."
+    "--root",
+    "root",
+    DIRECTORY,
+    None,
+    "Repository root (default: the nearest folder up from here with a wpgate configuration, "
+    "else the top of the git work tree, else the current folder).",
 )
 #: The options of every linter's command, in the order their help lists them.
 SHARED_OPTIONS = (IGNORE_OPTION, FORMAT_OPTION, ROOT_OPTION)
