@@ -268,13 +268,14 @@ class _StreamPool(threading.local):
 
     PyTorch gives cuBLAS a workspace for each stream it runs on and keeps it until the process
     ends (32 MiB each on an H200), or until a graph captured on that stream is destroyed
-    (:class:`GraphKeeper` says why none of ours is while another lives). Streams owned by each recorder would hold one more set of
-    workspaces for every optimizer a process creates; shared, a thread holds one side stream and
-    one set of lanes per device. Per thread, because two threads recording at once must not
-    capture on the same stream. PyTorch hands ``torch.cuda.Stream()`` out of a fixed pool per
-    device and priority, round robin, so once a process has made more streams than that pool
-    holds, another thread's stream objects may share a CUDA stream with these (seen on the
-    H200 after a full CUDA test session): recording from two threads at once is not supported.
+    (:class:`GraphKeeper` says why none of ours is while another lives). Streams owned by each
+    recorder would hold one more set of workspaces for every optimizer a process creates;
+    shared, a thread holds one side stream and one set of lanes per device. Per thread, because
+    two threads recording at once must not capture on the same stream. PyTorch hands
+    ``torch.cuda.Stream()`` out of a fixed pool per device and priority, round robin, so once a
+    process has made more streams than that pool holds, another thread's stream objects may
+    share a CUDA stream with these (seen on the H200 after a full CUDA test session): recording
+    from two threads at once is not supported.
     """
 
     def __init__(self) -> None:
@@ -718,7 +719,14 @@ class ReplayState:
         last = self._last_ns
         if last is not None and last[0] is ns:
             return last[1]
-        key = (typed(ns.steps), typed(ns.coefficients), typed(ns.eps), ns.dtype, ns.backend)
+        key = (
+            typed(ns.steps),
+            typed(ns.coefficients),
+            typed(ns.eps),
+            ns.dtype,
+            ns.backend,
+            ns.normalize,
+        )
         self._last_ns = (ns, key)
         return key
 

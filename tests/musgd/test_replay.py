@@ -804,3 +804,14 @@ def test_a_producer_joins_the_pool_its_dropped_consumers_are_kept_in(
     assert joined != late
     assert destroyed == ["c"]
     del loss
+
+
+def test_settings_that_change_the_result_change_the_replay_key() -> None:
+    # A group switched to the AOL normalization, or to the Gram iteration, must record anew,
+    # not replay the recording of its earlier settings.
+    state = ReplayState(FakeRecorder(), orth_bound=lambda: 10, update_bound=lambda: 10)
+    keys = {
+        state.ns_key(dataclasses.replace(NS, **change))
+        for change in ({}, {"normalize": "aol"}, {"backend": "gram"}, {"dtype": torch.float16})
+    }
+    assert len(keys) == 4
