@@ -297,16 +297,17 @@ def init(name: str | None, root: str | None) -> int:
     """Bootstrap wpgate here: config, governance documents, mkdocs.yml, pre-commit hooks."""
     from wpgate._init import init_repository
 
+    base = shell.repository_root(root)
     try:
-        result = init_repository(shell.repository_root(root), name)
+        result = init_repository(base, name)
     except ValueError as exc:
         raise InvocationError(str(exc)) from exc
     for path, added in result.appended:
-        click.echo(f"appended {added} to {path}")
+        click.echo(f"appended {added} to {shell.shown_path(base, path)}")
     for path in result.written:
-        click.echo(f"wrote {path}")
+        click.echo(f"wrote {shell.shown_path(base, path)}")
     for path in result.kept:
-        click.echo(f"kept  {path} (exists)")
+        click.echo(f"kept  {shell.shown_path(base, path)} (exists)")
     if result.advice:
         click.echo(result.advice)
     click.echo("next: wpgate new-wp 001 --title TITLE --phase 1; pre-commit install; wpgate check")

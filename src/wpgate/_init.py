@@ -6,9 +6,10 @@ table appended to an existing ``pyproject.toml``, else a ``wpgate.toml``) with g
 the languages found in the repository, a ``.gitignore`` entry for the built site, the
 provenance record, the changelog, the
 work-package registry folder, the evidence folder's README, ``mkdocs.yml`` with the wpgate
-plugin and a ``.pre-commit-config.yaml`` of ``repo: local`` hooks (installing them clones
-nothing). Each planned file is a :class:`Scaffold`; :func:`init_repository` reports what it
-wrote and what it kept.
+plugin, a pull-request template that keeps the clean-room statement (WPG109) and a
+``.pre-commit-config.yaml`` of ``repo: local`` hooks (installing them clones nothing). Each
+planned file is a :class:`Scaffold`; :func:`init_repository` reports what it wrote, what it
+appended to and what it kept.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from wpgate._documents import ReadRefusedError, read_bounded, resolve_inside
-from wpgate.options import GATE_LANGUAGES, ConfigError, DocsLayout
+from wpgate.options import GATE_LANGUAGES, ConfigError, DocsLayout, TrailerOptions, toml_string
 
 __all__ = [
     "InitResult",
@@ -43,7 +45,7 @@ _CONFIG = """
 required = {required}
 
 [{prefix}gates]
-# The test files a `Gate:` may name, found in this repository by `wpgate init`:
+{found}
 {examples}
 languages = {languages}
 # Other test files: a glob = a regular expression whose group `name` is a test's name.
@@ -127,6 +129,13 @@ This site is built by mkdocs with the wpgate plugin: the [roadmap](ROADMAP.md) l
 package; evidence blocks render the measured numbers as tables and charts.
 """
 
+# PR mode lints the title and this body as the squash commit (WPG109 keeps the statement).
+_PULL_REQUEST = """<!-- What the change does and why; end with its trailers (WP:, Provenance:). -->
+
+{statement} this change was written from specifications, papers and official documentation,
+not copied from other projects' code, and every source it used is in the provenance table.
+"""
+
 _MKDOCS = """site_name: {name}
 docs_dir: {docs_dir}
 site_dir: site
@@ -189,17 +198,23 @@ class Scaffold:
     append: bool = False
     #: Already there (the file, or what an appended text would add): kept, not written.
     present: bool = False
+    #: What an appended text adds, as the report names it (``[tool.wpgate]``).
+    adds: str = ""
 
 
 @dataclass(frozen=True)
 class InitResult:
-    """What ``init`` did: the files it wrote (or appended to) and those it left as they were."""
+    """What ``init`` did: the files it wrote, those it appended to and those it left as they
+    were."""
 
     written: tuple[str, ...]
     kept: tuple[str, ...]
     #: What the user should add by hand (an existing ``.pre-commit-config.yaml`` without
     #: wpgate's hooks), or ``""``.
     advice: str = ""
+    #: The existing files ``init`` added to, each with what it added:
+    #: ``(("pyproject.toml", "[tool.wpgate]"),)``.
+    appended: tuple[tuple[str, str], ...] = ()
 
 
 def detect_languages(root: Path) -> tuple[str, ...]:
@@ -228,12 +243,18 @@ def config_text(languages: tuple[str, ...], *, pyproject: bool) -> str:
         f"#   Gate: {example}" for language, _, example in _DETECT if language in languages
     )
     required = ["WP", "Provenance", "Gate"] if languages else ["WP", "Provenance"]
+    found = "# The test files a `Gate:` may name, found in this repository by `wpgate init`:"
     if not languages:
+        found = (
+            "# The test files a `Gate:` may name: `wpgate init` found none in this repository,\n"
+            "# so every language is listed as a start (keep those it will use):"
+        )
         examples = '#   (no test files yet: add "Gate" to `required` once there are tests)'
     return _CONFIG.format(
         top="[tool.wpgate]" if pyproject else "# wpgate's configuration (wpgate.toml)",
         prefix="tool.wpgate." if pyproject else "",
         required=_toml_list(required),
+        found=found,
         examples=examples,
         languages=_toml_list(list(languages or GATE_LANGUAGES)),
     ).lstrip("\n")
@@ -241,7 +262,34 @@ def config_text(languages: tuple[str, ...], *, pyproject: bool) -> str:
 
 def _toml_list(items: list[str]) -> str:
     """``["a", "b"]``."""
-    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+    return "[" + ", ".join(map(toml_string, items)) + "]"
+
+
+# Python-Markdown's backslash escapes; `<` and `&` would start raw HTML or an entity.
+_MARKDOWN_ESCAPED = frozenset("\\`*_{}[]()>#+-.!")
+_MARKDOWN_ENTITIES = {"<": "&lt;", "&": "&amp;"}
+
+
+def _markdown_text(text: str) -> str:
+    """``text`` escaped for a Markdown heading, so that it renders as itself."""
+    return "".join(
+        _MARKDOWN_ENTITIES.get(char) or (f"\\{char}" if char in _MARKDOWN_ESCAPED else char)
+        for char in text
+    )
+
+
+def _name_problem(name: str, source: str = "--name") -> str:
+    """Why ``name`` cannot be the site's name (a line break or another control character,
+    which no Markdown heading keeps on one line), or ``""``."""
+    for char in name:
+        # Cc: control characters; Zl, Zp: line and paragraph separators; Cs: a lone surrogate
+        # (bytes of the command line that are not UTF-8), which no file can hold.
+        if unicodedata.category(char) in {"Cc", "Zl", "Zp", "Cs"}:
+            return (
+                f"{source} {name[:40]!r} holds the control character U+{ord(char):04X}; pass "
+                "--name with the site's name on one line of printable characters"
+            )
+    return ""
 
 
 def _site_ignored(gitignore: Path) -> bool:
@@ -275,12 +323,17 @@ def _docs_dir(layout: DocsLayout) -> str:
 
 
 def plan_scaffolds(
-    root: Path, name: str, layout: DocsLayout, config_source: str = ""
+    root: Path,
+    name: str,
+    layout: DocsLayout,
+    config_source: str = "",
+    statement: str = TrailerOptions().clean_room_statement,
 ) -> list[Scaffold]:
     """Every file ``init`` would write for a repository called ``name``, in writing order.
 
     The configuration goes to ``config_source`` when it exists (and is kept); else it is
-    appended to an existing ``pyproject.toml`` or written as ``wpgate.toml``.
+    appended to an existing ``pyproject.toml`` or written as ``wpgate.toml``. The pull-request
+    template keeps ``statement``, the clean-room statement WPG109 asks of a pull request.
     """
     docs_dir = _docs_dir(layout)
     changelog = layout.changelog.replace(".", r"\.")
@@ -289,7 +342,8 @@ def plan_scaffolds(
         config = Scaffold(config_source, "", present=True)
     else:
         text = config_text(detect_languages(root), pyproject=pyproject)
-        config = Scaffold("pyproject.toml" if pyproject else "wpgate.toml", text, pyproject)
+        file = "pyproject.toml" if pyproject else "wpgate.toml"
+        config = Scaffold(file, text, pyproject, adds="[tool.wpgate]")
     gitignore = root / ".gitignore"
     return [
         config,
@@ -299,13 +353,16 @@ def plan_scaffolds(
             "/site/\n",
             append=gitignore.exists(),
             present=_site_ignored(gitignore),
+            adds="/site/",
         ),
         Scaffold(layout.provenance, _PROVENANCE),
         Scaffold(layout.changelog, _CHANGELOG),
         Scaffold(f"{layout.work_packages}/index.md", _WORK_PACKAGES_INDEX),
         Scaffold(f"{layout.evidence}/README.md", _EVIDENCE_README),
-        Scaffold(f"{docs_dir}/index.md", _INDEX.format(name=name)),
-        Scaffold("mkdocs.yml", _MKDOCS.format(name=name, docs_dir=docs_dir)),
+        Scaffold(f"{docs_dir}/index.md", _INDEX.format(name=_markdown_text(name))),
+        # A JSON (TOML basic) string is a YAML double-quoted scalar: `: `, `#`, quotes survive.
+        Scaffold("mkdocs.yml", _MKDOCS.format(name=toml_string(name), docs_dir=docs_dir)),
+        Scaffold(".github/pull_request_template.md", _PULL_REQUEST.format(statement=statement)),
         Scaffold(
             ".pre-commit-config.yaml", _PRE_COMMIT.format(docs_dir=docs_dir, changelog=changelog)
         ),
@@ -382,6 +439,9 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
     """
     if not root.is_dir():
         raise ValueError(f"{root} is not a directory; create it or pass --root")
+    why = _name_problem(name) if name else _name_problem(root.resolve().name, "the folder's name")
+    if why:
+        raise ValueError(why)
     from wpgate._config import load_config
 
     try:
@@ -391,7 +451,8 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
         # The error already names the file, the key and the fix; say it once.
         raise ValueError(f"{exc}; {_AGAIN}") from exc
     layout = DocsLayout.from_config(config)
-    plans = plan_scaffolds(root, name or root.resolve().name, layout, config.source)
+    statement = TrailerOptions.from_config(config).clean_room_statement
+    plans = plan_scaffolds(root, name or root.resolve().name, layout, config.source, statement)
     # Everything that could stop init is found before the first file is written.
     for plan in plans:
         why = _unwritable(root, plan.path)
@@ -410,6 +471,7 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
             )
     existing = {plan.path: _appendable(root, plan.path) for plan in plans if plan.append}
     written: list[str] = []
+    appended: list[tuple[str, str]] = []
     for plan in plans:
         target = root / plan.path
         try:
@@ -424,5 +486,8 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
             raise ValueError(
                 f"cannot write {plan.path} ({exc.strerror}); check permissions"
             ) from exc
-        written.append(plan.path)
-    return InitResult(tuple(written), tuple(kept), advice)
+        if plan.append:
+            appended.append((plan.path, plan.adds))
+        else:
+            written.append(plan.path)
+    return InitResult(tuple(written), tuple(kept), advice, tuple(appended))

@@ -3,6 +3,7 @@ commit through the installed pre-commit hooks."""
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
@@ -39,7 +40,7 @@ def test_init_writes_every_scaffold_then_keeps_them(
     for path in planned:
         assert f"wrote {path}" in out
         assert (tmp_path / path).is_file()
-    assert "site_name: Demo" in (tmp_path / "mkdocs.yml").read_text(encoding="utf-8")
+    assert 'site_name: "Demo"' in (tmp_path / "mkdocs.yml").read_text(encoding="utf-8")
     (tmp_path / "CHANGELOG.md").write_text("# mine\n\n## [Unreleased]\n", encoding="utf-8")
     # A second run writes nothing: it keeps every file, edits included.
     assert main(["init", "--root", str(tmp_path)]) == 0
@@ -49,9 +50,21 @@ def test_init_writes_every_scaffold_then_keeps_them(
     assert (tmp_path / "CHANGELOG.md").read_text(encoding="utf-8").startswith("# mine")
 
 
-def test_init_appends_to_a_pyproject_without_a_wpgate_table(tmp_path: Path) -> None:
+def test_init_appends_to_a_pyproject_without_a_wpgate_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"', encoding="utf-8")
+    (tmp_path / ".gitignore").write_text("*.log\n", encoding="utf-8")
     assert main(["init", "--root", str(tmp_path)]) == 0
+    # It says what it added to the files it did not write.
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == [
+        "appended [tool.wpgate] to pyproject.toml",
+        "appended /site/ to .gitignore",
+        "wrote docs/PROVENANCE.md",
+    ]
+    assert not [line for line in out if line.startswith("wrote") and ".gitignore" in line]
+    assert "wrote pyproject.toml" not in out
     data = tomllib.loads((tmp_path / "pyproject.toml").read_text(encoding="utf-8"))
     assert data["project"] == {"name": "x"}
     assert data["tool"]["wpgate"]["trailers"]["required"] == ["WP", "Provenance", "Gate"]
@@ -217,6 +230,121 @@ def test_init_without_tests_does_not_require_a_gate(tmp_path: Path) -> None:
         table = data["tool"]["wpgate"] if pyproject else data
         assert table["trailers"]["required"] == ["WP", "Provenance"]
         assert table["gates"]["languages"] == list(GATE_LANGUAGES)
+        # Nothing was found: the comment says so instead of claiming the five were.
+        assert (
+            "# The test files a `Gate:` may name: `wpgate init` found none in this repository,\n"
+            "# so every language is listed as a start (keep those it will use):\n"
+        ) in text
+        assert "found in this repository by `wpgate init`:" not in text
+
+
+def test_init_says_which_languages_it_found(tmp_path: Path) -> None:
+    text = config_text(("go",), pyproject=False)
+    assert (
+        "# The test files a `Gate:` may name, found in this repository by `wpgate init`:\n"
+        "#   Gate: pkg/x_test.go::TestY\n"
+        'languages = ["go"]\n'
+    ) in text
+
+
+def test_init_writes_a_pull_request_template_that_keeps_the_clean_room_statement(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    template = tmp_path / ".github/pull_request_template.md"
+    body = template.read_text(encoding="utf-8")
+    statement = TrailerOptions().clean_room_statement
+    assert f"\n{statement} this change was written from specifications" in body
+    capsys.readouterr()
+    # The guide's CI step: title, blank line, body; the author adds the trailers at the end.
+    pr = tmp_path / "pr.txt"
+    trailers = "WP: none\nProvenance: none (our own design)\n"
+    pr.write_text(f"feat: a change\n\n{body}\n{trailers}", encoding="utf-8")
+    assert main(["trailers", "--pr", str(pr), "--root", str(tmp_path)]) == 0, capsys.readouterr()
+    # Without the statement, WPG109 fails the pull request.
+    pr.write_text(f"feat: a change\n\nA change.\n\n{trailers}", encoding="utf-8")
+    assert main(["trailers", "--pr", str(pr), "--root", str(tmp_path)]) == 1
+    assert "WPG109" in capsys.readouterr().out
+    # An edited template is kept, as every other file init writes.
+    template.write_text("mine\n", encoding="utf-8")
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    assert "kept  .github/pull_request_template.md (exists)" in capsys.readouterr().out
+    assert template.read_text(encoding="utf-8") == "mine\n"
+
+
+def test_init_writes_the_configured_clean_room_statement_into_the_template(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "wpgate.toml").write_text(
+        '[trailers]\nclean_room_statement = "Sources declared:"\n', encoding="utf-8"
+    )
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    body = (tmp_path / ".github/pull_request_template.md").read_text(encoding="utf-8")
+    assert "\nSources declared: this change" in body
+    assert TrailerOptions().clean_room_statement not in body
+
+
+_SITE_NAMES = [
+    "My Project: v2",
+    "#hash",
+    "a # comment",
+    "'single' and \"double\" quotes",
+    "back\\slash \\n",
+    "Ünïcødé — 名前 🚀",
+    "*emphasis* _under_ `code` [link](x) <b>bold</b> &amp; {: .cls} 1. +-!",
+    "- a list item?",
+    "null",
+    "yes",
+    "@at %percent &anchor *alias |pipe >fold",
+]
+
+
+@pytest.mark.parametrize("name", _SITE_NAMES)
+def test_init_writes_any_printable_site_name_as_itself(tmp_path: Path, name: str) -> None:
+    import yaml
+
+    assert main(["init", "--root", str(tmp_path), "--name", name]) == 0
+    site = yaml.safe_load((tmp_path / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert site["site_name"] == name
+    assert site["docs_dir"] == "docs"
+    heading = (tmp_path / "docs/index.md").read_text(encoding="utf-8").splitlines()[0]
+    markdown = pytest.importorskip("markdown")
+    rendered = markdown.markdown(heading, extensions=["attr_list"])
+    assert rendered == f"<h1>{html.escape(name, quote=False)}</h1>"
+
+
+@pytest.mark.parametrize(
+    ("name", "shown", "code"),
+    [
+        ("My\nProject", "'My\\nProject'", "U+000A"),
+        ("tab\there", "'tab\\there'", "U+0009"),
+        ("bell\a", "'bell\\x07'", "U+0007"),
+        ("line\u2028separator", "'line\\u2028separator'", "U+2028"),
+    ],
+    ids=["newline", "tab", "bell", "line-separator"],
+)
+def test_init_refuses_a_site_name_with_a_control_character(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, shown: str, code: str
+) -> None:
+    assert main(["init", "--root", str(tmp_path), "--name", name]) == 2
+    assert capsys.readouterr().err == (
+        f"wpgate: error: --name {shown} holds the control character {code}; pass --name with "
+        "the site's name on one line of printable characters\n"
+    )
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_init_refuses_a_folder_name_with_a_control_character(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "two\nlines"
+    root.mkdir()
+    assert main(["init", "--root", str(root)]) == 2
+    assert capsys.readouterr().err == (
+        "wpgate: error: the folder's name 'two\\nlines' holds the control character U+000A; "
+        "pass --name with the site's name on one line of printable characters\n"
+    )
+    assert main(["init", "--root", str(root), "--name", "Two lines"]) == 0
 
 
 def test_init_ignores_the_built_site_once(tmp_path: Path) -> None:

@@ -87,3 +87,16 @@ def test_commands_run_from_a_subfolder_find_the_registry_and_write_at_the_root(
     assert not (repo / "docs" / "docs").exists()
     # The paths written are said as the shell reaches them from here.
     assert "work_packages/wp-005.md" in out.splitlines()
+
+
+def test_init_from_a_subfolder_writes_at_the_top_and_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = new_repository(tmp_path)
+    (repo / "src").mkdir()
+    monkeypatch.chdir(repo / "src")
+    status, out, err = run_here("init", "--name", "sub")
+    assert status == 0, err
+    assert (repo / "mkdocs.yml").is_file()
+    assert not (repo / "src" / "mkdocs.yml").exists()
+    assert "wrote ../mkdocs.yml" in out.splitlines()
