@@ -16,8 +16,9 @@ import click
 from wpgate import _shell as shell
 from wpgate._config import Config, load_config
 from wpgate._model import RULES
-from wpgate._output import FORMATS
+from wpgate._output import FORMATS, describe_rule
 from wpgate.errors import InvocationError
+from wpgate.options import RULE_SWITCH_VALUES
 
 __all__ = ["cli", "invoke"]
 
@@ -185,14 +186,14 @@ def explain(rule: str | None, list_all: bool) -> int:
     click.echo(f"  {found.summary}")
     click.echo(f"  enabled by default: {'yes' if found.enabled_by_default else 'no'}")
     click.echo(
-        f'  switch: {found.name} = true|false|"warning", in [rules] of wpgate.toml or '
+        f"  switch: {found.name} = {'|'.join(RULE_SWITCH_VALUES)}, in [rules] of wpgate.toml or "
         "[tool.wpgate.rules] of pyproject.toml"
     )
     for key, value in found.options.items():
         click.echo(f"  option: {key} = {value!r}")
-    doc = (found.check.__doc__ or "").strip()
-    if doc:
-        click.echo(f"  checks: {doc.splitlines()[0]}")
+    description = describe_rule(found)
+    if description:
+        click.echo(f"  checks: {description}")
     return shell.EXIT_CLEAN
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -39,6 +40,7 @@ from wpgate._model import RULES
 from wpgate._record import field, frozen, replace
 from wpgate.errors import InvocationError
 from wpgate.options import (
+    KINDS,
     SEVERITIES,
     ConfigError,
     DocsLayout,
@@ -63,6 +65,7 @@ __all__ = [
     "Setting",
     "find_config",
     "load_config",
+    "moving_history_start",
     "records",
     "schema",
     "settings",
@@ -70,6 +73,12 @@ __all__ = [
 ]
 
 _RULE_ID = re.compile(r"^WPG\d{3}$", re.IGNORECASE)
+# A revision's name up to its first suffix (`~2`, `^`, `@{1}`): what it is relative to.
+_SUFFIX = re.compile(r"[~^]|@\{")
+# An abbreviated or full commit id: a fixed commit, as a tag is.
+_COMMIT_ID = re.compile(r"^[0-9a-fA-F]{4,64}$")
+# HEAD and the names git moves itself (`@`, `FETCH_HEAD`, `ORIG_HEAD`...), or none (`@{-1}`).
+_MOVED_BY_GIT = re.compile(r"^(?:@|HEAD|[A-Z_]*_HEAD)?$")
 #: A table named as pyproject.toml writes it, in a message (``[tool.wpgate.gates]``).
 _TABLE_NAME = re.compile(r"\[tool\.wpgate\.(\w+)\]")
 
@@ -175,13 +184,19 @@ class Config:
     def ignoring(self, rules: Iterable[str]) -> Config:
         """This configuration with ``rules`` (ids or names) switched off for one run."""
         switches = dict(self.rule_switches)
+        unknown: dict[str, None] = {}
         for name in rules:
             for part in filter(None, (p.strip() for p in name.split(","))):
                 try:
-                    switches[_rule_key(part, f"--ignore {part}")] = False
+                    rule_id = _rule_key(part, f"--ignore {part}")
                 except ConfigError as exc:
                     # An option of this run, not a setting of a file: a usage error.
                     raise InvocationError(f"{exc.key}: {exc.detail}") from exc
+                switches[rule_id] = False
+                if RULES.get(rule_id) is None:
+                    unknown[rule_id] = None
+        for rule_id in unknown:
+            _warn(_unknown_rule("--ignore", rule_id))
         # Same table, same options: the copy shares the records built so far.
         return replace(self, rule_switches=_frozen(switches))
 
@@ -198,6 +213,24 @@ def _rule_key(key: str, where: str) -> str:
     raise ConfigError(where, "is not a known rule; `wpgate explain --list` lists them")
 
 
+def _unknown_rule(where: str, rule_id: str) -> str:
+    """The warning for a rule id that ``where`` names and this version does not know."""
+    import wpgate  # the version is looked up only for this warning
+
+    return (
+        f"{where} names {rule_id}, which this wpgate (version {wpgate.__version__}) does not "
+        "know; it is ignored: check for a typo (`wpgate explain --list` lists the rules), or "
+        "upgrade wpgate if the rule is newer"
+    )
+
+
+def _warn(text: str) -> None:
+    """Say ``text`` as one ``wpgate: warning:`` line on stderr (stdout is the report), as the
+    shell says its notes; stderr's ``backslashreplace`` keeps any name writable."""
+    sys.stderr.write(f"wpgate: warning: {text}\n")
+    sys.stderr.flush()
+
+
 def _rule_switches(raw: Any) -> tuple[dict[str, bool], frozenset[str]]:
     """``[tool.wpgate.rules]``: on/off per rule id, and the ids whose severity is ``warning``."""
     if raw is None:
@@ -209,11 +242,7 @@ def _rule_switches(raw: Any) -> tuple[dict[str, bool], frozenset[str]]:
     for key, value in raw.items():
         where = f"tool.wpgate.rules.{key}"
         if not isinstance(value, bool) and value not in SEVERITIES:
-            raise ConfigError(
-                where,
-                f"must be true, false or one of {', '.join(map(repr, SEVERITIES))}, not "
-                f"{shown(value)}",
-            )
+            raise ConfigError(where, f"must be {KINDS['rule'][1]}, not {shown(value)}")
         rule_id = _rule_key(str(key), where)
         switches[rule_id] = value is True or value in ("error", "warning")
         if value == "warning":
@@ -372,7 +401,45 @@ def load_config(root: Path) -> Config:
         raise ConfigError(
             _local(exc.key) or "(top level)", _local(exc.detail), source=source
         ) from exc
-    return replace(config, source=source, unread=others)
+    config = replace(config, source=source, unread=others)
+    where = config.table_in_file("rules")
+    for rule_id in config.rule_switches:
+        if RULES.get(rule_id) is None:  # `_rule_switches` registered every rule
+            _warn(_unknown_rule(where, rule_id))
+    moving = moving_history_start(config)
+    if moving:
+        _warn(moving)
+    return config
+
+
+def moving_history_start(config: Config) -> str | None:
+    """The warning for a ``history_start`` that moves as commits are made (``HEAD``,
+    ``HEAD~3``, a branch), so that ``wpgate check`` lints a shifting range (from ``HEAD``, one
+    commit); None for a commit id, a tag or no setting.
+
+    A commit id or ``HEAD``-relative name is told apart by its spelling; any other name costs
+    one git process (is it a branch?), and outside a git work tree none moves.
+    """
+    value = config.history_start
+    base = _SUFFIX.split(value, maxsplit=1)[0]
+    if not value or _COMMIT_ID.match(base):
+        return None
+    if _MOVED_BY_GIT.match(base) or "@{" in value:
+        what = f"`{value}`, which moves with every commit (or checkout)"
+    else:
+        from wpgate._git import branch_ref
+
+        ref = branch_ref(config.root, base)
+        if ref is None:
+            return None  # a tag, or what git does not know (an error when the history is read)
+        what = f"`{value}`, on the branch {ref}, which moves as commits are made"
+    source = config.source or _PYPROJECT
+    key = "history_start" if config.respells else "[tool.wpgate] history_start"
+    return (
+        f"{key} in {source} names {what}, so `wpgate check` lints a range that moves with it; "
+        f"set it to the sha of the first governed commit (`git rev-parse {value}` prints the "
+        "one it names now)"
+    )
 
 
 def unknown_history_start(config: Config) -> ConfigError | None:

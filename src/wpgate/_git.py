@@ -28,6 +28,7 @@ __all__ = [
     "PushedRef",
     "RevisionRange",
     "blob_hashes_at",
+    "branch_ref",
     "comment_char",
     "first_citing_commits",
     "git_trailers",
@@ -567,6 +568,17 @@ def is_work_tree(root: Path) -> bool:
     """Whether ``root`` is inside a git work tree."""
     done = _ask(root, ["rev-parse", "--is-inside-work-tree"])
     return done is not None and done.returncode == 0 and done.stdout.strip() == b"true"
+
+
+def branch_ref(root: Path, name: str) -> str | None:
+    """The branch ``name`` is (``refs/heads/main``, ``refs/remotes/origin/main``), or None when
+    it names no branch: a tag, a commit, nothing git knows, or no repository (one git process).
+    """
+    done = _ask(root, ["rev-parse", "--symbolic-full-name", validate_revision(name)])
+    if done is None or done.returncode != 0:
+        return None
+    ref = done.stdout.decode("utf-8", "replace").strip()
+    return ref if ref.startswith(("refs/heads/", "refs/remotes/")) else None
 
 
 def resolve_commits(root: Path, revisions: Iterable[str]) -> dict[str, str | None]:

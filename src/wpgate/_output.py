@@ -8,6 +8,7 @@ summary as a notice. ``sarif``: a SARIF 2.1.0 log for code scanning (:func:`form
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "FORMATS",
     "LinterRun",
     "Summary",
+    "describe_rule",
     "format_report",
     "format_sarif",
     "format_sarif_failure",
@@ -106,6 +108,19 @@ def _totals(findings: list[Finding], summaries: list[Summary]) -> str:
     return "; ".join([*parts, verdict])
 
 
+# A reStructuredText literal (``x``), as the checks' docstrings write code.
+_RST_LITERAL = re.compile(r"``(.+?)``")
+
+
+def describe_rule(rule: Rule[Any, Any]) -> str:
+    """What ``rule`` checks, for people (``wpgate explain``) and SARIF: the first paragraph of
+    its check's docstring on one line, each reST literal (````x````) as Markdown code (`` `x` ``).
+    """
+    doc = (rule.check.__doc__ or "").strip()
+    paragraph = " ".join(doc.split("\n\n", 1)[0].split())
+    return _RST_LITERAL.sub(r"`\1`", paragraph)
+
+
 def _sarif_rule(rule: Rule[Any, Any], help_uri: str) -> dict[str, Any]:
     """One rule as a SARIF ``reportingDescriptor``."""
     descriptor: dict[str, Any] = {
@@ -114,9 +129,9 @@ def _sarif_rule(rule: Rule[Any, Any], help_uri: str) -> dict[str, Any]:
         "shortDescription": {"text": rule.summary},
         "defaultConfiguration": {"enabled": rule.enabled_by_default, "level": "error"},
     }
-    doc = (rule.check.__doc__ or "").strip()
-    if doc:
-        descriptor["fullDescription"] = {"text": doc.splitlines()[0]}
+    description = describe_rule(rule)
+    if description:
+        descriptor["fullDescription"] = {"text": description}
     if help_uri:
         descriptor["helpUri"] = help_uri.format(id=rule.rule_id.lower(), name=rule.name)
     return descriptor

@@ -27,11 +27,13 @@ class ProvenanceOptions(LinterOptions):
         ("MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "PSF-2.0"),
         "str_or_list",
         "The licences a code source may carry.",
+        at_least_one="licence",
     )
     code_roles: tuple[str, ...] = option(
         ("code", "library", "software", "source code"),
         "str_or_list",
         "The roles that make a source code (and so subject to `licences`).",
+        at_least_one="role",
     )
     #: None: on when ``history_start`` is set.
     history: bool | None = option(

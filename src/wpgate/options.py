@@ -31,6 +31,7 @@ __all__ = [
     "GATE_LANGUAGES",
     "GOVERNED_TRAILERS",
     "KINDS",
+    "RULE_SWITCH_VALUES",
     "SEVERITIES",
     "ConfigError",
     "DocsLayout",
@@ -49,6 +50,8 @@ __all__ = [
 
 #: What a rule's entry in ``[tool.wpgate.rules]`` may say besides true/false.
 SEVERITIES = ("error", "warning", "off")
+#: Every value a rule's entry in ``[tool.wpgate.rules]`` may take, as TOML writes it.
+RULE_SWITCH_VALUES = ("true", "false", *(f'"{severity}"' for severity in SEVERITIES))
 
 #: Value kinds: how the reference page names each, and how an error message does.
 KINDS = {
@@ -58,7 +61,10 @@ KINDS = {
     "str_list": ("list of strings", "a list of strings"),
     "str_or_list": ("string or list of strings", "a string or a list of strings"),
     "str_map": ("table of strings", 'a table of strings (`key = "value"`)'),
-    "rule": ("boolean or severity", 'true, false, "error", "warning" or "off"'),
+    "rule": (
+        "boolean or severity",
+        f"{', '.join(RULE_SWITCH_VALUES[:-1])} or {RULE_SWITCH_VALUES[-1]}",
+    ),
 }
 
 
@@ -131,13 +137,23 @@ class Setting:
         return KINDS[self.kind][0]
 
 
-def option(default: Any, kind: str, help_text: str, *, shown_default: str | None = None) -> Any:
+def option(
+    default: Any,
+    kind: str,
+    help_text: str,
+    *,
+    shown_default: str | None = None,
+    at_least_one: str | None = None,
+) -> Any:
     """A record field, the one declaration of its key: its default, its value kind (a key of
     :data:`KINDS`) and what it does; ``shown_default`` says the default in words where it is
-    decided at run time (a ``None`` default)."""
+    decided at run time (a ``None`` default); ``at_least_one`` names the item a list may not be
+    without (an empty list of commit types would refuse every subject)."""
     metadata = {"kind": kind, "help": help_text}
     if shown_default is not None:
         metadata["default"] = shown_default
+    if at_least_one is not None:
+        metadata["at_least_one"] = at_least_one
     return field(default=default, metadata=metadata)
 
 
@@ -251,6 +267,13 @@ class LinterOptions:
                     f"is not a known key of [tool.wpgate.{cls.TABLE}]; known: {', '.join(fields)}",
                 )
             values[key] = converted(where, kind_of(item), value)
+            needed = item.metadata.get("at_least_one")
+            if needed is not None and not values[key]:
+                raise ConfigError(
+                    where,
+                    f"is empty, but needs at least one {needed}; list them, or remove the key "
+                    f"to use the default ({_setting(cls.TABLE, item).default})",
+                )
         return cls(**values)
 
     @classmethod
@@ -297,11 +320,13 @@ class DocsLayout(LinterOptions):
         ("docs/**/*.md", "README.md"),
         "str_or_list",
         "Globs of the pages scanned for `[MEASURED]` claims.",
+        at_least_one="glob",
     )
     pages: tuple[str, ...] = option(
         ("docs/**/*.md",),
         "str_or_list",
         "Globs of the Markdown pages the site renders, which the Markdown rules (WPG6xx) read.",
+        at_least_one="glob",
     )
 
     def check(self) -> None:
@@ -435,7 +460,10 @@ class TrailerOptions(LinterOptions):
     TABLE: ClassVar[str] = "trailers"
 
     types: tuple[str, ...] = option(
-        DEFAULT_TYPES, "str_list", "The commit types a subject may start with."
+        DEFAULT_TYPES,
+        "str_list",
+        "The commit types a subject may start with.",
+        at_least_one="commit type",
     )
     max_subject_length: int = option(72, "int", "The longest subject line, in characters.")
     required: tuple[str, ...] = option(

@@ -229,9 +229,14 @@ def test_explain() -> None:
         "  `WP:` appears exactly once: `NNN`, `NNNx` or `none`, and the package exists.",
     ]
     # The switch is written where either kind of file holds it (init writes a wpgate.toml).
+    # Every value the switch takes, as TOML writes it.
     assert (
-        '  switch: wp-trailer = true|false|"warning", in [rules] of wpgate.toml or '
+        '  switch: wp-trailer = true|false|"error"|"warning"|"off", in [rules] of wpgate.toml or '
         "[tool.wpgate.rules] of pyproject.toml"
+    ) in out.splitlines()
+    # The check's docstring writes reST literals; the reader sees Markdown code.
+    assert (
+        "  checks: `WP:` appears once and names a registered work package (or `none`)."
     ) in out.splitlines()
     assert run(Path("."), "explain", "gate-trailer")[1].startswith("WPG107 gate-trailer")
     listing = run(Path("."), "explain", "--list")[1]
@@ -353,6 +358,11 @@ def test_alias_bomb_in_a_work_package_is_one_short_finding(repo: Path) -> None:
         ("[tool.wpgate.wp]\nextra = []", "tool.wpgate.wp.extra: is not a known key"),
         ("[tool.wpgate.evidence]\ncollect = 1", "tool.wpgate.evidence.collect: must be true or"),
         ("[tool.wpgate.trailer]\ntypes = []", "tool.wpgate.trailer: is not a known setting or"),
+        (
+            "[tool.wpgate.trailers]\ntypes = []",
+            "tool.wpgate.trailers.types: is empty, but needs at least one commit type; list "
+            'them, or remove the key to use the default (["feat", "fix",',
+        ),
         ("[tool.wpgate]\nhistory_start = 7", "tool.wpgate.history_start: must be a string"),
         ("[tool.wpgate.rules]\nWPG102 = 'loud'", "tool.wpgate.rules.WPG102: must be true, false"),
     ],
@@ -501,6 +511,23 @@ def test_ignore_and_warning_severity(repo: Path) -> None:
     assert out.splitlines()[-1].endswith("4 findings (4 warnings, not failing)")
     status, out, _ = run(repo, "trailers", "--format", "github", path)
     assert out.startswith("::warning file=")
+
+
+def test_unknown_rule_ids_run_with_a_warning_on_stderr_only(repo: Path) -> None:
+    (repo / "wpgate.toml").write_text("[rules]\nWPG999 = false\n", encoding="utf-8")
+    path = message_file(repo, GOOD)
+    unknown = f"which this wpgate (version {__version__}) does not know; it is ignored"
+    # The commit-msg hook's own reading of the command line, and click's.
+    for args in (("trailers", "--ignore", "WPG998", path), ("provenance", "--ignore", "WPG998")):
+        status, out, err = run(repo, *args)
+        assert status == 0, args
+        assert "warning" not in out
+        assert err.splitlines() == [
+            f"wpgate: warning: [rules] in wpgate.toml names WPG999, {unknown}: check for a typo "
+            "(`wpgate explain --list` lists the rules), or upgrade wpgate if the rule is newer",
+            f"wpgate: warning: --ignore names WPG998, {unknown}: check for a typo (`wpgate "
+            "explain --list` lists the rules), or upgrade wpgate if the rule is newer",
+        ]
 
 
 def test_the_commit_msg_path_imports_no_docs_linter(repo: Path) -> None:

@@ -11,7 +11,14 @@ from git_helpers import git, new_repository
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wpgate._config import ConfigError, load_config, schema, unknown_history_start
+from wpgate import __version__
+from wpgate._config import (
+    ConfigError,
+    load_config,
+    moving_history_start,
+    schema,
+    unknown_history_start,
+)
 from wpgate.rules.trailers import TrailerOptions
 
 
@@ -274,3 +281,62 @@ def test_a_table_is_named_as_the_file_that_holds_it_writes_it(tmp_path: Path) ->
     assert load_config(tmp_path).table_in_file("docs") == "[tool.wpgate.docs] in pyproject.toml"
     (tmp_path / ".wpgate.toml").write_text("", encoding="utf-8")
     assert load_config(tmp_path).table_in_file("docs") == "[docs] in .wpgate.toml"
+
+
+def test_an_unknown_rule_id_is_kept_with_one_warning_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "wpgate.toml").write_text(
+        "[rules]\nWPG999 = false\nwpg998 = true\nWPG101 = false\n", encoding="utf-8"
+    )
+    config = load_config(tmp_path)
+    assert not config.enabled("WPG999")  # a newer version's rule: kept, not fatal
+    assert capsys.readouterr() == (
+        "",
+        "".join(
+            f"wpgate: warning: [rules] in wpgate.toml names {rule_id}, which this wpgate "
+            f"(version {__version__}) does not know; it is ignored: check for a typo (`wpgate "
+            "explain --list` lists the rules), or upgrade wpgate if the rule is newer\n"
+            for rule_id in ("WPG999", "WPG998")
+        ),
+    )
+    assert not config.ignoring(["WPG997,wpg997", "WPG997", "WPG102"]).enabled("WPG997")
+    assert capsys.readouterr().err == (
+        f"wpgate: warning: --ignore names WPG997, which this wpgate (version {__version__}) "
+        "does not know; it is ignored: check for a typo (`wpgate explain --list` lists the "
+        "rules), or upgrade wpgate if the rule is newer\n"
+    )
+
+
+def test_a_history_start_that_moves_is_warned_about_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = new_repository(tmp_path)
+    git(root, "commit", "-q", "--allow-empty", "-m", "feat: first")
+    git(root, "commit", "-q", "--allow-empty", "-m", "feat: second")
+    git(root, "tag", "v1", "HEAD~1")
+    sha = git(root, "rev-parse", "HEAD~1")
+    fix = "set it to the sha of the first governed commit (`git rev-parse {}` prints the one it"
+
+    def warning(value: str) -> str | None:
+        (root / "wpgate.toml").write_text(f'history_start = "{value}"\n', encoding="utf-8")
+        return moving_history_start(load_config(root))
+
+    for value in ("HEAD", "HEAD~1", "@", "main^", "main", "ORIG_HEAD"):
+        text = warning(value)
+        assert text is not None, value
+        assert text.startswith(f"history_start in wpgate.toml names `{value}`"), text
+        assert fix.format(value) in text
+    assert "on the branch refs/heads/main, which moves" in (warning("main") or "")
+    for value in (sha, sha[:7], "v1", "v1~0", "no-such-ref"):
+        assert warning(value) is None, value
+    capsys.readouterr()
+    (root / "pyproject.toml").write_text('[tool.wpgate]\nhistory_start = "HEAD"\n')
+    (root / "wpgate.toml").unlink()
+    load_config(root)
+    (err,) = capsys.readouterr().err.splitlines()  # said once, when the file is loaded
+    assert err.startswith(
+        "wpgate: warning: [tool.wpgate] history_start in pyproject.toml names `HEAD`, which "
+        "moves with every commit (or checkout), so `wpgate check` lints a range that moves "
+        "with it; set it to the sha"
+    )

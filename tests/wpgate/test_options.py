@@ -51,6 +51,30 @@ def test_a_table_is_parsed_and_checked_when_loaded(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("table", "key", "item"),
+    [
+        ("trailers", "types", "commit type"),
+        ("provenance", "licences", "licence"),
+        ("provenance", "code_roles", "role"),
+        ("docs", "claims", "glob"),
+        ("docs", "pages", "glob"),
+    ],
+)
+def test_an_empty_list_that_would_refuse_or_skip_everything_is_refused(
+    tmp_path: Path, table: str, key: str, item: str
+) -> None:
+    # `types = []` made every subject "not a commit type; use one of  (...)".
+    (tmp_path / "wpgate.toml").write_text(f"[{table}]\n{key} = []\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path)
+    assert (error.value.source, error.value.key) == ("wpgate.toml", f"{table}.{key}")
+    assert error.value.detail.startswith(
+        f"is empty, but needs at least one {item}; list them, or remove the key to use the "
+        "default (["
+    )
+
+
+@pytest.mark.parametrize(
     ("key", "value"),
     [
         ("evidence", "../../etc"),

@@ -128,6 +128,19 @@ def test_sarif_is_one_run_of_wpgate_with_every_rule() -> None:
     ]
 
 
+def test_rule_descriptions_write_code_as_markdown_not_rest() -> None:
+    register_all()
+    rules = _sarif(FINDINGS)["runs"][0]["tool"]["driver"]["rules"]
+    described = {r["id"]: r["fullDescription"]["text"] for r in rules}
+    assert described["WPG101"] == "The subject reads `type(scope): text` with a configured type."
+    # The first paragraph, whole: the docstring's first line ends mid-sentence.
+    assert described["WPG107"] == (
+        "`Gate:` names tests that resolve statically (`path::name` in any configured language, "
+        "a whole test file, or `ci:<job>`)."
+    )
+    assert not [text for text in described.values() if "``" in text]
+
+
 def test_sarif_results_locate_files_and_commits() -> None:
     log = _sarif([*FINDINGS, Finding("docs/a b.md", 0, "WPG301", "x", "warning")])
     rules = [r["id"] for r in log["runs"][0]["tool"]["driver"]["rules"]]

@@ -47,6 +47,7 @@ __all__ = [
     "PROVENANCE_FIRST_USE_HISTORY",
     "PROVENANCE_FIRST_USE_ONCE",
     "PROVENANCE_ID_FORMAT",
+    "PROVENANCE_SOURCE_CELLS",
     "PROVENANCE_TABLES",
     "PROVENANCE_TRAILER",
     "PROVENANCE_UNIQUE_IDS",
@@ -90,6 +91,7 @@ PROVENANCE_CODE_LICENCE = "WPG204"
 PROVENANCE_FIRST_USE_ONCE = "WPG205"
 PROVENANCE_FIRST_USE_DATES = "WPG206"
 PROVENANCE_FIRST_USE_HISTORY = "WPG207"
+PROVENANCE_SOURCE_CELLS = "WPG208"
 
 # The work-package registry (:mod:`wpgate.rules.work_packages`).
 WP_FRONT_MATTER = "WPG301"
@@ -216,6 +218,11 @@ DECLARED: Mapping[str, RuleInfo] = _by_id(
         PROVENANCE_FIRST_USE_HISTORY,
         "provenance-first-use-history",
         "first-use rows predate the first commit citing the source",
+    ),
+    RuleInfo(
+        PROVENANCE_SOURCE_CELLS,
+        "provenance-source-cells",
+        "each source names its reference, licence and role",
     ),
     # The work-package registry (:mod:`wpgate.rules.work_packages`).
     RuleInfo(WP_FRONT_MATTER, "wp-front-matter", "pages open with valid YAML front matter"),

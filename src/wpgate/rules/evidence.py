@@ -258,17 +258,9 @@ def check_stale(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Findin
             )
             if not changed:
                 continue
-            shown = ", ".join(changed[:3]) + (
-                f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-            )
             if not claim.covers:
                 yield Finding(
-                    claim.path,
-                    claim.line,
-                    EVIDENCE_STALE,
-                    f"stale claim: {evidence.path} measured {shown} as they no longer are; "
-                    "re-run the benchmark, or write `covers <commit>` naming the commit the "
-                    "measurement covers",
+                    claim.path, claim.line, EVIDENCE_STALE, _stale(tree, evidence, changed)
                 )
                 continue
             if not any(_covers(tree, evidence, sha) for sha in claim.covers):
@@ -285,6 +277,30 @@ def check_stale(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Findin
                     f"{evidence.path}'s source hashes do not match the files at that commit; "
                     "name the commit the benchmark ran on",
                 )
+
+
+def _listed(paths: Sequence[str]) -> str:
+    """Up to three paths, then how many more."""
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+
+
+def _stale(tree: EvidenceTree, evidence: Evidence, changed: Sequence[str]) -> str:
+    """Why a claim is stale, and the fix: which of ``changed`` (the sources whose hash differs)
+    were edited since, and which no longer exist in the working tree."""
+    gone = [s for s in changed if tree.current_hashes.get(s) is None]
+    edited = [s for s in changed if s not in gone]
+    measured = [f"{_listed(edited)} as they no longer are"] if edited else []
+    fix = "re-run the benchmark"
+    if gone:
+        one = len(gone) == 1
+        measured.append(
+            f"{_listed(gone)}, which {'does' if one else 'do'} not exist in the working tree"
+        )
+        fix = f"restore {'it' if one else 'them'}, re-run the benchmark to refresh the evidence"
+    return (
+        f"stale claim: {evidence.path} measured {', and '.join(measured)}; {fix}, or write "
+        "`covers <commit>` naming the commit the measurement covers"
+    )
 
 
 def _same_tree_hint(tree: EvidenceTree, lost: Sequence[str]) -> str:

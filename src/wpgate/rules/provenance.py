@@ -2,23 +2,28 @@
 
 Options (``[tool.wpgate.provenance]``): ``licences`` - the permissive licences a code source may
 carry (SPDX ids); ``code_roles`` - the *Role* values that mark a source whose code is used.
+Other roles are free text (``paper``, ``documentation``, ``tool``...), so a role is never
+"unknown"; it must be written, and one a typo away from a code role is refused, since it would
+skip the licence check.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import re
 from collections.abc import Iterator
 
 from wpgate._model import Finding, Rule, register
 from wpgate.docs_options import ProvenanceOptions
-from wpgate.parsers.provenance import Provenance, id_number
+from wpgate.parsers.provenance import Provenance, Source, id_number
 from wpgate.rules import (
     PROVENANCE_CODE_LICENCE,
     PROVENANCE_FIRST_USE_DATES,
     PROVENANCE_FIRST_USE_HISTORY,
     PROVENANCE_FIRST_USE_ONCE,
     PROVENANCE_ID_FORMAT,
+    PROVENANCE_SOURCE_CELLS,
     PROVENANCE_TABLES,
     PROVENANCE_UNIQUE_IDS,
     declared,
@@ -27,6 +32,9 @@ from wpgate.rules import (
 DEFAULT_LICENCES = ProvenanceOptions.licences
 DEFAULT_CODE_ROLES = ProvenanceOptions.code_roles
 _ISO_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# How alike (difflib's ratio) a role must be to a code role to be taken for a typo of it:
+# `libary`, `sofware`, `codes` and `source-code` are; `tool`, `data` and `book` are not.
+_TYPO_RATIO = 0.8
 
 
 def check_tables(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
@@ -75,13 +83,32 @@ def _lowered(values: tuple[str, ...]) -> frozenset[str]:
     return frozenset(item.strip().lower() for item in values)
 
 
+def _role(cell: str) -> str:
+    """A Role cell as the options are compared with: no backticks or spaces, lower case."""
+    return cell.strip("` ").lower()
+
+
 def check_licences(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """A code source carries a permissive licence; copyleft or unknown is refused."""
     allowed = _lowered(options.licences)
     roles = _lowered(options.code_roles)
     reported: set[int] = set()
     for source in provenance.sources:
-        if source.role.strip("` ").lower() not in roles or source.line in reported:
+        role = _role(source.role)
+        if source.line in reported:
+            continue
+        if role not in roles:
+            near = difflib.get_close_matches(role, sorted(roles), n=1, cutoff=_TYPO_RATIO)
+            if role and near:
+                reported.add(source.line)
+                yield Finding(
+                    provenance.path,
+                    source.line,
+                    PROVENANCE_CODE_LICENCE,
+                    f"{source.id}'s role `{source.role.strip()}` is not a code role but is close "
+                    f"to `{near[0]}`, so its licence goes unchecked; write `{near[0]}` if the "
+                    "source is code, or name its role plainly (e.g. `paper`, `documentation`)",
+                )
             continue
         if not _licence_allowed(source.licence, allowed):
             reported.add(source.line)
@@ -93,6 +120,39 @@ def check_licences(provenance: Provenance, options: ProvenanceOptions) -> Iterat
                 f"not on the permissive allowlist ({', '.join(sorted(allowed))}); drop the "
                 "source, or record its SPDX licence if it is in fact permissive",
             )
+
+
+def check_source_cells(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
+    """Every source row fills its Reference, Licence and Role cells."""
+    code_roles = ", ".join(f"`{role}`" for role in options.code_roles)
+    fixes = (
+        ("reference", "name the source in the Reference cell (title, authors, URL or version)"),
+        (
+            "licence",
+            "write its SPDX licence (e.g. `MIT`) in the Licence cell, or `n/a (prose)` for a "
+            "source whose text is not used",
+        ),
+        (
+            "role",
+            "say how it is used in the Role cell (e.g. `paper`, `documentation`, or a code "
+            f"role, whose licence is checked: {code_roles})",
+        ),
+    )
+    rows: dict[int, list[Source]] = {}
+    for source in provenance.sources:
+        rows.setdefault(source.line, []).append(source)
+    for line, sources in rows.items():
+        first = sources[0]
+        ids = first.id if len(sources) == 1 else f"{first.id}-{sources[-1].id}"
+        cells = (first.reference, first.licence, first.role)
+        for cell, (what, fix) in zip(cells, fixes, strict=True):
+            if not cell.strip("` "):
+                yield Finding(
+                    provenance.path,
+                    line,
+                    PROVENANCE_SOURCE_CELLS,
+                    f"{ids} has no {what}; {fix}",
+                )
 
 
 def check_first_use_once(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
@@ -225,4 +285,5 @@ CHECKS: tuple[Rule[Provenance, ProvenanceOptions], ...] = register(
     declared(PROVENANCE_FIRST_USE_ONCE, check_first_use_once),
     declared(PROVENANCE_FIRST_USE_DATES, check_first_use_dates),
     declared(PROVENANCE_FIRST_USE_HISTORY, check_first_use_history),
+    declared(PROVENANCE_SOURCE_CELLS, check_source_cells),
 )

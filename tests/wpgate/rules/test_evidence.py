@@ -233,6 +233,20 @@ def test_wpg407_stale_claim_unless_it_names_the_commit(repo: tuple[Path, str]) -
     assert f"covers {second[:9]}, but docs/evidence/a.json's source hashes" in wrong.message
 
 
+def test_wpg407_a_measured_file_gone_from_the_tree_is_said_to_be_missing(
+    repo: tuple[Path, str],
+) -> None:
+    root, _ = repo
+    (root / "src/m.py").unlink()
+    (finding,) = lint_evidence(root)
+    assert (finding.path, finding.line, finding.rule_id) == (PAGE, 5, "WPG407")
+    assert finding.message == (
+        "stale claim: docs/evidence/a.json measured src/m.py, which does not exist in the "
+        "working tree; restore it, re-run the benchmark to refresh the evidence, or write "
+        "`covers <commit>` naming the commit the measurement covers"
+    )
+
+
 def test_wpg408_identical_marker_verified_with_git(repo: tuple[Path, str]) -> None:
     root, first = repo
     (root / "src/m.py").write_text("X = 3\n", encoding="utf-8")

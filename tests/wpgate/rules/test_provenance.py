@@ -40,7 +40,7 @@ def _run(check: object, text: str, options: dict[str, object] | None = None) -> 
 
 
 def test_rules_are_registered() -> None:
-    assert [RULES.get(f"WPG20{i}") is not None for i in range(1, 8)] == [True] * 7
+    assert [RULES.get(f"WPG20{i}") is not None for i in range(1, 9)] == [True] * 8
     assert RULES.get("provenance-first-use-once") is RULES.get("WPG205")
 
 
@@ -87,6 +87,54 @@ def test_wpg204_code_licence_allowlist() -> None:
     either = GOOD.replace("| lib | MIT | code |", "| lib | `MIT OR GPL-2.0` (dual) | code |")
     assert _run(rules.check_licences, either) == []
     assert _run(rules.check_licences, text, {"licences": ["GPL-3.0-only"]}) == []
+
+
+def test_wpg204_a_role_a_typo_away_from_a_code_role_is_refused() -> None:
+    typo = GOOD.replace("| lib | MIT | code |", "| lib | GPL-3.0-only | libary |")
+    assert [(f.line, f.rule_id, f.message) for f in _run(rules.check_licences, typo)] == [
+        (
+            8,
+            "WPG204",
+            "R2's role `libary` is not a code role but is close to `library`, so its licence "
+            "goes unchecked; write `library` if the source is code, or name its role plainly "
+            "(e.g. `paper`, `documentation`)",
+        )
+    ]
+    tool = GOOD.replace("| lib | MIT | code |", "| lib | GPL-3.0-only | tool |")
+    assert _run(rules.check_licences, tool) == []
+
+
+def test_wpg208_empty_reference_licence_and_role() -> None:
+    text = GOOD.replace("| R1 | paper | n/a | paper |", "| R1 | | | |").replace(
+        "| lib | MIT | code |", "| lib | MIT | `` |"
+    )
+    code_roles = "`code`, `library`, `software`, `source code`"
+    assert [(f.line, f.rule_id, f.message) for f in _run(rules.check_source_cells, text)] == [
+        (
+            7,
+            "WPG208",
+            "R1 has no reference; name the source in the Reference cell (title, authors, URL "
+            "or version)",
+        ),
+        (
+            7,
+            "WPG208",
+            "R1 has no licence; write its SPDX licence (e.g. `MIT`) in the Licence cell, or "
+            "`n/a (prose)` for a source whose text is not used",
+        ),
+        (
+            7,
+            "WPG208",
+            "R1 has no role; say how it is used in the Role cell (e.g. `paper`, "
+            f"`documentation`, or a code role, whose licence is checked: {code_roles})",
+        ),
+        (
+            8,
+            "WPG208",
+            "R2-R3 has no role; say how it is used in the Role cell (e.g. `paper`, "
+            f"`documentation`, or a code role, whose licence is checked: {code_roles})",
+        ),
+    ]
 
 
 def test_wpg205_first_use_once_the_seed_duplicate() -> None:
