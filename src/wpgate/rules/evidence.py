@@ -6,6 +6,7 @@ every answer that needs the file system, git or pytest; these functions only com
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
 
@@ -39,6 +40,19 @@ def _cited(tree: EvidenceTree, context: ClaimContext) -> list[Evidence]:
     return out
 
 
+def _link_on(page: str, path: str) -> str:
+    """``path`` (from the repository's root) as a Markdown link on ``page`` writes it: relative
+    to the page's folder."""
+    return posixpath.relpath(path, posixpath.dirname(page) or ".")
+
+
+def _namesake(tree: EvidenceTree, path: str) -> str | None:
+    """The evidence file named as ``path`` is, where ``path`` is not that file: the file a
+    link relative to the wrong folder meant."""
+    candidate = f"{tree.evidence_dir}/{posixpath.basename(path)}"
+    return candidate if candidate != path and candidate in tree.files else None
+
+
 def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """A claim cites at least one evidence file, kept under the evidence directory."""
     yield from (f for f in tree.findings if f.rule_id == EVIDENCE_CLAIM_CITES)
@@ -51,7 +65,8 @@ def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[
                 claim.line,
                 EVIDENCE_CLAIM_CITES,
                 "this [MEASURED] claim cites no evidence file; link the JSON the benchmark wrote "
-                f"(e.g. [evidence]({tree.evidence_dir}/<file>.json)) in the same paragraph",
+                f"in the same paragraph (from this page: [evidence]"
+                f"({_link_on(claim.path, tree.evidence_dir)}/<file>.json))",
             )
         for citation in evidence:
             assert citation.path is not None  # narrowed above; mypy cannot see it
@@ -60,8 +75,11 @@ def check_claim_cites(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[
                     claim.path,
                     citation.line,
                     EVIDENCE_CLAIM_CITES,
-                    f"`{citation.target}` is not under {tree.evidence_dir}/; evidence files live "
-                    "there - move the file or cite the right one",
+                    f"`{citation.target}` resolves to {citation.path}, which is not under "
+                    f"{tree.evidence_dir}/ (a link is relative to its page); "
+                    + _fix_link(
+                        tree, claim.path, citation.path, "move the file there or cite the right one"
+                    ),
                 )
 
 
@@ -76,6 +94,15 @@ def check_citations_inside(tree: EvidenceTree, options: EvidenceOptions) -> Iter
                     EVIDENCE_CITATION_INSIDE,
                     f"citation refused: {citation.problem}",
                 )
+
+
+def _fix_link(tree: EvidenceTree, page: str, path: str, otherwise: str) -> str:
+    """The fix for a citation of ``path`` on ``page``: the link to the evidence file of that
+    name where there is one, else ``otherwise``."""
+    meant = _namesake(tree, path)
+    if meant is None:
+        return otherwise
+    return f"{meant} exists: link it as [evidence]({_link_on(page, meant)})"
 
 
 def check_citations_exist(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
@@ -94,8 +121,13 @@ def check_citations_exist(tree: EvidenceTree, options: EvidenceOptions) -> Itera
                     EVIDENCE_CITATION_EXISTS,
                     f"the [MEASURED] claim at {claim.path}:{claim.line} cites "
                     f"`{citation.target}`, looked for as {citation.path}, which does not exist; "
-                    f"write the evidence file at {citation.path} (run the benchmark that "
-                    "records it) or correct the link to name an existing file",
+                    + _fix_link(
+                        tree,
+                        claim.path,
+                        citation.path,
+                        f"write the evidence file at {citation.path} (run the benchmark that "
+                        "records it) or correct the link to name an existing file",
+                    ),
                 )
 
 

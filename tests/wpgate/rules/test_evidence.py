@@ -85,6 +85,31 @@ def test_wpg401_claim_without_evidence_and_json_outside_the_folder(repo: tuple[P
     assert "is not under docs/evidence/" in findings[1].message
 
 
+def test_a_link_written_from_the_root_is_fixed_to_the_one_relative_to_its_page(
+    repo: tuple[Path, str],
+) -> None:
+    # docs/page.md linking `docs/evidence/a.json` means docs/docs/evidence/a.json: the fix is
+    # the link that reaches the file of that name from the page, not a file written there.
+    root, _ = repo
+    _page(root, "[MEASURED] 188.1 ms ([evidence](docs/evidence/a.json)).")
+    findings = lint_evidence(root)
+    assert _ids(findings) == [(PAGE, 5, "WPG401"), (PAGE, 5, "WPG403")]
+    fix = "docs/evidence/a.json exists: link it as [evidence](evidence/a.json)"
+    assert findings[0].message == (
+        "`docs/evidence/a.json` resolves to docs/docs/evidence/a.json, which is not under "
+        f"docs/evidence/ (a link is relative to its page); {fix}"
+    )
+    assert findings[1].message.endswith(f"which does not exist; {fix}")
+    # A claim with no citation is shown the link from its own page.
+    (root / "docs/work_packages").mkdir()
+    (root / "docs/work_packages/wp-001.md").write_text(
+        "# WP\n\n[MEASURED] No citation.\n", encoding="utf-8"
+    )
+    nested = [f for f in lint_evidence(root) if f.path == "docs/work_packages/wp-001.md"]
+    assert len(nested) == 1
+    assert "(from this page: [evidence](../evidence/<file>.json))" in nested[0].message
+
+
 def test_wpg402_hostile_citations_are_refused(
     repo: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
