@@ -55,7 +55,8 @@ class NSSettings:
     coefficients: tuple[Triple, ...]
     eps: float
     dtype: torch.dtype
-    # "auto", "triton" or "torch": which Newton–Schulz backend the foreach body runs (WP-009).
+    # "auto", "triton", "torch" or "gram": which Newton–Schulz backend the foreach body runs
+    # (WP-009; "gram": the torch backend iterating on Gram matrices, WP-023).
     backend: str = "torch"
     # "frobenius" or "aol": how each matrix is normalized first (musgd._newton_schulz).
     normalize: str = "frobenius"
@@ -228,24 +229,23 @@ class EagerOrthogonalizer(Orthogonalizer):
     run_buckets = staticmethod(run_in_order)
 
     def single(self, G: Tensor, ns: NSSettings) -> Tensor:
-        return orthogonalize(
-            G,
-            steps=ns.steps,
-            coefficients=ns.coefficients,
-            eps=ns.eps,
-            dtype=ns.dtype,
-            normalize=ns.normalize,
-        )
+        return orthogonalize(G, **_ns_arguments(ns))
 
     def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
-        return orthogonalize_batched(
-            G,
-            steps=ns.steps,
-            coefficients=ns.coefficients,
-            eps=ns.eps,
-            dtype=ns.dtype,
-            normalize=ns.normalize,
-        )
+        return orthogonalize_batched(G, **_ns_arguments(ns))
+
+
+def _ns_arguments(ns: NSSettings) -> dict[str, Any]:
+    """The Newton–Schulz functions' keyword arguments for a group's settings (``"gram"``: the
+    torch backend's products, iterating on Gram matrices)."""
+    return {
+        "steps": ns.steps,
+        "coefficients": ns.coefficients,
+        "eps": ns.eps,
+        "dtype": ns.dtype,
+        "normalize": ns.normalize,
+        "iteration": "gram" if ns.backend == "gram" else "standard",
+    }
 
 
 def matrix_shape(shape: Sequence[int], use_muon: bool | None = None) -> tuple[int, int] | None:
@@ -585,10 +585,10 @@ def orthogonalize_bucket(
 
 def _table_may_run(ns: NSSettings, device: torch.device) -> bool:
     """Whether the Triton table may run a group's matrices on ``device`` at all, before its own
-    checks: not the torch backend, for ``"auto"`` only on CUDA (skipping the table's set-up
+    checks: not the torch or Gram backend, for ``"auto"`` only on CUDA (skipping the table's set-up
     on every other device), and only with the Frobenius normalization its kernels compute
     (``ns_backend="triton"`` with another says so once)."""
-    if ns.backend == "torch" or (ns.backend == "auto" and device.type != "cuda"):
+    if ns.backend in ("torch", "gram") or (ns.backend == "auto" and device.type != "cuda"):
         return False
     if ns.normalize != "frobenius":
         from musgd._triton_ns import warn_fallback  # Triton is imported only when asked for

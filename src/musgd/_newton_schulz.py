@@ -220,6 +220,7 @@ def resolve_ns_dtype(
     ns_dtype: torch.dtype | str,
     device: torch.device,
     matrices: Iterable[tuple[int, int]] = (),
+    backend: str = "auto",
 ) -> torch.dtype:
     """The Newton–Schulz working dtype for a group whose matrices (``(rows, cols)`` views, read
     only on a CPU with native bf16) live on ``device``.
@@ -231,7 +232,9 @@ def resolve_ns_dtype(
     multiply-adds per iteration (:func:`ns_work`; issue #36: a small CNN stepped 9x slower in
     bf16, the YOLO26n shapes 1.26x faster). Without native bf16, bf16 ``addmm``/``bmm`` is
     emulated and an order of magnitude slower than float32 (docs/work_packages/wp-010.md,
-    docs/work_packages/wp-022.md).
+    docs/work_packages/wp-022.md). For the Gram iteration (``backend="gram"``) a CUDA device
+    is float16 instead: as fast as bf16 there, and its results lie nearer the exact iteration
+    than the standard iteration's in bf16 (:data:`GRAM_RESTARTS`; WP-023).
     """
     if isinstance(ns_dtype, torch.dtype):
         return ns_dtype
@@ -243,6 +246,8 @@ def resolve_ns_dtype(
     if device.type != "cuda":
         return torch.float32
     index = device.index if device.index is not None else torch.cuda.current_device()
+    if backend == "gram":
+        return torch.float16 if torch.cuda.get_device_capability(index)[0] >= 7 else torch.float32
     dtype = _CUDA_AUTO_DTYPES.get(index)
     if dtype is None:
         major, _ = torch.cuda.get_device_capability(index)
@@ -286,19 +291,26 @@ def check_settings(dtype: torch.dtype, eps: float) -> None:
 
 
 def _newton_schulz(
-    X: Tensor, triples: tuple[Triple, ...], eps: float, normalize: str = "frobenius"
+    X: Tensor,
+    triples: tuple[Triple, ...],
+    eps: float,
+    normalize: str = "frobenius",
+    iteration: str = "standard",
 ) -> Tensor:
     """Run the iteration on a (B, rows, cols) stack already in the working dtype."""
     transposed = X.size(-2) > X.size(-1)
     if transposed:
         X = X.mT
+    run = iterate
+    if iteration == "gram" and gram_pays(X.size(-2), X.size(-1), len(triples)):
+        run = iterate_gram
     if normalize == "aol":
         X, gram = aol_normalize(X, eps)
-        X = iterate(X, triples, gram)
+        X = run(X, triples, gram)
     else:
         # Per-matrix Frobenius normalization puts every singular value in (0, 1].
         X = X / (torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True) + eps)
-        X = iterate(X, triples)
+        X = run(X, triples)
     if transposed:
         X = X.mT
     return X
@@ -332,6 +344,69 @@ def iterate(X: Tensor, triples: Sequence[Triple], gram: Tensor | None = None) ->
     return X
 
 
+# How the iterations run: "standard" (on X, :func:`iterate`) or "gram" (on X's Gram matrix,
+# :func:`iterate_gram`, where that takes fewer operations; the optimizer's ``ns_backend="gram"``).
+Iteration = Literal["standard", "gram"]
+ITERATIONS: tuple[Iteration, ...] = ("standard", "gram")
+# The Gram iteration forms X again before these iterations (0-based) and restarts from its
+# Gram matrix. Gram Newton-Schulz (Dao AI Lab, 2026; docs/PROVENANCE.md R387) restarts so in
+# half precision: rounding gives the Gram matrix spurious negative eigenvalues, which the
+# polynomial then grows. Measured here on matrices whose singular values spread from 1 to 1e-3
+# (tests/musgd/test_newton_schulz.py): in bf16 without a restart ||O·Oᵀ - I|| came out 3x to
+# 600x the standard iteration's, restarting before the third iteration kept it within 1.1x; in
+# float16 1.5x and 1.01x.
+GRAM_RESTARTS: tuple[int, ...] = (2,)
+
+
+def gram_work(rows: int, cols: int, steps: int, restarts: Sequence[int] = GRAM_RESTARTS) -> int:
+    """Multiply-adds of ``steps`` Gram iterations (:func:`iterate_gram`) on a ``rows x cols``
+    matrix: with ``s`` the short side and ``l`` the long one, a Gram product (``s·s·l``) at the
+    start and at each restart, an ``X`` product (``s·s·l``) at each restart and at the end, and
+    per iteration ``R·R``, the product's update (from the second iteration of each run on) and
+    ``R ← Q·R·Q`` (but before a restart or the end): ``s³`` each, twice for the last."""
+    small, large = min(rows, cols), max(rows, cols)
+    starts = [0, *(r for r in sorted(set(restarts)) if 0 < r < steps)]
+    ends = [*starts[1:], steps]
+    cubes = 0
+    for start, end in zip(starts, ends, strict=True):
+        run = end - start
+        cubes += run + (run - 1) + 2 * (run - 1)  # R·R; P ← Q·P; R ← Q·R·Q
+    rectangles = 2 * len(starts)  # a Gram product and an X product per run
+    return small * small * (rectangles * large + cubes * small)
+
+
+def gram_pays(rows: int, cols: int, steps: int) -> bool:
+    """Whether the Gram iteration takes fewer multiply-adds than the standard one here: with
+    the default restart, for matrices whose long side is over 1.5 times the short one (a 3x3
+    convolution's ``out x 9·in``), not for square ones."""
+    return gram_work(rows, cols, steps) < steps * ns_work(rows, cols)
+
+
+def iterate_gram(X: Tensor, triples: Sequence[Triple], gram: Tensor | None = None) -> Tensor:
+    """The quintic iterations of :func:`iterate`, run on the Gram matrix (Gram Newton-Schulz,
+    docs/PROVENANCE.md R387; our derivation).
+
+    With ``R = X·Xᵀ`` an iteration is ``X ← Q·X``, ``Q = a·I + b·R + c·R²``; ``Q`` is a
+    polynomial in ``R``, so ``R ← Q·R·Q`` and the products of the ``Q`` apply to the first ``X``
+    at the end: square ``rows x rows`` products in place of the ``rows x cols`` ones. ``X`` is
+    formed again, and its Gram matrix, before each iteration of :data:`GRAM_RESTARTS`.
+    Mathematically the standard iteration; rounded differently. ``gram`` as in :func:`iterate`.
+    """
+    R = gram if gram is not None else torch.bmm(X, X.mT)
+    P: Tensor | None = None
+    last = len(triples) - 1
+    for i, (a, b, c) in enumerate(triples):
+        if P is not None and i in GRAM_RESTARTS:
+            X = torch.bmm(P, X)
+            R, P = torch.bmm(X, X.mT), None
+        Q = torch.baddbmm(R, R, R, beta=b, alpha=c)  # b*R + c*R@R
+        Q.diagonal(dim1=-2, dim2=-1).add_(a)  # + a*I
+        P = Q if P is None else torch.bmm(Q, P)
+        if i < last and i + 1 not in GRAM_RESTARTS:
+            R = torch.bmm(Q, torch.bmm(R, Q))
+    return X if P is None else torch.bmm(P, X)
+
+
 def orthogonalize_batched(
     G: Tensor,
     *,
@@ -340,22 +415,28 @@ def orthogonalize_batched(
     eps: float = DEFAULT_EPS,
     dtype: torch.dtype = DEFAULT_NS_DTYPE,
     normalize: str | None = None,
+    iteration: str = "standard",
 ) -> Tensor:
     """Approximately orthogonalize each matrix of a ``(B, rows, cols)`` stack.
 
     Each matrix is normalized by its own Frobenius norm (or, with ``normalize="aol"`` or the
     ``"aol4"`` schedule, by the AOL row rescaling of its wide orientation), then ``steps``
-    quintic Newton–Schulz iterations run in ``dtype``. The result has ``G``'s shape and dtype;
-    ``G`` is not modified.
+    quintic Newton–Schulz iterations run in ``dtype``: on the matrices themselves, or with
+    ``iteration="gram"`` on their Gram matrices where that takes fewer operations
+    (:func:`iterate_gram`). The result has ``G``'s shape and dtype; ``G`` is not modified.
     """
     if G.dim() != 3:
         raise ValueError(
             f"orthogonalize_batched expects a (B, rows, cols) tensor, got {tuple(G.shape)}"
         )
     check_settings(dtype, eps)
+    if iteration not in ITERATIONS:
+        raise ValueError(
+            f"iteration must be one of {', '.join(map(repr, ITERATIONS))}, got {iteration!r}"
+        )
     triples = resolve_coefficients(coefficients, steps)
     how = schedule_normalization(coefficients, normalize)
-    return _newton_schulz(G.to(dtype), triples, eps, how).to(G.dtype)
+    return _newton_schulz(G.to(dtype), triples, eps, how, iteration).to(G.dtype)
 
 
 def orthogonalize(
@@ -366,9 +447,11 @@ def orthogonalize(
     eps: float = DEFAULT_EPS,
     dtype: torch.dtype = DEFAULT_NS_DTYPE,
     normalize: str | None = None,
+    iteration: str = "standard",
 ) -> Tensor:
     """Approximately orthogonalize one ``(rows, cols)`` matrix (its polar factor ``U·Vᵀ``;
-    with the AOL normalization, that of its rescaled form).
+    with the AOL normalization, that of its rescaled form; ``iteration`` as in
+    :func:`orthogonalize_batched`).
 
     The result has ``G``'s shape and dtype; ``G`` is not modified.
     """
@@ -381,6 +464,7 @@ def orthogonalize(
         eps=eps,
         dtype=dtype,
         normalize=normalize,
+        iteration=iteration,
     ).squeeze(0)
 
 

@@ -118,7 +118,7 @@ class NSConfig:
             ``torch.bfloat16``, ``torch.float16`` or ``torch.float32``. None (default): the
             flavour's own (``MuSGD``: ``"auto"``;
             ``UltralyticsMuSGD``: ``torch.bfloat16``, as Ultralytics).
-        backend: ``"auto"``, ``"triton"`` or ``"torch"`` (see :class:`musgd.MuSGD`).
+        backend: ``"auto"``, ``"triton"``, ``"torch"`` or ``"gram"`` (see :class:`musgd.MuSGD`).
         scale: the Muon scale of each orthogonalized matrix, by name: ``"muon"``
             (``0.2*sqrt(max(rows, cols))``) or ``"ultralytics"``
             (``sqrt(max(1, shape[-2]/shape[-1]))``). None (default): the flavour's own.

@@ -182,7 +182,13 @@ class MuSGD(EngineOptimizer):
             group, three grouped launches per iteration, bf16 operands with fp32 accumulation,
             deterministic); where they do not apply (no CUDA or Triton,
             ``ns_dtype=torch.float32``, a compile trace) the torch backend runs and says so
-            once. ``"torch"``: batched ``torch.bmm`` calls per bucket. The capture flags never
+            once. ``"torch"``: batched ``torch.bmm`` calls per bucket. ``"gram"``: the torch
+            backend iterating on each matrix's Gram matrix where that takes fewer operations
+            (long side over 1.5x the short, as 3x3 convolutions; Gram Newton-Schulz,
+            ``musgd._newton_schulz.iterate_gram``): the same polynomial in about half the
+            products, with one restart; its bf16 results lie further from the exact
+            iteration than the torch backend's (WP-023), ``ns_dtype=torch.float16`` closer.
+            Not yet timed on a GPU. The capture flags never
             change the backend (replay stays bit-identical to eager). A group the Triton
             table runs steps packed, in device memory it keeps between steps (about one copy
             of its parameters and one of its matrices, one more with weight decay; decision
@@ -442,6 +448,7 @@ def group_structure(group: Mapping[str, Any], device: torch.device) -> Structure
                 group["ns_dtype"],
                 device,
                 filter(None, (matrix_shape(p.shape, group["use_muon"]) for p in group["params"])),
+                str(group["ns_backend"]),
             ),
             backend=str(group["ns_backend"]),
             normalize=str(group.get("ns_normalize", "frobenius")),

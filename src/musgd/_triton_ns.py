@@ -40,7 +40,7 @@ from musgd._newton_schulz import muon_rms_scale
 
 T = TypeVar("T")
 
-BACKENDS = ("auto", "triton", "torch")
+BACKENDS = ("auto", "triton", "torch", "gram")
 # Working dtypes the kernels support; float32 would need exact (non-TF32) dots: torch backend.
 TRITON_NS_DTYPES = (torch.bfloat16, torch.float16)
 # Columns of the problem table (int64): working (m, n) with m <= n, offsets of X and A/B in

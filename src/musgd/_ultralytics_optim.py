@@ -308,7 +308,7 @@ class UltralyticsRule:
         if found is None:
             ns = self.ns
             assert ns.dtype is not None  # the constructor filled it
-            dtype = resolve_ns_dtype(ns.dtype, device)
+            dtype = resolve_ns_dtype(ns.dtype, device, backend=ns.backend)
             found = NSSettings(ns.steps, ns.triples, ns.eps, dtype, ns.backend, str(ns.normalize))
             self._settings[device] = found
         return found
@@ -359,7 +359,12 @@ class UltralyticsRule:
         whole group, so parameters and both buffers stay identical on every rank. Collectives
         sit inside the step, so ``capture_updates`` records nothing here."""
         layout, structure, orth = record.layout, record.structure, record.orth
-        ns = dataclasses.replace(structure.ns, backend="torch")
+        # The Triton table runs a whole group, not a rank's share: the shares run the torch
+        # products (the Gram iteration's where the group asked for it).
+        if structure.ns.backend != "gram":
+            ns = dataclasses.replace(structure.ns, backend="torch")
+        else:
+            ns = structure.ns
         assert self.ns.scale is not None  # the constructor filled it
         scale = self.ns.scale
         shared = engine.sharded.ddp_plan(layout, record.params, structure, orth)
@@ -409,7 +414,8 @@ class UltralyticsMuSGD(EngineOptimizer):
             bit-identical to this optimizer's eager steps. Both live in each param group.
         ns_backend: ``"auto"`` (default: the grouped Triton Newton–Schulz kernels on CUDA
             where they apply, each ``use_muon`` group's matrices as one table, with this
-            flavour's Muon scales), ``"triton"`` or ``"torch"``, as in :class:`musgd.MuSGD`.
+            flavour's Muon scales), ``"triton"``, ``"torch"`` or ``"gram"``, as in
+            :class:`musgd.MuSGD`.
         process_group: under DDP (gradients already averaged, the same on every rank), share
             the Newton–Schulz work of ``use_muon`` groups across the group's ranks: a
             FLOP-balanced plan gives each rank slices of the buckets, one ``all_gather`` hands

@@ -314,7 +314,7 @@ def test_command_line_ns_keys_make_one_record(monkeypatch: pytest.MonkeyPatch) -
         ("ns_steps=x", "ns_steps must be an int"),
         ("ns_coefficients=polar", "ns_coefficients must be one of the names 'quintic'"),
         ("ns_dtype=int8", "ns_dtype must be \"auto\" or one of 'bfloat16', 'bf16'"),
-        ("ns_backend=cuda", "ns_backend must be one of 'auto', 'triton', 'torch'"),
+        ("ns_backend=cuda", "ns_backend must be one of 'auto', 'triton', 'torch', 'gram'"),
         ("ns_stepz=3", "ns_stepz= is not a Newton-Schulz setting; the settings are"),
     ],
 )

@@ -707,3 +707,30 @@ def test_a_foreach_that_is_not_a_bool_or_none_is_refused(foreach: object) -> Non
         MuSGD(params, foreach=foreach)  # type: ignore[arg-type]
     for ok in (None, True, False):
         MuSGD(params, foreach=ok)
+
+
+def test_the_gram_backend_steps_as_the_torch_backend_up_to_rounding() -> None:
+    # Wide matrices take the Gram iteration, the square one the standard iteration; in float32
+    # both land within rounding of the torch backend, and the setting survives a state dict.
+    shapes = [(16, 8, 3, 3), (24, 96), (12, 12), (12,)]
+
+    def run(backend: str) -> tuple[list[Tensor], MuSGD]:
+        gen = torch.Generator().manual_seed(0)
+        params = [nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+        opt = MuSGD(params, lr=0.05, ns_backend=backend, ns_dtype=torch.float32)  # type: ignore[arg-type]
+        for _ in range(3):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen)
+            opt.step()
+        return [p.detach() for p in params], opt
+
+    gram, opt = run("gram")
+    reference, _ = run("torch")
+    for a, b in zip(gram, reference, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    assert torch.equal(gram[2], reference[2])  # square: the standard iteration, the same bits
+    state = opt.state_dict()
+    assert state["param_groups"][0]["ns_backend"] == "gram"
+    again = MuSGD([nn.Parameter(torch.zeros(s)) for s in shapes], lr=0.05)
+    again.load_state_dict(state)
+    assert again.param_groups[0]["ns_backend"] == "gram"

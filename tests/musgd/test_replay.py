@@ -815,3 +815,25 @@ def test_settings_that_change_the_result_change_the_replay_key() -> None:
         for change in ({}, {"normalize": "aol"}, {"backend": "gram"}, {"dtype": torch.float16})
     }
     assert len(keys) == 4
+
+
+@pytest.mark.parametrize("flag", ["capture_orthogonalization", "capture_updates"])
+def test_the_gram_backend_replays_its_own_eager_bits(flag: str) -> None:
+    runs = {
+        name: (make_params(), options)
+        for name, options in (
+            ("torch", {"ns_backend": "torch"}),
+            ("gram", {"ns_backend": "gram"}),
+            ("gram replayed", {"ns_backend": "gram", flag: True, "recorder": FakeRecorder()}),
+        )
+    }
+    for params, options in runs.values():
+        opt = MuSGD(params, lr=0.02, weight_decay=0.01, ns_dtype=torch.bfloat16, **options)
+        for step in range(3):
+            set_grads(params, step)
+            opt.step()
+    gram, replayed, torch_backend = runs["gram"][0], runs["gram replayed"][0], runs["torch"][0]
+    for a, b in zip(gram, replayed, strict=True):
+        assert torch.equal(a, b)
+    # The wide matrices (8 x 27, 16 x 144) ran the Gram iteration: not the torch backend's bits.
+    assert any(not torch.equal(a, b) for a, b in zip(gram, torch_backend, strict=True))

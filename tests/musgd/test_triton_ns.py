@@ -368,7 +368,7 @@ def test_backend_lives_in_each_group_and_in_the_state_dict() -> None:
     assert opt.state_dict()["param_groups"][1]["ns_backend"] == "torch"
 
 
-@pytest.mark.parametrize("backend", ["auto", "triton", "torch"])
+@pytest.mark.parametrize("backend", ["auto", "triton", "torch", "gram"])
 @pytest.mark.parametrize("flag", ["capture_orthogonalization", "capture_updates"])
 def test_capture_flags_never_change_the_backend(backend: str, flag: str) -> None:
     # Replay is bit-identical to eager only if both run the same Newton-Schulz code.

@@ -296,7 +296,10 @@ def test_muon_scale_reads_the_last_two_dimensions() -> None:
         ({"sgd": float("inf")}, "sgd must be"),
         ({"ns_dtype": torch.float64}, "ns_dtype must be"),
         ({"capture_updates": None}, "capture_updates must be True or False"),
-        ({"ns_backend": "cuda"}, "ns_backend must be 'auto' or 'triton' or 'torch', got 'cuda'"),
+        (
+            {"ns_backend": "cuda"},
+            "ns_backend must be 'auto' or 'triton' or 'torch' or 'gram', got 'cuda'",
+        ),
     ],
 )
 def test_bad_settings_raise_naming_the_argument(kwargs: dict[str, Any], message: str) -> None:
@@ -374,7 +377,10 @@ def test_musgd_trainer_builds_ours_from_the_stock_musgd_groups() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"ns_backend": "cuda"}, "musgd_trainer: ns_backend must be 'auto' or 'triton' or 'torch'"),
+        (
+            {"ns_backend": "cuda"},
+            "musgd_trainer: ns_backend must be 'auto' or 'triton' or 'torch' or 'gram'",
+        ),
         ({"ns_dtype": torch.float64}, "musgd_trainer: ns_dtype must be"),
     ],
 )

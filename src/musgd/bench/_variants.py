@@ -121,7 +121,8 @@ class NSOnlyStep:
 
     On CUDA the calls are captured in one CUDA graph on the first step (after warm-up calls,
     as :class:`WholeStepGraph` does) and replayed; elsewhere they run eagerly, no graph
-    (``skipped`` says why). ``backends`` names what ran each group: ``"triton"`` or ``"torch"``.
+    (``skipped`` says why). ``backends`` names what ran each group: ``"triton"``, ``"torch"`` or
+    ``"gram"``.
     """
 
     WARMUP = WholeStepGraph.WARMUP
@@ -152,7 +153,7 @@ class NSOnlyStep:
             momenta = [cast(Tensor, p.grad).detach().clone() for p in params]
             plan = _table_plan(params, layout, structure)
             if plan is None:
-                backends.append("torch")
+                backends.append("gram" if ns.backend == "gram" else "torch")
                 jobs.extend(
                     functools.partial(orth.stacked, _pick(momenta, b.indices), b, ns)
                     for b in layout.buckets
@@ -293,6 +294,13 @@ def musgd_variants() -> list[Variant]:
             _musgd(ns_backend="torch", capture_orthogonalization=True, capture_updates=True),
             cuda_only=True,
         ),
+        # The Gram iteration (WP-023): the torch backend's products on Gram matrices, float16.
+        Variant("gram-NS eager", _musgd(ns_backend="gram"), cuda_only=True),
+        Variant(
+            "gram-NS both",
+            _musgd(ns_backend="gram", capture_orthogonalization=True, capture_updates=True),
+            cuda_only=True,
+        ),
         # The default step captured whole by the user (timing only: lr is frozen in it).
         Variant("bucketed eager", _musgd()).graphed(),
         # Captured whole with lr and momentum in device tensors: a schedule still reaches it,
@@ -326,12 +334,21 @@ def ns_only_variants() -> list[Variant]:
     """Each named schedule's Newton-Schulz part alone on the default backend (``"auto"``: the
     Triton table on CUDA for the YOLO26 sets), captured in one CUDA graph on CUDA and eager
     elsewhere (:class:`NSOnlyStep`; timing only): the schedules' NS times side by side, the
-    comparison of issue #35's "aol4 >= 18% below the default's NS time"."""
+    comparison of issue #35's "aol4 >= 18% below the default's NS time"; and the default
+    schedule's Gram iteration (``ns_backend="gram"``) beside them."""
     return [
+        *(
+            Variant(
+                f"{NS_ONLY_PREFIX} {name}",
+                _musgd(ns_coefficients=name),
+                timing_only=True,
+                ns_only=True,
+            )
+            for name in SCHEDULE_NAMES
+        ),
         Variant(
-            f"{NS_ONLY_PREFIX} {name}", _musgd(ns_coefficients=name), timing_only=True, ns_only=True
-        )
-        for name in SCHEDULE_NAMES
+            f"{NS_ONLY_PREFIX} gram", _musgd(ns_backend="gram"), timing_only=True, ns_only=True
+        ),
     ]
 
 

@@ -197,7 +197,8 @@ def test_ns_only_variants_time_each_schedules_newton_schulz_alone_on_the_cpu() -
     group's matrices (their gradients standing in for the momenta), and a step changes no
     parameter, gradient or buffer."""
     variants = _variants.ns_only_variants()
-    assert [v.name for v in variants] == [f"NS-only {n}" for n in _variants.SCHEDULE_NAMES]
+    names = [f"NS-only {n}" for n in (*_variants.SCHEDULE_NAMES, "gram")]
+    assert [v.name for v in variants] == names
     assert all(v.ns_only and v.timing_only and not v.cuda_only for v in variants)
     assert [v.name for v in select_variants(["NS-only aol4"], CPU)] == ["NS-only aol4"]
     gen = torch.Generator().manual_seed(0)
@@ -212,12 +213,14 @@ def test_ns_only_variants_time_each_schedules_newton_schulz_alone_on_the_cpu() -
         assert isinstance(stepper, _variants.NSOnlyStep)
         stepper.step()
         stepper.step()
-        assert stepper.backends == ("torch",)
+        name = variant.name.removeprefix("NS-only ")
+        backend = "gram" if name == "gram" else "torch"
+        assert stepper.backends == (backend,)
         assert stepper.skipped is not None
         assert "needs CUDA (cpu)" in stepper.skipped
         assert stepper.describe() == {
             "ran": "newton-schulz only",
-            "backends": ["torch"],
+            "backends": [backend],
             "graphed": False,
             "not_graphed_because": stepper.skipped,
         }
@@ -226,9 +229,12 @@ def test_ns_only_variants_time_each_schedules_newton_schulz_alone_on_the_cpu() -
         assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
         assert not opt.state, "no momentum buffer: the step ran no momentum"
         (job,) = stepper._prepare()
-        name = variant.name.removeprefix("NS-only ")
         steps = 4 if name == "aol4" else 5
         expected = orthogonalize(
-            grads[0].reshape(8, 36), coefficients=name, steps=steps, dtype=torch.float32
+            grads[0].reshape(8, 36),
+            coefficients="quintic" if name == "gram" else name,
+            steps=steps,
+            dtype=torch.float32,
+            iteration="gram" if name == "gram" else "standard",
         ) * (0.2 * math.sqrt(36))
         torch.testing.assert_close(cast(Tensor, job()).reshape(8, 36), expected)
