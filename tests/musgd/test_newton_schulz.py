@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import pytest
@@ -208,7 +209,8 @@ def test_auto_ns_dtype_is_float32_off_cuda_and_bf16_on_native_bf16_gpus(
     assert resolve_ns_dtype("auto", torch.device("cuda", 0), backend="gram") is torch.float16
     assert resolve_ns_dtype("auto", torch.device("cuda", 1), backend="gram") is torch.float16
     assert resolve_ns_dtype("auto", torch.device("cpu"), backend="gram") is torch.float32
-    assert resolve_ns_dtype(torch.bfloat16, torch.device("cuda", 0), "gram") is torch.bfloat16
+    chosen = resolve_ns_dtype(torch.bfloat16, torch.device("cuda", 0), backend="gram")
+    assert chosen is torch.bfloat16
 
 
 @pytest.mark.parametrize(
@@ -358,8 +360,9 @@ def spread(rows: int, cols: int, seed: int, smallest: float) -> Tensor:
 def orthogonality_error(O: Tensor) -> float:
     """``||O·Oᵀ - I||_F / sqrt(rows)`` of a wide result, in float64."""
     O = O.to(torch.float64)
-    rows = O.size(0)
-    return float(torch.linalg.matrix_norm(O @ O.T - torch.eye(rows, dtype=O.dtype))) / rows**0.5
+    rows = int(O.size(0))
+    error = float(torch.linalg.matrix_norm(O @ O.T - torch.eye(rows, dtype=O.dtype)))
+    return error / math.sqrt(rows)
 
 
 def test_the_gram_iteration_is_the_standard_one_in_exact_arithmetic() -> None:

@@ -717,7 +717,7 @@ def test_the_gram_backend_steps_as_the_torch_backend_up_to_rounding() -> None:
     def run(backend: str) -> tuple[list[Tensor], MuSGD]:
         gen = torch.Generator().manual_seed(0)
         params = [nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
-        opt = MuSGD(params, lr=0.05, ns_backend=backend, ns_dtype=torch.float32)  # type: ignore[arg-type]
+        opt = MuSGD(params, lr=0.05, ns_backend=backend, ns_dtype=torch.float32)
         for _ in range(3):
             for p in params:
                 p.grad = torch.randn(p.shape, generator=gen)
