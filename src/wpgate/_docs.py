@@ -85,6 +85,8 @@ class WorkPackageRegistry:
     findings: tuple[Finding, ...]
     phases: Mapping[int, Phase] = field(default_factory=dict)
     directory: str = "docs/work_packages"
+    #: Where the phase pages live (``[tool.wpgate.docs] engineering``).
+    engineering: str = "docs/engineering"
     #: Why a gate does not resolve (None when it does), when the rule wp-done-gates-resolve
     #: checks gates.
     resolve_gate: Callable[[str], str | None] | None = field(default=None, compare=False)
@@ -156,7 +158,9 @@ def _read_registry(
                 "with `wpgate new-wp`",
             )
         )
-        return WorkPackageRegistry((), tuple(findings), {}, layout.work_packages)
+        return WorkPackageRegistry(
+            (), tuple(findings), {}, layout.work_packages, layout.engineering
+        )
     for path in sorted(folder.glob("*.md")):
         rel = f"{layout.work_packages}/{path.name}"
         if id_from_filename(path.name) is None and not path.name.startswith("wp-"):
@@ -173,7 +177,11 @@ def _read_registry(
             packages.append(parsed.package)
     packages.sort(key=lambda p: (sort_key(p.id), p.path))
     return WorkPackageRegistry(
-        tuple(packages), tuple(findings), load_phases(root, config), layout.work_packages
+        tuple(packages),
+        tuple(findings),
+        load_phases(root, config),
+        layout.work_packages,
+        layout.engineering,
     )
 
 

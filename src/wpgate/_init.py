@@ -170,7 +170,7 @@ repos:
         name: wpgate docs (provenance, work packages, evidence claims, changelog)
         entry: wpgate docs
         language: system
-        files: ^({docs_dir}/|{changelog}$)
+        files: {files}
         stages: [pre-commit]
         pass_filenames: false
       - id: wpgate-trailers
@@ -336,7 +336,8 @@ def plan_scaffolds(
     template keeps ``statement``, the clean-room statement WPG109 asks of a pull request.
     """
     docs_dir = _docs_dir(layout)
-    changelog = layout.changelog.replace(".", r"\.")
+    # The hook's pattern, a YAML single-quoted string (no escapes but a doubled quote).
+    files = f"^({re.escape(docs_dir)}/|{re.escape(layout.changelog)}$)".replace("'", "''")
     pyproject = (root / "pyproject.toml").exists()
     if config_source:
         config = Scaffold(config_source, "", present=True)
@@ -361,11 +362,11 @@ def plan_scaffolds(
         Scaffold(f"{layout.evidence}/README.md", _EVIDENCE_README),
         Scaffold(f"{docs_dir}/index.md", _INDEX.format(name=_markdown_text(name))),
         # A JSON (TOML basic) string is a YAML double-quoted scalar: `: `, `#`, quotes survive.
-        Scaffold("mkdocs.yml", _MKDOCS.format(name=toml_string(name), docs_dir=docs_dir)),
-        Scaffold(".github/pull_request_template.md", _PULL_REQUEST.format(statement=statement)),
         Scaffold(
-            ".pre-commit-config.yaml", _PRE_COMMIT.format(docs_dir=docs_dir, changelog=changelog)
+            "mkdocs.yml", _MKDOCS.format(name=toml_string(name), docs_dir=toml_string(docs_dir))
         ),
+        Scaffold(".github/pull_request_template.md", _PULL_REQUEST.format(statement=statement)),
+        Scaffold(".pre-commit-config.yaml", _PRE_COMMIT.format(files=f"'{files}'")),
     ]
 
 

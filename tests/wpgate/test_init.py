@@ -82,8 +82,33 @@ def test_init_follows_an_existing_docs_layout(tmp_path: Path) -> None:
     assert (tmp_path / "pyproject.toml").read_text(encoding="utf-8") == before
     for path in ("notes/PROVENANCE.md", "notes/wp/index.md", "notes/ev/README.md"):
         assert (tmp_path / path).is_file(), path
-    assert "docs_dir: notes" in (tmp_path / "mkdocs.yml").read_text(encoding="utf-8")
+    assert 'docs_dir: "notes"' in (tmp_path / "mkdocs.yml").read_text(encoding="utf-8")
     assert main(["check", "--root", str(tmp_path)]) == 0
+
+
+def test_init_quotes_a_docs_folder_and_changelog_of_any_name(tmp_path: Path) -> None:
+    # The folder's and the changelog's names come from the adopter's layout: YAML must read
+    # them back as themselves, and the docs hook's pattern must match exactly those files.
+    import re
+
+    import yaml
+
+    folder = "my docs: 'x' #1"
+    (tmp_path / "wpgate.toml").write_text(
+        f'[docs]\nprovenance = "{folder}/PROVENANCE.md"\nchangelog = "NEWS.md"\n'
+        f'claims = ["{folder}/**/*.md"]\n',
+        encoding="utf-8",
+    )
+    assert main(["init", "--root", str(tmp_path), "--name", "n"]) == 0
+    mkdocs = yaml.safe_load((tmp_path / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert mkdocs["docs_dir"] == folder
+    hooks = yaml.safe_load((tmp_path / ".pre-commit-config.yaml").read_text(encoding="utf-8"))
+    (docs_hook,) = [h for h in hooks["repos"][0]["hooks"] if h["id"] == "wpgate-docs"]
+    pattern = re.compile(docs_hook["files"])
+    assert pattern.match(f"{folder}/PROVENANCE.md")
+    assert pattern.match("NEWS.md")
+    assert not pattern.match("NEWSxmd")
+    assert not pattern.match("src/NEWS.md")
 
 
 def test_init_refuses_a_malformed_pyproject(

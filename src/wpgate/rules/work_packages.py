@@ -33,6 +33,8 @@ class Registry(Protocol):
     @property
     def phases(self) -> Mapping[int, Any]: ...
     @property
+    def engineering(self) -> str: ...
+    @property
     def resolve_gate(self) -> GateResolver | None: ...
 
 
@@ -180,8 +182,9 @@ def check_phases(registry: Registry, options: WorkPackageOptions) -> Iterator[Fi
                 package.path,
                 package.line_of("phase"),
                 WP_PHASE_EXISTS,
-                f"phase {package.phase} has no page; add docs/engineering/"
-                f"phase-{package.phase:02d}-<slug>.md or fix the phase",
+                f"phase {package.phase} has no page; add {registry.engineering}/"
+                f"phase-{package.phase:02d}.md (a `-<slug>` may follow the number; `wpgate "
+                "new-wp` writes the page of a registry's first phase) or fix the phase",
             )
 
 

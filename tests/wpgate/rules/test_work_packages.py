@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -155,8 +156,12 @@ def test_wpg307_phase_exists() -> None:
     (finding,) = rules.check_phases(_registry(_wp("001", phase=7)), WorkPackageOptions())
     assert (finding.line, finding.message) == (
         4,
-        "phase 7 has no page; add docs/engineering/phase-07-<slug>.md or fix the phase",
+        "phase 7 has no page; add docs/engineering/phase-07.md (a `-<slug>` may follow the "
+        "number; `wpgate new-wp` writes the page of a registry's first phase) or fix the phase",
     )
+    elsewhere = dataclasses.replace(_registry(_wp("001", phase=7)), engineering="notes/eng")
+    (finding,) = rules.check_phases(elsewhere, WorkPackageOptions())
+    assert "add notes/eng/phase-07.md" in finding.message  # the configured folder
 
 
 def test_wpg308_reason_for_blocked_and_deferred() -> None:
