@@ -279,8 +279,13 @@ def _markdown_text(text: str) -> str:
 
 
 def _name_problem(name: str, source: str = "--name") -> str:
-    """Why ``name`` cannot be the site's name (a line break or another control character,
-    which no Markdown heading keeps on one line), or ``""``."""
+    """Why ``name`` cannot be the site's name (blank, or with a line break or another control
+    character, which no Markdown heading keeps on one line), or ``""``."""
+    if not name.strip():
+        return (
+            f"{source} {name!r} is blank; pass --name with the site's name, or leave --name out "
+            "to use the folder's name"
+        )
     for char in name:
         # Cc: control characters; Zl, Zp: line and paragraph separators; Cs: a lone surrogate
         # (bytes of the command line that are not UTF-8), which no file can hold.

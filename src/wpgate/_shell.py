@@ -141,6 +141,7 @@ def command_config(
     ``--verbose``, the file it came from is said on stderr (stdout stays the report)."""
     config = load_config(repository_root(root))
     if verbose:
+        echo(f"wpgate: root: {config.root}\n", err=True)
         for line in config.describe_source():
             echo(f"wpgate: {line}\n", err=True)
     return config.ignoring(ignored) if ignored else config

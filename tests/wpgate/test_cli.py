@@ -622,6 +622,7 @@ def test_verbose_says_which_configuration_file_is_read(repo: Path) -> None:
     (repo / "pyproject.toml").write_text('[tool.wpgate.trailers]\nrequired = ["WP"]\n')
     (repo / "wpgate.toml").write_text('[trailers]\nrequired = ["WP", "Gate"]\n')
     _, out, err = run_verbose(repo, "wp")
+    assert f"wpgate: root: {repo.resolve()}\n" in err  # found, or given with --root
     assert "wpgate: configuration: wpgate.toml\n" in err
     assert "pyproject.toml also configures wpgate and is not read (wpgate.toml comes first)" in err
     assert "configuration" not in out  # the report alone on stdout

@@ -697,3 +697,9 @@ def test_init_says_nothing_of_a_pre_commit_config_that_has_wpgates_hooks(
     assert "wpgate's hooks" not in out
     assert "repo: local" not in out
     assert (tmp_path / ".pre-commit-config.yaml").read_text(encoding="utf-8") == text
+
+
+def test_init_refuses_a_blank_site_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["init", "--root", str(tmp_path), "--name", "   "]) == 2
+    assert "'   ' is blank; pass --name with the site's name" in capsys.readouterr().err
+    assert not (tmp_path / "mkdocs.yml").exists()

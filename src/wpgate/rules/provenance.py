@@ -88,6 +88,29 @@ def _role(cell: str) -> str:
     return cell.strip("` ").lower()
 
 
+# What a cell holds when it holds nothing yet: a Role or Reference so written is empty (WPG208).
+_PLACEHOLDERS = frozenset({"-", "--", "—", "–", "?", "...", "…", "n/a", "na", "tbd", "todo"})
+
+
+def _singular(word: str) -> str:
+    """An English plural's singular, for the forms a role takes (`libraries`, `tools`)."""
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    return word[:-1] if word.endswith("s") and not word.endswith("ss") else word
+
+
+def _is_code_role(role: str, roles: frozenset[str]) -> bool:
+    """Whether a Role (as :func:`_role` gives it) names a code role: itself, its plural, its
+    words hyphenated (`source-code`), or words that are each one (`code library`)."""
+    words = [_singular(w) for w in re.findall(r"[a-z]+", role)]
+    if not words:
+        return False
+    if role in roles or " ".join(words) in roles:
+        return True
+    code_words = {_singular(w) for r in roles for w in re.findall(r"[a-z]+", r)}
+    return all(w in code_words for w in words) and any(w in roles for w in words)
+
+
 def check_licences(provenance: Provenance, options: ProvenanceOptions) -> Iterator[Finding]:
     """A code source carries a permissive licence; copyleft or unknown is refused."""
     allowed = _lowered(options.licences)
@@ -97,7 +120,7 @@ def check_licences(provenance: Provenance, options: ProvenanceOptions) -> Iterat
         role = _role(source.role)
         if source.line in reported:
             continue
-        if role not in roles:
+        if not _is_code_role(role, roles):
             near = difflib.get_close_matches(role, sorted(roles), n=1, cutoff=_TYPO_RATIO)
             if role and near:
                 reported.add(source.line)
@@ -146,7 +169,8 @@ def check_source_cells(provenance: Provenance, options: ProvenanceOptions) -> It
         ids = first.id if len(sources) == 1 else f"{first.id}-{sources[-1].id}"
         cells = (first.reference, first.licence, first.role)
         for cell, (what, fix) in zip(cells, fixes, strict=True):
-            if not cell.strip("` "):
+            text = cell.strip("` ").lower()
+            if not text or (what != "licence" and text in _PLACEHOLDERS):
                 yield Finding(
                     provenance.path,
                     line,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from git_helpers import isolated_git
 
 from wpgate._docs import lint_provenance
@@ -102,6 +103,24 @@ def test_wpg204_a_role_a_typo_away_from_a_code_role_is_refused() -> None:
     ]
     tool = GOOD.replace("| lib | MIT | code |", "| lib | GPL-3.0-only | tool |")
     assert _run(rules.check_licences, tool) == []
+
+
+@pytest.mark.parametrize("role", ["libraries", "code library", "source-code", "Software"])
+def test_wpg204_checks_a_code_role_in_its_plural_or_compound_forms(role: str) -> None:
+    text = GOOD.replace("| lib | MIT | code |", f"| lib | GPL-3.0-only | {role} |")
+    assert [(f.line, f.rule_id) for f in _run(rules.check_licences, text)] == [(8, "WPG204")]
+    # A role that only mentions a code word is not one.
+    prose = GOOD.replace("| lib | MIT | code |", "| lib | GPL-3.0-only | docs of a library |")
+    assert _run(rules.check_licences, prose) == []
+
+
+@pytest.mark.parametrize("placeholder", ["-", "n/a", "TBD", "?"])
+def test_wpg208_a_placeholder_role_or_reference_is_empty(placeholder: str) -> None:
+    text = GOOD.replace(
+        "| R1 | paper | n/a | paper |", f"| R1 | {placeholder} | n/a | {placeholder} |"
+    )
+    found = [(f.line, f.message.split(";")[0]) for f in _run(rules.check_source_cells, text)]
+    assert found == [(7, "R1 has no reference"), (7, "R1 has no role")]  # `n/a` licence: prose
 
 
 def test_wpg208_empty_reference_licence_and_role() -> None:
