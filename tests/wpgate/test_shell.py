@@ -8,19 +8,10 @@ from pathlib import Path
 
 import pytest
 from git_helpers import governed_repository, new_repository
+from test_cli import GOOD  # a governed message for the fixture repository
 
 from wpgate._shell import repository_root
 from wpgate.cli import main
-
-GOOD = b"""feat(cli): lint commit trailers
-
-The linter reads the message the commit-msg hook passes.
-
-WP: 004
-Provenance: R7
-Assumptions: A1
-Gate: tests/test_gate.py::test_gate
-"""
 
 
 def run_here(*args: str, stdin: bytes = b"") -> tuple[int, str, str]:
