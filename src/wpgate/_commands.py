@@ -175,9 +175,10 @@ def explain(rule: str | None, list_all: bool) -> int:
     register_all()
 
     if list_all or rule is None:
+        width = max(len(known.name) for known in RULES)  # the longest name still has a gap
         for known in RULES:
             state = "" if known.enabled_by_default else "  (off by default)"
-            click.echo(f"{known.rule_id}  {known.name:<24} {known.summary}{state}")
+            click.echo(f"{known.rule_id}  {known.name:<{width}}  {known.summary}{state}")
         return shell.EXIT_CLEAN
     found = RULES.get(rule)
     if found is None:

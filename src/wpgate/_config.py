@@ -186,6 +186,11 @@ class Config:
         switches = dict(self.rule_switches)
         unknown: dict[str, None] = {}
         for name in rules:
+            if not name.replace(",", "").strip():
+                raise InvocationError(
+                    f"--ignore {name!r} names no rule; pass a rule id such as WPG102 or a name "
+                    "(`wpgate explain --list` lists them)"
+                )
             for part in filter(None, (p.strip() for p in name.split(","))):
                 try:
                     rule_id = _rule_key(part, f"--ignore {part}")

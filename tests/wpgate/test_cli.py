@@ -242,6 +242,9 @@ def test_explain() -> None:
     listing = run(Path("."), "explain", "--list")[1]
     assert "WPG108  signed-off-by" in listing
     assert "(off by default)" in listing
+    # The longest names keep two spaces before their summary, as every other does.
+    long = next(line for line in listing.splitlines() if "provenance-first-use-history" in line)
+    assert "provenance-first-use-history  first-use rows" in long
     status, _, err = run(Path("."), "explain", "WPG999")
     assert status == 2
     assert "unknown rule 'WPG999'" in err
@@ -500,6 +503,10 @@ def test_ignore_and_warning_severity(repo: Path) -> None:
         "wpgate: error: --ignore no-such-rule: is not a known rule; `wpgate explain --list` "
         "lists them\n"
     )
+    for empty in ("", " , "):  # an --ignore that names nothing is a mistake, not a no-op
+        status, _, err = run(repo, "trailers", "--ignore", empty, path)
+        assert status == 2
+        assert f"--ignore {empty!r} names no rule; pass a rule id such as WPG102" in err
     (repo / "pyproject.toml").write_text(
         '[tool.wpgate.rules]\nWPG101 = "warning"\nsubject-period = "off"\nWPG104 = "warning"\n'
         'WPG105 = "warning"\nWPG107 = "warning"\n'
