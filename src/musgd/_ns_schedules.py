@@ -34,6 +34,8 @@ from musgd._newton_schulz import (
     _newton_schulz,
     aol_normalize,
     check_settings,
+    gram_pays,
+    gram_work,
 )
 
 __all__ = [
@@ -161,10 +163,11 @@ def schedule(name: str) -> Schedule:
         ) from None
 
 
-def _run(X: Tensor, sched: Schedule, eps: float) -> Tensor:
+def _run(X: Tensor, sched: Schedule, eps: float, iteration: str = "standard") -> Tensor:
     """``sched`` on a (B, rows, cols) stack already in the working dtype: the optimizer's own
-    iteration (:func:`musgd._newton_schulz._newton_schulz`), with the schedule's normalization."""
-    return _newton_schulz(X, sched.triples, eps, sched.normalize)
+    iteration (:func:`musgd._newton_schulz._newton_schulz`; ``"gram"``: on Gram matrices where
+    that pays), with the schedule's normalization."""
+    return _newton_schulz(X, sched.triples, eps, sched.normalize, iteration)
 
 
 def _as_schedule(value: str | Schedule) -> Schedule:
@@ -177,8 +180,10 @@ def orthogonalize_scheduled_batched(
     *,
     eps: float = DEFAULT_EPS,
     dtype: torch.dtype = DEFAULT_NS_DTYPE,
+    iteration: str = "standard",
 ) -> Tensor:
-    """Approximately orthogonalize each matrix of a ``(B, rows, cols)`` stack with ``sched``.
+    """Approximately orthogonalize each matrix of a ``(B, rows, cols)`` stack with ``sched``
+    (``iteration`` as in :func:`musgd.orthogonalize_batched`).
 
     The result has ``G``'s shape and dtype; ``G`` is not modified. With ``"quintic"`` the result
     equals :func:`musgd.orthogonalize_batched` with its defaults exactly.
@@ -189,7 +194,7 @@ def orthogonalize_scheduled_batched(
             f"{tuple(G.shape)}"
         )
     check_settings(dtype, eps)
-    return _run(G.to(dtype), _as_schedule(sched), eps).to(G.dtype)
+    return _run(G.to(dtype), _as_schedule(sched), eps, iteration).to(G.dtype)
 
 
 def orthogonalize_scheduled(
@@ -207,13 +212,16 @@ def orthogonalize_scheduled(
     return orthogonalize_scheduled_batched(G.unsqueeze(0), sched, eps=eps, dtype=dtype).squeeze(0)
 
 
-def ns_flop(rows: int, cols: int, sched: str | Schedule) -> int:
+def ns_flop(rows: int, cols: int, sched: str | Schedule, iteration: str = "standard") -> int:
     """Nominal FLOP of one call on a ``rows x cols`` matrix (``m <= n`` its sides).
 
     Each iteration costs ``4·m²·n + 2·m³`` (``X·Xᵀ``, ``A·A``, ``B·X``); AOL reuses the first
     ``X·Xᵀ`` and adds ``3·m² + m·n`` (row sums, ``D·A·D``, ``D·X``); the Frobenius norm ``2·m·n``.
+    The Gram iteration, where it runs, costs twice :func:`musgd._newton_schulz.gram_work`.
     """
     s = _as_schedule(sched)
     m, n = min(rows, cols), max(rows, cols)
     body = s.steps * (4 * m * m * n + 2 * m * m * m)
+    if iteration == "gram" and gram_pays(m, n, s.steps):
+        body = 2 * gram_work(m, n, s.steps)
     return body + (3 * m * m + m * n if s.normalize == "aol" else 2 * m * n)

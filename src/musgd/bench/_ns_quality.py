@@ -1,6 +1,8 @@
 """``python -m musgd.bench ns-quality``: how orthogonal each Newton–Schulz schedule's result is.
 
-For each schedule (``musgd._ns_schedules.SCHEDULES``) and working dtype, per layer shape: the
+For each schedule (``musgd._ns_schedules.SCHEDULES``), iteration (``--iterations``: the
+standard one, and the Gram iteration of ``ns_backend="gram"``) and working dtype, per layer
+shape: the
 singular-value spread of the result (its smallest and largest singular value), the
 orthogonality error ``||OᵀO - I||_F / sqrt(n)`` (n the short side), the spectral distance to the
 float64 SVD polar factor ``U·Vᵀ`` of the input, and the nominal FLOP of one call. Inputs are
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from musgd._newton_schulz import ITERATIONS
 from musgd._ns_schedules import SCHEDULES, ns_flop, orthogonalize_scheduled_batched, schedule
 from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._models import yolo26_parameters
@@ -52,6 +55,7 @@ class QualityRow:
     orth_err_max: float
     polar_dist_max: float  # max ||O - U·Vᵀ||_2 against the input's float64 polar factor
     flop: int  # nominal FLOP of one call on one matrix
+    iteration: str = "standard"  # or "gram" (where it pays; musgd._newton_schulz.iterate_gram)
 
 
 def as_matrix(t: Tensor) -> Tensor | None:
@@ -99,6 +103,7 @@ def measure(
     source: str,
     schedules: Sequence[str],
     dtypes: Sequence[str],
+    iterations: Sequence[str] = ("standard",),
 ) -> list[QualityRow]:
     """Quality rows for ``matrices`` (any shapes; vectors skipped), grouped by 2-D shape."""
     groups: dict[tuple[int, int], list[Tensor]] = {}
@@ -111,47 +116,53 @@ def measure(
         G = torch.stack(items)
         U, _, Vh = torch.linalg.svd(G.double(), full_matrices=False)
         polar = U @ Vh
-        for name in schedules:
-            for dname in dtypes:
-                O = orthogonalize_scheduled_batched(G, name, dtype=DTYPES[dname]).double()
-                sv = torch.linalg.svdvals(O)
-                err = _orth_err(O)
-                dist = torch.linalg.matrix_norm(O - polar, ord=2)
-                rows.append(
-                    QualityRow(
-                        source=source,
-                        schedule=name,
-                        dtype=dname,
-                        rows=r,
-                        cols=c,
-                        matrices=len(items),
-                        sv_min=float(sv.min()),
-                        sv_max=float(sv.max()),
-                        orth_err_mean=float(err.mean()),
-                        orth_err_max=float(err.max()),
-                        polar_dist_max=float(dist.max()),
-                        flop=ns_flop(r, c, name),
-                    )
+        for name, iteration, dname in (
+            (n, i, d) for n in schedules for i in iterations for d in dtypes
+        ):
+            O = orthogonalize_scheduled_batched(
+                G, name, dtype=DTYPES[dname], iteration=iteration
+            ).double()
+            sv = torch.linalg.svdvals(O)
+            err = _orth_err(O)
+            dist = torch.linalg.matrix_norm(O - polar, ord=2)
+            rows.append(
+                QualityRow(
+                    source=source,
+                    schedule=name,
+                    dtype=dname,
+                    iteration=iteration,
+                    rows=r,
+                    cols=c,
+                    matrices=len(items),
+                    sv_min=float(sv.min()),
+                    sv_max=float(sv.max()),
+                    orth_err_mean=float(err.mean()),
+                    orth_err_max=float(err.max()),
+                    polar_dist_max=float(dist.max()),
+                    flop=ns_flop(r, c, name, iteration),
                 )
+            )
     return rows
 
 
 def summarize(rows: Iterable[QualityRow]) -> list[dict[str, Any]]:
-    """Per source, schedule and dtype: errors over all matrices and FLOP per optimizer step."""
-    acc: dict[tuple[str, str, str], list[QualityRow]] = {}
+    """Per source, schedule, iteration and dtype: errors over all matrices and FLOP per
+    optimizer step (``flop_vs_quintic`` against the standard quintic's)."""
+    acc: dict[tuple[str, str, str, str], list[QualityRow]] = {}
     for row in rows:
-        acc.setdefault((row.source, row.schedule, row.dtype), []).append(row)
+        acc.setdefault((row.source, row.schedule, row.iteration, row.dtype), []).append(row)
     flop_quintic: dict[tuple[str, str], int] = {}
     out: list[dict[str, Any]] = []
-    for (source, name, dname), items in acc.items():
+    for (source, name, iteration, dname), items in acc.items():
         count = sum(r.matrices for r in items)
         flop = sum(r.flop * r.matrices for r in items)
-        if name == "quintic":
+        if name == "quintic" and iteration == "standard":
             flop_quintic[(source, dname)] = flop
         out.append(
             {
                 "source": source,
                 "schedule": name,
+                "iteration": iteration,
                 "dtype": dname,
                 "matrices": count,
                 "shapes": len(items),
@@ -172,14 +183,15 @@ def summarize(rows: Iterable[QualityRow]) -> list[dict[str, Any]]:
 def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:
     """A plain-text table of :func:`summarize`."""
     head = (
-        f"{'source':<9} {'schedule':<14} {'dtype':<5} {'mats':>5} {'orth mean':>10} "
+        f"{'source':<9} {'schedule':<14} {'iter':<8} {'dtype':<5} {'mats':>5} {'orth mean':>10} "
         f"{'orth max':>9} {'sv min':>7} {'sv max':>7} {'polar max':>9} {'flop/q':>7}"
     )
     lines = [head, "-" * len(head)]
     for e in summary:
         ratio = e["flop_vs_quintic"]
         lines.append(
-            f"{e['source']:<9} {e['schedule']:<14} {e['dtype']:<5} {e['matrices']:>5} "
+            f"{e['source']:<9} {e['schedule']:<14} {e['iteration']:<8} {e['dtype']:<5} "
+            f"{e['matrices']:>5} "
             f"{e['orth_err_mean']:>10.4f} {e['orth_err_max']:>9.4f} {e['sv_min']:>7.3f} "
             f"{e['sv_max']:>7.3f} {e['polar_dist_max']:>9.3f} "
             f"{'-' if ratio is None else f'{ratio:.3f}':>7}"
@@ -300,6 +312,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("cpu",), default="cpu", help="cpu only")
     parser.add_argument("--schedules", default=",".join(SCHEDULES), help="comma-separated")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: fp32,bf16")
+    parser.add_argument(
+        "--iterations",
+        default="standard",
+        help="comma-separated: standard,gram (the Gram iteration, where it pays)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random matrices")
     parser.add_argument(
         "--no-random", action="store_true", help="skip the random YOLO26n-shape matrices"
@@ -327,6 +344,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         for n in names:
             schedule(n)
         dtypes = _names(args.dtypes, DTYPES, "dtype")
+        iterations = _names(args.iterations, ITERATIONS, "iteration")
         recording: dict[str, Any] | None = None
         momenta_path = args.momenta
         if args.record_from_yolo is not None:
@@ -356,9 +374,17 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     rows: list[QualityRow] = []
     if not args.no_random:
-        rows += measure(yolo26n_random(args.seed), source="random", schedules=names, dtypes=dtypes)
+        rows += measure(
+            yolo26n_random(args.seed),
+            source="random",
+            schedules=names,
+            dtypes=dtypes,
+            iterations=iterations,
+        )
     if momenta is not None:
-        rows += measure(momenta, source="recorded", schedules=names, dtypes=dtypes)
+        rows += measure(
+            momenta, source="recorded", schedules=names, dtypes=dtypes, iterations=iterations
+        )
     summary = summarize(rows)
     print(format_summary(summary))
     if not args.no_evidence:

@@ -100,11 +100,31 @@ def test_the_command_writes_ns_quality_evidence(
     assert {e["schedule"] for e in results["summary"]} == {"quintic", "polar_express", "aol4"}
 
 
+def test_the_gram_iteration_is_measured_beside_the_standard_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _momenta(tmp_path)
+    out = tmp_path / "e.json"
+    argv = ["ns-quality", "--no-random", "--momenta", str(path), "--schedules", "quintic"]
+    assert main([*argv, "--iterations", "standard,gram", "--out", str(out)]) == EXIT_OK
+    assert "recorded  quintic        gram" in capsys.readouterr().out
+    summary = {
+        (e["iteration"], e["dtype"]): e for e in json.loads(out.read_text())["results"]["summary"]
+    }
+    assert set(summary) == {(i, d) for i in ("standard", "gram") for d in ("fp32", "bf16")}
+    # Fewer FLOP where a matrix is wide enough; fp32 results within rounding of the standard's.
+    assert summary[("gram", "fp32")]["flop_vs_quintic"] < 1.0
+    assert summary[("gram", "fp32")]["orth_err_mean"] == pytest.approx(
+        summary[("standard", "fp32")]["orth_err_mean"], rel=1e-3
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--schedules", "cubic"], "unknown schedule 'cubic'; choose from quintic"),
         (["--dtypes", "fp64"], "unknown dtype 'fp64'; choose from fp32, bf16"),
+        (["--iterations", "gramm"], "unknown iteration 'gramm'; choose from standard, gram"),
         (["--momenta", "missing.pt"], "no such file; record one with --record-from-yolo"),
         ([], "--no-random leaves nothing to measure"),
     ],
