@@ -233,13 +233,13 @@ def resolve_ns_dtype(
     bf16, the YOLO26n shapes 1.26x faster). Without native bf16, bf16 ``addmm``/``bmm`` is
     emulated and an order of magnitude slower than float32 (docs/work_packages/wp-010.md,
     docs/work_packages/wp-022.md). For the Gram iteration (``backend="gram"``) a CUDA device
-    is float16 instead: as fast as bf16 there, and its results lie nearer the exact iteration
-    than the standard iteration's in bf16 (:data:`GRAM_RESTARTS`; WP-023).
+    is float16 instead (as fast as bf16 there; bf16 is not precise enough for it,
+    :func:`_iterate_gram_in_float16`) and a CPU float32.
     """
     if isinstance(ns_dtype, torch.dtype):
         return ns_dtype
     if device.type == "cpu":
-        if not cpu_has_native_bf16():
+        if backend == "gram" or not cpu_has_native_bf16():
             return torch.float32
         largest = max((ns_work(rows, cols) for rows, cols in matrices), default=0)
         return torch.bfloat16 if largest >= CPU_BF16_MIN_WORK else torch.float32
@@ -303,7 +303,7 @@ def _newton_schulz(
         X = X.mT
     run = iterate
     if iteration == "gram" and gram_pays(X.size(-2), X.size(-1), len(triples)):
-        run = iterate_gram
+        run = iterate_gram if X.dtype != torch.bfloat16 else _iterate_gram_in_float16
     if normalize == "aol":
         X, gram = aol_normalize(X, eps)
         X = run(X, triples, gram)
@@ -351,10 +351,11 @@ ITERATIONS: tuple[Iteration, ...] = ("standard", "gram")
 # The Gram iteration forms X again before these iterations (0-based) and restarts from its
 # Gram matrix. Gram Newton-Schulz (Dao AI Lab, 2026; docs/PROVENANCE.md R387) restarts so in
 # half precision: rounding gives the Gram matrix spurious negative eigenvalues, which the
-# polynomial then grows. Measured here on matrices whose singular values spread from 1 to 1e-3
-# (tests/musgd/test_newton_schulz.py): in bf16 without a restart ||O·Oᵀ - I|| came out 3x to
-# 600x the standard iteration's, restarting before the third iteration kept it within 1.1x; in
-# float16 1.5x and 1.01x.
+# polynomial then grows. Measured here in float16 on matrices whose singular values spread from
+# 1 to 1e-3 (tests/musgd/test_newton_schulz.py): without a restart ||O·Oᵀ - I|| came out up to
+# 1.7x the standard iteration's with the quintic and 236x with Polar Express; restarting before
+# the third iteration kept every schedule within 1.01x. bf16 is not enough even so
+# (:func:`_iterate_gram_in_float16`).
 GRAM_RESTARTS: tuple[int, ...] = (2,)
 
 
@@ -407,6 +408,21 @@ def iterate_gram(X: Tensor, triples: Sequence[Triple], gram: Tensor | None = Non
     return X if P is None else torch.bmm(P, X)
 
 
+def _iterate_gram_in_float16(
+    X: Tensor, triples: Sequence[Triple], gram: Tensor | None = None
+) -> Tensor:
+    """:func:`iterate_gram` of a bf16 stack, run in float16 and returned in bf16.
+
+    bf16 keeps 8 bits of mantissa, and the Gram iteration compounds their rounding: on the
+    YOLO26n shapes (``python -m musgd.bench ns-quality --iterations standard,gram``, WP-023)
+    bf16 took Polar Express's largest ``||OᵀO - I||`` from 0.22 to 1.6 and aol4's from 0.16 to
+    47, where float16 (11 bits) matched the standard iteration's for every schedule. A
+    normalized ``X`` and every matrix the iteration forms stay far inside float16's range.
+    """
+    half = iterate_gram(X.half(), triples, None if gram is None else gram.half())
+    return half.to(X.dtype)
+
+
 def orthogonalize_batched(
     G: Tensor,
     *,
@@ -423,7 +439,8 @@ def orthogonalize_batched(
     ``"aol4"`` schedule, by the AOL row rescaling of its wide orientation), then ``steps``
     quintic Newton–Schulz iterations run in ``dtype``: on the matrices themselves, or with
     ``iteration="gram"`` on their Gram matrices where that takes fewer operations
-    (:func:`iterate_gram`). The result has ``G``'s shape and dtype; ``G`` is not modified.
+    (:func:`iterate_gram`; in float16 where ``dtype`` is bf16). The result has ``G``'s shape
+    and dtype; ``G`` is not modified.
     """
     if G.dim() != 3:
         raise ValueError(

@@ -339,9 +339,10 @@ def test_bytes_are_not_read_as_coefficient_triples(coefficients: object) -> None
 
 
 # The Gram iteration (ns_backend="gram"): its results against the float64 iteration, measured
-# over 7 shapes x 5 seeds of Gaussian matrices at up to 0.081 (bf16; the standard iteration
-# 0.031), 0.011 (fp16; 0.0043) and ~1e-6 (fp32); bounds with about 1.5x headroom.
-GRAM_RTOL = {torch.bfloat16: 0.12, torch.float16: 0.017, torch.float32: 1e-5}
+# over 7 shapes x 5 seeds of Gaussian matrices at up to 0.023 (bf16 asked for, run in float16
+# after the bf16 result; the standard iteration in bf16: 0.031), 0.011 (fp16; 0.0043) and ~1e-6
+# (fp32); bounds with about 1.5x headroom.
+GRAM_RTOL = {torch.bfloat16: 0.035, torch.float16: 0.017, torch.float32: 1e-5}
 # Shapes where it runs (long side over 1.5x the short one), tall ones transposed first.
 GRAM_SHAPES = [(12, 40), (40, 12), (16, 48), (3, 40), (24, 80)]
 
@@ -394,19 +395,28 @@ def test_the_gram_iteration_matches_the_float64_iteration(
 def test_the_gram_iteration_restarts_in_half_precision_and_needs_to(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def ratios() -> list[float]:
-        """Each matrix's orthogonality error, Gram over standard iteration, in bf16."""
+    def ratios(dtype: torch.dtype, schedule: str) -> list[float]:
+        """Each matrix's orthogonality error, Gram over standard iteration, in ``dtype``."""
+        steps = 4 if schedule == "aol4" else 5
         out = []
-        for seed, (rows, cols) in enumerate(((32, 288), (64, 576), (64, 200))):
+        for seed, (rows, cols) in enumerate(((32, 288), (64, 576), (64, 200), (48, 432))):
             G = spread(rows, cols, seed, smallest=1e-3).to(torch.float32)
-            gram = orthogonalize(G, dtype=torch.bfloat16, iteration="gram")
-            standard = orthogonalize(G, dtype=torch.bfloat16)
+            run = {"dtype": dtype, "coefficients": schedule, "steps": steps}
+            gram = orthogonalize(G, iteration="gram", **run)  # type: ignore[arg-type]
+            standard = orthogonalize(G, **run)  # type: ignore[arg-type]
             out.append(orthogonality_error(gram) / orthogonality_error(standard))
         return out
 
-    assert max(ratios()) < 1.15
+    # Measured: within 1.01x in float16; bf16, asked for, runs the Gram iteration in float16
+    # (in bf16 Polar Express and aol4 diverged), within 1.022x of the standard iteration in bf16.
+    for schedule in ("quintic", "polar_express", "aol4"):
+        assert max(ratios(torch.float16, schedule)) < 1.05
+        assert max(ratios(torch.bfloat16, schedule)) < 1.05
     monkeypatch.setattr(_newton_schulz, "GRAM_RESTARTS", ())
-    assert min(ratios()) > 2.0  # without the restart the spurious eigenvalues grow
+    # Without the restart the spurious eigenvalues grow: 1.7x for the quintic, 236x for Polar
+    # Express, even in float16.
+    assert max(ratios(torch.float16, "quintic")) > 1.3
+    assert max(ratios(torch.float16, "polar_express")) > 10.0
 
 
 def test_the_gram_iteration_runs_only_where_it_takes_fewer_operations() -> None:

@@ -32,7 +32,12 @@ from musgd._ns_schedules import SCHEDULES, ns_flop, orthogonalize_scheduled_batc
 from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._models import yolo26_parameters
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+DEFAULT_DTYPES = ("fp32", "bf16")
 # Singular values of the random momentum-like matrices: s_k = (k + 1)^-SPECTRUM_DECAY, a
 # power-law spectrum (a few strong directions, a long weak tail), between a gradient's flat
 # spectrum and a rank-one matrix; the recorded momenta are the real thing.
@@ -311,7 +316,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``python -m musgd.bench ns-quality``."""
     parser.add_argument("--device", choices=("cpu",), default="cpu", help="cpu only")
     parser.add_argument("--schedules", default=",".join(SCHEDULES), help="comma-separated")
-    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: fp32,bf16")
+    parser.add_argument(
+        "--dtypes", default=",".join(DEFAULT_DTYPES), help="comma-separated: fp32,bf16,fp16"
+    )
     parser.add_argument(
         "--iterations",
         default="standard",

@@ -123,7 +123,7 @@ def test_the_gram_iteration_is_measured_beside_the_standard_one(
     ("extra", "message"),
     [
         (["--schedules", "cubic"], "unknown schedule 'cubic'; choose from quintic"),
-        (["--dtypes", "fp64"], "unknown dtype 'fp64'; choose from fp32, bf16"),
+        (["--dtypes", "fp64"], "unknown dtype 'fp64'; choose from fp32, bf16, fp16"),
         (["--iterations", "gramm"], "unknown iteration 'gramm'; choose from standard, gram"),
         (["--momenta", "missing.pt"], "no such file; record one with --record-from-yolo"),
         ([], "--no-random leaves nothing to measure"),
