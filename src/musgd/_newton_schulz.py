@@ -317,7 +317,8 @@ def _newton_schulz(
 
 
 def aol_normalize(X: Tensor, eps: float = DEFAULT_EPS) -> tuple[Tensor, Tensor]:
-    """AOL rescaling of a wide ``(B, rows <= cols)`` stack: ``(D·X, D·A·D)`` with ``A = X·Xᵀ``.
+    """AOL rescaling of a wide ``(B, rows <= cols)`` stack: ``(D·X, D·A·D)`` with ``A = X·Xᵀ``,
+    ``X`` first divided by its Frobenius norm (which changes ``D·X`` only through ``eps``).
 
     ``D = diag(1 / sqrt(Σ_j |A_ij| + eps))``. By the AOL theorem (R271, Theorem 1, applied to
     ``Xᵀ``, whose columns are the rows of ``X``), ``‖Xᵀ·D‖₂ <= 1``, so every singular value of
@@ -325,6 +326,9 @@ def aol_normalize(X: Tensor, eps: float = DEFAULT_EPS) -> tuple[Tensor, Tensor]:
     zero-padded stack rescales each matrix as alone (zero columns add nothing to ``A``). The
     second result is the Gram matrix of ``D·X``, exact up to rounding, for the first iteration.
     """
+    # D·X does not change when X is scaled; dividing by the Frobenius norm first keeps the
+    # Gram products of a small-valued momentum clear of float16's underflow.
+    X = X / (torch.linalg.vector_norm(X, dim=(-2, -1), keepdim=True) + eps)
     A = torch.bmm(X, X.mT)
     d = torch.rsqrt(A.abs().sum(dim=-1, keepdim=True) + eps)  # (B, rows, 1)
     return X * d, A * d * d.mT

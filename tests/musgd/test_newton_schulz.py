@@ -453,3 +453,21 @@ def test_the_gram_iteration_keeps_zero_padding_and_zero_matrices() -> None:
 def test_an_unknown_iteration_is_refused_with_the_names() -> None:
     with pytest.raises(ValueError, match=r"iteration must be one of 'standard', 'gram'"):
         orthogonalize(torch.randn(4, 8), iteration="gramm")
+
+
+@pytest.mark.parametrize("iteration", ["standard", "gram"])
+def test_aol4_in_float16_stays_finite_on_a_small_valued_momentum(iteration: str) -> None:
+    # Recorded YOLO26n momenta have entries of 1e-2 down to 1e-11: the AOL Gram product of the
+    # raw matrix underflowed in float16 and aol4 returned NaN (at 1e-4 here). AOL is
+    # scale-invariant, so it divides by the Frobenius norm first.
+    for scale in (1e-2, 1e-4, 1e-6):
+        G = (spread(64, 576, 0, smallest=1e-3) * scale).to(torch.float32)
+        O = orthogonalize(G, dtype=torch.float16, coefficients="aol4", steps=4, iteration=iteration)
+        assert bool(torch.isfinite(O).all()), scale
+    G = spread(16, 48, 1, smallest=0.1).to(torch.float32)
+    torch.testing.assert_close(  # the scale does not change the result beyond rounding
+        orthogonalize(G * 1e-3, dtype=torch.float32, coefficients="aol4", steps=4),
+        orthogonalize(G, dtype=torch.float32, coefficients="aol4", steps=4),
+        rtol=1e-4,
+        atol=1e-5,
+    )
