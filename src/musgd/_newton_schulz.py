@@ -412,6 +412,21 @@ def iterate_gram(X: Tensor, triples: Sequence[Triple], gram: Tensor | None = Non
     return X if P is None else torch.bmm(P, X)
 
 
+def to_working_dtype(G: Tensor, dtype: torch.dtype, eps: float = DEFAULT_EPS) -> Tensor:
+    """``G`` in the working ``dtype``; in float16 divided first, in its own dtype, by each
+    matrix's Frobenius norm (which the iteration divides by anyway).
+
+    float16 has 5 exponent bits: a momentum of entries near 1e-6 and below (recorded YOLO26n
+    momenta reach 1e-11) loses them to underflow when cast as it is, and ns-quality measured
+    its results up to 1.9 from the polar factor where bf16's were 1.1 (WP-023). The Triton
+    table normalizes before it rounds too. bf16 and float32 keep float32's range: ``G`` as it
+    is, the bits unchanged.
+    """
+    if dtype == torch.float16 and G.dtype != torch.float16:
+        G = G / (torch.linalg.vector_norm(G, dim=(-2, -1), keepdim=True) + eps)
+    return G.to(dtype)
+
+
 def _iterate_gram_in_float16(
     X: Tensor, triples: Sequence[Triple], gram: Tensor | None = None
 ) -> Tensor:
@@ -423,8 +438,8 @@ def _iterate_gram_in_float16(
     47, where float16 (11 bits) matched the standard iteration's for every schedule. A
     normalized ``X`` and every matrix the iteration forms stay far inside float16's range.
     """
-    half = iterate_gram(X.half(), triples, None if gram is None else gram.half())
-    return half.to(X.dtype)
+    del gram  # formed in bf16 (the AOL normalization's): formed again in float16
+    return iterate_gram(X.half(), triples).to(X.dtype)
 
 
 def orthogonalize_batched(
@@ -457,7 +472,7 @@ def orthogonalize_batched(
         )
     triples = resolve_coefficients(coefficients, steps)
     how = schedule_normalization(coefficients, normalize)
-    return _newton_schulz(G.to(dtype), triples, eps, how, iteration).to(G.dtype)
+    return _newton_schulz(to_working_dtype(G, dtype, eps), triples, eps, how, iteration).to(G.dtype)
 
 
 def orthogonalize(

@@ -36,6 +36,7 @@ from musgd._newton_schulz import (
     check_settings,
     gram_pays,
     gram_work,
+    to_working_dtype,
 )
 
 __all__ = [
@@ -194,7 +195,7 @@ def orthogonalize_scheduled_batched(
             f"{tuple(G.shape)}"
         )
     check_settings(dtype, eps)
-    return _run(G.to(dtype), _as_schedule(sched), eps, iteration).to(G.dtype)
+    return _run(to_working_dtype(G, dtype, eps), _as_schedule(sched), eps, iteration).to(G.dtype)
 
 
 def orthogonalize_scheduled(

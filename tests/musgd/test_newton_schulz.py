@@ -471,3 +471,17 @@ def test_aol4_in_float16_stays_finite_on_a_small_valued_momentum(iteration: str)
         rtol=1e-4,
         atol=1e-5,
     )
+
+
+def test_float16_normalizes_before_it_rounds_a_small_momentum() -> None:
+    # float16 underflows below about 6e-8: cast as it is, a momentum of such entries loses
+    # them; divided by its norm first (as the Triton table does), it keeps them.
+    from musgd._newton_schulz import to_working_dtype
+
+    G = spread(32, 96, 2, smallest=1e-2).to(torch.float32) * 1e-7
+    X = to_working_dtype(G, torch.float16)
+    assert torch.count_nonzero(X) == G.numel()
+    reference = orthogonalize(G / torch.linalg.matrix_norm(G), dtype=torch.float32)
+    assert rel_err(orthogonalize(G, dtype=torch.float16), reference) < ITERATION_RTOL[torch.float16]
+    # bf16 and float32 take the matrix as it is: their bits are unchanged.
+    assert torch.equal(to_working_dtype(G, torch.bfloat16), G.to(torch.bfloat16))
