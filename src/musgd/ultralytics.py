@@ -727,6 +727,30 @@ def _task_of(task: Any, model_given: bool) -> tuple[str | None, str | None]:
     return task, None if model_given else TASK_TRAINERS[task][2]
 
 
+def _check_train_arguments(kwargs: dict[str, Any]) -> None:
+    """Ultralytics' own check of ``model.train`` arguments (``ultralytics.cfg.get_cfg``, as its
+    reference documents it, R388), run before any model is built, quietly: an unknown key, a
+    wrong type or a value out of range raises ValueError with Ultralytics' message, where it
+    would otherwise end training in a traceback. Skipped where that function is not there."""
+    import contextlib
+    import io
+
+    try:
+        from ultralytics.cfg import get_cfg
+    except ImportError:
+        return
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)  # its help text for an unknown key goes to its logger
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            get_cfg(overrides=dict(kwargs))
+    except (ValueError, TypeError, SyntaxError) as exc:
+        message = " ".join(str(exc).split())
+        raise ValueError(f"{message} (`yolo cfg` lists the train arguments)") from None
+    finally:
+        logging.disable(previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``musgd-yolo key=value ...``: ``YOLO(model).train(..., trainer=MuSGDTrainer)``;
     ``capture_network=true`` trains with ``musgd_trainer(capture_network=True)``; ``task=``
@@ -766,12 +790,21 @@ def main(argv: list[str] | None = None) -> int:
         model_given = any(a.partition("=")[0] == "model" for a in args)
         task, task_model = _task_of(kwargs.pop("task", None), model_given)
         require_ultralytics()
+        _check_train_arguments(kwargs)
     except (ValueError, ImportError) as exc:
         print(f"musgd-yolo: {exc}", file=sys.stderr)
         return 2
     from ultralytics import YOLO
 
-    model = YOLO(task_model or model_name)
+    try:
+        model = YOLO(task_model or model_name)
+    except FileNotFoundError as exc:
+        print(
+            f"musgd-yolo: model={task_model or model_name}: {exc}; name a model Ultralytics "
+            "builds (e.g. model=yolo26n.yaml) or a weights file on this machine",
+            file=sys.stderr,
+        )
+        return 2
     task = task or model.task
     if model.task != task or task not in TASK_TRAINERS:
         print(

@@ -103,3 +103,24 @@ def test_the_benchmark_pairs_stock_and_ours_on_each_task(tmp_path: Path, task: s
     assert (pair["stock"]["optimizer"], pair["ours"]["optimizer"]) == ("MuSGD", "UltralyticsMuSGD")
     assert pair["ours"]["iterations"] == pair["stock"]["iterations"] == 4
     assert set(results["curves"]["loss"]["series"]) == {"stock seed 0", "ours seed 0"}
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("epochs=0", "'epochs=0' is an invalid value. 'epochs' must be >= 1."),
+        ("epochs=x", "'epochs=x' is of invalid type str."),
+        ("bogus_key=1", "'bogus_key' is not a valid YOLO argument."),
+        ("model=nope.yaml", "model=nope.yaml: 'nope.yaml' does not exist; name a model"),
+    ],
+)
+def test_the_command_line_refuses_bad_train_arguments_in_one_line(
+    argument: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Ultralytics' own argument check, run first: exit 2 and its message, not a traceback
+    # from inside training (the installed package answered so in a stranger's test).
+    assert main([argument, "imgsz=64"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("musgd-yolo: ")
+    assert message in err
