@@ -83,9 +83,14 @@ def _is_commit(path: str) -> bool:
 def _github(finding: Finding) -> str:
     """One finding as a workflow ``::error`` (or ``::warning``) command."""
     title = _escape_property(f"{finding.rule_id}")
-    if _is_commit(finding.path):
-        # A commit is not a file of the diff: name it in the message instead.
-        text = _escape_data(f"commit {finding.path}: {finding.message}")
+    logical = _logical_kind(finding.path)
+    if logical is not None:
+        # A commit, or a message read from stdin (`<pr>`), is not a file of the diff: name it
+        # in the message instead, with the line for a message.
+        where = (
+            f"commit {finding.path}" if logical == "commit" else f"{finding.path}:{finding.line}"
+        )
+        text = _escape_data(f"{where}: {finding.message}")
         return f"::{finding.severity} title={title}::{text}"
     props = [f"file={_escape_property(finding.path)}"]
     if finding.line > 0:

@@ -64,6 +64,11 @@ def test_github_annotations_are_escaped() -> None:
         "::error file=docs/PROVENANCE.md,line=12,title=WPG202::50%25 done, a:b%0Asecond line",
         "::notice title=wpgate::trailers: 1 commit checked; 2 findings",
     ]
+    # A pull request's description (`--pr -`) is no file: no `file=` GitHub cannot resolve.
+    pr = Finding("<pr>", 6, "WPG109", "the PR description must keep the statement")
+    assert format_report([pr], [], "github").splitlines()[0] == (
+        "::error title=WPG109::<pr>:6: the PR description must keep the statement"
+    )
 
 
 def test_unknown_format() -> None:
