@@ -88,8 +88,7 @@ class _CudaLossRecording:
             torch.clear_autocast_cache()
             give_back_cached_blocks()  # the warm-up's blocks, cached for the side stream
             pool = torch.cuda.graph_pool_handle()
-            index = torch.cuda.current_device()
-            self._forward, self._backward = GRAPHS.graph(index), GRAPHS.graph(index)
+            self._forward, self._backward = GRAPHS.graph(), GRAPHS.graph()
             try:
                 total, items = capture(self._forward, lambda: fn(*self.static), side, pool)
             finally:

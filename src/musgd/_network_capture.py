@@ -165,8 +165,7 @@ class _CudaRecording:
             # pool (GraphPool) also holds recordings that replay after the backward only and
             # read its gradients: this recording joins it as their producer.
             token = torch.cuda.graph_pool_handle() if pool is None else pool.producer(img.device)
-            index = torch.cuda.current_device()
-            self._forward, self._backward = GRAPHS.graph(index), GRAPHS.graph(index)
+            self._forward, self._backward = GRAPHS.graph(), GRAPHS.graph()
             try:
                 outs = capture(self._forward, forward, side, token)
             finally:

@@ -186,9 +186,9 @@ class MuSGD(EngineOptimizer):
             backend iterating on each matrix's Gram matrix where that takes fewer operations
             (long side over 1.5x the short, as 3x3 convolutions; Gram Newton-Schulz,
             ``musgd._newton_schulz.iterate_gram``): the same polynomial in about half the
-            products, with one restart; its bf16 results lie further from the exact
-            iteration than the torch backend's (WP-023), ``ns_dtype=torch.float16`` closer.
-            Not yet timed on a GPU. The capture flags never
+            products, with one restart; never in bf16 (asked for it, it runs in float16;
+            ``"auto"`` is float16 on a GPU, float32 on a CPU; WP-023). Not yet timed on a
+            GPU. The capture flags never
             change the backend (replay stays bit-identical to eager). A group the Triton
             table runs steps packed, in device memory it keeps between steps (about one copy
             of its parameters and one of its matrices, one more with weight decay; decision

@@ -215,8 +215,11 @@ class GraphKeeper:
         self._owned: dict[int, set[_Held]] = {}
         self._idle: dict[int, list[_Held]] = {}
 
-    def graph(self, device: int) -> KeptGraph:
-        """A new graph on device ``device`` (an index), owned through the handle returned."""
+    def graph(self, device: int | None = None) -> KeptGraph:
+        """A new graph on device ``device`` (an index; None: the current one), owned through
+        the handle returned."""
+        if device is None:
+            device = torch.cuda.current_device()
         held = _Held(torch.cuda.CUDAGraph() if self._make is None else self._make())
         handle = KeptGraph(held)
         with self._lock:
@@ -451,7 +454,7 @@ class CudaGraphRecorder:
             side = STREAMS.side_stream(torch.cuda.current_device())
             with on_side_stream(side, current):
                 fn()
-            graph = GRAPHS.graph(torch.cuda.current_device())
+            graph = GRAPHS.graph()
             give_back_cached_blocks()
             pool = None
             if self.pool is not None:

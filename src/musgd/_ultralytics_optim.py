@@ -361,10 +361,9 @@ class UltralyticsRule:
         layout, structure, orth = record.layout, record.structure, record.orth
         # The Triton table runs a whole group, not a rank's share: the shares run the torch
         # products (the Gram iteration's where the group asked for it).
-        if structure.ns.backend != "gram":
-            ns = dataclasses.replace(structure.ns, backend="torch")
-        else:
-            ns = structure.ns
+        ns = structure.ns
+        if ns.backend != "gram":
+            ns = dataclasses.replace(ns, backend="torch")
         assert self.ns.scale is not None  # the constructor filled it
         scale = self.ns.scale
         shared = engine.sharded.ddp_plan(layout, record.params, structure, orth)
