@@ -13,16 +13,38 @@ tests/ultralytics checks the result bit for bit). :class:`FusedEMA` runs it as o
 ``torch._foreach_lerp_`` over all entries and, given the guarded optimizer's skip flag, keeps
 every EMA bit where the step was skipped (a :class:`musgd._guard.Snapshot` select) -- all on the
 device, no host read.
+
+The guarded update is four multi-tensor passes over every entry (save, average, select), and
+their host work (about 2 ms an iteration for YOLO26n on an H200 host, WP-024) is most of what
+it costs. Given a recorder, the guarded update is recorded once and replayed: the decay and the
+skip flag are device tensors the replay reads (the decay written into a weight per entry, one
+flat buffer, so that the recording's ``_foreach_lerp_`` takes its weights from memory; its
+``List`` form computes each entry with the same lerp as the scalar form). The recording's own
+passes run with the skip flag set, so they leave every EMA bit as it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from musgd._guard import Snapshot
+from musgd._replay import Recorder, Recording, ReplayStats, context_fallback
+
+# The layouts a recorded entry may have besides contiguous, by its number of dimensions.
+_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """The recorded guarded update and the device values its replay reads."""
+
+    weight: Tensor  # 0-d float32: 1 - decay
+    drop: Tensor  # 0-d float32: 1.0 to keep every EMA bit
+    recording: Recording
 
 
 class FusedEMA:
@@ -31,16 +53,30 @@ class FusedEMA:
     The entry lists are made at the first update and kept while both models are the same
     objects (as Ultralytics keeps its own pairs); a model whose tensors are replaced in place of
     the old ones (``module.weight = nn.Parameter(...)``) needs :meth:`reset`.
+
+    With a ``recorder`` (``musgd._replay.CudaGraphRecorder``), the guarded update's first call
+    runs eagerly and the second records it (where every entry is float32 on one device the
+    recorder supports; else it stays eager, the reason counted in ``stats.fallbacks``); the
+    recording holds one float32 weight per entry beside the snapshot's backups.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, recorder: Recorder | None = None) -> None:
+        self.recorder = recorder
+        self.stats = ReplayStats()
         self.key: tuple[int, int] | None = None
         self.pairs: tuple[list[Tensor], list[Tensor]] = ([], [])
         self.snapshot: Snapshot | None = None
+        self.recorded: _Recorded | None = None
+        self._refused: str | None = None  # why this pair's update stays eager
 
     def reset(self) -> None:
-        """Forget the entry lists and the snapshot (made again at the next update)."""
+        """Forget the entry lists, the snapshot and the recording (made again as needed)."""
         self.key, self.pairs, self.snapshot = None, ([], []), None
+        self.drop_recording()
+
+    def drop_recording(self) -> None:
+        """Drop the recording: the next guarded update runs eagerly, the one after records."""
+        self.recorded, self._refused = None, None
 
     def entries(
         self, ema_model: torch.nn.Module, model: torch.nn.Module
@@ -62,6 +98,7 @@ class FusedEMA:
                 averaged.append(v.detach())
                 live.append(current[name].detach())
         self.key, self.pairs, self.snapshot = key, (averaged, live), None
+        self.drop_recording()
         return self.pairs
 
     @torch.no_grad()
@@ -80,8 +117,82 @@ class FusedEMA:
         if skip is None:
             torch._foreach_lerp_(averaged, live, 1.0 - decay)
             return
-        if self.snapshot is None:
+        first = self.snapshot is None
+        if first:
             self.snapshot = Snapshot(averaged)
-        self.snapshot.save()
+        recorded = self.recorded
+        if recorded is None and not first and self.recorder is not None:
+            recorded = self._record(averaged, live)
+        if recorded is not None:
+            recorded.weight.fill_(1.0 - decay)
+            recorded.drop.copy_(skip(recorded.drop.device))
+            recorded.recording.replay()
+            self.stats.replays += 1
+            return
+        if first and self.recorder is not None:
+            self.stats.fallbacks["first-call"] += 1
+        snapshot = self.snapshot
+        assert snapshot is not None  # made above
+        snapshot.save()
         torch._foreach_lerp_(averaged, live, 1.0 - decay)
-        self.snapshot.select(skip)
+        snapshot.select(skip)
+
+    def _fallback(self, averaged: list[Tensor], live: list[Tensor]) -> str | None:
+        """Why this pair's guarded update cannot be recorded, or None where it can."""
+        assert self.recorder is not None
+        device = averaged[0].device
+        reason = context_fallback(self.recorder, device)
+        if reason is not None:
+            return reason
+        for t in (*averaged, *live):
+            if t.dtype != torch.float32:
+                return "dtype"  # the scalar lerp computes in float32: so do float32 weights
+            if t.device != device:
+                return "mixed-devices"
+        for v, m in zip(averaged, live, strict=True):
+            if v.shape != m.shape or v.stride() != m.stride():
+                return "layout"
+            layout = _CHANNELS_LAST.get(v.dim(), torch.contiguous_format)
+            if not (v.is_contiguous() or v.is_contiguous(memory_format=layout)):
+                return "non-dense"
+        return None
+
+    def _record(self, averaged: list[Tensor], live: list[Tensor]) -> _Recorded | None:
+        """The recorded guarded update of these entries, or None (it stays eager)."""
+        if self._refused is not None:
+            self.stats.fallbacks[self._refused] += 1
+            return None
+        reason = self._fallback(averaged, live)
+        if reason is not None:
+            self._refused = reason
+            self.stats.fallbacks[reason] += 1
+            return None
+        assert self.recorder is not None
+        assert self.snapshot is not None
+        snapshot, device = self.snapshot, averaged[0].device
+        weight = torch.zeros((), dtype=torch.float32, device=device)
+        drop = torch.ones((), dtype=torch.float32, device=device)  # the recording's passes keep
+        flat = torch.empty(sum(v.numel() for v in averaged), dtype=torch.float32, device=device)
+        weights, offset = [], 0
+        for v in averaged:  # each weight in its entry's layout (the lerp's fast path wants it)
+            weights.append(flat[offset : offset + v.numel()].as_strided(v.shape, v.stride()))
+            offset += v.numel()
+
+        def guarded() -> tuple[Tensor, ...]:
+            snapshot.save()
+            flat.copy_(weight.expand_as(flat))
+            torch._foreach_lerp_(averaged, live, weights)
+            snapshot.select(lambda _: drop)
+            return (drop,)
+
+        snapshot.save()  # the backups hold the entries as they are: a failed pass restores them
+        try:
+            recording = self.recorder.record(guarded, device)
+        except Exception as exc:  # the entries put back; this pair's update stays eager
+            snapshot.select(lambda _: drop)
+            self._refused = f"record-failed:{type(exc).__name__}"
+            self.stats.count_failure(exc)
+            return None
+        self.stats.recordings += 1
+        self.recorded = _Recorded(weight, drop, recording)
+        return self.recorded

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
+from replay_fakes import FakeRecorder
 
 from musgd._ema import FusedEMA
+from musgd.bench import same_bits
 
 
 def model_pair() -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -85,3 +89,128 @@ def test_the_entry_lists_are_kept_until_reset() -> None:
     again = fused.entries(ema, model)
     assert again is not first
     assert [t.data_ptr() for t in again[0]] == [t.data_ptr() for t in first[0]]
+
+
+# Decays as the trainer's schedule gives them: the first updates weigh the model most (lerp's
+# second branch, weight >= 0.5), later ones the average (its first branch).
+SCHEDULE = [0.0, 0.3, 0.55, 0.9, 0.999, 0.9999 * (1 - 2.718281828**-0.5)]
+SKIPS = [0.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def _flag(flag: torch.Tensor) -> Callable[[torch.device], torch.Tensor]:
+    """The guard's skip flag as the EMA asks for it."""
+    return lambda _: flag
+
+
+def _run(fused: FusedEMA, ema: torch.nn.Module, model: torch.nn.Module) -> None:
+    for step, (decay, skip) in enumerate(zip(SCHEDULE, SKIPS, strict=True)):
+        with torch.no_grad():  # the model moves between updates, as training moves it
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+        fused.update(ema, model, decay, skip=_flag(torch.tensor(skip)))
+        first = next(model.parameters())
+        if step == 3:  # a skipped step's model may hold NaN (4 skips): the EMA must not take it
+            with torch.no_grad():
+                first[(0,) * first.dim()] = float("nan")
+        if step == 4:
+            with torch.no_grad():
+                first[(0,) * first.dim()] = 0.25
+
+
+def _same_state(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(
+        same_bits(x, y)
+        for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
+
+
+def _twins(memory_format: torch.memory_format = torch.contiguous_format) -> tuple[Any, Any]:
+    ema, model = model_pair()
+    ema.to(memory_format=memory_format)  # type: ignore[call-overload]
+    model.to(memory_format=memory_format)  # type: ignore[call-overload]
+    return (copy.deepcopy(ema), copy.deepcopy(model)), (ema, model)
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_a_recorded_guarded_update_gives_the_eager_bits(
+    memory_format: torch.memory_format,
+) -> None:
+    (ema_a, model_a), (ema_b, model_b) = _twins(memory_format)
+    torch.manual_seed(1)
+    _run(FusedEMA(), ema_a, model_a)
+    recorder = FakeRecorder()
+    recorded = FusedEMA(recorder)
+    torch.manual_seed(1)
+    _run(recorded, ema_b, model_b)
+    assert _same_state(ema_a, ema_b)
+    assert recorder.records == 1
+    assert recorded.stats.recordings == 1
+    assert recorded.stats.replays == len(SCHEDULE) - 1  # the first call runs eagerly
+    assert dict(recorded.stats.fallbacks) == {"first-call": 1}
+
+
+def test_the_recording_passes_leave_the_ema_as_it_was() -> None:
+    ema, model = model_pair()
+    fused = FusedEMA(FakeRecorder())
+    zero = torch.zeros(())
+    fused.update(ema, model, 0.5, skip=lambda device: zero)  # eager; the snapshot made
+    before = copy.deepcopy(ema)
+    recorded = fused._record(*fused.entries(ema, model))  # two passes of the update
+    assert recorded is not None
+    assert _same_state(ema, before)
+
+
+@pytest.mark.parametrize("where", ["warmup", "capture"])
+def test_a_failed_recording_leaves_the_entries_and_stays_eager(where: str) -> None:
+    (ema_a, model_a), (ema_b, model_b) = _twins()
+    torch.manual_seed(1)
+    _run(FusedEMA(), ema_a, model_a)
+    fused = FusedEMA(FakeRecorder(fail_in=where))
+    torch.manual_seed(1)
+    _run(fused, ema_b, model_b)
+    assert _same_state(ema_a, ema_b)
+    assert fused.stats.failures == 1
+    assert fused.stats.recordings == 0
+    assert fused.stats.fallbacks["record-failed:InjectedFailureError"] == len(SCHEDULE) - 1
+
+
+def test_entries_that_are_not_float32_stay_eager_and_say_why() -> None:
+    (ema_a, model_a), (ema_b, model_b) = _twins()
+    for m in (ema_a, model_a, ema_b, model_b):
+        m.to(torch.float64)
+    torch.manual_seed(1)
+    _run(FusedEMA(), ema_a, model_a)
+    recorder = FakeRecorder()
+    fused = FusedEMA(recorder)
+    torch.manual_seed(1)
+    _run(fused, ema_b, model_b)
+    assert _same_state(ema_a, ema_b)
+    assert recorder.records == 0
+    assert fused.stats.fallbacks["dtype"] == len(SCHEDULE) - 1
+
+
+def test_a_recorder_for_another_device_keeps_the_update_eager() -> None:
+    ema, model = model_pair()
+    fused = FusedEMA(FakeRecorder(device_type="cuda"))
+    zero = torch.zeros(())
+    for _ in range(3):
+        fused.update(ema, model, 0.5, skip=lambda device: zero)
+    assert fused.stats.recordings == 0
+    assert fused.stats.fallbacks["device:cpu"] == 2
+
+
+def test_reset_and_dropping_record_anew() -> None:
+    ema, model = model_pair()
+    recorder = FakeRecorder()
+    fused = FusedEMA(recorder)
+    zero = torch.zeros(())
+    for _ in range(3):
+        fused.update(ema, model, 0.5, skip=lambda device: zero)
+    fused.drop_recording()
+    fused.update(ema, model, 0.5, skip=lambda device: zero)  # records at once: entries known
+    assert recorder.records == 2
+    fused.reset()
+    fused.update(ema, model, 0.5, skip=lambda device: zero)  # the snapshot made anew: eager
+    assert recorder.records == 2
+    fused.update(ema, model, 0.5, skip=lambda device: zero)
+    assert recorder.records == 3
