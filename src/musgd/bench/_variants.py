@@ -335,7 +335,8 @@ def ns_only_variants() -> list[Variant]:
     Triton table on CUDA for the YOLO26 sets), captured in one CUDA graph on CUDA and eager
     elsewhere (:class:`NSOnlyStep`; timing only): the schedules' NS times side by side, the
     comparison of issue #35's "aol4 >= 18% below the default's NS time"; and the default
-    schedule's Gram iteration (``ns_backend="gram"``) beside them."""
+    schedule on the torch backend and its Gram iteration (``ns_backend="gram"``, also with aol4)
+    beside them."""
     return [
         *(
             Variant(
@@ -346,10 +347,21 @@ def ns_only_variants() -> list[Variant]:
             )
             for name in SCHEDULE_NAMES
         ),
-        Variant(
-            f"{NS_ONLY_PREFIX} gram", _musgd(ns_backend="gram"), timing_only=True, ns_only=True
+        *(
+            Variant(f"{NS_ONLY_PREFIX} {label}", _musgd(**options), timing_only=True, ns_only=True)
+            for label, options in _NS_ONLY_BACKENDS.items()
         ),
     ]
+
+
+# The Newton-Schulz part on a named backend: the torch backend (the Gram iteration's own
+# baseline, both computing with batched torch products) and the Gram iteration, with the
+# default schedule and with aol4.
+_NS_ONLY_BACKENDS: dict[str, dict[str, Any]] = {
+    "torch": {"ns_backend": "torch"},
+    "gram": {"ns_backend": "gram"},
+    "aol4 gram": {"ns_backend": "gram", "ns_coefficients": "aol4"},
+}
 
 
 _MUON_ARGS = ("params", "lr", "momentum", "nesterov", "ns_steps", "weight_decay")

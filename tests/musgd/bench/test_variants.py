@@ -197,7 +197,7 @@ def test_ns_only_variants_time_each_schedules_newton_schulz_alone_on_the_cpu() -
     group's matrices (their gradients standing in for the momenta), and a step changes no
     parameter, gradient or buffer."""
     variants = _variants.ns_only_variants()
-    names = [f"NS-only {n}" for n in (*_variants.SCHEDULE_NAMES, "gram")]
+    names = [f"NS-only {n}" for n in (*_variants.SCHEDULE_NAMES, "torch", "gram", "aol4 gram")]
     assert [v.name for v in variants] == names
     assert all(v.ns_only and v.timing_only and not v.cuda_only for v in variants)
     assert [v.name for v in select_variants(["NS-only aol4"], CPU)] == ["NS-only aol4"]
@@ -214,7 +214,8 @@ def test_ns_only_variants_time_each_schedules_newton_schulz_alone_on_the_cpu() -
         stepper.step()
         stepper.step()
         name = variant.name.removeprefix("NS-only ")
-        backend = "gram" if name == "gram" else "torch"
+        backend = "gram" if name.endswith("gram") else "torch"
+        schedule = name.split()[0] if name.split()[0] in _variants.SCHEDULE_NAMES else "quintic"
         assert stepper.backends == (backend,)
         assert stepper.skipped is not None
         assert "needs CUDA (cpu)" in stepper.skipped
@@ -229,12 +230,12 @@ def test_ns_only_variants_time_each_schedules_newton_schulz_alone_on_the_cpu() -
         assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
         assert not opt.state, "no momentum buffer: the step ran no momentum"
         (job,) = stepper._prepare()
-        steps = 4 if name == "aol4" else 5
+        steps = 4 if schedule == "aol4" else 5
         expected = orthogonalize(
             grads[0].reshape(8, 36),
-            coefficients="quintic" if name == "gram" else name,
+            coefficients=schedule,
             steps=steps,
             dtype=torch.float32,
-            iteration="gram" if name == "gram" else "standard",
+            iteration="gram" if backend == "gram" else "standard",
         ) * (0.2 * math.sqrt(36))
         torch.testing.assert_close(cast(Tensor, job()).reshape(8, 36), expected)
