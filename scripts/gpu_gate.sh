@@ -11,7 +11,8 @@
 # f130040, 103 CUDA tests). Since then the CUDA tests grew: 133 took 163 s at f59d417
 # (2026-12-01), and 200 s cut them short. At e58e4c6 (2026-12-04) 184 CUDA tests outgrew 230 s
 # (177 done); the tests stage's own limit is TESTS_LIMIT_S, default 300 s: run it alone in one
-# call and the benchmarks in a second. Pass GATE_COMMIT=<full sha of the tree, written literally>.
+# call and the benchmarks in a second, or TESTS_SHARDS=N to run N pytest processes side by side.
+# Pass GATE_COMMIT=<full sha of the tree, written literally>.
 set -uo pipefail
 source "$(dirname "$0")/_gpu_env.sh"  # root, $OUT, PYTHONPATH, $PY; GATE_COMMIT -> commit=()
 stages=("$@")
@@ -30,8 +31,27 @@ for s in "${stages[@]}"; do
     tests)
       # The tests that compare with the installed Ultralytics skip without it: carried wheels serve.
       if compgen -G ".whl/ultralytics-*.whl" > /dev/null; then need_ultralytics; fi
-      timeout "${TESTS_LIMIT_S:-300}" $PY -m pytest -q -p no:cacheprovider -m cuda tests/cuda 2>&1 | tee "$OUT/cuda_tests.log" | tail -n 40
-      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+      shards=${TESTS_SHARDS:-1}
+      if [ "$shards" -le 1 ]; then
+        timeout "${TESTS_LIMIT_S:-300}" $PY -m pytest -q -p no:cacheprovider -m cuda tests/cuda 2>&1 | tee "$OUT/cuda_tests.log" | tail -n 40
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      else
+        # TESTS_SHARDS=N: N pytest processes side by side on the one GPU, the test files dealt
+        # round-robin (a process's CUDA memory counters are its own); logs cuda_tests.K.log.
+        mapfile -t files < <(ls tests/cuda/test_*.py)
+        pids=()
+        for ((k = 0; k < shards; k++)); do
+          mine=()
+          for ((i = k; i < ${#files[@]}; i += shards)); do mine+=("${files[i]}"); done
+          timeout "${TESTS_LIMIT_S:-300}" $PY -m pytest -q -p no:cacheprovider -m cuda "${mine[@]}" \
+            > "$OUT/cuda_tests.$k.log" 2>&1 &
+          pids+=($!)
+        done
+        for ((k = 0; k < shards; k++)); do
+          wait "${pids[k]}" || rc=1
+          echo "-- shard $k"; grep -aE "^(FAILED|ERROR)|Error|passed|failed|skipped in" "$OUT/cuda_tests.$k.log" | tail -n 20
+        done
+      fi ;;
     optimizer)
       timeout "$limit" $PY -m musgd.bench optimizer --device cuda $quick "${commit[@]}" --out "$OUT/optimizer-step-h200.json" \
         2>&1 | tee -a "$OUT/gate.log"

@@ -1,0 +1,71 @@
+"""scripts/gpu_gate.sh: the tests stage split over TESTS_SHARDS processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# A stand-in Python: records each call's arguments, and fails the pytest call given FAIL_FILE.
+FAKE_PY = """#!/bin/bash
+echo "$*" >> "$CALLS"
+case "$*" in
+  *"$FAIL_FILE"*) echo "FAILED $FAIL_FILE::test_x"; echo "1 failed in 0.1s"; exit 1;;
+esac
+echo "1 passed in 0.1s"
+"""
+
+
+def _gate(
+    tmp_path: Path, shards: int, fail: str
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    fake = tmp_path / "py"
+    fake.write_text(FAKE_PY)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {
+        "PATH": os.environ["PATH"],
+        "PY": str(fake),
+        "OUT": str(tmp_path / "out"),
+        "CALLS": str(calls),
+        "FAIL_FILE": fail,
+        "TESTS_SHARDS": str(shards),
+    }
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts/gpu_gate.sh"), "tests"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    pytest_calls = [c for c in calls.read_text().splitlines() if c.startswith("-m pytest")]
+    return done, pytest_calls
+
+
+def test_shards_deal_every_cuda_test_file_to_exactly_one_process(tmp_path: Path) -> None:
+    done, calls = _gate(tmp_path, 3, fail="no-such-file")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(calls) == 3
+    dealt = [w for c in calls for w in c.split() if w.startswith("tests/cuda/test_")]
+    files = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests/cuda").glob("test_*.py"))
+    assert sorted(dealt) == files, "each file once, none left out"
+    assert all("-m cuda" in c for c in calls)
+    assert sorted(p.name for p in (tmp_path / "out").glob("cuda_tests.*.log")) == [
+        f"cuda_tests.{k}.log" for k in range(3)
+    ]
+    assert "gpu_gate rc=0" in done.stdout
+
+
+def test_a_failing_shard_fails_the_gate_and_shows_its_failure(tmp_path: Path) -> None:
+    done, calls = _gate(tmp_path, 2, fail="tests/cuda/test_ema_cuda.py")
+    assert len(calls) == 2
+    assert done.returncode == 1
+    assert "FAILED tests/cuda/test_ema_cuda.py::test_x" in done.stdout
+    assert "gpu_gate rc=1" in done.stdout
+
+
+def test_one_shard_runs_the_folder_in_one_process(tmp_path: Path) -> None:
+    done, calls = _gate(tmp_path, 1, fail="no-such-file")
+    assert done.returncode == 0
+    assert calls == ["-m pytest -q -p no:cacheprovider -m cuda tests/cuda"]
