@@ -25,6 +25,7 @@ passes run with the skip flag set, so they leave every EMA bit as it was.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,8 @@ from torch import Tensor
 
 from musgd._guard import Snapshot
 from musgd._replay import Recorder, Recording, ReplayStats, context_fallback
+
+LOGGER = logging.getLogger("musgd")
 
 # The layouts a recorded entry may have besides contiguous, by its number of dimensions.
 _CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
@@ -190,8 +193,9 @@ class FusedEMA:
             recording = self.recorder.record(guarded, device)
         except Exception as exc:  # the entries put back; this pair's update stays eager
             snapshot.select(lambda _: drop)
-            self._refused = f"record-failed:{type(exc).__name__}"
             self.stats.count_failure(exc)
+            self._refused = f"record-failed:{type(exc).__name__}"
+            LOGGER.warning("musgd: the guarded EMA's recording failed, so it runs eagerly: %r", exc)
             return None
         self.stats.recordings += 1
         self.recorded = _Recorded(weight, drop, recording)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -161,13 +162,19 @@ def test_the_recording_passes_leave_the_ema_as_it_was() -> None:
 
 
 @pytest.mark.parametrize("where", ["warmup", "capture"])
-def test_a_failed_recording_leaves_the_entries_and_stays_eager(where: str) -> None:
+def test_a_failed_recording_leaves_the_entries_and_stays_eager(
+    where: str, caplog: pytest.LogCaptureFixture
+) -> None:
     (ema_a, model_a), (ema_b, model_b) = _twins()
     torch.manual_seed(1)
     _run(FusedEMA(), ema_a, model_a)
     fused = FusedEMA(FakeRecorder(fail_in=where))
     torch.manual_seed(1)
-    _run(fused, ema_b, model_b)
+    with caplog.at_level(logging.WARNING, logger="musgd"):
+        _run(fused, ema_b, model_b)
+    said = [r.getMessage() for r in caplog.records if "guarded EMA" in r.getMessage()]
+    assert len(said) == 1, "said once, not at every update"
+    assert "InjectedFailureError" in said[0]
     assert _same_state(ema_a, ema_b)
     assert fused.stats.failures == 1
     assert fused.stats.recordings == 0

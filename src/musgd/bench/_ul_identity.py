@@ -27,6 +27,7 @@ from musgd.bench._identity import same_bits
 from musgd.bench._train_bench import hash_tensors
 from musgd.bench._ul_plan import Budget, default_run_s, epochs_for, identity_epochs
 from musgd.bench._ul_runs import (
+    ema_stats,
     loss_stats,
     network_stats,
     ours_options,
@@ -231,6 +232,7 @@ def network_run(
         "state_sha256": hash_tensors(model.trainer.model.state_dict().values()),
         "network": network_stats(model.trainer),
         "loss": loss_stats(model.trainer),
+        "ema_replay": ema_stats(model.trainer),
         "network_reason": model.trainer.__dict__.get("musgd_network_reason"),
         "channels_last": model.trainer.musgd_channels_last,
     }

@@ -59,6 +59,7 @@ __all__ = [
     "child_env",
     "clip_stats",
     "cuda_segments",
+    "ema_stats",
     "host_snapshot",
     "loss_stats",
     "network_stats",
@@ -428,6 +429,7 @@ def train_once(
         "losses": log.losses,
         "replay": replay_stats(opt),
         "clip_replay": clip_stats(model.trainer),
+        "ema_replay": ema_stats(model.trainer),
         "network": network_stats(model.trainer),
         "loss": loss_stats(model.trainer),
         "loss_reason": model.trainer.__dict__.get("musgd_loss_reason"),
@@ -768,6 +770,13 @@ def clip_stats(trainer: Any) -> dict[str, Any] | None:
     clip = getattr(trainer, "__dict__", {}).get("musgd_clip")
     clip = getattr(clip, "clip", clip)  # under the identity part's ClipCheck
     return None if clip is None else stats_dict(clip.stats)
+
+
+def ema_stats(trainer: Any) -> dict[str, Any] | None:
+    """The trainer's guarded EMA (``musgd_ema``, with ``skip_nonfinite``): its recordings,
+    replays and why it ran eagerly; None without one."""
+    fused = getattr(trainer, "__dict__", {}).get("musgd_ema")
+    return None if fused is None else stats_dict(fused.stats)
 
 
 def network_stats(trainer: Any) -> dict[str, Any] | None:

@@ -393,3 +393,17 @@ def test_network_stats_say_how_many_networks_kept_pools_of_their_own() -> None:
     assert alone is not None
     assert "pool_private" not in alone
     assert _ul_runs.network_stats(types.SimpleNamespace()) is None
+
+
+def test_ema_stats_count_the_guarded_emas_recordings_and_fallbacks() -> None:
+    import types
+
+    from musgd._ema import FusedEMA
+
+    fused = FusedEMA()
+    fused.stats.recordings, fused.stats.replays = 1, 7
+    fused.stats.fallbacks["first-call"] += 1
+    stats = _ul_runs.ema_stats(types.SimpleNamespace(musgd_ema=fused))
+    assert stats is not None
+    assert (stats["recordings"], stats["replays"], stats["fallbacks"]) == (1, 7, {"first-call": 1})
+    assert _ul_runs.ema_stats(types.SimpleNamespace()) is None, "no guard, no fused EMA"
