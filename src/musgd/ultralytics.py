@@ -195,10 +195,7 @@ def musgd_trainer(
     ``optimizer_step`` is the stock sequence -- unscale the gradients, clip their norm to 10,
     the scaler's step, its update, ``zero_grad``, the EMA update -- with the clipping replayed by
     :class:`musgd.GradClipReplay` (the instance is the trainer's ``musgd_clip``): the same
-    kernels on the same values, without the host time of the eager call. With
-    ``skip_nonfinite`` too, the guarded EMA update is recorded and replayed as well
-    (:class:`musgd._ema.FusedEMA`, the trainer's ``musgd_ema``): the same bits as its eager
-    passes, in one graph launch.
+    kernels on the same values, without the host time of the eager call.
 
     With ``capture_network`` (experimental, off by default) the model's training forward and
     backward run from CUDA graphs (:class:`musgd._network_capture.NetworkCapture`, the trainer's
@@ -648,25 +645,12 @@ def _guarded_ema_update(self: Any, optimizer: UltralyticsMuSGD) -> None:
         return
     fused = self.__dict__.get("musgd_ema")
     if fused is None:
-        fused = self.musgd_ema = _fused_ema(self)
+        fused = self.musgd_ema = FusedEMA()
     ema.updates += 1
     model = self.model
     if isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
         model = model.module
     fused.update(ema.ema, model, float(ema.decay(ema.updates)), optimizer.last_step_skipped)
-
-
-def _fused_ema(self: Any) -> FusedEMA:
-    """The guarded EMA's :class:`musgd._ema.FusedEMA`: recorded with ``capture_clip`` (the
-    trainer's own step work replayed), into the trainer's graph pool where it has one."""
-    if not type(self).musgd_options["capture_clip"]:
-        return FusedEMA()
-    pool = self.__dict__.get("musgd_graph_pool")
-    recorder = CudaGraphRecorder(branches=1, pool=pool)
-    fused = FusedEMA(recorder)
-    if pool is not None:
-        recorder.drops_with(fused.drop_recording)
-    return fused
 
 
 def report_skips(self: Any) -> int:

@@ -1067,35 +1067,6 @@ def test_trainer_with_the_device_loss_validates_with_its_items_back_on_the_devic
     assert "validate" not in vars(type(plain)), "only the device loss needs it"
 
 
-def test_the_guarded_ema_is_recorded_with_capture_clip_into_the_trainers_pool(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from network_common import TinyDetector
-    from replay_fakes import fake_graph_pools
-
-    from musgd._replay import CudaGraphRecorder, GraphPool
-    from musgd.ultralytics import _fused_ema
-
-    trainer = musgd_trainer(_LayoutTrainer, skip_nonfinite=True)(TinyDetector())
-    alone = _fused_ema(trainer)
-    assert isinstance(alone.recorder, CudaGraphRecorder)
-    assert alone.recorder.pool is None
-    assert alone.recorder.branches == 1
-    pool = trainer.musgd_graph_pool = GraphPool()
-    shared = _fused_ema(trainer)
-    assert isinstance(shared.recorder, CudaGraphRecorder)
-    assert shared.recorder.pool is pool
-    assert shared.recorder.droppable  # a network joining after it drops its recording
-    fake_graph_pools(monkeypatch)
-    gpu = torch.device("cuda", 0)
-    shared.recorded = types.SimpleNamespace()  # type: ignore[assignment]
-    pool.consumer(gpu, droppable=True)  # the EMA recorded before the network
-    pool.producer(gpu)
-    assert shared.recorded is None  # dropped: it records anew after the network
-    unrecorded = musgd_trainer(_LayoutTrainer, skip_nonfinite=True, capture_clip=False)
-    assert _fused_ema(unrecorded(TinyDetector())).recorder is None
-
-
 def test_the_network_capture_shares_its_pool_with_the_optimizer_and_the_clip() -> None:
     from network_common import TinyDetector
 
