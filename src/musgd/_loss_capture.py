@@ -168,6 +168,10 @@ class LossCapture:
         self._cache: RecordingCache[LossRecording] = RecordingCache(lambda: RECORDINGS_BOUND)
         self._seen: set[Hashable] = set()
 
+    def release(self) -> None:
+        """Drop every recording (a later call records anew)."""
+        self._cache.clear()
+
     def _fallback(self, device: torch.device) -> str | None:
         if not torch.is_grad_enabled():
             return "no-grad"

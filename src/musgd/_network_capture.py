@@ -594,6 +594,11 @@ class NetworkCapture:
             self.model.__dict__["predict"] = self._patch
         return self
 
+    def release(self) -> None:
+        """Drop every recording: their graphs and memory go with the last reference to them
+        (``musgd._replay.GRAPHS`` says when), and a later training call records anew."""
+        self._cache.clear()
+
     def uninstall(self) -> None:
         """Remove the instance's ``predict``: the one it shadowed (or the class's) serves again."""
         if self.installed:

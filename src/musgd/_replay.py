@@ -349,6 +349,15 @@ class GraphPool:
             token = self._handles[index] = torch.cuda.graph_pool_handle()
         return token
 
+    def reset(self) -> None:
+        """Forget the pool: every later recording starts a fresh one. For when every recording
+        in it has been dropped (PyTorch refuses a capture into a pool whose graphs all went)."""
+        self._handles.clear()
+        self._joined.clear()
+        self._consumed.clear()
+        self._drops.clear()
+        self._undroppable = False
+
     def on_producer(self, drop: Callable[[], None]) -> None:
         """``drop`` drops every recording one consumer made in this pool (they record anew at
         their next call); the producer calls it where it joins after them. A consumer says so

@@ -986,7 +986,10 @@ def test_trainer_guarded_step_skips_on_the_device_with_the_scaler_on(
     trainer = made()
     trainer.model = torch.nn.ParameterList(make_params())
     trainer.optimizer = trainer.build_optimizer(trainer.model)
-    assert trainer.callbacks["on_train_end"] == [trainer_module.report_skips]
+    assert trainer.callbacks["on_train_end"] == [
+        trainer_module.release_recordings,
+        trainer_module.report_skips,
+    ]
     trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**6, growth_interval=2)
     ema_model = copy.deepcopy(trainer.model).requires_grad_(False)
     trainer.ema = types.SimpleNamespace(ema=ema_model, updates=0, decay=_ema_decay, enabled=True)
@@ -1125,3 +1128,53 @@ def test_the_network_capture_shares_its_pool_with_the_optimizer_and_the_clip() -
     assert "musgd_graph_pool" not in vars(plain)
     assert plain.musgd_clip.recorder.pool is None
     assert plain.optimizer._replay.recorder.pool is None
+
+
+def test_every_recording_is_released_when_training_ends() -> None:
+    from network_common import TinyDetector
+
+    from musgd._loss_capture import LossCapture
+    from musgd.ultralytics import release_recordings
+
+    class FakeTrainer(_LayoutTrainer):
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            params = list(model.parameters())
+            return _StockLike(
+                [
+                    {"params": [p for p in params if p.dim() >= 2], "use_muon": True},
+                    {"params": [p for p in params if p.dim() < 2], "use_muon": False},
+                ],
+                **KW,
+            )
+
+    trainer = musgd_trainer(FakeTrainer, capture_network=True)(TinyDetector())
+    trainer.optimizer = trainer.build_optimizer(trainer.model)
+    assert release_recordings in trainer.callbacks["on_train_end"]
+    trainer.scaler = torch.amp.GradScaler("cpu", enabled=False)
+    trainer.ema = None
+    trainer.preprocess_batch({})
+    for p in trainer.model.parameters():
+        p.grad = torch.ones_like(p)
+    trainer.optimizer_step()
+    loss = types.SimpleNamespace(capture=LossCapture())
+    trainer.musgd_loss = loss
+    # Stand-ins for what a GPU would have recorded by the end of training.
+    engine = trainer.optimizer._engine
+    caches = [
+        trainer.musgd_network._cache,
+        loss.capture._cache,
+        trainer.musgd_clip._cache,
+        engine.replay.orth_cache,
+        engine.replay.update_cache,
+    ]
+    for cache in caches:
+        cache.publish("key", object())
+    pool = trainer.musgd_graph_pool
+    pool._handles[0] = "token"
+    pool._joined.add(0)
+    stats = trainer.musgd_network.stats
+    trainer.end()
+    assert [len(cache) for cache in caches] == [0] * len(caches)
+    assert (pool._handles, pool._joined) == ({}, set()), "a later recording starts a fresh pool"
+    assert trainer.musgd_network.stats is stats, "the counts stay for the run's report"
+    release_recordings(types.SimpleNamespace())  # a trainer that made none: nothing to do
