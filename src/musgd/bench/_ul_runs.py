@@ -528,10 +528,16 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
 
 def child_env() -> dict[str, str]:
     """This environment with the ``musgd`` this process runs first on ``PYTHONPATH``: the child
-    runs the same code (a source tree's, not another installed copy)."""
+    runs the same code (a source tree's, not another installed copy); and Python's fault
+    handler on, so that a run that dies of a signal (the segmentation fault WP-024 follows)
+    writes every thread's stack into the log."""
     source = str(Path(musgd.__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": source if not path else f"{source}{os.pathsep}{path}"}
+    return {
+        **os.environ,
+        "PYTHONPATH": source if not path else f"{source}{os.pathsep}{path}",
+        "PYTHONFAULTHANDLER": "1",
+    }
 
 
 class RunFailedError(RuntimeError):

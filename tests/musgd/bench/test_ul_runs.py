@@ -89,6 +89,22 @@ def test_a_child_imports_the_musgd_this_process_runs(monkeypatch: pytest.MonkeyP
     assert _ul_runs.child_env()["PYTHONPATH"] == source
 
 
+def test_a_child_that_dies_of_a_signal_writes_its_stack() -> None:
+    import sys
+
+    crash = "import ctypes\ndef run_training():\n    ctypes.string_at(0)\nrun_training()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", crash],
+        env=_ul_runs.child_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "Fatal Python error" in done.stderr
+    assert "run_training" in done.stderr, "the stack names where it died"
+
+
 def test_a_one_run_child_needs_its_files(tmp_path: Path) -> None:
     args = _args("--quick")
     args.one_run = "{}"
