@@ -19,6 +19,10 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(tests optimizer train)
 quick=""
 for s in "${stages[@]}"; do [ "$s" = quick ] && quick="--quick"; done
+if ! [[ "${TESTS_SHARDS:-1}" =~ ^[1-9][0-9]*$ ]]; then
+  echo "TESTS_SHARDS must be a whole number of processes, 1 or more, not '${TESTS_SHARDS}'" >&2
+  exit 2
+fi
 rc=0
 {
   echo "== $(date -u +%FT%TZ) ${GATE_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo no-git)}"

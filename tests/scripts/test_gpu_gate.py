@@ -69,3 +69,19 @@ def test_one_shard_runs_the_folder_in_one_process(tmp_path: Path) -> None:
     done, calls = _gate(tmp_path, 1, fail="no-such-file")
     assert done.returncode == 0
     assert calls == ["-m pytest -q -p no:cacheprovider -m cuda tests/cuda"]
+
+
+def test_a_shard_count_that_is_not_a_whole_number_is_refused(tmp_path: Path) -> None:
+    for bad in ("abc", "0", "-1", "2.5"):
+        done = subprocess.run(
+            ["bash", str(REPO / "scripts/gpu_gate.sh"), "tests"],
+            env={"PATH": os.environ["PATH"], "OUT": str(tmp_path), "TESTS_SHARDS": bad},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 2, bad
+        assert f"TESTS_SHARDS must be a whole number of processes, 1 or more, not '{bad}'" in (
+            done.stderr
+        )
+        assert done.stdout == "", "refused before anything ran"
