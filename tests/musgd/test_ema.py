@@ -132,18 +132,31 @@ def _twins(memory_format: torch.memory_format = torch.contiguous_format) -> tupl
     return (copy.deepcopy(ema), copy.deepcopy(model)), (ema, model)
 
 
+def _matches_eager(
+    fused: FusedEMA,
+    memory_format: torch.memory_format = torch.contiguous_format,
+    dtype: torch.dtype | None = None,
+) -> bool:
+    """Whether ``fused`` over the schedule leaves the EMA the eager FusedEMA leaves, bit for
+    bit, from twin models (in ``memory_format``, cast to ``dtype`` where given)."""
+    (ema_a, model_a), (ema_b, model_b) = _twins(memory_format)
+    if dtype is not None:
+        for m in (ema_a, model_a, ema_b, model_b):
+            m.to(dtype)
+    torch.manual_seed(1)
+    _run(FusedEMA(), ema_a, model_a)
+    torch.manual_seed(1)
+    _run(fused, ema_b, model_b)
+    return _same_state(ema_a, ema_b)
+
+
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_a_recorded_guarded_update_gives_the_eager_bits(
     memory_format: torch.memory_format,
 ) -> None:
-    (ema_a, model_a), (ema_b, model_b) = _twins(memory_format)
-    torch.manual_seed(1)
-    _run(FusedEMA(), ema_a, model_a)
     recorder = FakeRecorder()
     recorded = FusedEMA(recorder)
-    torch.manual_seed(1)
-    _run(recorded, ema_b, model_b)
-    assert _same_state(ema_a, ema_b)
+    assert _matches_eager(recorded, memory_format)
     assert recorder.records == 1
     assert recorded.stats.recordings == 1
     assert recorded.stats.replays == len(SCHEDULE) - 1  # the first call runs eagerly
@@ -165,33 +178,21 @@ def test_the_recording_passes_leave_the_ema_as_it_was() -> None:
 def test_a_failed_recording_leaves_the_entries_and_stays_eager(
     where: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (ema_a, model_a), (ema_b, model_b) = _twins()
-    torch.manual_seed(1)
-    _run(FusedEMA(), ema_a, model_a)
     fused = FusedEMA(FakeRecorder(fail_in=where))
-    torch.manual_seed(1)
     with caplog.at_level(logging.WARNING, logger="musgd"):
-        _run(fused, ema_b, model_b)
+        assert _matches_eager(fused)
     said = [r.getMessage() for r in caplog.records if "guarded EMA" in r.getMessage()]
     assert len(said) == 1, "said once, not at every update"
     assert "InjectedFailureError" in said[0]
-    assert _same_state(ema_a, ema_b)
     assert fused.stats.failures == 1
     assert fused.stats.recordings == 0
     assert fused.stats.fallbacks["record-failed:InjectedFailureError"] == len(SCHEDULE) - 1
 
 
 def test_entries_that_are_not_float32_stay_eager_and_say_why() -> None:
-    (ema_a, model_a), (ema_b, model_b) = _twins()
-    for m in (ema_a, model_a, ema_b, model_b):
-        m.to(torch.float64)
-    torch.manual_seed(1)
-    _run(FusedEMA(), ema_a, model_a)
     recorder = FakeRecorder()
     fused = FusedEMA(recorder)
-    torch.manual_seed(1)
-    _run(fused, ema_b, model_b)
-    assert _same_state(ema_a, ema_b)
+    assert _matches_eager(fused, dtype=torch.float64)
     assert recorder.records == 0
     assert fused.stats.fallbacks["dtype"] == len(SCHEDULE) - 1
 
