@@ -658,7 +658,8 @@ def _guarded_ema_update(self: Any, optimizer: UltralyticsMuSGD) -> None:
 
 def release_recordings(self: Any) -> None:
     """When training ends, drop every recording the trainer made -- the network's, the loss's,
-    the clip's, the EMA's and the optimizer's -- and give their memory back.
+    the clip's and the optimizer's -- and give their memory back (the guarded EMA records
+    none: :func:`_guarded_ema_update`).
 
     Training is over, and nothing replays them again; held, they would keep the recordings'
     pools reserved for as long as the trainer lives (4748 MiB for yolo26s at batch 16, WP-025),
@@ -675,9 +676,6 @@ def release_recordings(self: Any) -> None:
     clip = self.__dict__.get("musgd_clip")
     if isinstance(clip, GradClipReplay):
         clip.clear()
-    fused = self.__dict__.get("musgd_ema")
-    if isinstance(fused, FusedEMA):
-        fused.drop_recording()
     engine = getattr(getattr(self, "optimizer", None), "_engine", None)
     if isinstance(engine, StepEngine):
         engine.replay.clear()
