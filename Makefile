@@ -4,6 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
+# The Triton that CPU tests interpret (the dev extra asks for one on x86_64 Linux): the release
+# torch 2.14.1 pins, which lies on this project's machines' disks; the newest is a 285 MB
+# download that a dropped connection once cut short in CI.
+TRITON_VERSION := 3.8.0
 # The Ultralytics parity tests run in their own venv: PyPI's torchvision (which ultralytics needs)
 # does not import beside the CPU torch 2.13.0 above; torch 2.14.1 with torchvision 0.29.1 does.
 UL_VENV := .venv-ul
@@ -29,6 +33,8 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q --upgrade pip $(call logged,upgrading pip)
 	@$(PY) -c "import torch" 2>/dev/null || \
 		$(PY) -m pip install -q torch==$(TORCH_VERSION) $(call logged,installing torch)
+	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && ! $(PY) -c "import triton" 2>/dev/null; then \
+		$(PY) -m pip install -q triton==$(TRITON_VERSION) $(call logged,installing triton); fi
 	@$(PY) -m pip install -q -e ".[optim,docs,dev]" $(call logged,installing the project with its optim/docs/dev extras)
 	@touch $(STAMP)
 
