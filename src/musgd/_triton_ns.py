@@ -102,7 +102,12 @@ class TileConfig:
     rectangular ones (normalization and ``X' = a·X + B·X``), whose column extent is
     ``block_n`` (0: ``block``; else a multiple of it). ``update_warps`` (0: ``num_warps``) are
     the warps of the ``X'`` product alone. ``pdl``: launch the chain with programmatic
-    dependent launch where it applies (:func:`pdl_applies`).
+    dependent launch where it applies (:func:`pdl_applies`). ``split_k``: the Gram product's
+    reduction (a matrix's columns, in whole ``block_k`` slices) dealt to this many programs per
+    tile, each writing a float32 partial that the polynomial kernel adds in a fixed order; 1
+    (the default) is one program per tile. A long reduction (yolo26n's 256 x 2304 matrices
+    take 36 slices) is then no longer one program's serial loop; the sum, in another order,
+    rounds differently.
     """
 
     block: int
@@ -112,6 +117,7 @@ class TileConfig:
     block_n: int = 0
     update_warps: int = 0
     pdl: bool = True
+    split_k: int = 1
 
     @property
     def columns(self) -> int:
@@ -166,6 +172,11 @@ def build_plan(
         raise ValueError(
             f"tile block {tiles.block} must be a multiple of block_k {tiles.block_k}, both at "
             "least 16: the kernels step whole block_k slices over matrices padded to whole blocks"
+        )
+    if tiles.split_k < 1:
+        raise ValueError(
+            f"tile split_k {tiles.split_k} must be 1 or more: the programs each tile's Gram "
+            "product is dealt to"
         )
     if tiles.columns % tiles.block:
         raise ValueError(
@@ -343,8 +354,14 @@ def run_plan(
     cfg = plan.tiles
     x = torch.empty(plan.x_numel, dtype=dtype, device=src.device)
     x_next = torch.empty_like(x)
-    a = torch.empty(plan.a_numel, dtype=dtype, device=src.device)
-    b = torch.empty_like(a)
+    split = cfg.split_k
+    # A split Gram product writes float32 partials, one A-sized workspace per split.
+    a = (
+        torch.empty(plan.a_numel, dtype=dtype, device=src.device)
+        if split == 1
+        else torch.empty(split * plan.a_numel, dtype=torch.float32, device=src.device)
+    )
+    b = torch.empty(plan.a_numel, dtype=dtype, device=src.device)
     if out is None:
         out = torch.empty_like(src)
     square = (plan.square_tiles.size(0),)
@@ -388,11 +405,29 @@ def run_plan(
     )
     last = len(triples) - 1
     for i, (ca, cb, cc) in enumerate(triples):
-        k.gram[square](
-            x, a, plan.problems, plan.square_tiles, BM=cfg.block, BK=cfg.block_k, **launch
+        k.gram[(square[0], split)](
+            x,
+            a,
+            plan.problems,
+            plan.square_tiles,
+            plan.a_numel,
+            BM=cfg.block,
+            BK=cfg.block_k,
+            SPLIT=split,
+            **launch,
         )
         k.poly[square](
-            a, b, plan.problems, plan.square_tiles, cb, cc, BM=cfg.block, BK=cfg.block_k, **launch
+            a,
+            b,
+            plan.problems,
+            plan.square_tiles,
+            cb,
+            cc,
+            plan.a_numel,
+            BM=cfg.block,
+            BK=cfg.block_k,
+            SPLIT=split,
+            **launch,
         )
         final = i == last
         k.update[rect](

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,19 @@ def ns64(G: Tensor) -> Tensor:
         X = a * X + (b * A + c * A @ A) @ X
     out: Tensor = X.T if tall else X
     return out
+
+
+def recorded(run: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+    """``run`` warmed up once on a side stream, then captured: the graph and its output."""
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    return graph, captured
 
 
 @pytest.mark.parametrize("name", ["yolo26n", "yolo26s", "yolo26m"])
@@ -121,14 +135,7 @@ def test_programmatic_dependent_launch_gives_the_same_bits_eager_and_replayed() 
     plain = run(False)
     for _ in range(3):
         assert torch.equal(run(True), plain)
-    side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run(True)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = run(True)
+    graph, captured = recorded(lambda: run(True))
     for _ in range(20):
         captured.zero_()
         graph.replay()
@@ -149,6 +156,46 @@ def _run(name: str, options: dict[str, Any], steps: int = 4) -> tuple[MuSGD, lis
         opt.step()
     torch.cuda.synchronize()
     return opt, [p.detach().clone() for p in params]
+
+
+@pytest.mark.parametrize("split", [2, 4, 8])
+def test_a_split_gram_product_replays_its_bits_and_stays_in_the_band(split: int) -> None:
+    """The yolo26s table with each Gram tile dealt to ``split`` programs (yolo26s's widest
+    matrices take 72 slices; its smallest one, so most splits of a small matrix are empty): the
+    unsplit result up to bf16 rounding, singular values in the band, and the same bits eagerly,
+    again and replayed from a CUDA graph."""
+    gen = torch.Generator(device=DEVICE).manual_seed(5)
+    shapes, members = [], []
+    for shape in yolo_matrices("yolo26s"):
+        rows, cols = shape[0], math.prod(shape) // shape[0]
+        shapes.append((rows, cols))
+        members.append(well_conditioned(rows, cols, gen).float().reshape(-1))
+    src = torch.cat(members)
+    whole_plan = T.build_plan(tuple(shapes), DEVICE, T.SMALL_TILES)
+    split_plan = T.build_plan(
+        tuple(shapes), DEVICE, T.TileConfig(**{**T.SMALL_TILES.__dict__, "split_k": split})
+    )
+
+    def run(plan: T.TablePlan) -> Tensor:
+        return T.run_plan(plan, src, TRIPLES, 1e-7, torch.bfloat16)
+
+    whole, dealt = run(whole_plan), run(split_plan)
+    assert torch.equal(run(split_plan), dealt)
+    offset = 0
+    for rows, cols in shapes:
+        scale = 0.2 * math.sqrt(max(rows, cols))
+        Q = dealt[offset : offset + rows * cols].reshape(rows, cols).double() / scale
+        W = whole[offset : offset + rows * cols].reshape(rows, cols).double() / scale
+        offset += rows * cols
+        assert rel_err(Q, W) < 0.02, (rows, cols)
+        svals = torch.linalg.svdvals(Q)
+        assert BAND[0] <= float(svals.min()), (rows, cols)
+        assert float(svals.max()) <= BAND[1], (rows, cols)
+    graph, captured = recorded(lambda: run(split_plan))
+    for _ in range(5):
+        captured.zero_()
+        graph.replay()
+        assert torch.equal(captured, dealt)
 
 
 @pytest.mark.parametrize(

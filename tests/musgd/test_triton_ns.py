@@ -195,6 +195,54 @@ def test_wide_column_tiles_give_the_square_tiles_result_up_to_summation_order(
         assert rel_err(b.double().cpu() / scale(*g.shape), want) < RTOL[torch.bfloat16]
 
 
+def _split_table(
+    monkeypatch: pytest.MonkeyPatch, members: list[Tensor], split: int
+) -> list[Tensor]:
+    """The table on 16x16 tiles with each Gram tile dealt to ``split`` programs (a fresh plan)."""
+    monkeypatch.setattr(T, "SMALL_TILES", T.TileConfig(16, 16, 4, 1, split_k=split))
+    monkeypatch.setattr(T, "_PLANS", {})
+    return table(members)
+
+
+@pytest.mark.parametrize("split", [2, 3])
+def test_a_split_gram_product_gives_the_unsplit_table_up_to_summation_order(
+    monkeypatch: pytest.MonkeyPatch, split: int
+) -> None:
+    """The Gram product's reduction dealt to 2 or 3 programs per tile: SHAPES take 1 to 9
+    slices of 16 columns, so some matrices leave splits empty (3x5's one slice in three). The
+    same Newton-Schulz up to float32 summation order, within the table's bound of the float64
+    iteration."""
+    members = inputs(13)
+    whole = _split_table(monkeypatch, members, 1)
+    dealt = _split_table(monkeypatch, members, split)
+    for a, b, g in zip(whole, dealt, members, strict=True):
+        assert (b.dtype, b.shape) == (a.dtype, a.shape)
+        torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=0)
+        want = ns64(g.double().cpu(), TRIPLES)
+        assert rel_err(b.double().cpu() / scale(*g.shape), want) < RTOL[torch.bfloat16]
+
+
+def test_a_split_gram_product_is_deterministic_and_leaves_inputs_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each partial is written by one program and the partials are added in split order: the
+    same bits twice."""
+    members = inputs(17)
+    before = [m.clone() for m in members]
+    first = _split_table(monkeypatch, members, 3)
+    again = _split_table(monkeypatch, members, 3)
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a, b)
+    for m, kept in zip(members, before, strict=True):
+        assert torch.equal(m, kept)
+
+
+def test_a_split_below_one_program_is_refused() -> None:
+    tiles = T.TileConfig(block=64, block_k=64, num_warps=4, num_stages=3, split_k=0)
+    with pytest.raises(ValueError, match="split_k 0 must be 1 or more"):
+        T.build_plan([(70, 130)], torch.device("cpu"), tiles)
+
+
 def test_programmatic_dependent_launch_never_applies_off_cuda_or_interpreted() -> None:
     assert not T.pdl_applies(torch.device("cpu"))
     if T.interpreting():
