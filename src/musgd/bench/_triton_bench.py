@@ -85,6 +85,12 @@ CONFIGS = {
     # where it applies).
     "64/64/w4/s3/nopdl": T.TileConfig(64, 64, 4, 3, pdl=False),
     "128/64/w8/s4/nopdl": T.TileConfig(128, 64, 8, 4, pdl=False),
+    # The Gram product's reduction dealt to kN programs per tile (issue #35's K-split).
+    "64/64/w4/s3/k2": T.TileConfig(64, 64, 4, 3, split_k=2),
+    "64/64/w4/s3/k4": T.TileConfig(64, 64, 4, 3, split_k=4),
+    "64/64/w4/s3/k8": T.TileConfig(64, 64, 4, 3, split_k=8),
+    "128/64/w8/s4/k2": T.TileConfig(128, 64, 8, 4, split_k=2),
+    "128/64/w8/s4/k4": T.TileConfig(128, 64, 8, 4, split_k=4),
 }
 
 
@@ -150,25 +156,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--small-tiles",
         type=tile_config,
-        help="block,block_k,warps,stages[,block_n[,update_warps]] of small tables",
+        help="block,block_k,warps,stages[,block_n[,update_warps[,split_k]]] of small tables",
     )
     parser.add_argument(
         "--large-tiles",
         type=tile_config,
-        help="block,block_k,warps,stages[,block_n[,update_warps]] of large tables",
+        help="block,block_k,warps,stages[,block_n[,update_warps[,split_k]]] of large tables",
     )
 
 
 def tile_config(text: str) -> T.TileConfig:
-    """An argparse type: ``block,block_k,warps,stages[,block_n[,update_warps]]``, integers."""
+    """An argparse type: ``block,block_k,warps,stages[,block_n[,update_warps[,split_k]]]``,
+    integers (``split_k`` 1 or more)."""
     try:
         values = [int(part) for part in text.split(",")]
     except ValueError:
         values = []
-    if not 4 <= len(values) <= 6 or min(values) < 0:
+    if not 4 <= len(values) <= 7 or min(values) < 0 or (len(values) == 7 and values[6] < 1):
         raise argparse.ArgumentTypeError(
-            "expected block,block_k,warps,stages[,block_n[,update_warps]] as non-negative "
-            f"integers, e.g. 64,64,4,3; got {text!r}"
+            "expected block,block_k,warps,stages[,block_n[,update_warps[,split_k]]] as "
+            f"non-negative integers, split_k 1 or more, e.g. 64,64,4,3; got {text!r}"
         )
     block, block_k, warps, stages, *rest = values
     return T.TileConfig(
@@ -178,6 +185,7 @@ def tile_config(text: str) -> T.TileConfig:
         stages,
         block_n=rest[0] if rest else 0,
         update_warps=rest[1] if len(rest) > 1 else 0,
+        split_k=rest[2] if len(rest) > 2 else 1,
     )
 
 
@@ -303,7 +311,7 @@ def pick(results: dict[str, Any]) -> dict[str, str]:
         cfg = CONFIGS[name]
         return (
             f"{cfg.block},{cfg.block_k},{cfg.num_warps},{cfg.num_stages},"
-            f"{cfg.block_n},{cfg.update_warps}"
+            f"{cfg.block_n},{cfg.update_warps},{cfg.split_k}"
         )
 
     return {"small": spec(best_small), "large": spec(best_large)}

@@ -22,22 +22,25 @@ def test_triton_options_and_defaults() -> None:
     assert tiles.configs.split(",") == list(tb.CONFIGS)
 
 
-def test_tile_options_take_four_to_six_integers() -> None:
+def test_tile_options_take_four_to_seven_integers() -> None:
     args = build_parser().parse_args(
-        ["triton", "--small-tiles", "64,64,4,3,128,8", "--large-tiles", "128,64,8,4"]
+        ["triton", "--small-tiles", "64,64,4,3,128,8", "--large-tiles", "128,64,8,4,0,0,4"]
     )
     assert args.small_tiles == TileConfig(64, 64, 4, 3, block_n=128, update_warps=8)
-    assert args.large_tiles == TileConfig(128, 64, 8, 4)
+    assert args.large_tiles == TileConfig(128, 64, 8, 4, split_k=4)
 
 
-@pytest.mark.parametrize("bad", ["64,64,4", "64,64,4,3,1,2,3", "64,x,4,3", "64,64,-4,3"])
+@pytest.mark.parametrize(
+    "bad", ["64,64,4", "64,64,4,3,1,2,3,4", "64,x,4,3", "64,64,-4,3", "64,64,4,3,0,0,0"]
+)
 def test_bad_tile_options_exit_2_saying_the_form(
     bad: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
         build_parser().parse_args(["triton", "--small-tiles", bad])
     assert exit_.value.code == EXIT_USAGE
-    assert "expected block,block_k,warps,stages[,block_n[,update_warps]]" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "expected block,block_k,warps,stages[,block_n[,update_warps[,split_k]]]" in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU answer")
@@ -75,4 +78,4 @@ def test_pick_takes_the_fastest_capturing_configurations() -> None:
         "24x1024x4096": {fast: {"tflops": 90.0}, safe: {"tflops": 50.0}},
         "8x4096x4096": {fast: {"tflops": 90.0}, safe: {"tflops": 50.0}},
     }
-    assert tb.pick(results) == {"small": "64,32,4,3,0,0", "large": "128,64,8,3,0,0"}
+    assert tb.pick(results) == {"small": "64,32,4,3,0,0,1", "large": "128,64,8,3,0,0,1"}
