@@ -17,7 +17,7 @@ Writes ``musgd-triton-ns-<gpu>-<commit>.json`` evidence under ``--out``.
 Triton Newton-Schulz kernels capture in a CUDA graph, and how fast each runs: on the YOLO26
 tables (five iterations, replayed from a graph) and on the large bf16 stacks 24x1024x4096 and
 8x4096x4096 (eager). It prints one line per configuration and table and writes
-``musgd-triton-tiles-<commit>.json`` evidence under ``--out``.
+``musgd-triton-tiles-<gpu>-<commit>.json`` evidence under ``--out`` (:func:`gpu_label`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import functools
 import gc
 import json
 import math
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -258,7 +259,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         "musgd-triton-ns", results, device=device, argv=argv, commit=args.commit
     )
     sha = (evidence["git_commit"] or "nocommit")[:7]
-    path = write_evidence(evidence, args.out / f"musgd-triton-ns-h200-{sha}.json")
+    label = gpu_label(torch.cuda.get_device_name(device))
+    path = write_evidence(evidence, args.out / f"musgd-triton-ns-{label}-{sha}.json")
     print(f"wrote {path}")
     return 0
 
@@ -321,7 +323,31 @@ def add_tiles_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``python -m musgd.bench triton-tiles``."""
     parser.add_argument("--out", type=Path, default=Path("out"))
     parser.add_argument("--commit", default=None)
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument(
+        "--configs",
+        type=config_names,
+        default=",".join(CONFIGS),
+        help="comma-separated names of CONFIGS (default: all)",
+    )
+
+
+def config_names(text: str) -> list[str]:
+    """An argparse type: comma-separated names of :data:`CONFIGS`, each known."""
+    names = [name for name in text.split(",") if name]
+    unknown = [name for name in names if name not in CONFIGS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown tile configuration(s) {', '.join(map(repr, unknown)) or 'none given'}; "
+            f"the names are {', '.join(CONFIGS)}"
+        )
+    return names
+
+
+def gpu_label(name: str) -> str:
+    """A short label of a GPU for evidence file names: ``h100`` for "NVIDIA H100 80GB HBM3",
+    else ``cuda``."""
+    found = re.search(r"\b([A-Z])(\d{2,4})\b", name)
+    return f"{found.group(1).lower()}{found.group(2)}" if found else "cuda"
 
 
 def _tile_row(
@@ -378,7 +404,7 @@ def run_tiles(args: argparse.Namespace, argv: list[str]) -> int:
         if big:
             src = src.to(torch.bfloat16)
         rows: dict[str, Any] = {}
-        for name in args.configs.split(","):
+        for name in args.configs:
             rows[name] = _tile_row(shapes, src, name, device)
             print(table, name, json.dumps(rows[name]), flush=True)
         results[table] = rows
@@ -388,5 +414,6 @@ def run_tiles(args: argparse.Namespace, argv: list[str]) -> int:
         "musgd-triton-tiles", results, device=device, argv=argv, commit=args.commit
     )
     sha = (evidence["git_commit"] or "nocommit")[:7]
-    print("wrote", write_evidence(evidence, args.out / f"musgd-triton-tiles-h200-{sha}.json"))
+    label = gpu_label(torch.cuda.get_device_name(device))
+    print("wrote", write_evidence(evidence, args.out / f"musgd-triton-tiles-{label}-{sha}.json"))
     return 0

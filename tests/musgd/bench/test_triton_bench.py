@@ -19,7 +19,34 @@ def test_triton_options_and_defaults() -> None:
     assert args.sets == ",".join(YOLO26_MODELS)
     assert str(args.out) == "out"
     tiles = build_parser().parse_args(["triton-tiles"])
-    assert tiles.configs.split(",") == list(tb.CONFIGS)
+    assert tiles.configs == list(tb.CONFIGS)
+    some = build_parser().parse_args(["triton-tiles", "--configs", "64/64/w4/s3,64/64/w4/s3/k4"])
+    assert some.configs == ["64/64/w4/s3", "64/64/w4/s3/k4"]
+
+
+@pytest.mark.parametrize("bad", ["64/64/w4/s3,64/64/w9", "", ","])
+def test_unknown_tile_configurations_exit_2_listing_the_names(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["triton-tiles", "--configs", bad])
+    assert exit_.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "unknown tile configuration" in err
+    assert "the names are 32/32/w2/s3, " in err
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("Some GPU", "cuda"),
+    ],
+)
+def test_evidence_files_are_named_by_the_gpu_that_ran(name: str, label: str) -> None:
+    assert tb.gpu_label(name) == label
 
 
 def test_tile_options_take_four_to_seven_integers() -> None:
