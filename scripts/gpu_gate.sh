@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU gate: CUDA tests and the optimizer benchmarks in one call on a GPU machine.
 # Runs from source (PYTHONPATH=src); writes logs and evidence JSON under $OUT (default ./out).
-#   scripts/gpu_gate.sh [tests] [optimizer] [train] [profile] [triton] [ultralytics] [floor] [quick]
+#   scripts/gpu_gate.sh [tests] [optimizer] [train] [profile] [triton] [tiles] [ultralytics] [floor]
+#                       [quick]
 #   (none: the first three)
 # Each stage has its own time limit (STAGE_LIMIT_S, default 240 s) so that one slow stage cannot
 # take the others' results with it. Measured on an H200 (2026-11-29, 8b82f26): the CUDA tests
@@ -78,6 +79,11 @@ for s in "${stages[@]}"; do
     ultralytics)  # YOLO26n in the Ultralytics trainer; needs the .whl wheels (docs/ultralytics.md)
       OUT="$OUT" LIMIT_S="$limit" bash scripts/gpu_ultralytics.sh ${quick:+--quick} 2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    tiles)  # the Triton table's tile configurations (WP-023): TILE_CONFIGS, by default the K-split
+      timeout "$limit" $PY -m musgd.bench triton-tiles "${commit[@]}" --out "$OUT/" \
+        --configs "${TILE_CONFIGS:-64/64/w4/s3,64/64/w4/s3/k2,64/64/w4/s3/k4,64/64/w4/s3/k8,128/64/w8/s4,128/64/w8/s4/k2,128/64/w8/s4/k4}" \
+        2>&1 | tee -a "$OUT/gate.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     floor)  # the one-graph floor of a YOLO26 iteration (WP-024/025); needs the .whl wheels
       need_ultralytics
       # shellcheck disable=SC2086  # FLOOR_ARGS is a list of options
@@ -86,7 +92,7 @@ for s in "${stages[@]}"; do
         2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     quick) ;;
-    *) echo "unknown stage: $s (use tests, optimizer, train, profile, triton, ultralytics, floor, quick)" >&2; exit 2 ;;
+    *) echo "unknown stage: $s (use tests, optimizer, train, profile, triton, tiles, ultralytics, floor, quick)" >&2; exit 2 ;;
   esac
 done
 echo "gpu_gate rc=$rc" | tee -a "$OUT/gate.log"

@@ -1,10 +1,12 @@
-"""scripts/gpu_gate.sh: the tests stage split over TESTS_SHARDS processes."""
+"""scripts/gpu_gate.sh: the tests stage split over TESTS_SHARDS processes; the tiles stage."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 from pathlib import Path
+
+from musgd.bench import _triton_bench as tb
 
 REPO = Path(__file__).resolve().parents[2]
 # A stand-in Python: records each call's arguments, and fails the pytest call given FAIL_FILE.
@@ -18,7 +20,7 @@ echo "1 passed in 0.1s"
 
 
 def _gate(
-    tmp_path: Path, shards: int, fail: str
+    tmp_path: Path, shards: int, fail: str, stage: str = "tests"
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     fake = tmp_path / "py"
     fake.write_text(FAKE_PY)
@@ -33,14 +35,15 @@ def _gate(
         "TESTS_SHARDS": str(shards),
     }
     done = subprocess.run(
-        ["bash", str(REPO / "scripts/gpu_gate.sh"), "tests"],
+        ["bash", str(REPO / "scripts/gpu_gate.sh"), stage],
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
-    pytest_calls = [c for c in calls.read_text().splitlines() if c.startswith("-m pytest")]
-    return done, pytest_calls
+    prefix = "-m pytest" if stage == "tests" else "-m musgd.bench"
+    stage_calls = [c for c in calls.read_text().splitlines() if c.startswith(prefix)]
+    return done, stage_calls
 
 
 def test_shards_deal_every_cuda_test_file_to_exactly_one_process(tmp_path: Path) -> None:
@@ -85,3 +88,16 @@ def test_a_shard_count_that_is_not_a_whole_number_is_refused(tmp_path: Path) -> 
             done.stderr
         )
         assert done.stdout == "", "refused before anything ran"
+
+
+def test_the_tiles_stage_sweeps_known_configurations_with_and_without_the_split(
+    tmp_path: Path,
+) -> None:
+    done, calls = _gate(tmp_path, 1, fail="no-such-file", stage="tiles")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(calls) == 1
+    words = calls[0].split()
+    assert words[:3] == ["-m", "musgd.bench", "triton-tiles"]
+    names = words[words.index("--configs") + 1].split(",")
+    assert set(names) <= set(tb.CONFIGS), "every default name is a configuration"
+    assert {tb.CONFIGS[n].split_k for n in names} == {1, 2, 4, 8}
