@@ -24,14 +24,19 @@ def test_triton_options_and_defaults() -> None:
     assert some.configs == ["64/64/w4/s3", "64/64/w4/s3/k4"]
 
 
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What the parser printed on stderr as it exited 2 on ``argv``."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(argv)
+    assert exit_.value.code == EXIT_USAGE
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize("bad", ["64/64/w4/s3,64/64/w9", "", ","])
 def test_unknown_tile_configurations_exit_2_listing_the_names(
     bad: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        build_parser().parse_args(["triton-tiles", "--configs", bad])
-    assert exit_.value.code == EXIT_USAGE
-    err = capsys.readouterr().err
+    err = _usage_error(["triton-tiles", "--configs", bad], capsys)
     assert "unknown tile configuration" in err
     assert "the names are 32/32/w2/s3, " in err
 
@@ -63,10 +68,7 @@ def test_tile_options_take_four_to_seven_integers() -> None:
 def test_bad_tile_options_exit_2_saying_the_form(
     bad: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        build_parser().parse_args(["triton", "--small-tiles", bad])
-    assert exit_.value.code == EXIT_USAGE
-    err = capsys.readouterr().err
+    err = _usage_error(["triton", "--small-tiles", bad], capsys)
     assert "expected block,block_k,warps,stages[,block_n[,update_warps[,split_k]]]" in err
 
 
