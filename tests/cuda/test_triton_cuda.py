@@ -161,9 +161,9 @@ def _run(name: str, options: dict[str, Any], steps: int = 4) -> tuple[MuSGD, lis
 @pytest.mark.parametrize("split", [2, 4, 8])
 def test_a_split_gram_product_replays_its_bits_and_stays_in_the_band(split: int) -> None:
     """The yolo26s table with each Gram tile dealt to ``split`` programs (yolo26s's widest
-    matrices take 72 slices; its smallest one, so most splits of a small matrix are empty): the
-    unsplit result up to bf16 rounding, singular values in the band, and the same bits eagerly,
-    again and replayed from a CUDA graph."""
+    matrices take 72 slices; its smallest one, so most splits of a small matrix are empty):
+    within the table's bound of the float64 iteration and of the unsplit result, singular
+    values in the band, and the same bits eagerly, again and replayed from a CUDA graph."""
     gen = torch.Generator(device=DEVICE).manual_seed(5)
     shapes, members = [], []
     for shape in yolo_matrices("yolo26s"):
@@ -183,11 +183,14 @@ def test_a_split_gram_product_replays_its_bits_and_stays_in_the_band(split: int)
     assert torch.equal(run(split_plan), dealt)
     offset = 0
     for rows, cols in shapes:
+        piece = slice(offset, offset + rows * cols)
+        offset = piece.stop
         scale = 0.2 * math.sqrt(max(rows, cols))
-        Q = dealt[offset : offset + rows * cols].reshape(rows, cols).double() / scale
-        W = whole[offset : offset + rows * cols].reshape(rows, cols).double() / scale
-        offset += rows * cols
-        assert rel_err(Q, W) < 0.02, (rows, cols)
+        Q = dealt[piece].reshape(rows, cols).double() / scale
+        W = whole[piece].reshape(rows, cols).double() / scale
+        # The table's own bound against the float64 iteration, and as far from the unsplit.
+        assert rel_err(Q, ns64(src[piece].reshape(rows, cols))) < 0.04, (rows, cols)
+        assert rel_err(Q, W) < 0.04, (rows, cols)
         svals = torch.linalg.svdvals(Q)
         assert BAND[0] <= float(svals.min()), (rows, cols)
         assert float(svals.max()) <= BAND[1], (rows, cols)
