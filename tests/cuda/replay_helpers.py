@@ -1,4 +1,5 @@
-"""Shared pieces of the CUDA replay tests: comparisons, determinism and a detector training run."""
+"""Shared pieces of the CUDA replay tests: comparisons, determinism, a recording and a detector
+training run."""
 
 from __future__ import annotations
 
@@ -26,6 +27,19 @@ REPLAY_FLAGS: list[CaptureFlags] = [
 REPLAY_FLAG_IDS = ["orth", "updates", "both"]
 # The sets that record a group's whole update preparation.
 UPDATE_FLAGS: list[CaptureFlags] = [{"capture_updates": True}, BOTH_FLAGS]
+
+
+def recorded(run: Callable[[], T]) -> tuple[torch.cuda.CUDAGraph, T]:
+    """``run`` warmed up once on a side stream, then captured: the graph and its output."""
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    return graph, captured
 
 
 def deterministic(fn: Callable[[], T]) -> T:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 import torch
 from musgd_reference import MUON_TRIPLE, rel_err
 from replay_common import CaptureFlags, params_and_momentum
-from replay_helpers import REPLAY_FLAG_IDS, REPLAY_FLAGS
+from replay_helpers import REPLAY_FLAG_IDS, REPLAY_FLAGS, recorded
 from torch import Tensor
 
 from musgd import MuSGD, orthogonalize
@@ -57,19 +56,6 @@ def ns64(G: Tensor) -> Tensor:
         X = a * X + (b * A + c * A @ A) @ X
     out: Tensor = X.T if tall else X
     return out
-
-
-def recorded(run: Callable[[], Tensor]) -> tuple[torch.cuda.CUDAGraph, Tensor]:
-    """``run`` warmed up once on a side stream, then captured: the graph and its output."""
-    side = torch.cuda.Stream()  # type: ignore[no-untyped-call,unused-ignore]
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = run()
-    return graph, captured
 
 
 @pytest.mark.parametrize("name", ["yolo26n", "yolo26s", "yolo26m"])
