@@ -25,7 +25,9 @@ task's (:func:`task_trainer`: ``SegmentationTrainer``, ``PoseTrainer``, ``OBBTra
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import logging
 import os
 from typing import Any
@@ -765,9 +767,6 @@ def _check_train_arguments(kwargs: dict[str, Any]) -> None:
     reference documents it, R388), run before any model is built, quietly: an unknown key, a
     wrong type or a value out of range raises ValueError with Ultralytics' message, where it
     would otherwise end training in a traceback. Skipped where that function is not there."""
-    import contextlib
-    import io
-
     try:
         from ultralytics.cfg import get_cfg
     except ImportError:
