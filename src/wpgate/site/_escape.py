@@ -15,9 +15,10 @@ def escape_markdown(text: str) -> str:
     Every ASCII character that is not a letter, a digit or plain punctuation becomes a numeric
     character reference: Python-Markdown passes references through untouched, so neither HTML
     (``<script>``) nor Markdown syntax (``*``, ``[``, ``|`` in a table cell) survives, and the
-    browser still shows the original characters. Newlines fold into spaces.
+    browser still shows the original characters. Newlines fold into spaces; a leading hyphen,
+    or the full stop after leading digits, that would open a list or a rule is escaped too.
     """
-    return _escape_chars(" ".join(text.split()))
+    return _escape_block_start(_escape_chars(" ".join(text.split())))
 
 
 # Every other ASCII character as its numeric character reference; str.translate applies the
@@ -25,9 +26,24 @@ def escape_markdown(text: str) -> str:
 _REFERENCES = {code: f"&#{code};" for code in range(128) if chr(code) not in _SAFE}
 
 
+# A list item or a rule where a line begins: "- x", "---", "- - -" and "12. x" (hyphen and full
+# stop are safe elsewhere; the text is one line, so only its start can open a block).
+_BLOCK_START_RE = re.compile(r"-|(\d+)\.")
+
+
 def _escape_chars(text: str) -> str:
     """Each character of ``text`` that could start markup as a numeric character reference."""
     return text.translate(_REFERENCES)
+
+
+def _escape_block_start(line: str) -> str:
+    """``line`` (escaped Markdown) with a leading list or rule marker's hyphen or full stop as a
+    numeric character reference, so that it stays inline text."""
+    start = _BLOCK_START_RE.match(line)
+    if start is None:
+        return line
+    digits = start.group(1) or ""
+    return f"{digits}&#{ord(line[len(digits)])};{line[start.end() :]}"
 
 
 def escape_html(text: str) -> str:
@@ -46,4 +62,4 @@ def escape_markdown_keep_code(text: str) -> str:
         out.extend([_escape_chars(flat[last : match.start()]), match.group(0)])
         last = match.end()
     out.append(_escape_chars(flat[last:]))
-    return "".join(out)
+    return _escape_block_start("".join(out))

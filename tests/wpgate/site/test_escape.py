@@ -63,3 +63,14 @@ def test_every_ascii_character_that_could_start_markup_becomes_a_reference() -> 
         char = chr(code)
         expected = char if char in safe or code > 127 else f"&#{code};"
         assert _escape_chars(f"a{char}b") == f"a{expected}b", code
+
+
+def test_a_leading_list_or_rule_marker_stays_text() -> None:
+    """Hyphen and full stop are left as they are elsewhere, but at the start of the text they
+    would open a list ("- 0", hypothesis found it) or a rule ("---")."""
+    for text in ("- 0", "---", "- - -", "1. x", "12345. y", "- `code` here"):
+        for escape in (escape_markdown, escape_markdown_keep_code):
+            rendered = _render_inline(escape(text))
+            assert "<li>" not in rendered
+            assert html.unescape(rendered.replace("<code>", "`").replace("</code>", "`")) == text
+    assert escape_markdown("a - b 1. c") == "a - b 1. c"
