@@ -207,19 +207,33 @@ class GraphKeeper:
     owned graph goes. ``idle`` counts the graphs kept so; each holds its own pool's memory
     (graphs in a shared pool hold nothing the pool does not), and the events that make them --
     a recording dropped or failed while others live -- are few in a training run.
+
+    Nor is a graph destroyed while the current stream captures: destroying one is an operation
+    CUDA refuses then, and the refusal invalidates the capture under way (a user's whole-step
+    ``torch.cuda.graph`` failed so on the H100 at 6268a20, a collection during it freeing an
+    earlier optimizer's recordings). Such a graph waits in ``deferred`` for the keeper's next
+    call outside a capture (a graph made or let go) or :meth:`flush`. ``capturing`` says whether
+    a capture is under way (default: on the current CUDA stream).
     """
 
-    def __init__(self, make: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        make: Callable[[], Any] | None = None,
+        capturing: Callable[[], bool] = capturing,
+    ) -> None:
         self._make = make
+        self._capturing = capturing
         self._lock = threading.Lock()
         self._owned: dict[int, set[_Held]] = {}
         self._idle: dict[int, list[_Held]] = {}
+        self._deferred: list[_Held] = []
 
     def graph(self, device: int | None = None) -> KeptGraph:
         """A new graph on device ``device`` (an index; None: the current one), owned through
         the handle returned."""
         if device is None:
             device = torch.cuda.current_device()
+        self.flush()
         held = _Held(torch.cuda.CUDAGraph() if self._make is None else self._make())
         handle = KeptGraph(held)
         with self._lock:
@@ -234,9 +248,24 @@ class GraphKeeper:
             if owned:
                 self._idle.setdefault(device, []).append(held)
                 return
-            gone = [*self._idle.pop(device, []), held]
+            self._deferred += [*self._idle.pop(device, []), held]
+        self.flush()
+
+    def flush(self) -> None:
+        """Destroy the graphs whose destruction waited for a capture to end; none while the
+        current stream still captures."""
+        if not self._deferred or self._capturing():
+            return
+        with self._lock:
+            gone, self._deferred = self._deferred, []
         for each in gone:  # outside the lock: destroying a graph may run other finalizers
             each.graph = None
+
+    @property
+    def deferred(self) -> int:
+        """How many graphs wait for a capture to end before they are destroyed."""
+        with self._lock:
+            return len(self._deferred)
 
     @property
     def idle(self) -> int:

@@ -454,6 +454,40 @@ def test_a_collection_inside_a_capture_cannot_free_graphs_there() -> None:
             gc.disable()
 
 
+def test_a_users_capture_survives_the_collection_of_a_dropped_optimizer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A user's own whole-step capture (``torch.cuda.graph``, its default global mode) during
+    which the cyclic collector frees an optimizer with recordings: destroying their graphs
+    there invalidated the capture (the full CUDA suite on the H100 at 6268a20). The keeper
+    defers their destruction to its next call outside the capture."""
+    from musgd import _replay
+
+    keeper = _replay.GraphKeeper()
+    monkeypatch.setattr(_replay, "GRAPHS", keeper)  # the dropped optimizer's are its only graphs
+    params = make_params()
+    opt = MuSGD(params, lr=0.02, ns_backend="torch", capture_orthogonalization=True)
+    for step in range(3):
+        set_grads(params, step)
+        opt.step()
+    assert opt._replay.stats.replays > 0
+    cycle: list[object] = [opt]
+    cycle.append(cycle)  # freed only by the cyclic collector
+    del opt, cycle
+    x = torch.arange(8.0, device=DEVICE)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x * 2
+        gc.collect()  # the dropped optimizer goes here, inside the capture
+        y += 1
+    assert keeper.deferred > 0  # its graphs wait for the capture's end
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, x * 2 + 1)
+    keeper.flush()
+    assert keeper.deferred == 0
+
+
 def test_recordings_in_one_pool_reuse_its_scratch_and_keep_their_bits() -> None:
     # Each function's two 16 MiB intermediates are scratch, freed by the capture's end: in
     # pools of their own the second recording reserves them again, in one pool it reuses them.

@@ -721,14 +721,14 @@ class _FakeGraph:
         self.destroyed.append(self.name)
 
 
-def _fake_keeper() -> tuple[Any, list[str]]:
+def _fake_keeper(capturing: Callable[[], bool] = lambda: False) -> tuple[Any, list[str]]:
     """A :class:`musgd._replay.GraphKeeper` of fake graphs named a, b, c, ... in order of
     making, and the list their destruction is written to."""
     from musgd._replay import GraphKeeper
 
     destroyed: list[str] = []
     names = iter("abcdefgh")
-    return GraphKeeper(lambda: _FakeGraph(next(names), destroyed)), destroyed
+    return GraphKeeper(lambda: _FakeGraph(next(names), destroyed), capturing), destroyed
 
 
 def test_a_graph_outlives_its_owner_until_its_devices_last_owned_graph_goes() -> None:
@@ -746,6 +746,32 @@ def test_a_graph_outlives_its_owner_until_its_devices_last_owned_graph_goes() ->
     del b
     assert sorted(destroyed) == ["a", "b", "c"]  # device 0's last owner went: both go
     assert keeper.idle == 0
+
+
+def test_no_graph_is_destroyed_while_the_current_stream_captures() -> None:
+    # Destroying a graph inside a capture invalidates that capture (a user's whole-step graph
+    # failed so on the H100 at 6268a20): the destruction waits for the capture's end.
+    under_way = [False]
+    keeper, destroyed = _fake_keeper(lambda: under_way[0])
+    a, b = keeper.graph(0), keeper.graph(0)
+    under_way[0] = True
+    del a, b  # b was device 0's last owned graph: both would go now
+    assert destroyed == []
+    assert (keeper.idle, keeper.deferred) == (0, 2)
+    keeper.flush()  # still capturing: nothing goes
+    assert destroyed == []
+    under_way[0] = False
+    c = keeper.graph(1)  # the keeper's next call outside the capture destroys them
+    assert sorted(destroyed) == ["a", "b"]
+    assert keeper.deferred == 0
+    under_way[0] = True
+    del c
+    assert sorted(destroyed) == ["a", "b"]  # c waits
+    assert keeper.deferred == 1
+    under_way[0] = False
+    keeper.flush()
+    assert sorted(destroyed) == ["a", "b", "c"]
+    assert keeper.deferred == 0
 
 
 def test_the_keeper_knows_which_pools_its_graphs_captured_into() -> None:
