@@ -208,7 +208,7 @@ def gram(
     With ``SPLIT`` > 1 the columns of ``X`` (the reduction) are dealt to ``SPLIT`` programs
     per tile (``program_id(1)``), whole ``BK`` slices each, the last ones empty where a matrix
     has fewer slices; each writes its float32 partial at ``a + split · a_total``, which
-    :func:`poly` sums in split order."""
+    :func:`fold` sums in split order."""
     _p, row, rm, rn, mirror = _problem(problems, tiles, BM, BM, COLS)
     mp, np_, x_off, a_off = _padded(row, BM)
     _follow(GDC)
@@ -238,13 +238,28 @@ def gram(
 
 
 @triton.jit
-def _split_sum(ptrs, a_total, SPLIT: tl.constexpr, DTYPE: tl.constexpr):
-    """A block of ``A`` from :func:`gram`'s float32 partials, added in split order and rounded
-    to the working dtype (as the unsplit ``A`` is stored)."""
+def fold(
+    partials,
+    a,
+    problems,
+    tiles,
+    a_total,
+    BM: tl.constexpr,
+    SPLIT: tl.constexpr,
+    COLS: tl.constexpr,
+    GDC: tl.constexpr,
+):
+    """``A`` on one lower-triangle tile from :func:`gram`'s ``SPLIT`` float32 partials
+    (``a_total`` apart), added in split order and rounded to ``A``'s dtype, as the unsplit
+    product is stored: :func:`poly` then reads one ``A`` whatever the split."""
+    _p, row, rm, rn, mirror = _problem(problems, tiles, BM, BM, COLS)
+    mp, _np, _x_off, a_off = _padded(row, BM)
+    _follow(GDC)
+    ptrs = partials + a_off + rm[:, None] * mp + rn[None, :]
     acc = tl.load(ptrs)
     for split in tl.static_range(1, SPLIT):
         acc += tl.load(ptrs + split * a_total)
-    return acc.to(DTYPE)
+    _store_symmetric(a + a_off, mp, rm, rn, acc.to(a.dtype.element_ty), mirror)
 
 
 @triton.jit
@@ -255,32 +270,19 @@ def poly(
     tiles,
     cb,
     cc,
-    a_total,
     BM: tl.constexpr,
     BK: tl.constexpr,
-    SPLIT: tl.constexpr,
     UPCAST: tl.constexpr,
     COLS: tl.constexpr,
     GDC: tl.constexpr,
 ):
-    """``B = b·A + c·A·A`` on one lower-triangle tile (A symmetric, so is B); with ``SPLIT``
-    > 1, ``A`` is the sum of :func:`gram`'s partials (``a_total`` apart)."""
+    """``B = b·A + c·A·A`` on one lower-triangle tile (A symmetric, so is B)."""
     _p, row, rm, rn, mirror = _problem(problems, tiles, BM, BM, COLS)
     mp, _np, _x_off, a_off = _padded(row, BM)
     _follow(GDC)
     ab = a + a_off
-    if SPLIT > 1:
-        dtype = b_out.dtype.element_ty
-        rk = tl.arange(0, BK)
-        acc = tl.zeros((BM, BM), dtype=tl.float32)
-        for k in range(0, mp, BK):
-            left = _split_sum(ab + rm[:, None] * mp + k + rk[None, :], a_total, SPLIT, dtype)
-            right = _split_sum(ab + (k + rk)[:, None] * mp + rn[None, :], a_total, SPLIT, dtype)
-            acc = _mma(left, right, acc, UPCAST)
-        aij = _split_sum(ab + rm[:, None] * mp + rn[None, :], a_total, SPLIT, dtype)
-    else:
-        acc = _square_times(ab, mp, rm, ab, mp, rn, BM, BM, BK, UPCAST)
-        aij = tl.load(ab + rm[:, None] * mp + rn[None, :])
+    acc = _square_times(ab, mp, rm, ab, mp, rn, BM, BM, BK, UPCAST)
+    aij = tl.load(ab + rm[:, None] * mp + rn[None, :])
     out = (cb * aij.to(tl.float32) + cc * acc).to(b_out.dtype.element_ty)
     _store_symmetric(b_out + a_off, mp, rm, rn, out, mirror)
 

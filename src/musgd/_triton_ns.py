@@ -104,10 +104,10 @@ class TileConfig:
     the warps of the ``X'`` product alone. ``pdl``: launch the chain with programmatic
     dependent launch where it applies (:func:`pdl_applies`). ``split_k``: the Gram product's
     reduction (a matrix's columns, in whole ``block_k`` slices) dealt to this many programs per
-    tile, each writing a float32 partial that the polynomial kernel adds in a fixed order; 1
-    (the default) is one program per tile. A long reduction (yolo26n's 256 x 2304 matrices
-    take 36 slices) is then no longer one program's serial loop; the sum, in another order,
-    rounds differently.
+    tile, each writing a float32 partial that a fold kernel adds in a fixed order into ``A``
+    (one more launch per iteration); 1 (the default) is one program per tile. A long reduction
+    (yolo26n's 256 x 2304 matrices take 36 slices) is then no longer one program's serial
+    loop; the sum, in another order, rounds differently.
     """
 
     block: int
@@ -348,16 +348,19 @@ def run_plan(
     ``w_sgd·src + w_muon·O`` instead, mixed in the last kernel.
 
     Returns ``out`` (a flat tensor like ``src``), or a fresh one when None. Launches ``2 +
-    3·len(triples)`` kernels; the caller has checked that the backend applies.
+    3·len(triples)`` kernels (``2 + 4·len(triples)`` with a split Gram product); the caller
+    has checked that the backend applies.
     """
     k = _kernels()
     cfg = plan.tiles
     x = torch.empty(plan.x_numel, dtype=dtype, device=src.device)
     x_next = torch.empty_like(x)
     split = cfg.split_k
-    # A split Gram product writes float32 partials, one A-sized workspace per split.
-    a = (
-        torch.empty(plan.a_numel, dtype=dtype, device=src.device)
+    a = torch.empty(plan.a_numel, dtype=dtype, device=src.device)
+    # A split Gram product writes float32 partials, one A-sized workspace per split, which
+    # a fold kernel adds into A.
+    partials = (
+        a
         if split == 1
         else torch.empty(split * plan.a_numel, dtype=torch.float32, device=src.device)
     )
@@ -407,7 +410,7 @@ def run_plan(
     for i, (ca, cb, cc) in enumerate(triples):
         k.gram[(square[0], split)](
             x,
-            a,
+            partials,
             plan.problems,
             plan.square_tiles,
             plan.a_numel,
@@ -416,6 +419,19 @@ def run_plan(
             SPLIT=split,
             **launch,
         )
+        if split > 1:
+            k.fold[square](
+                partials,
+                a,
+                plan.problems,
+                plan.square_tiles,
+                plan.a_numel,
+                BM=cfg.block,
+                SPLIT=split,
+                COLS=_COLUMNS,
+                num_warps=4,
+                **pdl,
+            )
         k.poly[square](
             a,
             b,
@@ -423,10 +439,8 @@ def run_plan(
             plan.square_tiles,
             cb,
             cc,
-            plan.a_numel,
             BM=cfg.block,
             BK=cfg.block_k,
-            SPLIT=split,
             **launch,
         )
         final = i == last
