@@ -268,6 +268,12 @@ class GraphKeeper:
             return len(self._deferred)
 
     @property
+    def owned(self) -> int:
+        """How many graphs have a live owner, all devices together."""
+        with self._lock:
+            return sum(len(held) for held in self._owned.values())
+
+    @property
     def idle(self) -> int:
         """How many graphs are kept past their owners, all devices together."""
         with self._lock:

@@ -668,7 +668,15 @@ def release_recordings(self: Any) -> None:
     and keep the graphs of the next trainer's in the same process from ever being destroyed
     (:data:`musgd._replay.GRAPHS` destroys a graph only once no other of its device is owned).
     A later ``train()`` would record anew, into a fresh pool.
+
+    The trainer's last ``loss`` is detached too (same value): its autograd graph's replay
+    nodes hold the network's and the loss's recordings for their backward, so while it lived
+    they stayed owned after their caches let them go (7 graphs kept idle in the H100 identity
+    run at f62ac4a).
     """
+    loss = self.__dict__.get("loss")
+    if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+        self.loss = loss.detach()
     network = self.__dict__.get("musgd_network")
     if network is not None:
         network.release()

@@ -736,9 +736,10 @@ def test_a_graph_outlives_its_owner_until_its_devices_last_owned_graph_goes() ->
     # while another of the same side stream lives would free the live one's workspace.
     keeper, destroyed = _fake_keeper()
     a, b, c = keeper.graph(0), keeper.graph(0), keeper.graph(1)
+    assert keeper.owned == 3
     del a
     assert destroyed == []  # b, on the same device, still owned: a is kept
-    assert keeper.idle == 1
+    assert (keeper.idle, keeper.owned) == (1, 2)
     del c
     assert destroyed == ["c"]  # the last owned graph of device 1: nothing to keep it for
     b.replay()

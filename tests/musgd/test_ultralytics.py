@@ -1173,8 +1173,13 @@ def test_every_recording_is_released_when_training_ends() -> None:
     pool._handles[0] = "token"
     pool._joined.add(0)
     stats = trainer.musgd_network.stats
+    # The last iteration's loss: its autograd graph would hold the replays' recordings.
+    weight = torch.ones(3, requires_grad=True)
+    trainer.loss = (weight * 2).sum()
     trainer.end()
     assert [len(cache) for cache in caches] == [0] * len(caches)
+    assert trainer.loss.grad_fn is None
+    assert trainer.loss.item() == 6.0
     assert (pool._handles, pool._joined) == ({}, set()), "a later recording starts a fresh pool"
     assert trainer.musgd_network.stats is stats, "the counts stay for the run's report"
     release_recordings(types.SimpleNamespace())  # a trainer that made none: nothing to do

@@ -790,12 +790,14 @@ def network_stats(trainer: Any) -> dict[str, Any] | None:
     recording pool (``musgd_graph_pool``), how many network recordings kept pools of their own
     (``pool_private``: a short batch's, or one the pool could not take); and how many graphs the
     process keeps past their owners (``graphs_kept_idle``, ``musgd._replay.GRAPHS``: recordings
-    dropped or failed while others lived)."""
+    dropped or failed while others lived) and how many still have one (``graphs_owned``: after
+    training, by this or an earlier run's objects)."""
     capture = trainer.__dict__.get("musgd_network")
     if capture is None:
         return None
     stats = stats_dict(capture.stats)
     stats["graphs_kept_idle"] = GRAPHS.idle
+    stats["graphs_owned"] = GRAPHS.owned
     pool = trainer.__dict__.get("musgd_graph_pool")
     if pool is not None:
         stats["pool_private"] = pool.private

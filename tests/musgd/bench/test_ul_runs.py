@@ -405,6 +405,7 @@ def test_network_stats_say_how_many_networks_kept_pools_of_their_own() -> None:
     assert stats is not None
     assert (stats["recordings"], stats["replays"], stats["pool_private"]) == (2, 5, 1)
     assert stats["graphs_kept_idle"] == 0  # no CUDA graph was ever made here
+    assert stats["graphs_owned"] == 0
     alone = _ul_runs.network_stats(types.SimpleNamespace(musgd_network=capture))
     assert alone is not None
     assert "pool_private" not in alone
