@@ -714,17 +714,18 @@ def release_recordings(self: Any) -> None:
 
 
 def _fused_ema(self: Any) -> FusedEMA:
-    """The guarded EMA's :class:`musgd._ema.FusedEMA`: recorded with ``record_ema``, into the
-    trainer's graph pool where it has one (a network joining that pool later drops the
-    recording, and the EMA records anew after it); else eager."""
+    """The guarded EMA's :class:`musgd._ema.FusedEMA`: recorded with ``record_ema``, into a
+    pool of its own; else eager.
+
+    Not into the trainer's shared pool: recorded there before the network joined it, its
+    dropped graph was kept idle in the pool whose memory the network's capture then reused,
+    and one yolo26s b16 run in four (bd053d4), then one in one (8df1d1f), died with a
+    segmentation fault in the network's first replay right after (H100, WP-024). Its own pool
+    holds the EMA's backup copy (the EMA's size) and is never dropped while training lasts.
+    """
     if not type(self).musgd_options.get("record_ema", False):
         return FusedEMA()
-    pool = self.__dict__.get("musgd_graph_pool")
-    recorder = CudaGraphRecorder(branches=1, pool=pool)
-    fused = FusedEMA(recorder)
-    if pool is not None:
-        recorder.drops_with(fused.drop_recording)
-    return fused
+    return FusedEMA(CudaGraphRecorder(branches=1))
 
 
 def report_skips(self: Any) -> int:

@@ -1071,42 +1071,28 @@ def test_trainer_with_the_device_loss_validates_with_its_items_back_on_the_devic
     assert "validate" not in vars(type(plain)), "only the device loss needs it"
 
 
-def test_record_ema_records_the_guarded_ema_into_the_trainers_pool(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_record_ema_records_the_guarded_ema_in_a_pool_of_its_own() -> None:
     from network_common import TinyDetector
-    from replay_fakes import fake_graph_pools
 
     from musgd._replay import CudaGraphRecorder, GraphPool
-    from musgd.ultralytics import _fused_ema
+    from musgd.ultralytics import _fused_ema, release_recordings
 
     trainer = musgd_trainer(_LayoutTrainer, skip_nonfinite=True, record_ema=True)(TinyDetector())
     assert trainer.musgd_options["record_ema"] is True
-    alone = _fused_ema(trainer)
-    assert isinstance(alone.recorder, CudaGraphRecorder)
-    assert alone.recorder.pool is None
-    assert alone.recorder.branches == 1
-    pool = trainer.musgd_graph_pool = GraphPool()
-    shared = _fused_ema(trainer)
-    assert isinstance(shared.recorder, CudaGraphRecorder)
-    assert shared.recorder.pool is pool
-    assert shared.recorder.droppable  # a network joining after it drops its recording
-    fake_graph_pools(monkeypatch)
-    gpu = torch.device("cuda", 0)
-    shared.recorded = types.SimpleNamespace()  # type: ignore[assignment]
-    pool.consumer(gpu, droppable=True)  # the EMA recorded before the network
-    pool.producer(gpu)
-    assert shared.recorded is None  # dropped: it records anew after the network
+    trainer.musgd_graph_pool = GraphPool()  # the trainer's shared pool: the EMA stays out of it
+    fused = _fused_ema(trainer)
+    assert isinstance(fused.recorder, CudaGraphRecorder)
+    assert fused.recorder.pool is None
+    assert fused.recorder.branches == 1
+    assert not fused.recorder.droppable  # the network's join does not drop it
     # Off by default: the guarded EMA runs eagerly.
     plain = musgd_trainer(_LayoutTrainer, skip_nonfinite=True)(TinyDetector())
     assert _fused_ema(plain).recorder is None
     # Released with the rest when training ends.
-    shared.recorded = types.SimpleNamespace()  # type: ignore[assignment]
-    trainer.musgd_ema = shared
-    from musgd.ultralytics import release_recordings
-
+    fused.recorded = types.SimpleNamespace()  # type: ignore[assignment]
+    trainer.musgd_ema = fused
     release_recordings(trainer)
-    assert shared.recorded is None
+    assert fused.recorded is None
 
 
 def test_record_ema_without_the_guard_is_refused_saying_what_to_pass() -> None:
