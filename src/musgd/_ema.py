@@ -22,10 +22,9 @@ flat buffer, so that the recording's ``_foreach_lerp_`` takes its weights from m
 ``List`` form computes each entry with the same lerp as the scalar form). The recording's own
 passes run with the skip flag set, so they leave every EMA bit as it was.
 
-The Ultralytics trainer (``musgd.ultralytics``) gives it a recorder only with its experimental
-``record_ema``: with the recording, one in four yolo26s b16 training runs on the H100 at bd053d4
-died with a segmentation fault early in training, the cause not found
-(docs/work_packages/wp-024.md).
+The Ultralytics trainer (``musgd.ultralytics``) does not give it a recorder: with the recording,
+one in four yolo26s b16 training runs on the H100 died with a segmentation fault early in
+training, the cause not found (docs/work_packages/wp-024.md).
 """
 
 from __future__ import annotations

@@ -182,7 +182,6 @@ def musgd_trainer(
     compile_network: bool = False,
     compile_cache: str | os.PathLike[str] | None = None,
     device_loss: bool = False,
-    record_ema: bool = False,
 ) -> type[Any]:
     """A subclass of the Ultralytics trainer ``base`` (default ``DetectionTrainer``) using ours.
 
@@ -247,12 +246,6 @@ def musgd_trainer(
     :func:`_optimizer_step`. The skips are counted on the device, read every
     ``SKIP_REPORT_EVERY`` steps and at the end of training, logged when there are new ones, and
     kept as the trainer's ``musgd_skipped``.
-
-    ``record_ema`` (experimental, off by default; needs ``skip_nonfinite``) records the guarded
-    EMA update and replays it (:class:`musgd._ema.FusedEMA`, the trainer's ``musgd_ema``): the
-    same bits as its eager passes, in one graph launch instead of about 2 ms of host time at
-    batch 4. It is off because one in four yolo26s b16 training runs with it died with a
-    segmentation fault on the H100 at bd053d4, the cause not found (WP-024).
     """
     # Checked now, not when the trainer builds its optimizer after setting up the whole run.
     if ns_backend not in NS_BACKENDS:
@@ -292,16 +285,10 @@ def musgd_trainer(
         ("channels_last", channels_last),
         ("compile_network", compile_network),
         ("device_loss", device_loss),
-        ("record_ema", record_ema),
     )
     for flag, value in (*flags, *more):
         if not isinstance(value, bool):
             raise ValueError(f"musgd_trainer: {flag} must be True or False, got {value!r}")
-    if record_ema and not skip_nonfinite:
-        raise ValueError(
-            "musgd_trainer: record_ema records the guarded EMA update, which only "
-            "skip_nonfinite=True makes: pass skip_nonfinite=True too, or drop record_ema"
-        )
     try:
         cache = compile_cache_path(compile_cache)
     except ValueError as exc:
@@ -354,7 +341,6 @@ def musgd_trainer(
             "compile_network": compile_network,
             "compile_cache": cache,
             "device_loss": device_loss,
-            "record_ema": record_ema,
         },
         # Until the first batch sets them: NCHW, and why (None: not decided yet).
         "musgd_channels_last": False,
@@ -664,7 +650,7 @@ def _guarded_ema_update(self: Any, optimizer: UltralyticsMuSGD) -> None:
         return
     fused = self.__dict__.get("musgd_ema")
     if fused is None:
-        fused = self.musgd_ema = _fused_ema(self)
+        fused = self.musgd_ema = FusedEMA()
     ema.updates += 1
     model = self.model
     if isinstance(model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel):
@@ -674,8 +660,8 @@ def _guarded_ema_update(self: Any, optimizer: UltralyticsMuSGD) -> None:
 
 def release_recordings(self: Any) -> None:
     """When training ends, drop every recording the trainer made -- the network's, the loss's,
-    the clip's, the optimizer's and the guarded EMA's (``record_ema``) -- and give their memory
-    back.
+    the clip's and the optimizer's -- and give their memory back (the guarded EMA records
+    none: :func:`_guarded_ema_update`).
 
     Training is over, and nothing replays them again; held, they would keep the recordings'
     pools reserved for as long as the trainer lives (4748 MiB for yolo26s at batch 16, WP-025),
@@ -700,9 +686,6 @@ def release_recordings(self: Any) -> None:
     clip = self.__dict__.get("musgd_clip")
     if isinstance(clip, GradClipReplay):
         clip.clear()
-    fused = self.__dict__.get("musgd_ema")
-    if isinstance(fused, FusedEMA):
-        fused.drop_recording()
     engine = getattr(getattr(self, "optimizer", None), "_engine", None)
     if isinstance(engine, StepEngine):
         engine.replay.clear()
@@ -711,21 +694,6 @@ def release_recordings(self: Any) -> None:
         pool.reset()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # a no-op where CUDA was never initialized
-
-
-def _fused_ema(self: Any) -> FusedEMA:
-    """The guarded EMA's :class:`musgd._ema.FusedEMA`: recorded with ``record_ema``, into a
-    pool of its own; else eager.
-
-    Not into the trainer's shared pool: recorded there before the network joined it, its
-    dropped graph was kept idle in the pool whose memory the network's capture then reused,
-    and one yolo26s b16 run in four (bd053d4), then one in one (8df1d1f), died with a
-    segmentation fault in the network's first replay right after (H100, WP-024). Its own pool
-    holds the EMA's backup copy (the EMA's size) and is never dropped while training lasts.
-    """
-    if not type(self).musgd_options.get("record_ema", False):
-        return FusedEMA()
-    return FusedEMA(CudaGraphRecorder(branches=1))
 
 
 def report_skips(self: Any) -> int:

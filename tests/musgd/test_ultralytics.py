@@ -654,7 +654,6 @@ def test_trainer_clip_replay_can_be_turned_off_and_a_custom_step_is_kept() -> No
         "compile_network": False,
         "compile_cache": None,
         "device_loss": False,
-        "record_ema": False,
     }
     kept = musgd_trainer(CustomStep)
     assert "optimizer_step" not in vars(kept)
@@ -1069,39 +1068,6 @@ def test_trainer_with_the_device_loss_validates_with_its_items_back_on_the_devic
     }
     plain = musgd_trainer(FakeTrainer)()
     assert "validate" not in vars(type(plain)), "only the device loss needs it"
-
-
-def test_record_ema_records_the_guarded_ema_in_a_pool_of_its_own() -> None:
-    from network_common import TinyDetector
-
-    from musgd._replay import CudaGraphRecorder, GraphPool
-    from musgd.ultralytics import _fused_ema, release_recordings
-
-    trainer = musgd_trainer(_LayoutTrainer, skip_nonfinite=True, record_ema=True)(TinyDetector())
-    assert trainer.musgd_options["record_ema"] is True
-    trainer.musgd_graph_pool = GraphPool()  # the trainer's shared pool: the EMA stays out of it
-    fused = _fused_ema(trainer)
-    assert isinstance(fused.recorder, CudaGraphRecorder)
-    assert fused.recorder.pool is None
-    assert fused.recorder.branches == 1
-    assert not fused.recorder.droppable  # the network's join does not drop it
-    # Off by default: the guarded EMA runs eagerly.
-    plain = musgd_trainer(_LayoutTrainer, skip_nonfinite=True)(TinyDetector())
-    assert _fused_ema(plain).recorder is None
-    # Released with the rest when training ends.
-    fused.recorded = types.SimpleNamespace()  # type: ignore[assignment]
-    trainer.musgd_ema = fused
-    release_recordings(trainer)
-    assert fused.recorded is None
-
-
-def test_record_ema_without_the_guard_is_refused_saying_what_to_pass() -> None:
-    with pytest.raises(
-        ValueError, match=r"record_ema records the guarded EMA update.*skip_nonfinite=True"
-    ):
-        musgd_trainer(_LayoutTrainer, record_ema=True)
-    with pytest.raises(ValueError, match="record_ema must be True or False"):
-        musgd_trainer(_LayoutTrainer, skip_nonfinite=True, record_ema="yes")  # type: ignore[arg-type]
 
 
 def test_the_network_capture_shares_its_pool_with_the_optimizer_and_the_clip() -> None:

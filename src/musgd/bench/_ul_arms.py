@@ -67,15 +67,8 @@ class Arm:
 
 
 def _ours(**options: bool) -> dict[str, bool]:
-    """``musgd_trainer`` options: the six the benchmark sets, False unless given."""
-    keys = (
-        "capture_network",
-        "skip_nonfinite",
-        "channels_last",
-        "compile_network",
-        "device_loss",
-        "record_ema",
-    )
+    """``musgd_trainer`` options: the five the benchmark sets, False unless given."""
+    keys = ("capture_network", "skip_nonfinite", "channels_last", "compile_network", "device_loss")
     return {key: options.get(key, False) for key in keys}
 
 

@@ -231,12 +231,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--ours-network the loss is recorded too",
     )
     parser.add_argument(
-        "--ours-record-ema",
-        action="store_true",
-        help="our arm records its guarded EMA update (record_ema=True, experimental; needs "
-        "--ours-guard)",
-    )
-    parser.add_argument(
         "--network-iters",
         type=int,
         default=None,
@@ -330,10 +324,6 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
         steps, args.identity_batch, args.per_iteration_s = 200, 8, 0.15
     if args.settle_s < 0 or not math.isfinite(args.settle_s):
         raise UsageError(f"--settle-s must be 0 or more seconds, got {args.settle_s}")
-    if args.ours_record_ema and not args.ours_guard:
-        raise UsageError(
-            "--ours-record-ema records the guarded EMA update: pass --ours-guard with it"
-        )
     if args.workers_given is not None:
         if args.workers_given < 0:
             raise UsageError(f"--workers must be 0 or more, got {args.workers_given}")

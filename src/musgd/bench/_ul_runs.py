@@ -300,7 +300,6 @@ def ours_options(args: argparse.Namespace) -> dict[str, Any]:
         "channels_last": LAYOUT_CHOICES[args.ours_channels_last],
         "compile_network": args.ours_compile,
         "device_loss": args.ours_device_loss,
-        "record_ema": args.ours_record_ema,
     }
 
 
@@ -312,7 +311,6 @@ def ours_argv(args: argparse.Namespace) -> list[str]:
         ("--ours-guard", args.ours_guard),
         ("--ours-compile", args.ours_compile),
         ("--ours-device-loss", args.ours_device_loss),
-        ("--ours-record-ema", args.ours_record_ema),
     )
     return argv + [flag for flag, on in flags if on]
 

@@ -44,7 +44,6 @@ def test_the_table_holds_the_six_arms_of_issue_32_with_what_each_trains() -> Non
         "channels_last": False,
         "compile_network": False,
         "device_loss": False,
-        "record_ema": False,
     }
     loss = records["ours-network-loss"]["options"]
     assert (loss["capture_network"], loss["device_loss"], loss["skip_nonfinite"]) == (True,) * 3

@@ -99,10 +99,6 @@ def test_configure_and_plan() -> None:
         (["--settle-s", "-1"], "--settle-s must be 0 or more seconds"),
         (["--settle-s", "nan"], "--settle-s must be 0 or more seconds"),
         (["--settle-s", "inf"], "--settle-s must be 0 or more seconds"),
-        (
-            ["--ours-record-ema"],
-            "--ours-record-ema records the guarded EMA update: pass --ours-guard",
-        ),
         (["--batch-sizes", "4,x"], "--batch-sizes takes whole numbers"),
         (["--arms", "stock,ours,stock-fast"], "unknown arms stock-fast: --arms takes names from"),
         (["--arms", "stock,ours,ours"], "--arms names ours more than once"),
