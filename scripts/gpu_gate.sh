@@ -42,7 +42,9 @@ for s in "${stages[@]}"; do
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
       else
         # TESTS_SHARDS=N: N pytest processes side by side on the one GPU, the test files dealt
-        # round-robin (a process's CUDA memory counters are its own); logs cuda_tests.K.log.
+        # round-robin (a process's CUDA memory counters are its own); their logs end up in one
+        # file, cuda_tests.log, each under a "== shard K" line (a device call returns at most 8
+        # files: one log per shard crowded out a benchmark's evidence at f62ac4a).
         mapfile -t files < <(ls tests/cuda/test_*.py)
         pids=()
         for ((k = 0; k < shards; k++)); do
@@ -52,9 +54,12 @@ for s in "${stages[@]}"; do
             > "$OUT/cuda_tests.$k.log" 2>&1 &
           pids+=($!)
         done
+        : > "$OUT/cuda_tests.log"
         for ((k = 0; k < shards; k++)); do
           wait "${pids[k]}" || rc=1
           echo "-- shard $k"; grep -aE "^(FAILED|ERROR)|Error|passed|failed|skipped in" "$OUT/cuda_tests.$k.log" | tail -n 20
+          { echo "== shard $k: ${#files[@]} files dealt round-robin"; cat "$OUT/cuda_tests.$k.log"; } >> "$OUT/cuda_tests.log"
+          rm -f "$OUT/cuda_tests.$k.log"
         done
       fi ;;
     optimizer)
