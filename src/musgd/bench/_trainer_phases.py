@@ -17,9 +17,11 @@ a separate measurement, never the headline iteration time.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TextIO
 
 from musgd.bench._timing import summarize
 
@@ -161,18 +163,33 @@ class PhaseClock:
     as ``previous_end`` unless ``break_chain`` was called in between (a new epoch: the wait for
     its first batch includes the loader's restart). ``mark`` outside an open iteration (the
     ``zero_grad`` before the first batch, a validation pass) records nothing.
+
+    With ``trace_iterations`` = N > 0, each mark of the first N iterations is also written to
+    ``trace_to`` (standard error) as ``phase-trace: iteration I MARK``, flushed before the clock
+    is read: where a run dies without a Python exception (a segmentation fault early in
+    training), the last line says in which phase.
     """
 
     def __init__(
         self,
         synchronize: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        trace_iterations: int = 0,
+        trace_to: TextIO | None = None,
     ) -> None:
         self.synchronize = synchronize
         self.clock = clock
+        self.trace_iterations = trace_iterations
+        self.trace_to = trace_to
         self.iterations: list[dict[str, float]] = []
         self._open: dict[str, float] | None = None
         self._last_end: float | None = None
+
+    def _trace(self, name: str) -> None:
+        index = len(self.iterations)
+        if index < self.trace_iterations:
+            out = self.trace_to if self.trace_to is not None else sys.stderr
+            print(f"phase-trace: iteration {index} {name}", file=out, flush=True)
 
     def _now(self) -> float:
         if self.synchronize is not None:
@@ -185,6 +202,7 @@ class PhaseClock:
 
     def start_iteration(self) -> None:
         """Open an iteration at its ``batch_start`` mark."""
+        self._trace("batch_start")
         now = self._now()
         marks = {"batch_start": now}
         if self._last_end is not None:
@@ -196,12 +214,14 @@ class PhaseClock:
         if name not in MARKS:
             raise ValueError(f"unknown mark {name!r}; marks are {', '.join(MARKS)}")
         if self._open is not None and name not in self._open:
+            self._trace(name)
             self._open[name] = self._now()
 
     def end_iteration(self) -> None:
         """Close the open iteration at its ``batch_end`` mark."""
         if self._open is None:
             return
+        self._trace("batch_end")
         now = self._now()
         self._open["batch_end"] = now
         self.iterations.append(self._open)

@@ -183,6 +183,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--iters", type=int, default=None, help="iterations per training run")
     parser.add_argument(
+        "--trace-iterations",
+        type=int,
+        default=0,
+        help="write every phase mark of each run's first N iterations to standard error as it "
+        "is reached (to locate a run that dies without a Python error); default 0, none",
+    )
+    parser.add_argument(
         "--train-images",
         type=int,
         default=None,
@@ -337,6 +344,8 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
     args.identity_steps = steps if args.identity_steps is None else args.identity_steps
     if args.network_iters is None:
         args.network_iters = 8 if args.quick else 120
+    if args.trace_iterations < 0:
+        raise UsageError(f"--trace-iterations must be 0 or more, got {args.trace_iterations}")
     if args.network_iters < 1:
         raise UsageError(f"--network-iters must be 1 or more, got {args.network_iters}")
     return args

@@ -369,7 +369,10 @@ def train_once(
 
     iterations_per_epoch = math.ceil(args.n_train / batch)
     epochs = epochs_for(args.iters, iterations_per_epoch)
-    clock = PhaseClock((lambda: _sync(args.device)) if synchronize else None)
+    clock = PhaseClock(
+        (lambda: _sync(args.device)) if synchronize else None,
+        trace_iterations=args.trace_iterations,
+    )
     syncs = SyncCounter() if count_syncs else None
     log = RunLog(args.device, clock, syncs)
     model = YOLO(args.model)
@@ -521,6 +524,7 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
     argv += ["--train-images", str(args.n_train)]  # the epoch's length: epochs = iters / epoch
     argv += ["--workers", str(args.workers), "--work", str(args.work)]
     argv += ["--quick"] if args.quick else []
+    argv += ["--trace-iterations", str(args.trace_iterations)] if args.trace_iterations else []
     argv += ours_argv(args)
     argv += ["--one-run", json.dumps(run, sort_keys=True), "--one-run-data", str(data)]
     return [*argv, "--one-run-out", str(out)]

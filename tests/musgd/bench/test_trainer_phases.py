@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from musgd.bench._trainer_phases import (
@@ -105,3 +107,30 @@ def test_clock_chains_iterations_and_breaks_at_epochs() -> None:
     assert len(syncs) == 7  # every reading but the ignored mark and the repeated one
     with pytest.raises(ValueError, match="unknown mark"):
         clock.mark("nope")
+
+
+def test_the_trace_writes_the_first_iterations_marks_before_reading_the_clock() -> None:
+    out = io.StringIO()
+    read: list[str] = []
+
+    def reading() -> float:  # the trace line must already be out when the clock is read
+        read.append(out.getvalue().splitlines()[-1])
+        return 0.0
+
+    clock = PhaseClock(clock=reading, trace_iterations=1, trace_to=out)
+    clock.mark("zero_grad_start")  # outside an iteration: neither recorded nor traced
+    clock.start_iteration()
+    clock.mark("forward_start")
+    clock.mark("forward_start")  # a repeated mark is not read again, nor traced
+    clock.end_iteration()
+    clock.start_iteration()  # the second iteration: past trace_iterations
+    clock.mark("forward_start")
+    clock.end_iteration()
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "phase-trace: iteration 0 batch_start",
+        "phase-trace: iteration 0 forward_start",
+        "phase-trace: iteration 0 batch_end",
+    ]
+    assert read[:3] == lines
+    assert PhaseClock().trace_iterations == 0  # off by default

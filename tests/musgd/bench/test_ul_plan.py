@@ -99,6 +99,7 @@ def test_configure_and_plan() -> None:
         (["--settle-s", "-1"], "--settle-s must be 0 or more seconds"),
         (["--settle-s", "nan"], "--settle-s must be 0 or more seconds"),
         (["--settle-s", "inf"], "--settle-s must be 0 or more seconds"),
+        (["--trace-iterations", "-1"], "--trace-iterations must be 0 or more"),
         (["--batch-sizes", "4,x"], "--batch-sizes takes whole numbers"),
         (["--arms", "stock,ours,stock-fast"], "unknown arms stock-fast: --arms takes names from"),
         (["--arms", "stock,ours,ours"], "--arms names ours more than once"),

@@ -58,6 +58,11 @@ def test_a_child_runs_the_subcommand_with_this_configuration(tmp_path: Path) -> 
     )
     assert json.loads(argv[argv.index("--one-run") + 1]) == run
     assert argv[-2:] == ["--one-run-out", str(tmp_path / "out.json")]
+    assert "--trace-iterations" not in argv  # off: the child is not told
+    traced = _args("--quick", "--trace-iterations", "3")
+    traced.work = tmp_path
+    child = _ul_runs.child_argv(traced, tmp_path / "data.yaml", run, tmp_path / "out.json")
+    assert _args(*child[4:]).trace_iterations == 3
 
 
 @pytest.mark.parametrize("sizes", [(), ("--train-images", "1600", "--iters", "1000")])
