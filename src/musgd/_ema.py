@@ -23,8 +23,9 @@ flat buffer, so that the recording's ``_foreach_lerp_`` takes its weights from m
 passes run with the skip flag set, so they leave every EMA bit as it was.
 
 The Ultralytics trainer (``musgd.ultralytics``) does not give it a recorder: with the recording,
-one in four yolo26s b16 training runs on the H100 died with a segmentation fault early in
-training, the cause not found (docs/work_packages/wp-024.md).
+yolo26s b16 training runs on the H100 died with a segmentation fault early in training (one in
+four at bd053d4, two of two at 8df1d1f and 4596433), the cause not found
+(docs/work_packages/wp-024.md).
 """
 
 from __future__ import annotations

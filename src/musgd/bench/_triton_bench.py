@@ -255,14 +255,18 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 flush=True,
             )
         results["sets"][name] = rows
-    evidence = build_evidence(
-        "musgd-triton-ns", results, device=device, argv=argv, commit=args.commit
-    )
+    print("wrote", _write(args, "musgd-triton-ns", results, device, argv))
+    return 0
+
+
+def _write(
+    args: argparse.Namespace, kind: str, results: dict[str, Any], device: Any, argv: list[str]
+) -> Path:
+    """The evidence of ``kind``, written as ``<kind>-<gpu>-<commit>.json`` under ``--out``."""
+    evidence = build_evidence(kind, results, device=device, argv=argv, commit=args.commit)
     sha = (evidence["git_commit"] or "nocommit")[:7]
     label = gpu_label(torch.cuda.get_device_name(device))
-    path = write_evidence(evidence, args.out / f"musgd-triton-ns-{label}-{sha}.json")
-    print(f"wrote {path}")
-    return 0
+    return write_evidence(evidence, args.out / f"{kind}-{label}-{sha}.json")
 
 
 def tables() -> dict[str, tuple[tuple[int, int], ...]]:
@@ -410,10 +414,5 @@ def run_tiles(args: argparse.Namespace, argv: list[str]) -> int:
         results[table] = rows
     results["pick"] = pick(results)
     print("PICK", " ".join(f"--{k}-tiles {v}" for k, v in results["pick"].items()), flush=True)
-    evidence = build_evidence(
-        "musgd-triton-tiles", results, device=device, argv=argv, commit=args.commit
-    )
-    sha = (evidence["git_commit"] or "nocommit")[:7]
-    label = gpu_label(torch.cuda.get_device_name(device))
-    print("wrote", write_evidence(evidence, args.out / f"musgd-triton-tiles-{label}-{sha}.json"))
+    print("wrote", _write(args, "musgd-triton-tiles", results, device, argv))
     return 0
