@@ -167,7 +167,8 @@ class PhaseClock:
     With ``trace_iterations`` = N > 0, each mark of the first N iterations is also written to
     ``trace_to`` (standard error) as ``phase-trace: iteration I MARK``, flushed before the clock
     is read: where a run dies without a Python exception (a segmentation fault early in
-    training), the last line says in which phase.
+    training), the last line says in which phase. ``probe`` (e.g. the CUDA allocator's reserved
+    memory and its peak so far) adds its text to each trace line: where a peak is reached.
     """
 
     def __init__(
@@ -176,11 +177,13 @@ class PhaseClock:
         clock: Callable[[], float] = time.perf_counter,
         trace_iterations: int = 0,
         trace_to: TextIO | None = None,
+        probe: Callable[[], str] | None = None,
     ) -> None:
         self.synchronize = synchronize
         self.clock = clock
         self.trace_iterations = trace_iterations
         self.trace_to = trace_to
+        self.probe = probe
         self.iterations: list[dict[str, float]] = []
         self._open: dict[str, float] | None = None
         self._last_end: float | None = None
@@ -189,7 +192,8 @@ class PhaseClock:
         index = len(self.iterations)
         if index < self.trace_iterations:
             out = self.trace_to if self.trace_to is not None else sys.stderr
-            print(f"phase-trace: iteration {index} {name}", file=out, flush=True)
+            extra = "" if self.probe is None else f" {self.probe()}"
+            print(f"phase-trace: iteration {index} {name}{extra}", file=out, flush=True)
 
     def _now(self) -> float:
         if self.synchronize is not None:

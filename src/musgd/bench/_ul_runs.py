@@ -372,6 +372,7 @@ def train_once(
     clock = PhaseClock(
         (lambda: _sync(args.device)) if synchronize else None,
         trace_iterations=args.trace_iterations,
+        probe=memory_probe if args.device == "cuda" else None,
     )
     syncs = SyncCounter() if count_syncs else None
     log = RunLog(args.device, clock, syncs)
@@ -455,6 +456,18 @@ def peak_memory_mib() -> dict[str, float]:
         "peak_allocated": round(torch.cuda.max_memory_allocated() / mib, 1),
         "peak_reserved": round(torch.cuda.max_memory_reserved() / mib, 1),
     }
+
+
+def memory_probe() -> str:
+    """The CUDA caching allocator's reserved and allocated memory now, and their peaks so far,
+    MiB: what each phase trace line carries (where in an iteration the reserved peak comes)."""
+    mib = 1024.0 * 1024.0
+    return (
+        f"reserved={torch.cuda.memory_reserved() / mib:.1f} "
+        f"peak_reserved={torch.cuda.max_memory_reserved() / mib:.1f} "
+        f"allocated={torch.cuda.memory_allocated() / mib:.1f} "
+        f"peak_allocated={torch.cuda.max_memory_allocated() / mib:.1f}"
+    )
 
 
 def cuda_segments() -> list[dict[str, Any]]:

@@ -134,3 +134,15 @@ def test_the_trace_writes_the_first_iterations_marks_before_reading_the_clock() 
     ]
     assert read[:3] == lines
     assert PhaseClock().trace_iterations == 0  # off by default
+
+
+def test_the_trace_lines_carry_the_probes_reading_at_each_mark() -> None:
+    out = io.StringIO()
+    readings = iter(["reserved=1.0", "reserved=2.0"])
+    clock = PhaseClock(trace_iterations=1, trace_to=out, probe=lambda: next(readings))
+    clock.start_iteration()
+    clock.end_iteration()
+    assert out.getvalue().splitlines() == [
+        "phase-trace: iteration 0 batch_start reserved=1.0",
+        "phase-trace: iteration 0 batch_end reserved=2.0",
+    ]
