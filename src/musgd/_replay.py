@@ -57,13 +57,21 @@ class Recorder(Protocol):
 
     def stream_key(self, device: torch.device) -> Hashable: ...
 
-    def record(self, fn: Callable[[], Sequence[Tensor]], device: torch.device) -> Recording: ...
+    def record(
+        self, fn: Callable[[], Sequence[Tensor]], device: torch.device, *, warm_up: bool = True
+    ) -> Recording:
+        """``fn``'s device work, recorded; ``warm_up`` runs it once first, for real (creating
+        lazily made library state), else the capture alone runs, moving no tensor's value."""
+        ...
 
     def concurrent(self, orth: Orthogonalizer, device: torch.device) -> Orthogonalizer:
         """``orth``, with bucket jobs spread the way recordings on ``device`` should run them."""
         ...
 
 
+# Keys a ReplayState remembers as recorded before (ReplayState.record): each is a tuple of
+# settings and addresses, and a training run makes a few dozen.
+WARMED_KEYS = 1024
 # Parallel branches a recorded group's bucket jobs are spread over (see BranchedOrthogonalizer).
 DEFAULT_BRANCHES = 4
 # A bucket job whose Newton-Schulz cost (``Bucket.cost``) reaches this keeps the GPU busy on its
@@ -489,17 +497,23 @@ class CudaGraphRecorder:
         stream = torch.cuda.current_stream(device)
         return ("cuda-stream", stream.device_index, stream.stream_id)
 
-    def record(self, fn: Callable[[], Sequence[Tensor]], device: torch.device) -> Recording:
+    def record(
+        self, fn: Callable[[], Sequence[Tensor]], device: torch.device, *, warm_up: bool = True
+    ) -> Recording:
         with torch.cuda.device(device):
             current = torch.cuda.current_stream()
             # One side stream per device for every warm-up and capture: warming up on the
             # capture stream creates its cuBLAS workspace before capture, and one stream keeps
             # it to one workspace instead of one per recording.
             side = STREAMS.side_stream(torch.cuda.current_device())
-            with on_side_stream(side, current):
-                fn()
+            if warm_up:
+                with on_side_stream(side, current):
+                    fn()
             graph = GRAPHS.graph()
-            give_back_cached_blocks()
+            if warm_up:
+                give_back_cached_blocks()
+            else:  # the capture stream starts after the work queued so far, as a warm-up would
+                side.wait_stream(current)
             pool = None
             if self.pool is not None:
                 pool = self.pool.consumer(device, droppable=self.droppable)
@@ -727,6 +741,9 @@ class ReplayState:
         self._warned = False
         self._memo: dict[Hashable, object] | None = None
         self._last_ns: tuple[NSSettings, Hashable] | None = None
+        # Keys recorded before in this process (insertion-ordered, bounded): a recording made
+        # anew after a drop (:meth:`clear`) captures without a warm-up pass (:meth:`record`).
+        self._warmed: dict[Hashable, None] = {}
 
     @contextlib.contextmanager
     def step_scope(self) -> Iterator[None]:
@@ -781,6 +798,44 @@ class ReplayState:
         """Drop every recording and every not-recordable mark (``load_state_dict`` calls this)."""
         self.orth_cache.clear()
         self.update_cache.clear()
+
+    def warmed(self, key: Hashable) -> bool:
+        """Whether ``key`` was recorded before in this process (with its warm-up)."""
+        return key in self._warmed
+
+    def record(
+        self,
+        key: Hashable,
+        fn: Callable[[], Sequence[Tensor]],
+        device: torch.device,
+        *,
+        before_warm_up: Callable[[], None] | None = None,
+    ) -> Recording:
+        """``fn`` recorded for ``key``: with the warm-up pass the first time, and without it
+        where ``key`` was recorded before, its recordings since dropped (:meth:`clear`).
+
+        A warm-up exists to create lazily made library state (cuBLAS workspaces of the capture
+        streams, compiled kernels, the Triton tables) before a capture, which cannot; once a
+        key was recorded, that state exists, and a warm-up pass would only allocate the step's
+        scratch a second time, in the caching allocator, beside everything already held: the
+        drop that the network's capture causes (``GraphPool``) came at the top of a training
+        run's reserved memory (WP-025). Where a capture without warm-up fails (that state gone
+        after all), it is made once more with the warm-up. ``before_warm_up`` runs just before
+        a warm-up pass, where one runs (a caller snapshots what the pass moves); a capture
+        without warm-up runs nothing, so it moves no tensor's value.
+        """
+        if key in self._warmed:
+            try:
+                return self.recorder.record(fn, device, warm_up=False)
+            except Exception:  # anything: the warm path below decides, and reports
+                self.stats.fallbacks["cold-capture-failed"] += 1
+        if before_warm_up is not None:
+            before_warm_up()
+        recording = self.recorder.record(fn, device)
+        self._warmed[key] = None
+        if len(self._warmed) > WARMED_KEYS:
+            del self._warmed[next(iter(self._warmed))]
+        return recording
 
     def fallback(self, reason: str) -> None:
         self.stats.fallbacks[reason] += 1
@@ -924,7 +979,6 @@ class ReplayOrthogonalizer(Orthogonalizer):
     ) -> Tensor:
         """``fn(G)`` from the recording of ``key``; a new key runs eagerly, then records."""
         state = self._state
-        recorder = state.recorder
         device = G.device
         entry = state.orth_cache.get(key)
         if entry is not None:
@@ -940,7 +994,7 @@ class ReplayOrthogonalizer(Orthogonalizer):
         static = torch.empty_like(G)
         static.copy_(G)
         try:
-            recording = recorder.record(lambda: (fn(static),), device)
+            recording = state.record(key, lambda: (fn(static),), device)
         except Exception as exc:  # any failure: nothing published, this key stays eager
             state.orth_cache.refuse(key)
             state.failed(what, exc)

@@ -224,23 +224,32 @@ class UpdateReplayer:
         return list(entry.recording.outputs)
 
     def _record(self, key: Hashable, step: StepRecord, body: PrepareFn) -> list[Tensor] | None:
-        """Record, publish and replay once; on any failure restore grads and momentum, return None.
+        """Record, publish and replay once; on any failure restore momentum, return None.
 
         The warm-up pass really runs the preparation (momentum moves), the capture pass may fail
         half-way, and the first replay moves momentum again: every one of these is covered by
-        the same snapshot, taken before anything runs (the gap seed 003's review found).
+        the same snapshot of the momentum buffers, taken before the warm-up runs (the gap seed
+        003's review found). A key recorded before is captured without a warm-up
+        (:meth:`ReplayState.record`); a capture runs nothing, so a failed one moved nothing, and
+        no snapshot is made (the buffers' size again in memory, at the top of a training run's
+        peak). What that leaves uncovered is a fault of the first replay's launch itself, a
+        device error after which no step runs. The gradients are only read (the recording
+        reads its own copies of them).
         """
         state = self._state
-        grads, buf_list = list(step.grads), list(step.bufs)
+        buf_list = list(step.bufs)
         device = step.params[0].device
-        saved_grads = [g.clone() for g in grads]
-        saved_bufs = [m.clone() for m in buf_list]
+        saved: list[list[Tensor]] = []  # the buffers before a warm-up, where one runs
+
+        def snapshot() -> None:
+            saved.append([m.clone() for m in buf_list])
+
         try:
             slots = HyperSlots(device, type(step.hyper))
             slots.fill(step.hyper)
             # Owned inputs of the gradients' own layout (empty_like keeps dense strides).
-            static = [torch.empty_like(g) for g in grads]
-            torch._foreach_copy_(static, grads)
+            static = [torch.empty_like(g) for g in step.grads]
+            torch._foreach_copy_(static, list(step.grads))
             # The recording reads owned gradient copies and hyperparameters from device tensors;
             # its bucket jobs are independent, so the recorder may spread them over parallel
             # branches.
@@ -252,14 +261,14 @@ class UpdateReplayer:
                 hyper=slots.hyper,
                 orth=state.recorder.concurrent(self._eager_orth, device),
             )
-            recording = state.recorder.record(lambda: body(recorded), device)
-            # Warm-up moved momentum (capture did not); put it back before the real replay.
-            torch._foreach_copy_(buf_list, saved_bufs)
+            recording = state.record(key, lambda: body(recorded), device, before_warm_up=snapshot)
+            if saved:  # the warm-up moved momentum (capture did not)
+                torch._foreach_copy_(buf_list, saved[0])
             entry = _UpdateEntry(static, slots, recording)
-            updates = self._replay(entry, grads, step.hyper)
+            updates = self._replay(entry, step.grads, step.hyper)
         except Exception as exc:  # any failure: restore, publish nothing, this key stays eager
-            torch._foreach_copy_(grads, saved_grads)
-            torch._foreach_copy_(buf_list, saved_bufs)
+            if saved:
+                torch._foreach_copy_(buf_list, saved[0])
             state.update_cache.refuse(key)
             n = len(step.params)
             state.failed(f"the update preparation of a group of {n} tensors", exc)

@@ -39,6 +39,7 @@ from update_replay_contracts import (
     ReplayBackend,
     test_hyperparameter_schedules_are_honoured_without_rerecording,  # noqa: F401
     test_hyperparameters_held_in_device_tensors_replay_their_current_values,  # noqa: F401
+    test_recordings_dropped_and_made_anew_match_eager,  # noqa: F401
     test_replayed_steps_match_eager_with_one_replay_per_group,  # noqa: F401
     test_resume_mid_run_matches_an_uninterrupted_run,  # noqa: F401
 )

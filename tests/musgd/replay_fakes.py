@@ -35,7 +35,12 @@ class _Op:
 
 
 class _Log(TorchDispatchMode):
-    """Logs every ATen call; refuses host syncs as CUDA stream capture does."""
+    """Logs every ATen call; refuses host syncs as CUDA stream capture does.
+
+    As a capture runs no kernel, each tensor an operation writes in place gets its value back
+    right after it: the pass leaves every tensor as it found it (the values it computes are
+    only what the log is made from, as a capture's are).
+    """
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -45,9 +50,25 @@ class _Log(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.aten._local_scalar_dense.default:
             raise InjectedFailureError("host synchronization (.item()) is not allowed in a capture")
+        written = _written(func, args, kwargs)
+        before = [t.clone() for t in written]
         out = func(*args, **kwargs)
+        for t, value in zip(written, before, strict=True):
+            t.copy_(value)
         self.ops.append(_Op(func, args, kwargs, out))
         return out
+
+
+def _written(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
+    """The tensors that ``func`` writes in place (its schema's mutable arguments)."""
+    written: list[Tensor] = []
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        items = value if isinstance(value, list | tuple) else [value]
+        written += [t for t in items if isinstance(t, Tensor)]
+    return written
 
 
 def _copy_into(recorded: Any, fresh: Any) -> None:
@@ -113,15 +134,20 @@ class _ReversedJobs:
 class FakeRecorder:
     """Records on ``device_type`` tensors; can be told to fail, or to claim a capture is underway.
 
-    ``fail_in`` is ``"warmup"`` or ``"capture"``: that pass runs the function fully (so state
-    moves, as a half-finished real pass would move it) and then raises ``InjectedFailureError``.
+    ``fail_in`` is ``"warmup"`` or ``"capture"``: that pass runs the function fully and then
+    raises ``InjectedFailureError`` (a warm-up's work has moved state by then, as a half-finished
+    real one would; a capture's has not, as a real capture runs nothing). ``fail_cold``: a
+    capture without a warm-up (``warm_up=False``) raises. ``warm_ups`` counts warm-up passes.
     """
 
     device_type: str = "cpu"
     fail_in: str | None = None
     capture_underway: bool = False
     stream: Hashable = "stream-0"
+    fail_cold: bool = False
     records: int = 0
+    warm_ups: int = 0
+    in_capture: bool = False  # while the capture pass runs
     replays: int = 0
     reordered: int = 0  # passes that ran a group's bucket jobs out of order
     recordings: list[FakeRecording] = field(default_factory=list)
@@ -139,13 +165,23 @@ class FakeRecorder:
         """Run bucket jobs last first: recorded results must not depend on the jobs' order."""
         return _ReversedJobs(orth, self)
 
-    def record(self, fn: Callable[[], Sequence[Tensor]], device: torch.device) -> FakeRecording:
+    def record(
+        self, fn: Callable[[], Sequence[Tensor]], device: torch.device, *, warm_up: bool = True
+    ) -> FakeRecording:
         self.records += 1
-        fn()
-        if self.fail_in == "warmup":
-            raise InjectedFailureError("injected failure in the warm-up pass")
-        with _Log() as log:
-            outputs = tuple(fn())
+        if warm_up:
+            self.warm_ups += 1
+            fn()
+            if self.fail_in == "warmup":
+                raise InjectedFailureError("injected failure in the warm-up pass")
+        elif self.fail_cold:
+            raise InjectedFailureError("injected failure in a capture without warm-up")
+        self.in_capture = True
+        try:
+            with _Log() as log:
+                outputs = tuple(fn())
+        finally:
+            self.in_capture = False
         if self.fail_in == "capture":
             raise InjectedFailureError("injected failure in the capture pass")
         recording = FakeRecording(log.ops, outputs, self)

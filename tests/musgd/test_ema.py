@@ -169,7 +169,7 @@ def test_the_recording_passes_leave_the_ema_as_it_was() -> None:
     zero = torch.zeros(())
     fused.update(ema, model, 0.5, skip=lambda device: zero)  # eager; the snapshot made
     before = copy.deepcopy(ema)
-    recorded = fused._record(*fused.entries(ema, model))  # two passes of the update
+    recorded = fused._record(*fused.entries(ema, model))  # its warm-up and its capture
     assert recorded is not None
     assert _same_state(ema, before)
 

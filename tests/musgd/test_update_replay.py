@@ -296,6 +296,58 @@ def test_failed_recording_continues_eagerly_warns_once_and_never_retries(fail_in
     assert len(rep._replay.update_cache) == 0
 
 
+def test_a_key_recorded_before_is_captured_anew_without_a_warm_up() -> None:
+    """After a drop, no warm-up pass: its scratch (and the momentum snapshot it needs) would
+    come on top of everything a training run holds at that point (WP-025)."""
+    ref_p, ref, rep_p, rep, recorder = twins()
+    for step in range(2):
+        step_both(ref_p, ref, rep_p, rep, step)
+    assert (recorder.records, recorder.warm_ups) == (2, 2)
+    rep._replay.clear()
+    set_grads(rep_p, 2)
+    clones = count_clones(rep.step, recorder)
+    set_grads(ref_p, 2)
+    ref.step()
+    assert_same(ref_p, rep_p, ref, rep)
+    assert (recorder.records, recorder.warm_ups) == (4, 2), "captured anew, not warmed up"
+    assert clones == 0, "no snapshot of the momentum buffers where no warm-up runs"
+    for step in range(3, 5):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+
+
+def test_a_failed_capture_without_warm_up_is_made_again_with_one() -> None:
+    ref_p, ref, rep_p, rep, recorder = twins(recorder=FakeRecorder(fail_cold=True))
+    step_both(ref_p, ref, rep_p, rep, 0)
+    rep._replay.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a cold failure the warm path recovers is not warned of
+        for step in range(1, 4):
+            step_both(ref_p, ref, rep_p, rep, step)
+            assert_same(ref_p, rep_p, ref, rep)
+    stats = rep._replay.stats
+    assert stats.fallbacks["cold-capture-failed"] == 2, "once per group"
+    assert (stats.recordings, stats.failures) == (4, 0)
+    assert recorder.warm_ups == 4
+
+
+def count_clones(fn: Callable[[], object], recorder: FakeRecorder) -> int:
+    """How many ``aten.clone`` calls ``fn`` makes outside the fake's capture pass (which clones
+    what each operation writes, to put it back)."""
+
+    class Clones(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func is torch.ops.aten.clone.default and not recorder.in_capture:
+                Clones.count += 1
+            return func(*args, **(kwargs or {}))
+
+    with Clones():
+        fn()
+    return Clones.count
+
+
 def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None:
     ref_p, ref, rep_p, rep, recorder = twins()
     scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**8) for _ in range(2)]

@@ -86,6 +86,25 @@ def test_replayed_steps_match_eager_with_one_replay_per_group(
     assert len(rep._replay.orth_cache) == 0, "Newton-Schulz runs inside the group's recording"
 
 
+@pytest.mark.parametrize("both", [False, True])
+def test_recordings_dropped_and_made_anew_match_eager(
+    replay_backend: ReplayBackend, both: bool
+) -> None:
+    """A drop (a network joining the shared pool drops the optimizer's recordings) leaves
+    keys recorded before: they are captured anew without a warm-up, and replay exactly."""
+    ref_p, ref, rep_p, rep = replay_backend.twins(
+        {"capture_updates": True, "capture_orthogonalization": both}
+    )
+    for step in range(6):
+        if step in (2, 4):
+            rep._replay.clear()
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    stats = rep._replay.stats
+    assert (stats.recordings, stats.replays, stats.failures) == (6, 6 * 2, 0)
+    assert "cold-capture-failed" not in stats.fallbacks, "made anew without a warm-up"
+
+
 def test_hyperparameter_schedules_are_honoured_without_rerecording(
     replay_backend: ReplayBackend,
 ) -> None:
