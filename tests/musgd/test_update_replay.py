@@ -343,7 +343,7 @@ def count_clones(fn: Callable[[], object], recorder: FakeRecorder) -> int:
                 Clones.count += 1
             return func(*args, **(kwargs or {}))
 
-    with Clones():
+    with Clones():  # type: ignore[no-untyped-call]
         fn()
     return Clones.count
 
