@@ -14,13 +14,16 @@ tests/ultralytics checks the result bit for bit). :class:`FusedEMA` runs it as o
 every EMA bit where the step was skipped (a :class:`musgd._guard.Snapshot` select) -- all on the
 device, no host read.
 
-The guarded update is four multi-tensor passes over every entry (save, average, select), and
-their host work (about 2 ms an iteration for YOLO26n on an H200 host, WP-024) is most of what
-it costs. Given a recorder, the guarded update is recorded once and replayed: the decay and the
-skip flag are device tensors the replay reads (the decay written into a weight per entry, one
-flat buffer, so that the recording's ``_foreach_lerp_`` takes its weights from memory; its
-``List`` form computes each entry with the same lerp as the scalar form). The recording's own
-passes run with the skip flag set, so they leave every EMA bit as it was.
+The guarded update saves the entries, averages them and selects back. At its first call the
+EMA's entries are moved, in place, into one buffer per (device, dtype) (each tensor keeps its
+object, values and strides), so that the save and the select are a few single launches over
+that buffer; only the average stays a multi-tensor pass. Before, the four multi-tensor passes
+cost about 2 ms of host work an iteration for YOLO26n on an H200 host (WP-024). Given a
+recorder, the guarded update is recorded once and replayed: the decay and the skip flag are
+device tensors the replay reads (the decay written into a weight per entry, one flat buffer, so
+that the recording's ``_foreach_lerp_`` takes its weights from memory; its ``List`` form
+computes each entry with the same lerp as the scalar form). The recording's own passes run with
+the skip flag set, so they leave every EMA bit as it was.
 
 The Ultralytics trainer (``musgd.ultralytics``) does not give it a recorder: with the recording,
 yolo26s b16 training runs on the H100 died with a segmentation fault early in training (one in
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from musgd._guard import Snapshot
+from musgd._guard import Snapshot, adopt_flat
 from musgd._replay import Recorder, Recording, ReplayStats, context_fallback
 
 LOGGER = logging.getLogger("musgd")
@@ -76,10 +79,13 @@ class FusedEMA:
         self.snapshot: Snapshot | None = None
         self.recorded: _Recorded | None = None
         self._refused: str | None = None  # why this pair's update stays eager
+        # The tensors the lists alias (the EMA's, the model's), to see them moved.
+        self._owners: tuple[list[Tensor], list[Tensor]] = ([], [])
 
     def reset(self) -> None:
         """Forget the entry lists, the snapshot and the recording (made again as needed)."""
         self.key, self.pairs, self.snapshot = None, ([], []), None
+        self._owners = ([], [])
         self.drop_recording()
 
     def drop_recording(self) -> None:
@@ -90,11 +96,17 @@ class FusedEMA:
         self, ema_model: torch.nn.Module, model: torch.nn.Module
     ) -> tuple[list[Tensor], list[Tensor]]:
         """The floating-point entries of ``ema_model``'s state dict and ``model``'s entries of
-        the same names (the live tensors, so that the lists can be reused and recorded)."""
+        the same names (the live tensors, so that the lists can be reused and recorded).
+
+        The lists are kept while both models are the same objects and their tensors were not
+        moved: a conversion in place (``ema_model.half()`` then ``.float()``, a change of
+        memory format) gives each tensor new memory, which the first and last entries of each
+        list reveal, and the lists are made again."""
         key = (id(ema_model), id(model))
-        if key == self.key:
+        if key == self.key and not self._moved():
             return self.pairs
         current = model.state_dict(keep_vars=True)
+        owners: tuple[list[Tensor], list[Tensor]] = ([], [])
         averaged, live = [], []
         for name, v in ema_model.state_dict(keep_vars=True).items():
             if v.dtype.is_floating_point:
@@ -103,11 +115,28 @@ class FusedEMA:
                         f"the EMA model has an entry {name!r} the training model lacks: build "
                         "the EMA from the model it averages"
                     )
+                owners[0].append(v)
+                owners[1].append(current[name])
                 averaged.append(v.detach())
                 live.append(current[name].detach())
         self.key, self.pairs, self.snapshot = key, (averaged, live), None
+        self._owners = owners
         self.drop_recording()
         return self.pairs
+
+    def _moved(self) -> bool:
+        """Whether a kept entry's tensor now has other memory than its list's alias."""
+        for owners, aliases in zip(self._owners, self.pairs, strict=True):
+            for i in (0, -1)[: len(owners)]:
+                if owners[i].data_ptr() != aliases[i].data_ptr():
+                    return True
+        return False
+
+    def _adopt(self) -> None:
+        """Put the EMA's entries back to back in one buffer per (device, dtype), in place
+        (:func:`musgd._guard.adopt_flat`), so that the guard's save and select are single
+        launches; the averaged list becomes the buffer's views."""
+        self.pairs = (adopt_flat(self._owners[0]), self.pairs[1])
 
     @torch.no_grad()
     def update(
@@ -127,6 +156,8 @@ class FusedEMA:
             return
         first = self.snapshot is None
         if first:
+            self._adopt()
+            averaged = self.pairs[0]
             self.snapshot = Snapshot(averaged)
         recorded = self.recorded
         if recorded is None and not first and self.recorder is not None:

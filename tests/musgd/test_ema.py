@@ -12,6 +12,7 @@ import torch
 from replay_fakes import FakeRecorder
 
 from musgd._ema import FusedEMA
+from musgd._guard import covering
 from musgd.bench import same_bits
 
 
@@ -222,3 +223,66 @@ def test_reset_and_dropping_record_anew() -> None:
     assert recorder.records == 2
     fused.update(ema, model, 0.5, skip=lambda device: zero)
     assert recorder.records == 3
+
+
+def _move_alike(model: torch.nn.Module, twin: torch.nn.Module) -> None:
+    """Move both models' parameters by the same noise, as training moves a model."""
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+            noise = torch.randn_like(p) * 0.1
+            p.add_(noise)
+            q.add_(noise)
+
+
+def _float_entries(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [v for v in module.state_dict(keep_vars=True).values() if v.dtype.is_floating_point]
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_the_guarded_ema_lies_in_one_buffer_and_still_averages_bit_for_bit(
+    memory_format: torch.memory_format,
+) -> None:
+    (reference, model_r), (ema, model) = _twins(memory_format)
+    objects = [id(v) for v in _float_entries(ema)]
+    strides = [v.stride() for v in _float_entries(ema)]
+    fused = FusedEMA()
+    clear = torch.zeros(())
+    torch.manual_seed(2)
+    for decay in SCHEDULE:
+        _move_alike(model, model_r)
+        fused.update(ema, model, decay, skip=_flag(clear))
+        per_tensor(reference, model_r, decay)
+    entries = _float_entries(ema)
+    assert [id(v) for v in entries] == objects
+    assert [v.stride() for v in entries] == strides
+    assert covering(entries) is not None  # the save and the select are single launches
+    assert fused.snapshot is not None
+    assert len(fused.snapshot.lanes[0].live) == 1
+    assert _same_state(ema, reference)
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [
+        lambda m: m.half().float(),  # as a float16 validation pass and back would
+        lambda m: m.to(memory_format=torch.channels_last),
+    ],
+    ids=["half-and-back", "channels-last"],
+)
+@pytest.mark.parametrize("which", ["ema", "model"])
+def test_tensors_moved_in_place_are_averaged_where_they_now_are(
+    convert: Callable[[torch.nn.Module], Any], which: str
+) -> None:
+    (reference, model_r), (ema, model) = _twins()
+    fused = FusedEMA()
+    clear = torch.zeros(())
+    torch.manual_seed(2)
+    for step, decay in enumerate(SCHEDULE):
+        if step == 2:
+            for pair in (ema, reference) if which == "ema" else (model, model_r):
+                convert(pair)
+        _move_alike(model, model_r)
+        fused.update(ema, model, decay, skip=_flag(clear))
+        per_tensor(reference, model_r, decay)
+    assert _same_state(ema, reference)
+    assert not _same_state(ema, model)  # the average moved, and not onto the model
