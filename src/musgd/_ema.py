@@ -40,7 +40,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from musgd._guard import Snapshot, adopt_flat
+from musgd._flat import adopt_flat
+from musgd._guard import Snapshot
 from musgd._replay import Recorder, Recording, ReplayStats, context_fallback
 
 LOGGER = logging.getLogger("musgd")
@@ -134,7 +135,7 @@ class FusedEMA:
 
     def _adopt(self) -> None:
         """Put the EMA's entries back to back in one buffer per (device, dtype), in place
-        (:func:`musgd._guard.adopt_flat`), so that the guard's save and select are single
+        (:func:`musgd._flat.adopt_flat`), so that the guard's save and select are single
         launches; the averaged list becomes the buffer's views."""
         self.pairs = (adopt_flat(self._owners[0]), self.pairs[1])
 

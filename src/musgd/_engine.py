@@ -24,6 +24,7 @@ from torch.optim import Optimizer
 
 from musgd._device import capturing
 from musgd._distributed import ShardedStep
+from musgd._flat import flat_zeros
 from musgd._functional import (
     MOMENTUM_BUFFER,
     EagerOrthogonalizer,
@@ -302,9 +303,11 @@ class StepEngine:
                 "a CUDA-graph capture would replay as a reset: run one step outside the capture "
                 "first (as torch.cuda.graph's warm-up does), then capture"
             )
-        for p in params:
-            if key not in state[p]:
-                state[p][key] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        # Made together, the new buffers lie back to back (musgd._flat): the guard's save and
+        # select then pass over them as one tensor.
+        missing = [p for p in params if key not in state[p]]
+        for p, buf in zip(missing, flat_zeros([p.detach() for p in missing]), strict=True):
+            state[p][key] = buf
         return [state[p][key] for p in params]
 
 

@@ -23,7 +23,6 @@ launch-bound training loop pays for. The counter is read when asked
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +30,7 @@ import torch
 from torch import Tensor
 
 from musgd._device import capturing
+from musgd._flat import runs
 
 # The integer type of each float width: the select runs on these views of the same bytes.
 _INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -46,69 +46,14 @@ class _Lane:
     int_dtype: torch.dtype
 
 
-def _dense(t: Tensor) -> bool:
-    """Whether ``t`` covers exactly ``numel`` consecutive elements of its storage (any order
-    of its dimensions, no gaps, no overlaps)."""
-    expected = 1
-    for size, stride in sorted(zip(t.shape, t.stride(), strict=True), key=lambda d: d[1]):
-        if size != 1 and stride != expected:
-            return False
-        expected *= size
-    return True
-
-
-def covering(tensors: Sequence[Tensor]) -> Tensor | None:
-    """One flat view over ``tensors`` where they lie back to back, in list order, in one
-    storage (each dense, as :func:`adopt_flat` leaves them), else None: a pass over the view is
-    one launch where a pass over the list is a multi-tensor launch with per-tensor host work."""
-    first = tensors[0]
-    storage = first.untyped_storage().data_ptr()
-    offset = first.storage_offset()
-    for t in tensors:
-        if (
-            t.untyped_storage().data_ptr() != storage
-            or t.storage_offset() != offset
-            or t.dtype != first.dtype
-            or not _dense(t)
-        ):
-            return None
-        offset += t.numel()
-    return first.as_strided((offset - first.storage_offset(),), (1,), first.storage_offset())
-
-
-def adopt_flat(tensors: Sequence[Tensor]) -> list[Tensor]:
-    """Move each (device, dtype) run of ``tensors`` into one new flat buffer, in place: each
-    tensor keeps its object, values, shape and strides, its data now a view of the buffer
-    (``tensor.data = view``), so that :func:`covering` finds the run as one view. Tensors that
-    are not dense, or that share memory with another, stay where they are. Returns the views,
-    in order (each aliases its tensor)."""
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-    storages = [t.untyped_storage().data_ptr() for t in tensors]
-    shared = {s for s, n in Counter(storages).items() if n > 1}
-    for i, t in enumerate(tensors):
-        if _dense(t) and storages[i] not in shared:
-            groups.setdefault((t.device, t.dtype), []).append(i)
-    views = [t.detach() for t in tensors]
-    for (device, dtype), members in groups.items():
-        flat = torch.empty(sum(tensors[i].numel() for i in members), dtype=dtype, device=device)
-        offset = 0
-        for i in members:
-            t = tensors[i]
-            view = flat.as_strided(t.shape, t.stride(), offset)
-            view.copy_(t.detach())
-            t.data = view
-            views[i] = view
-            offset += t.numel()
-    return views
-
-
 class Snapshot:
     """Backups of a fixed list of tensors (allocated once) and the bitwise select back.
 
     The optimizer's guard protects parameters and buffers with one; the trainer's guarded EMA
-    (``musgd.ultralytics``) protects the EMA weights with another, skipped by the same flag. A
-    lane whose tensors lie back to back in one storage (:func:`covering`) is saved and selected
-    as one flat view: a few single launches instead of multi-tensor passes.
+    (``musgd.ultralytics``) protects the EMA weights with another, skipped by the same flag.
+    Consecutive tensors that lie in one buffer of ``musgd._flat`` (momentum buffers, the
+    guarded EMA) are saved and selected as one flat view (:func:`musgd._flat.runs`): fewer
+    tensors in each multi-tensor pass, whose host work is per tensor.
     """
 
     def __init__(self, protected: Sequence[Tensor]) -> None:
@@ -119,8 +64,7 @@ class Snapshot:
             lanes.setdefault((t.device, t.element_size()), []).append(t)
         self.lanes = []
         for (device, width), members in lanes.items():
-            flat = covering(members)
-            tensors = members if flat is None else [flat]
+            tensors = runs(members)
             self.lanes.append(
                 _Lane(
                     device,

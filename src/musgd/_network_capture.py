@@ -63,6 +63,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor
 
+from musgd._flat import dense
 from musgd._replay import (
     GRAPHS,
     STREAMS,
@@ -297,21 +298,6 @@ def observe_grad_strides(out: Any) -> list[tuple[int, ...] | None]:
 
             t.register_hook(note)  # type: ignore[no-untyped-call,unused-ignore]
     return strides
-
-
-def dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
-    """Whether ``stride`` lays ``shape`` out densely, without overlap (a permutation of a
-    contiguous layout), so that a buffer of it can hold any gradient of that shape."""
-    if len(shape) != len(stride):
-        return False
-    expected = 1
-    for size, step in sorted(
-        ((n, st) for n, st in zip(shape, stride, strict=True) if n != 1), key=lambda d: d[1]
-    ):
-        if step != expected:
-            return False
-        expected *= size
-    return True
 
 
 def grad_buffer(out: Tensor, stride: tuple[int, ...] | None) -> Tensor:

@@ -140,13 +140,15 @@ def _dense_format(t: Tensor) -> bool:
 
 def _in_place_fallback(t: Tensor, device: torch.device) -> str | None:
     """:func:`tensor_fallback` for a tensor the recording reads and writes in place, which may
-    also be channels-last: a model converted with ``.to(memory_format=torch.channels_last)``
-    (the Ultralytics trainer does this on CUDA) has such parameters, and momentum buffers
-    follow their parameter's format. The recording works on them by address, as eager does."""
+    also be channels-last or lie at an offset of its storage: a model converted with
+    ``.to(memory_format=torch.channels_last)`` (the Ultralytics trainer does this on CUDA) has
+    such parameters, momentum buffers follow their parameter's format, and the buffers lie back
+    to back in one storage (``musgd._flat``). The recording works on them by address (the
+    key holds each one's address, offset included), as eager does."""
     reason = tensor_fallback(t, device)
-    if reason != "non-contiguous" or not _dense_format(t):
-        return reason
-    return "storage-offset" if t.storage_offset() else None
+    if reason == "storage-offset" or (reason == "non-contiguous" and _dense_format(t)):
+        return None
+    return reason
 
 
 class UpdateReplayer:

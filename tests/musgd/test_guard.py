@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 import torch
 from replay_fakes import FakeRecorder
+from test_flat import mixed_tensors
 from torch import Tensor
 
 from musgd import MuSGD
-from musgd._guard import Snapshot, adopt_flat, covering
+from musgd._flat import adopt_flat
+from musgd._guard import Snapshot
 from musgd.bench import same_bits
 from musgd.ultralytics import UltralyticsMuSGD
 
@@ -239,69 +241,13 @@ def test_the_last_step_flag_says_whether_it_was_skipped() -> None:
     assert seen == [0.0, 1.0, 0.0]
 
 
-def _dense_mix() -> list[Tensor]:
-    """Tensors of several layouts and dtypes: contiguous, channels-last, a 0-d, a vector."""
-    gen = torch.Generator().manual_seed(3)
-    return [
-        torch.randn(4, 3, 2, 2, generator=gen),
-        torch.randn(4, 3, 2, 2, generator=gen).to(memory_format=torch.channels_last),
-        torch.randn((), generator=gen),
-        torch.randn(6, generator=gen).to(torch.float64),
-        torch.randn(5, 2, generator=gen),
-    ]
-
-
-def test_adopted_tensors_keep_their_objects_values_and_layouts_in_one_buffer() -> None:
-    tensors = _dense_mix()
-    before = [(t.clone(), t.stride(), t.dtype) for t in tensors]
-    objects = [id(t) for t in tensors]
-    views = adopt_flat(tensors)
-    assert [id(t) for t in tensors] == objects
-    for t, view, (value, stride, dtype) in zip(tensors, views, before, strict=True):
-        assert t.stride() == stride
-        assert t.dtype == dtype
-        assert torch.equal(t, value)
-        assert view.data_ptr() == t.data_ptr()
-    singles = [i for i, t in enumerate(tensors) if t.dtype == torch.float32]
-    flat = covering([tensors[i] for i in singles])
-    assert flat is not None
-    assert flat.numel() == sum(tensors[i].numel() for i in singles)
-    flat.add_(1.0)  # one pass over the view reaches every tensor
-    assert all(torch.equal(tensors[i], before[i][0] + 1) for i in singles)
-    assert covering(tensors) is None  # two dtypes: two buffers
-
-
-def test_tensors_not_back_to_back_are_not_one_view() -> None:
-    tensors = _dense_mix()
-    assert covering([t for t in tensors if t.dtype == torch.float32]) is None
-    base = torch.zeros(20)
-    assert covering([base[:8], base[8:12]]) is not None
-    assert covering([base[8:12], base[:8]]) is None  # out of order
-    assert covering([base[:8], base[9:12]]) is None  # a gap
-    assert covering([base[:8].view(2, 4).t()]) is not None  # transposed is still dense
-    assert covering([base[::2]]) is None  # strided: not dense
-
-
-def test_tied_and_strided_tensors_stay_where_they_are() -> None:
-    shared = torch.randn(6)
-    tied = [shared[:3], shared[3:]]
-    strided = torch.randn(4, 4)[:, ::2]
-    alone = torch.randn(3)
-    pointers = [t.data_ptr() for t in (*tied, strided)]
-    adopt_flat([*tied, strided, alone])
-    assert [t.data_ptr() for t in (*tied, strided)] == pointers
-    assert covering([alone]) is not None
-
-
 @pytest.mark.parametrize("adopted", [False, True], ids=["lists", "one-view"])
 def test_a_snapshot_of_one_buffer_selects_the_bits_a_list_snapshot_selects(
     adopted: bool,
 ) -> None:
-    tensors = _dense_mix()
-    if adopted:
-        adopt_flat(tensors)
-    snapshot = Snapshot(tensors)
-    assert len(snapshot.lanes[0].live) == (1 if adopted else 2 + 1 + 1)  # float32 lane
+    tensors = mixed_tensors()
+    snapshot = Snapshot(adopt_flat(tensors) if adopted else tensors)
+    assert len(snapshot.lanes[0].live) == (1 if adopted else 4)  # the float32 lane
     saved = [t.clone() for t in tensors]
     snapshot.save()
     for t in tensors:

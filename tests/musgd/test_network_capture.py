@@ -30,7 +30,6 @@ from musgd._network_capture import (
     NetworkCapture,
     _CudaRecording,
     compiled_predict,
-    dense,
     direct_hand_off,
     flatten,
     grad_buffer,
@@ -243,16 +242,6 @@ def test_keep_accumulated_copies_out_only_a_grad_on_the_recordings_memory() -> N
     d = torch.zeros(2, requires_grad=True)  # no .grad yet: nothing to keep
     keep_accumulated([d], [static[0]])
     assert d.grad is None
-
-
-def test_dense_accepts_permuted_contiguous_layouts_only() -> None:
-    assert dense((2, 3, 4, 5), (60, 20, 5, 1))  # contiguous
-    assert dense((2, 3, 4, 5), (60, 1, 15, 3))  # channels-last
-    assert dense((1, 3, 1, 1), (3, 1, 3, 3))  # size-1 dimensions: any stride
-    assert not dense((2, 3), (0, 1))  # an expanded gradient (the backward of a mean)
-    assert not dense((2, 3), (1, 1))  # overlapping
-    assert not dense((2, 3), (6, 1))  # gaps
-    assert not dense((2, 3), (3,))
 
 
 def test_grad_buffer_takes_the_eager_gradients_layout_where_it_can() -> None:
