@@ -32,6 +32,7 @@ pytest.importorskip("ultralytics", reason="ultralytics is not installed: make te
 from ultralytics.optim.muon import MuSGD as StockMuSGD
 
 from musgd import _functional
+from musgd._flat import runs
 from musgd.ultralytics import MuSGDTrainer, UltralyticsMuSGD, muon_scale, musgd_trainer
 
 BF16_TOL = 5 * 2.0**-8
@@ -667,3 +668,35 @@ def test_a_guarded_training_run_skips_the_poisoned_step_and_says_so(
     assert kept == [False, False, True, False]  # 2 epochs of 2 batches; the third is poisoned
     assert model.trainer.musgd_skipped == 1
     assert "skipped 1 optimizer step(s) whose gradients were not finite" in caplog.text
+
+
+def test_the_guarded_ema_in_one_buffer_is_what_the_checkpoints_hold(
+    tiny_dataset: Path, tmp_path: Path, ours_trainer: Any
+) -> None:
+    """With ``skip_nonfinite`` the trainer's EMA lies in one buffer (``musgd._flat``): each
+    epoch's checkpoint still holds that epoch's EMA, bit for bit in the checkpoint's float16,
+    it moves from epoch to epoch, and the stock ``YOLO`` loads the last one."""
+    from ultralytics import YOLO
+
+    guarded = musgd_trainer(skip_nonfinite=True, ns_dtype=ours_trainer.musgd_options["ns_dtype"])
+    kept: list[tuple[dict[str, Tensor], dict[str, Tensor]]] = []
+
+    def keep(trainer: Any) -> None:
+        ema = {k: v.detach().half() for k, v in trainer.ema.ema.state_dict().items()}
+        on_disk = torch.load(trainer.last, weights_only=False)["ema"].state_dict()
+        kept.append((ema, on_disk))
+
+    model = _train(
+        tiny_dataset, tmp_path, "guarded-save", callback=keep, epochs=3, nbs=4, trainer=guarded
+    )
+    fused = model.trainer.musgd_ema
+    assert len(runs(fused.pairs[0])) == 1  # the EMA's entries are one buffer
+    assert len(kept) == 3
+    for ema, on_disk in kept:
+        assert ema.keys() == on_disk.keys()
+        assert all(torch.equal(on_disk[k], v) for k, v in ema.items())
+    first, last = kept[0][1], kept[-1][1]
+    assert any(not torch.equal(first[k], last[k]) for k in first if first[k].is_floating_point())
+    loaded = YOLO(str(model.trainer.last))
+    got = loaded.model.state_dict()
+    assert all(torch.equal(got[k].half(), v) for k, v in last.items() if k in got)
