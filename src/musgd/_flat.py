@@ -58,11 +58,12 @@ def _aligned(n: int) -> int:
 
 
 def flat_views(
-    tensors: Sequence[Tensor], include: Sequence[bool] | None = None
+    tensors: Sequence[Tensor], include: Sequence[bool] | None = None, *, zeros: bool = False
 ) -> list[Tensor | None]:
-    """Uninitialized views, one per plain dense tensor of ``tensors`` (where ``include`` says
-    so; None for the others), with its shape, strides, dtype and device, laid in list order in
-    one new buffer per (device, dtype)."""
+    """Views, one per plain dense tensor of ``tensors`` (where ``include`` says so; None for
+    the others), with its shape, strides, dtype and device, laid in list order in one new
+    buffer per (device, dtype): uninitialized, or with ``zeros`` zero, padding included (one
+    launch per buffer)."""
     views: list[Tensor | None] = [None] * len(tensors)
     groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
     for i, t in enumerate(tensors):
@@ -73,7 +74,7 @@ def flat_views(
         for i in members:
             starts.append(total)
             total += _aligned(tensors[i].numel())
-        flat = torch.empty(total, dtype=dtype, device=device)
+        flat = (torch.zeros if zeros else torch.empty)(total, dtype=dtype, device=device)
         setattr(flat, _MARK, True)
         for i, start in zip(members, starts, strict=True):
             views[i] = flat.as_strided(tensors[i].shape, tensors[i].stride(), start)
@@ -84,13 +85,11 @@ def flat_zeros(like: Sequence[Tensor]) -> list[Tensor]:
     """Zeros shaped and strided like each of ``like`` (``torch.zeros_like(t,
     memory_format=torch.preserve_format)``), the plain dense ones in one buffer per (device,
     dtype)."""
-    out = []
-    for t, view in zip(like, flat_views(like), strict=True):
-        if view is None:
-            out.append(torch.zeros_like(t, memory_format=torch.preserve_format))
-        else:
-            out.append(view.zero_())
-    return out
+    views = flat_views(like, zeros=True)
+    return [
+        torch.zeros_like(t, memory_format=torch.preserve_format) if view is None else view
+        for t, view in zip(like, views, strict=True)
+    ]
 
 
 def adopt_flat(tensors: Sequence[Tensor]) -> list[Tensor]:

@@ -59,6 +59,9 @@ def test_views_start_aligned_and_zeros_keep_their_tensors_layout() -> None:
         assert not z.any()
         assert z.storage_offset() % ALIGN == 0
     assert zeros[0].untyped_storage().data_ptr() == zeros[4].untyped_storage().data_ptr()
+    (run,) = runs(zeros[:3])
+    assert run.numel() > sum(z.numel() for z in zeros[:3])  # the padding between them
+    assert not run.any()  # zero too
 
 
 def test_runs_merge_only_consecutive_views_of_a_buffer_made_here() -> None:
