@@ -99,6 +99,19 @@ def _run(
         raise GitError(f"cannot run git ({exc.strerror}); install git and put it on PATH") from exc
 
 
+def listed_files(root: Path) -> frozenset[str] | None:
+    """The files of the work tree at ``root`` that git would take (tracked, and untracked but
+    not ignored: ``git ls-files --cached --others --exclude-standard``), relative to ``root``;
+    None where ``root`` is not in a work tree or git cannot run."""
+    try:
+        result = _run(root, ["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+    except GitError:
+        return None
+    if result.returncode != 0:
+        return None
+    return frozenset(os.fsdecode(p) for p in result.stdout.split(b"\0") if p)
+
+
 def _shown(name: str) -> str:
     """A revision name as messages quote it: at most 60 characters (names come from users)."""
     return name if len(name) <= 60 else f"{name[:60]}..."

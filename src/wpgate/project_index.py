@@ -1,6 +1,8 @@
 """The project index: what exists in a repository, for the changelog rules (WPG5xx).
 
-Files and directories (caches, virtual environments and build outputs left out), the Python
+Files and directories (caches, virtual environments and build outputs left out; in a git work
+tree, only what git would take: tracked files and untracked ones it does not ignore, so that a
+checkout's generated outputs judge nothing a fresh clone would not), the Python
 modules under ``src/`` with their top-level and class-member names (read with ``ast``, never
 imported), identifiers, ``--flag`` literals and click commands of ``src/``, ``scripts/`` and
 ``tests/``, console scripts from ``pyproject.toml`` and Makefile targets.
@@ -12,10 +14,12 @@ import ast
 import os
 import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 from wpgate._config import Config
 from wpgate._documents import read_bounded, read_text
+from wpgate._git import listed_files
 from wpgate.records import ProjectIndex
 
 __all__ = ["load_project_index"]
@@ -100,9 +104,27 @@ def _class_members(node: ast.ClassDef) -> set[str]:
     return out
 
 
+def _in_repository(root: Path, files: set[str], directories: set[str]) -> None:
+    """Keep, in place, the files git would take (tracked, or untracked and not ignored) and the
+    directories that hold one; nothing changes where ``root`` is not in a git work tree."""
+    listed = listed_files(root)
+    if listed is None:
+        return
+    files.intersection_update(listed)
+    holding = {parent for f in files for parent in _parents(f)}
+    directories.intersection_update(holding)
+
+
+def _parents(path: str) -> Iterator[str]:
+    parts = path.split("/")[:-1]
+    for end in range(1, len(parts) + 1):
+        yield "/".join(parts[:end])
+
+
 def load_project_index(root: Path, config: Config | None = None) -> ProjectIndex:
     """The :class:`~wpgate.records.ProjectIndex` of the tree at ``root`` (``config`` unused)."""
     files, directories = _walk(root)
+    _in_repository(root, files, directories)
     modules: dict[str, frozenset[str]] = {}
     members: dict[str, frozenset[str]] = {}
     identifiers: set[str] = set()
