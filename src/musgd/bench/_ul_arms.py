@@ -21,11 +21,14 @@ import torch
 
 __all__ = [
     "ARM_TABLE",
+    "BASE_SUFFIX",
     "DEFAULT_ARMS",
     "STOCK",
     "Arm",
     "ChannelsLastAtStart",
+    "arm_of",
     "channels_last_weights",
+    "is_base",
     "unknown_arms",
 ]
 
@@ -115,9 +118,25 @@ ARM_TABLE: dict[str, Arm] = {
 }
 
 
+# An arm name ending in this trains the arm with the musgd of ``--base-src`` (another source
+# tree, e.g. an earlier commit's ``src``) in place of this one: ``ours-network-loss@base``
+# beside ``ours-network-loss`` compares two versions of ours in the same rounds.
+BASE_SUFFIX = "@base"
+
+
+def is_base(name: str) -> bool:
+    """Whether ``name`` is an arm trained with the ``--base-src`` musgd."""
+    return name.endswith(BASE_SUFFIX)
+
+
+def arm_of(name: str) -> Arm:
+    """The :class:`Arm` of an arm name, ``@base`` or not."""
+    return ARM_TABLE[name.removesuffix(BASE_SUFFIX)]
+
+
 def unknown_arms(names: list[str]) -> list[str]:
-    """The names in ``names`` that are not arms of :data:`ARM_TABLE`."""
-    return [name for name in names if name not in ARM_TABLE]
+    """The names in ``names`` that are not arms of :data:`ARM_TABLE` (``@base`` or not)."""
+    return [name for name in names if name.removesuffix(BASE_SUFFIX) not in ARM_TABLE]
 
 
 class ChannelsLastAtStart:

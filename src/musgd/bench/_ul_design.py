@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from musgd.bench._timing import paired_ratios, summarize
-from musgd.bench._ul_arms import DEFAULT_ARMS, STOCK
+from musgd.bench._ul_arms import BASE_SUFFIX, DEFAULT_ARMS, STOCK
 
 __all__ = [
     "ARM_METRICS",
@@ -98,6 +98,18 @@ def run_value(run: dict[str, Any], metric: str) -> float | None:
         if isinstance(value, dict):
             value = value.get("median")
     return float(value) if isinstance(value, int | float) else None
+
+
+def _against(pairs: Sequence[dict[str, Any]], arm: str, base: str, key: str) -> dict[str, Any]:
+    """Per :data:`RATIO_METRICS` metric (its name without the unit), :func:`arm_ratio` of
+    ``arm`` against ``base`` as ``key`` and ``saving`` (None where a round lacks a value)."""
+    entries: dict[str, Any] = {}
+    for metric in RATIO_METRICS:
+        summary = arm_ratio(pairs, metric, arm, base)
+        entries[metric.rsplit("_", 1)[0]] = (
+            None if summary is None else {key: summary["ratio"], "saving": summary["saving"]}
+        )
+    return entries
 
 
 def arm_ratio(
@@ -233,6 +245,8 @@ def summarize_pairs(
     * ``per_arm``: each arm's :func:`arm_summary` (median and range over the rounds);
     * ``against_stock``: per arm other than stock, per :data:`RATIO_METRICS` metric (its name
       without the unit), :func:`arm_ratio` as ``stock_over_arm`` and ``saving``;
+    * ``against_base``: the same for each arm run beside its ``@base`` arm (another musgd), as
+      ``base_over_arm`` (above 1: this musgd faster);
     * ``loss_gap_vs_stock``: per arm, its losses against stock's at seed 0, and
       ``loss_gap_stock_seed1_vs_stock`` (the seed-to-seed noise);
     * with ``ours`` among the arms, the two-arm evidence's entries as well: per pair metric
@@ -240,19 +254,15 @@ def summarize_pairs(
     """
     out: dict[str, Any] = {"pairs": pairs, "count": len(pairs), "arms": list(arms)}
     out["per_arm"] = {arm: arm_summary(pairs, arm) for arm in arms}
-    against: dict[str, Any] = {}
-    for arm in (a for a in arms if a != STOCK):
-        entries: dict[str, Any] = {}
-        for metric in RATIO_METRICS:
-            summary = arm_ratio(pairs, metric, arm)
-            name = metric.rsplit("_", 1)[0]
-            entries[name] = (
-                None
-                if summary is None
-                else {"stock_over_arm": summary["ratio"], "saving": summary["saving"]}
-            )
-        against[arm] = entries
-    out["against_stock"] = against
+    out["against_stock"] = {
+        arm: _against(pairs, arm, STOCK, "stock_over_arm") for arm in arms if arm != STOCK
+    }
+    # An arm beside its own @base arm (the same arm with another musgd): the two compared.
+    based = [arm for arm in arms if f"{arm}{BASE_SUFFIX}" in arms]
+    if based:
+        out["against_base"] = {
+            arm: _against(pairs, arm, f"{arm}{BASE_SUFFIX}", "base_over_arm") for arm in based
+        }
     if "ours" in arms:
         for metric, name in PAIR_SUMMARIES.items():
             out[name] = pair_summary(pairs, metric)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -19,7 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from musgd.bench._ul_arms import ARM_TABLE, DEFAULT_ARMS, STOCK, unknown_arms
+from musgd.bench._ul_arms import (
+    ARM_TABLE,
+    BASE_SUFFIX,
+    DEFAULT_ARMS,
+    STOCK,
+    arm_of,
+    is_base,
+    unknown_arms,
+)
 from musgd.bench._ul_design import DATA_BOUND_SHARE, round_order
 from musgd.ultralytics import TASK_TRAINERS, TASKS
 
@@ -140,7 +149,7 @@ def round_estimate(
     ``batch``: :func:`run_estimate` each, plus each arm's guessed one-time start
     (``startup_s``: compilation)."""
     one = run_estimate(args, batch, per_iteration_s=per_iteration_s)
-    return sum(one + ARM_TABLE[arm].startup_s for arm in arms)
+    return sum(one + arm_of(arm).startup_s for arm in arms)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,7 +171,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--arms",
         default=",".join(DEFAULT_ARMS),
         help=f"the arms of the phases, syncs and train parts, comma-separated, stock among "
-        f"them (default {','.join(DEFAULT_ARMS)}); arms: {', '.join(ARM_TABLE)}",
+        f"them (default {','.join(DEFAULT_ARMS)}); arms: {', '.join(ARM_TABLE)}; an arm "
+        f"ending in {BASE_SUFFIX} trains with the musgd of --base-src",
+    )
+    parser.add_argument(
+        "--base-src",
+        type=Path,
+        default=None,
+        help=f"a source folder holding another musgd (e.g. `git archive <commit> src | tar -x "
+        f"-C <dir>`, then <dir>/src), which the {BASE_SUFFIX} arms train with, each run a "
+        "fresh process",
+    )
+    parser.add_argument(
+        "--base-commit",
+        default=None,
+        help="the full commit name (40 hex digits) that --base-src came from, for the evidence",
     )
     parser.add_argument(
         "--rounds",
@@ -305,11 +328,50 @@ def parse_arms(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+
+
+def check_base(args: argparse.Namespace) -> None:
+    """``--base-src`` and ``--base-commit`` agree with the ``@base`` arms: the folder holds a
+    musgd package, runs are fresh processes (another musgd cannot share this one), and the
+    commit is a full name. Bad values raise :class:`UsageError` saying what to pass."""
+    base_arms = [arm for arm in args.arms if is_base(arm)]
+    src = getattr(args, "base_src", None)
+    commit = getattr(args, "base_commit", None)
+    if not base_arms:
+        if src is not None or commit is not None:
+            raise UsageError(
+                f"--base-src and --base-commit are for arms ending in {BASE_SUFFIX} (e.g. "
+                f"--arms {STOCK},ours-network-loss,ours-network-loss{BASE_SUFFIX}); --arms "
+                "names none"
+            )
+        return
+    if src is None or not (src / "musgd" / "__init__.py").is_file():
+        where = "is missing" if src is None else f"{src} holds no musgd/__init__.py"
+        raise UsageError(
+            f"the arms {', '.join(base_arms)} train with another musgd, but --base-src {where}: "
+            "pass the src folder of another tree (git archive <commit> src | tar -x -C DIR, "
+            "then --base-src DIR/src)"
+        )
+    if getattr(args, "isolation", "process") == "none":
+        raise UsageError(
+            f"the arms {', '.join(base_arms)} need --isolation process: another musgd runs "
+            "only in a process of its own"
+        )
+    if commit is not None and not _COMMIT_RE.fullmatch(commit):
+        raise UsageError(
+            f"--base-commit must be a full commit name (40 lowercase hex digits, git rev-parse "
+            f"<commit>), not {commit!r}"
+        )
+    args.base_src = src.resolve()
+
+
 def configure(args: argparse.Namespace) -> argparse.Namespace:
     """Sizes for the device: 640 px on the GPU, 64 px and a few iterations with ``--quick``;
     the task's model unless ``--model``; the arms of ``--arms``. Bad values raise
     :class:`UsageError`."""
     args.arms = parse_arms(args.arms)
+    check_base(args)
     try:
         args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",")]
     except ValueError:

@@ -31,7 +31,14 @@ import musgd
 from musgd._replay import GRAPHS
 from musgd.bench._syncs import SyncCounter
 from musgd.bench._trainer_phases import PhaseClock, phase_trace, summarize_phases
-from musgd.bench._ul_arms import ARM_TABLE, ChannelsLastAtStart, channels_last_weights
+from musgd.bench._ul_arms import (
+    ARM_TABLE,
+    BASE_SUFFIX,
+    ChannelsLastAtStart,
+    arm_of,
+    channels_last_weights,
+    is_base,
+)
 from musgd.bench._ul_design import (
     SKIP_FIRST,
     epoch_summaries,
@@ -318,18 +325,26 @@ def ours_argv(args: argparse.Namespace) -> list[str]:
 def arm_options(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     """The ``musgd_trainer`` options of one of our arms: the ``--ours-*`` flags for ``ours``,
     the table's for the others."""
-    options = ARM_TABLE[arm].options
+    options = arm_of(arm).options
     return ours_options(args) if options is None else dict(options)
 
 
 def arm_records(args: argparse.Namespace) -> dict[str, Any]:
     """What each arm of ``--arms`` trains (:meth:`Arm.record`), in their order."""
-    return {arm: ARM_TABLE[arm].record(ours_options(args)) for arm in args.arms}
+    records = {arm: arm_of(arm).record(ours_options(args)) for arm in args.arms}
+    for arm in args.arms:
+        if is_base(arm):
+            records[arm] = {
+                **records[arm],
+                "musgd_source": str(args.base_src),
+                "musgd_commit": args.base_commit,
+            }
+    return records
 
 
 def _base_trainer(arm: str, args: argparse.Namespace) -> type[Any]:
     base = task_trainer(args.task)
-    if ARM_TABLE[arm].ours:
+    if arm_of(arm).ours:
         return musgd_trainer(base, **arm_options(arm, args))
     return base  # with optimizer="MuSGD": the stock optimizer
 
@@ -407,6 +422,7 @@ def train_once(
     phases = summarize_phases(iterations, skip=skip)
     return {
         "arm": arm,
+        "musgd": str(Path(musgd.__file__).resolve().parent),  # the package this run trained with
         "seed": seed,
         "variant": variant,
         "synchronized": synchronize,
@@ -543,12 +559,12 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
     return [*argv, "--one-run-out", str(out)]
 
 
-def child_env() -> dict[str, str]:
-    """This environment with the ``musgd`` this process runs first on ``PYTHONPATH``: the child
-    runs the same code (a source tree's, not another installed copy); and Python's fault
-    handler on, so that a run that dies of a signal (the segmentation fault WP-024 follows)
-    writes every thread's stack into the log."""
-    source = str(Path(musgd.__file__).resolve().parents[1])
+def child_env(source_dir: Path | None = None) -> dict[str, str]:
+    """This environment with the ``musgd`` this process runs (or ``source_dir``'s, for an
+    ``@base`` arm) first on ``PYTHONPATH``: the child runs that code (a source tree's, not
+    another installed copy); and Python's fault handler on, so that a run that dies of a
+    signal (the segmentation fault WP-024 follows) writes every thread's stack into the log."""
+    source = str(source_dir or Path(musgd.__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
     return {
         **os.environ,
@@ -568,12 +584,17 @@ def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any
     time.sleep(args.settle_s)
     if args.isolation == "none":
         return train_once(args, data, **run)
+    arm = str(run.get("arm", ""))
+    base = is_base(arm)
+    if base:  # the other musgd knows the arm by its own name
+        run = {**run, "arm": arm.removesuffix(BASE_SUFFIX)}
     with tempfile.TemporaryDirectory(prefix="musgd-run-") as tmp:
         out = Path(tmp) / "run.json"
         sys.stdout.flush()
         argv = child_argv(args, data, run, out)
+        env = child_env(args.base_src if base else None)
         start = time.perf_counter()
-        code = subprocess.run(argv, check=False, env=child_env()).returncode
+        code = subprocess.run(argv, check=False, env=env).returncode
         process_s = time.perf_counter() - start
         if code != 0 or not out.is_file():
             raise RunFailedError(
@@ -582,6 +603,8 @@ def train_run(args: argparse.Namespace, data: Path, **run: Any) -> dict[str, Any
             )
         result: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     result["process_s"] = process_s
+    if base:
+        result["arm"] = arm
     return result
 
 

@@ -208,6 +208,28 @@ def test_n_arm_summaries_give_each_arm_its_medians_and_its_ratios_against_stock(
     # Without ours among the arms there is no two-arm entry to keep.
     assert "iteration" not in out
     assert "loss_gap_ours_vs_stock" not in out
+    assert "against_base" not in out
+
+
+def test_an_arm_beside_its_base_arm_is_compared_with_it_round_by_round() -> None:
+    arms = ("stock", "ours-network-loss", "ours-network-loss@base")
+    # The base musgd takes 15, 18, 12 ms; this one 12, 12, 12.
+    rounds = [
+        {
+            "seed": k,
+            "stock": _arm_run("stock", 100.0, 30.0, 1000.0),
+            "ours-network-loss": _arm_run("ours-network-loss", 12.0, 20.0, 900.0),
+            "ours-network-loss@base": _arm_run("ours-network-loss@base", base, 21.0, 950.0),
+        }
+        for k, base in enumerate((15.0, 18.0, 12.0))
+    ]
+    out = design.summarize_pairs(rounds, arms)
+    against = out["against_base"]
+    assert set(against) == {"ours-network-loss"}  # the base arm has no base of its own
+    ratio = against["ours-network-loss"]["iteration"]["base_over_arm"]
+    assert ratio["per_round"] == [1.25, 1.5, 1.0]
+    assert ratio["median"] == pytest.approx(1.25)
+    assert set(out["against_stock"]) == {"ours-network-loss", "ours-network-loss@base"}
 
 
 def test_the_two_arm_summary_keeps_its_stock_over_ours_entries() -> None:

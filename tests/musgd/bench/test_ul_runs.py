@@ -429,3 +429,75 @@ def test_ema_stats_count_the_guarded_emas_recordings_and_fallbacks() -> None:
     assert stats is not None
     assert (stats["recordings"], stats["replays"], stats["fallbacks"]) == (1, 7, {"first-call": 1})
     assert _ul_runs.ema_stats(types.SimpleNamespace()) is None, "no guard, no fused EMA"
+
+
+def _base_tree(tmp_path: Path) -> Path:
+    """A source folder holding a musgd package (an empty one: the runs here are faked)."""
+    src = tmp_path / "base" / "src"
+    (src / "musgd").mkdir(parents=True)
+    (src / "musgd" / "__init__.py").write_text("", encoding="utf-8")
+    return src
+
+
+def test_a_base_arm_runs_its_child_on_the_other_musgd_under_its_own_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def fake_process(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        run = json.loads(argv[argv.index("--one-run") + 1])
+        env = kw["env"]
+        assert isinstance(env, dict)
+        seen.append((run["arm"], env["PYTHONPATH"].split(os.pathsep)[0]))
+        Path(argv[-1]).write_text(json.dumps({"arm": run["arm"]}), "utf-8")
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_process)
+    base = _base_tree(tmp_path)
+    commit = "a" * 40
+    args = _args(
+        "--quick",
+        "--arms",
+        "stock,ours,ours@base",
+        "--base-src",
+        str(base),
+        "--base-commit",
+        commit,
+    )
+    args.work = tmp_path
+    ours = _ul_runs.train_run(args, tmp_path / "d.yaml", arm="ours", seed=0)
+    other = _ul_runs.train_run(args, tmp_path / "d.yaml", arm="ours@base", seed=0)
+    this = str(Path(musgd.__file__).resolve().parents[1])
+    # The base child is told "ours" (the other musgd knows no @base) and imports the base tree.
+    assert seen == [("ours", this), ("ours", str(base.resolve()))]
+    assert (ours["arm"], other["arm"]) == ("ours", "ours@base")
+    record = _ul_runs.arm_records(args)["ours@base"]
+    assert record["musgd_source"] == str(base.resolve())
+    assert record["musgd_commit"] == commit
+    assert record["options"] == _ul_runs.arm_records(args)["ours"]["options"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--arms", "stock,ours@base"], "--base-src is missing"),
+        (["--arms", "stock,ours@base", "--base-src", "{tmp}"], "holds no musgd/__init__.py"),
+        (["--arms", "stock,ours", "--base-src", "{base}"], "--arms names none"),
+        (
+            ["--arms", "stock,ours@base", "--base-src", "{base}", "--isolation", "none"],
+            "need --isolation process",
+        ),
+        (
+            ["--arms", "stock,ours@base", "--base-src", "{base}", "--base-commit", "HEAD~1"],
+            "--base-commit must be a full commit name",
+        ),
+        (["--arms", "stock,nope@base"], "unknown arms nope@base"),
+    ],
+)
+def test_base_arms_refuse_what_cannot_run_saying_what_to_pass(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    base = _base_tree(tmp_path)
+    filled = [a.format(tmp=tmp_path, base=base) for a in argv]
+    with pytest.raises(_ul_plan.UsageError, match=message):
+        _args(*filled)
