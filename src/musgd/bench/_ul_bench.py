@@ -67,6 +67,8 @@ from musgd.ultralytics import require_ultralytics
 __all__ = ["run"]
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
+# The name of the temporary folder a command without --work measures in.
+WORK_PREFIX = "musgd-ultralytics-"
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -101,8 +103,17 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     dataset_fits(args.work, args.n_train, args.imgsz)
     model_builds(args.model)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.work is None:
-        args.work = Path(tempfile.mkdtemp(prefix="musgd-ultralytics-"))
+    if args.work is not None:
+        return _measure(args, argv, budget)
+    # A folder of its own (the dataset, each run's trainer output), removed when it ends: 640 px
+    # datasets are hundreds of megabytes, and every command made another. --work keeps one.
+    with tempfile.TemporaryDirectory(prefix=WORK_PREFIX, ignore_cleanup_errors=True) as work:
+        args.work = Path(work)
+        return _measure(args, argv, budget)
+
+
+def _measure(args: argparse.Namespace, argv: list[str], budget: Budget) -> int:
+    """The parts of ``--parts`` in ``args.work``, each part's evidence written to ``args.out``."""
     dataset = write_synthetic_dataset(
         args.work / "data",
         train_images=args.n_train,

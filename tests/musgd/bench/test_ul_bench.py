@@ -114,3 +114,34 @@ def test_curves_from_an_evidence_file(tmp_path: Path) -> None:
         "ours seed 0": [3.0, 2.5],
     }
     assert written["curves"]["iteration_ms"]["series"]["ours seed 0"] == [10.0]
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["temporary", "given"])
+def test_the_work_folder_of_a_command_without_work_is_removed_when_it_ends(
+    given: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Path] = []
+
+    def measure(args: object, argv: list[str], budget: object) -> int:
+        work = args.work  # type: ignore[attr-defined]
+        (work / "data").mkdir()
+        (work / "data" / "image.jpg").write_bytes(b"x" * 1024)
+        seen.append(work)
+        return 0
+
+    monkeypatch.setattr(_ul_bench, "require_ultralytics", lambda: None)
+    monkeypatch.setattr(_ul_bench, "model_builds", lambda model: None)
+    monkeypatch.setattr(_ul_bench, "_measure", measure)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    argv = ["ultralytics", "--device", "cpu", "--quick", "--out", str(tmp_path / "out")]
+    assert main([*argv, *(["--work", str(kept)] if given else [])]) == 0
+    (work,) = seen
+    if given:
+        assert work == kept
+        assert (kept / "data" / "image.jpg").is_file()
+    else:
+        assert work.name.startswith(_ul_bench.WORK_PREFIX)
+        assert work.parent == tmp_path
+        assert not work.exists()
