@@ -14,8 +14,7 @@ import ast
 import os
 import re
 import tomllib
-from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from wpgate._config import Config
 from wpgate._documents import read_bounded, read_text
@@ -111,14 +110,8 @@ def _in_repository(root: Path, files: set[str], directories: set[str]) -> None:
     if listed is None:
         return
     files.intersection_update(listed)
-    holding = {parent for f in files for parent in _parents(f)}
+    holding = {parent.as_posix() for f in files for parent in PurePosixPath(f).parents}
     directories.intersection_update(holding)
-
-
-def _parents(path: str) -> Iterator[str]:
-    parts = path.split("/")[:-1]
-    for end in range(1, len(parts) + 1):
-        yield "/".join(parts[:end])
 
 
 def load_project_index(root: Path, config: Config | None = None) -> ProjectIndex:

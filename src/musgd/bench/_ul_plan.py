@@ -336,8 +336,7 @@ def check_base(args: argparse.Namespace) -> None:
     musgd package, runs are fresh processes (another musgd cannot share this one), and the
     commit is a full name. Bad values raise :class:`UsageError` saying what to pass."""
     base_arms = [arm for arm in args.arms if is_base(arm)]
-    src = getattr(args, "base_src", None)
-    commit = getattr(args, "base_commit", None)
+    src, commit = args.base_src, args.base_commit
     if not base_arms:
         if src is not None or commit is not None:
             raise UsageError(
@@ -353,7 +352,7 @@ def check_base(args: argparse.Namespace) -> None:
             "pass the src folder of another tree (git archive <commit> src | tar -x -C DIR, "
             "then --base-src DIR/src)"
         )
-    if getattr(args, "isolation", "process") == "none":
+    if args.isolation == "none":
         raise UsageError(
             f"the arms {', '.join(base_arms)} need --isolation process: another musgd runs "
             "only in a process of its own"

@@ -331,15 +331,11 @@ def arm_options(arm: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def arm_records(args: argparse.Namespace) -> dict[str, Any]:
     """What each arm of ``--arms`` trains (:meth:`Arm.record`), in their order."""
-    records = {arm: arm_of(arm).record(ours_options(args)) for arm in args.arms}
-    for arm in args.arms:
-        if is_base(arm):
-            records[arm] = {
-                **records[arm],
-                "musgd_source": str(args.base_src),
-                "musgd_commit": args.base_commit,
-            }
-    return records
+    base = {"musgd_source": str(args.base_src), "musgd_commit": args.base_commit}
+    return {
+        arm: {**arm_of(arm).record(ours_options(args)), **(base if is_base(arm) else {})}
+        for arm in args.arms
+    }
 
 
 def _base_trainer(arm: str, args: argparse.Namespace) -> type[Any]:
