@@ -8,6 +8,7 @@ recording (``CudaNetworkGrapher``, CUDA graphs) is exercised on the GPU (tests/c
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Callable
 from typing import cast
 
@@ -24,6 +25,7 @@ from network_common import (
 )
 from replay_fakes import FakeNetworkGrapher
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from musgd._network_capture import (
     RECORDINGS_BOUND,
@@ -242,6 +244,90 @@ def test_keep_accumulated_copies_out_only_a_grad_on_the_recordings_memory() -> N
     d = torch.zeros(2, requires_grad=True)  # no .grad yet: nothing to keep
     keep_accumulated([d], [static[0]])
     assert d.grad is None
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the aten operations run under it, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.names: Counter[str] = Counter()
+
+    def __torch_dispatch__(  # type: ignore[no-untyped-def]
+        self, func, types, args=(), kwargs=None
+    ):
+        self.names[str(func.overloadpacket.__name__)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_kept_gradients_lie_in_one_buffer_in_their_layouts_copied_in_one_pass() -> None:
+    static = [
+        torch.randn(4, 3, 2, 2).to(memory_format=torch.channels_last),
+        torch.randn(5),
+        torch.randn(3, 7),
+    ]
+    params = [torch.zeros_like(s, memory_format=torch.preserve_format) for s in static]
+    for p, s in zip(params, static, strict=True):
+        p.requires_grad_()
+        p.grad = s.detach()
+    with _Ops() as ops:
+        keep_accumulated(params, static)
+    assert ops.names["_foreach_copy_"] == 1
+    assert ops.names["clone"] == 0
+    kept = [p.grad for p in params]
+    assert all(k is not None for k in kept)
+    bases = {k._base.data_ptr() for k in kept if k is not None and k._base is not None}
+    assert len(bases) == 1  # one buffer
+    for k, s in zip(kept, static, strict=True):
+        assert k is not None
+        assert k.stride() == s.stride()
+        assert k.data_ptr() != s.data_ptr()
+        assert torch.equal(k, s)
+
+
+def test_hand_grads_adds_every_accumulated_gradient_in_one_pass() -> None:
+    params = [torch.zeros(3, requires_grad=True), torch.zeros(2, 2, requires_grad=True)]
+    first = [torch.randn(3), torch.randn(2, 2)]
+    second = [torch.randn(3), torch.randn(2, 2)]
+    hand_grads(params, first, [True, True])
+    keep_accumulated(params, first)  # the next replay would overwrite them: copied out
+    held = [p.grad for p in params]
+    with _Ops() as ops, torch.no_grad():  # as in a backward
+        hand_grads(params, second, [True, True])
+    assert ops.names["_foreach_add_"] == 1
+    assert ops.names["add_"] == 0
+    for p, h, a, b in zip(params, held, first, second, strict=True):
+        assert p.grad is h  # added in place
+        assert h is not None
+        assert torch.equal(h, a + b)
+    # Two parameters holding one .grad object: added in turn, as one += each would.
+    shared = torch.ones(3)
+    twins = [torch.zeros(3, requires_grad=True), torch.zeros(3, requires_grad=True)]
+    for t in twins:
+        t.grad = shared
+    with torch.no_grad():
+        hand_grads(twins, [torch.full((3,), 2.0), torch.full((3,), 5.0)], [True, True])
+    assert torch.equal(shared, torch.full((3,), 8.0))
+
+
+def test_a_recording_checks_the_gradients_again_only_when_one_changed() -> None:
+    module = _two_layers()
+    rec = _eager_recording(module, torch.randn(1, 3, 5, 5))
+    _backward_through(rec, torch.randn(1, 3, 5, 5), 1.0)  # hands views of rec.grads
+    first, static = next(iter(module.parameters())), rec.grads[0]
+    assert first.grad is not None
+    assert static is not None
+    assert first.grad.data_ptr() == static.data_ptr()
+    with _Ops() as ops:
+        rec.replay_forward(rec.static_img)  # a new object: checked, copied out
+    assert ops.names["_foreach_copy_"] == 1
+    copied = first.grad
+    assert copied.data_ptr() != static.data_ptr()
+    rec._keep_accumulated()  # nothing changed: no walk
+    assert first.grad is copied
+    first.grad = static.detach()  # handed again by hand: a new object, checked again
+    rec._keep_accumulated()
+    assert first.grad.data_ptr() != static.data_ptr()
 
 
 def test_grad_buffer_takes_the_eager_gradients_layout_where_it_can() -> None:
