@@ -265,3 +265,16 @@ def test_a_model_ultralytics_cannot_build_exits_2_before_any_run(
     assert "--model nope.yaml: Ultralytics cannot build it" in err
     assert "Traceback" not in err
     assert not list(tmp_path.glob("ultralytics-*.json"))
+
+
+def test_nbs_makes_the_trainer_accumulate_between_its_steps(tmp_path: Path) -> None:
+    evidence = _quick_cpu(tmp_path, "--parts", "phases", "--nbs", "64")
+    results = evidence["phases"]["results"]
+    assert results["nbs"] == 64
+    for arm in ("stock", "ours"):
+        p = results["batches"]["4"]["arms"][arm]["phases"]
+        # Every iteration runs the network and the loss; with nbs 64 at batch 4 the trainer
+        # accumulates gradients over iterations, so fewer of them step (without --nbs all 8 do,
+        # test_phases_and_pairs_run_and_split_the_iteration).
+        assert p["forward"]["count"] == p["loss"]["count"] == 8, arm
+        assert 1 <= p["trainer_optimizer_step"]["count"] < 8, arm

@@ -18,9 +18,11 @@ evidence file each (:mod:`musgd.bench._ul_identity` for the first two,
   wait is a large share of the iteration (``--lowdata auto``), the same pairs again with more
   loader workers and the augmentations off (``lowdata``), so that the optimizer's share shows.
 
-``nbs`` equals the batch, so the optimizer steps every iteration. Usage (GPU, under 9 minutes
-on an H200): ``python -m musgd.bench ultralytics --device cuda --out $OUT --budget-s 500``; on
-CPU: ``--device cpu --quick``; another task: ``--task segment`` (``pose``, ``obb``,
+``nbs`` equals the batch, so the optimizer steps every iteration, unless ``--nbs N`` (above the
+batch) makes every run accumulate gradients over iterations between steps, as the trainer's own
+default of 64 does. Usage (GPU, under 9 minutes on an H200):
+``python -m musgd.bench ultralytics --device cuda --out $OUT --budget-s 500``; on CPU:
+``--device cpu --quick``; another task: ``--task segment`` (``pose``, ``obb``,
 ``classify``). The arms (:mod:`musgd.bench._ul_arms`): ``--arms stock,ours`` by default;
 ``--arms stock,stock-compile,stock-channels-last,ours,ours-network,ours-network-compiled`` runs
 the six of issue #32.
@@ -49,6 +51,7 @@ from musgd.bench._ul_plan import (
     configure,
     dataset_fits,
     model_builds,
+    nbs_setting,
     plan_lines,
 )
 from musgd.bench._ul_report import build_curves, read_train_results
@@ -181,6 +184,7 @@ def _train(
         "imgsz": args.imgsz,
         "train_images": args.n_train,
         "iterations_per_run": args.iters,
+        "nbs": nbs_setting(args),
         "skip_first": SKIP_FIRST,
         "isolation": args.isolation,
         "settle_s": args.settle_s,

@@ -25,7 +25,13 @@ import torch
 from musgd import GradClipReplay
 from musgd.bench._identity import same_bits
 from musgd.bench._train_bench import hash_tensors
-from musgd.bench._ul_plan import Budget, default_run_s, epochs_for, identity_epochs
+from musgd.bench._ul_plan import (
+    Budget,
+    default_run_s,
+    epochs_for,
+    identity_epochs,
+    nbs_setting,
+)
 from musgd.bench._ul_runs import (
     ema_stats,
     loss_stats,
@@ -175,6 +181,7 @@ def run_identity(args: argparse.Namespace, data: Path, budget: Budget) -> dict[s
     steps = check.steps
     return {
         "batch": batch,
+        "nbs": nbs_setting(args),
         "imgsz": args.imgsz,
         "epochs": epochs,
         "iterations": len(scales),
@@ -274,6 +281,7 @@ def run_network_identity(args: argparse.Namespace, data: Path, budget: Budget) -
     )
     return {
         "batch": args.identity_batch,
+        "nbs": nbs_setting(args),
         "imgsz": args.imgsz,
         "task": args.task,
         # The configuration both runs share (capture_network aside): layout and compilation.

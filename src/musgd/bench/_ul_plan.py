@@ -206,6 +206,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--iters", type=int, default=None, help="iterations per training run")
     parser.add_argument(
+        "--nbs",
+        type=int,
+        default=None,
+        help="the trainer's nominal batch size in every run: above the batch, the trainer "
+        "accumulates gradients over iterations between optimizer steps, as with its own "
+        "default of 64 (default: each run's batch, a step every iteration)",
+    )
+    parser.add_argument(
         "--trace-iterations",
         type=int,
         default=0,
@@ -409,7 +417,16 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
         raise UsageError(f"--trace-iterations must be 0 or more, got {args.trace_iterations}")
     if args.network_iters < 1:
         raise UsageError(f"--network-iters must be 1 or more, got {args.network_iters}")
+    if args.nbs is not None and args.nbs < 1:
+        raise UsageError(
+            f"--nbs must be 1 or more images (the trainer's default is 64), got {args.nbs}"
+        )
     return args
+
+
+def nbs_setting(args: argparse.Namespace) -> int | str:
+    """``--nbs`` as the evidence records it: the number, or "batch" (each run's batch)."""
+    return "batch" if args.nbs is None else int(args.nbs)
 
 
 def dataset_fits(work: Path | None, images: int, imgsz: int) -> None:

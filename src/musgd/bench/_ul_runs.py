@@ -51,6 +51,7 @@ from musgd.bench._ul_plan import (
     Budget,
     UsageError,
     epochs_for,
+    nbs_setting,
     round_estimate,
 )
 from musgd.bench._ul_report import format_entry as fmt
@@ -281,7 +282,8 @@ def train_kwargs(
         "epochs": epochs,
         "imgsz": args.imgsz,
         "batch": batch,
-        "nbs": batch,  # the optimizer steps every iteration
+        # By default the optimizer steps every iteration; --nbs makes the trainer accumulate.
+        "nbs": batch if args.nbs is None else args.nbs,
         "device": 0 if args.device == "cuda" else "cpu",
         "workers": args.workers,
         "cache": "ram",
@@ -548,6 +550,7 @@ def child_argv(args: argparse.Namespace, data: Path, run: dict[str, Any], out: P
     argv += ["--amp", "true" if args.amp else "false", "--iters", str(args.iters)]
     argv += ["--train-images", str(args.n_train)]  # the epoch's length: epochs = iters / epoch
     argv += ["--workers", str(args.workers), "--work", str(args.work)]
+    argv += [] if args.nbs is None else ["--nbs", str(args.nbs)]
     argv += ["--quick"] if args.quick else []
     argv += ["--trace-iterations", str(args.trace_iterations)] if args.trace_iterations else []
     argv += ours_argv(args)
@@ -675,6 +678,7 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
     return {
         "imgsz": args.imgsz,
         "train_images": args.n_train,
+        "nbs": nbs_setting(args),
         "synchronized": True,
         "isolation": args.isolation,
         "settle_s": args.settle_s,
@@ -699,6 +703,7 @@ def run_syncs(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str,
     return {
         "imgsz": args.imgsz,
         "train_images": args.n_train,
+        "nbs": nbs_setting(args),
         "synchronized": False,
         "ours": ours_options(args),
         "arms": arm_records(args),

@@ -94,6 +94,7 @@ def test_configure_and_plan() -> None:
     [
         (["--parts", "identity,trian"], "unknown parts"),
         (["--network-iters", "0"], "--network-iters must be 1 or more"),
+        (["--nbs", "0"], "--nbs must be 1 or more images"),
         (["--train-images", "0"], "--train-images must be 1 or more"),
         (["--workers", "-1"], "--workers must be 0 or more"),
         (["--settle-s", "-1"], "--settle-s must be 0 or more seconds"),

@@ -63,6 +63,20 @@ def test_a_child_runs_the_subcommand_with_this_configuration(tmp_path: Path) -> 
     traced.work = tmp_path
     child = _ul_runs.child_argv(traced, tmp_path / "data.yaml", run, tmp_path / "out.json")
     assert _args(*child[4:]).trace_iterations == 3
+    assert "--nbs" not in child  # not given: the child steps every iteration too
+
+
+def test_nbs_makes_every_run_accumulate_and_reaches_the_child(tmp_path: Path) -> None:
+    args = _args("--quick", "--nbs", "64")
+    args.work = tmp_path
+    kw = _ul_runs.train_kwargs(args, tmp_path / "d.yaml", 4, 2)
+    assert (kw["batch"], kw["nbs"]) == (4, 64)  # the trainer's own default
+    assert _ul_runs.train_kwargs(args, tmp_path / "d.yaml", 16, 2, "lowdata")["nbs"] == 64
+    run = {"arm": "ours", "batch": 4, "seed": 0, "synchronize": False}
+    child = _ul_runs.child_argv(args, tmp_path / "data.yaml", run, tmp_path / "out.json")
+    assert _args(*child[4:]).nbs == 64
+    assert _ul_plan.nbs_setting(args) == 64
+    assert _ul_plan.nbs_setting(_args("--quick")) == "batch"
 
 
 @pytest.mark.parametrize("sizes", [(), ("--train-images", "1600", "--iters", "1000")])
