@@ -1,11 +1,14 @@
 """``python -m musgd.bench floor``: the one-graph floor of a YOLO26 training iteration.
 
 What no trainer beats without doing less arithmetic (ultralytics-compat spec, "The one-graph
-floor"): the model from ``YOLO(cfg).model`` in train mode, a fixed random batch, autocast with
-``cache_enabled=False``, a stand-in loss (the mean of every output tensor), ``backward`` and our
-``UltralyticsMuSGD`` step, captured together in one ``torch.cuda.CUDAGraph`` after warm-up
-iterations on a side stream (PyTorch's whole-network recipe, R62), each replay timed by CUDA
-events. Beside it the same iteration run eagerly, the host launching every kernel.
+floor"): the model of ``YOLO(cfg)`` built for ``--classes`` classes (by default those of the
+trainer bench's synthetic data, :data:`musgd.bench._yolo_data.CLASSES`, for which the trainer
+builds the model it trains: the head's width follows the class count) in train mode, a fixed
+random batch, autocast with ``cache_enabled=False``, a stand-in loss (the mean of every output
+tensor), ``backward`` and our ``UltralyticsMuSGD`` step, captured together in one
+``torch.cuda.CUDAGraph`` after warm-up iterations on a side stream (PyTorch's whole-network
+recipe, R62), each replay timed by CUDA events. Beside it the same iteration run eagerly, the
+host launching every kernel.
 
 A configuration is a model, a batch size, a layout (``nchw`` or ``channels_last``), an autocast
 dtype (``float16``, the trainer's AMP, or ``bfloat16``, the spec's recipe) and whether the
@@ -18,6 +21,7 @@ On a CPU there are no CUDA graphs: only the eager iteration is timed (a check th
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -33,6 +37,7 @@ from musgd._ultralytics_optim import UltralyticsMuSGD
 from musgd.bench._args import non_negative_int, positive_int
 from musgd.bench._evidence import build_evidence, write_evidence
 from musgd.bench._timing import time_steps
+from musgd.bench._yolo_data import CLASSES
 
 KIND = "one-graph-floor"
 LAYOUTS = ("nchw", "channels_last")
@@ -173,8 +178,10 @@ def measure(
     return result
 
 
-def build_yolo(cfg: str, device: torch.device) -> nn.Module:
-    """``YOLO(cfg).model`` on ``device`` (Ultralytics, used as a black box)."""
+def build_yolo(cfg: str, device: torch.device, classes: int | None = None) -> nn.Module:
+    """The model of ``YOLO(cfg)`` on ``device`` (Ultralytics, used as a black box), built again
+    for ``classes`` classes where its configuration names another count (the documented
+    ``nc`` argument of its model class), as the trainer builds it for its data."""
     try:
         from ultralytics import YOLO
     except ImportError as exc:
@@ -188,6 +195,9 @@ def build_yolo(cfg: str, device: torch.device) -> nn.Module:
             f"no model configuration {cfg!r}: name one Ultralytics ships (yolo26n.yaml, "
             f"yolo26s.yaml, yolo26m.yaml) or a YAML file's path ({exc})"
         ) from exc
+    spec = getattr(model, "yaml", None)
+    if classes is not None and isinstance(spec, dict) and spec.get("nc") != classes:
+        model = type(model)(copy.deepcopy(spec), nc=classes, verbose=False)
     return model.to(device)
 
 
@@ -214,14 +224,16 @@ def run_floor(
     replays: int,
     eager_steps: int,
     seed: int,
-    build: Callable[[str, torch.device], nn.Module] = build_yolo,
+    classes: int | None = CLASSES,
+    build: Callable[[str, torch.device, int | None], nn.Module] = build_yolo,
 ) -> dict[str, Any]:
-    """Measure each configuration on a freshly built model; one that fails is recorded with its
-    error (a capture the network refuses, memory), the rest still run."""
+    """Measure each configuration on a freshly built model (``classes`` classes; None: the
+    configuration's own count); one that fails is recorded with its error (a capture the
+    network refuses, memory), the rest still run."""
     rows: list[dict[str, Any]] = []
     for config in configs:
         torch.manual_seed(seed)
-        model = build(config.model, device)
+        model = build(config.model, device, classes)
         gen = torch.Generator(device=device).manual_seed(seed)
         images = torch.rand(config.batch, 3, imgsz, imgsz, generator=gen, device=device)
         try:
@@ -247,6 +259,7 @@ def run_floor(
             "replays": replays,
             "eager_steps": eager_steps,
             "seed": seed,
+            "classes": "the configuration's own" if classes is None else classes,
             "loss": "stand-in: the sum of every output tensor's mean",
             "optimizer": "UltralyticsMuSGD, lr 0.01, momentum 0.9, nesterov, muon 0.2, sgd 1.0",
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
@@ -331,6 +344,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replays", type=positive_int, default=20, help="timed replays")
     parser.add_argument("--eager-steps", type=positive_int, default=5, help="timed eager steps")
     parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument(
+        "--classes",
+        type=positive_int,
+        default=CLASSES,
+        help=f"the classes the model is built for (default {CLASSES}: the trainer bench's "
+        "synthetic data, as the trainer builds it; 80: the configurations' own COCO count)",
+    )
     parser.add_argument("--out", type=Path, help="evidence JSON path or directory")
     parser.add_argument("--commit", default=None, help="the commit a copied tree came from")
 
@@ -351,6 +371,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             replays=args.replays,
             eager_steps=args.eager_steps,
             seed=args.seed,
+            classes=args.classes,
         )
     except FloorUsageError as exc:
         print(f"floor: {exc}")

@@ -29,6 +29,7 @@ import torch
 from musgd.ultralytics import TASKS
 
 __all__ = [
+    "CLASSES",
     "FLIP_IDX",
     "KPT_SHAPE",
     "TASKS",
@@ -38,6 +39,8 @@ __all__ = [
 
 # One colour per class, far apart so the classes are learnable.
 _COLOURS = ((230, 40, 40), (40, 200, 60), (50, 80, 230), (240, 220, 40))
+# The classes of every synthetic dataset: one per colour (the trainer builds its model for them).
+CLASSES = len(_COLOURS)
 # Pose: keypoints per object and values per keypoint (x, y, visibility).
 KPT_SHAPE = (5, 3)
 # The keypoints are the box's top-left, top-right, bottom-right, bottom-left corners (inset) and

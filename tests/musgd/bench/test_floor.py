@@ -34,12 +34,14 @@ class TinyDetector(nn.Module):
         return {"boxes": [self.head(y)], "scores": y.mean(dim=(2, 3))}
 
 
-def _build(_cfg: str, device: torch.device) -> nn.Module:
+def _build(_cfg: str, device: torch.device, _classes: int | None) -> nn.Module:
     return TinyDetector().to(device)
 
 
 def _cpu_floor(
-    configs: list[FloorConfig], build: Callable[[str, torch.device], nn.Module], steps: int
+    configs: list[FloorConfig],
+    build: Callable[[str, torch.device, int | None], nn.Module],
+    steps: int,
 ) -> dict[str, Any]:
     return run_floor(
         configs,
@@ -81,7 +83,7 @@ def test_a_cpu_floor_times_the_eager_iteration_trains_and_says_why_nothing_repla
     configs = configurations(["tiny.yaml"], [2], ["nchw", "channels_last"], ["bfloat16"], [False])
     seen: list[TinyDetector] = []
 
-    def build(_cfg: str, device: torch.device) -> nn.Module:
+    def build(_cfg: str, device: torch.device, _classes: int | None) -> nn.Module:
         seen.append(TinyDetector().to(device))
         seen.append(TinyDetector())  # the untrained twin, same seed
         seen[-1].load_state_dict(seen[-2].state_dict())
@@ -121,6 +123,7 @@ def test_a_configuration_that_fails_is_recorded_and_the_next_still_runs() -> Non
         (["--batch-sizes", "0"], "batch sizes of 1 or more"),
         (["--models", "yolo26n"], "model configurations"),
         (["--compile", "maybe"], "false, true or both"),
+        (["--classes", "0"], "--classes"),
     ],
 )
 def test_bad_options_exit_2_saying_what_to_give(
