@@ -165,6 +165,7 @@ def test_network_part_finds_the_captured_network_bit_identical(
 
     monkeypatch.setattr(network_capture, "CudaNetworkGrapher", FakeNetworkGrapher)
     results = _quick_cpu(tmp_path, "--parts", "network")["network"]["results"]
+    assert results["nbs"] == 64  # the trainer's default: gradients accumulate between steps
     assert results["iterations"] == 8
     assert results["eager_reproducible"] is True
     assert results["bit_identical"] is True

@@ -31,6 +31,7 @@ from musgd.bench._ul_plan import (
     epochs_for,
     identity_epochs,
     nbs_setting,
+    network_nbs,
 )
 from musgd.bench._ul_runs import (
     ema_stats,
@@ -225,6 +226,7 @@ def network_run(
     model.add_callback("on_train_batch_end", batch_end)
     kw = train_kwargs(args, data, batch, epochs_for(args.network_iters, ipe))
     kw.update(
+        nbs=network_nbs(args),
         seed=0,
         deterministic=True,
         name=name,
@@ -281,7 +283,7 @@ def run_network_identity(args: argparse.Namespace, data: Path, budget: Budget) -
     )
     return {
         "batch": args.identity_batch,
-        "nbs": nbs_setting(args),
+        "nbs": network_nbs(args),
         "imgsz": args.imgsz,
         "task": args.task,
         # The configuration both runs share (capture_network aside): layout and compilation.

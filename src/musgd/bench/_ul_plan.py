@@ -211,7 +211,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the trainer's nominal batch size in every run: above the batch, the trainer "
         "accumulates gradients over iterations between optimizer steps, as with its own "
-        "default of 64 (default: each run's batch, a step every iteration)",
+        "default of 64 (default: each run's batch, a step every iteration; the network "
+        "part's identity runs: 64, the trainer's own)",
     )
     parser.add_argument(
         "--trace-iterations",
@@ -427,6 +428,16 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
 def nbs_setting(args: argparse.Namespace) -> int | str:
     """``--nbs`` as the evidence records it: the number, or "batch" (each run's batch)."""
     return "batch" if args.nbs is None else int(args.nbs)
+
+
+# The trainer's own default nominal batch size (R155): below it the trainer accumulates.
+TRAINER_NBS = 64
+
+
+def network_nbs(args: argparse.Namespace) -> int:
+    """The ``network`` part's nominal batch size: ``--nbs``, or the trainer's own default, so
+    that its identity check covers the gradients accumulated between steps, as users train."""
+    return TRAINER_NBS if args.nbs is None else int(args.nbs)
 
 
 def dataset_fits(work: Path | None, images: int, imgsz: int) -> None:

@@ -194,3 +194,8 @@ def test_a_dataset_larger_than_the_free_disk_is_refused_before_it_is_written(
     with pytest.raises(plan.UsageError, match=r"0\.0 GiB free: ask for fewer images"):
         plan.dataset_fits(tmp_path, 100, 640)
     plan.dataset_fits(tmp_path, 1, 64)  # 15 KiB of images in 1 MiB
+
+
+def test_the_network_part_trains_with_the_trainers_own_nbs_unless_told() -> None:
+    assert plan.network_nbs(_args()) == plan.TRAINER_NBS == 64
+    assert plan.network_nbs(_args("--nbs", "8")) == 8
