@@ -107,6 +107,12 @@ def collect_environment(device: torch.device) -> dict[str, Any]:
     }
 
 
+def is_full_commit(text: str) -> bool:
+    """Whether ``text`` is a full git object name: 40 lowercase hex digits (SHA-1) or 64
+    (SHA-256), as ``git rev-parse`` prints it."""
+    return re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", text) is not None
+
+
 def check_commit(commit: str, state: GitState | None = None) -> None:
     """Raise ValueError unless ``commit`` is a hex sha that agrees with a readable HEAD."""
     if not re.fullmatch(r"[0-9a-f]{7,64}", commit):
@@ -143,7 +149,7 @@ def build_evidence(
     if commit is not None:
         check_commit(commit, state)
         if state.commit is None:
-            if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+            if not is_full_commit(commit):
                 raise ValueError(
                     f"commit {commit!r} must be the full sha (`git rev-parse HEAD`) when git "
                     "cannot read this checkout: evidence files record full commits"

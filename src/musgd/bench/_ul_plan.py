@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musgd.bench._evidence import is_full_commit
 from musgd.bench._ul_arms import (
     ARM_TABLE,
     BASE_SUFFIX,
@@ -337,9 +337,6 @@ def parse_arms(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
-
-
 def check_base(args: argparse.Namespace) -> None:
     """``--base-src`` and ``--base-commit`` agree with the ``@base`` arms: the folder holds a
     musgd package, runs are fresh processes (another musgd cannot share this one), and the
@@ -366,10 +363,10 @@ def check_base(args: argparse.Namespace) -> None:
             f"the arms {', '.join(base_arms)} need --isolation process: another musgd runs "
             "only in a process of its own"
         )
-    if commit is not None and not _COMMIT_RE.fullmatch(commit):
+    if commit is not None and not is_full_commit(commit):
         raise UsageError(
-            f"--base-commit must be a full commit name (40 lowercase hex digits, git rev-parse "
-            f"<commit>), not {commit!r}"
+            f"--base-commit must be a full commit name (40 lowercase hex digits, or 64 in a "
+            f"SHA-256 repository: git rev-parse <commit>), not {commit!r}"
         )
     args.base_src = src.resolve()
 

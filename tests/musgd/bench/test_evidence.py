@@ -19,6 +19,7 @@ from musgd.bench._evidence import (
     default_evidence_path,
     find_repo_root,
     git_state,
+    is_full_commit,
     source_hashes,
     write_evidence,
 )
@@ -139,3 +140,19 @@ def test_commit_argument_fills_in_only_when_git_cannot(
         build_evidence("demo", {}, device=CPU, argv=[], commit="abc1234")
     with pytest.raises(ValueError, match="hex git sha"):
         check_commit("HEAD")
+
+
+@pytest.mark.parametrize(
+    ("text", "full"),
+    [
+        ("a" * 40, True),  # SHA-1
+        ("0" * 64, True),  # SHA-256
+        ("a" * 39, False),
+        ("a" * 41, False),
+        ("A" * 40, False),  # git prints lowercase
+        ("HEAD~1", False),
+        ("g" * 40, False),
+    ],
+)
+def test_a_full_commit_is_40_or_64_lowercase_hex_digits(text: str, full: bool) -> None:
+    assert is_full_commit(text) is full
