@@ -56,7 +56,7 @@ a lookup. The compilation happens in the warm-up passes, before the capture.
 from __future__ import annotations
 
 import copy
-import operator
+import weakref
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -131,8 +131,10 @@ class _CudaRecording:
     leaves sharing the parameters' memory, so an optimizer's in-place updates are seen.
     """
 
-    # Each parameter's ``.grad`` object at the last :func:`keep_accumulated` check (None: none yet).
-    _kept: list[Tensor | None] | None = None
+    # Each parameter's ``.grad`` at the last :func:`keep_accumulated` check, weakly held (a
+    # dropped gradient's memory is not kept for this), None for a parameter that had none; the
+    # list itself None before the first check.
+    _kept: list[weakref.ref[Tensor] | None] | None = None
 
     def __init__(
         self,
@@ -263,12 +265,11 @@ class _CudaRecording:
         no trainer does to a ``.grad``). A handed gradient or a ``zero_grad`` is a new object
         (or None) and brings the check back. Walking the parameters' data pointers twice an
         iteration took about 1.4 ms of host time for YOLO26n's 366 (the H100 profile, WP-024)."""
-        current = [p.grad for p in self.params]
         kept = self._kept
-        if kept is not None and all(map(operator.is_, current, kept)):
+        if kept is not None and all(map(_still, self.params, kept)):
             return
         keep_accumulated(self.params, self.grads)
-        self._kept = [p.grad for p in self.params]
+        self._kept = [None if (g := p.grad) is None else weakref.ref(g) for p in self.params]
 
     def replay_backward(self, grads: Sequence[Tensor | None]) -> tuple[Tensor | None, ...]:
         """The backward graph on the outputs' gradients ``grads``: the parameters' gradients,
@@ -324,6 +325,12 @@ def grad_buffer(out: Tensor, stride: tuple[int, ...] | None) -> Tensor:
     if stride is not None and dense(out.shape, stride):
         return torch.empty_strided(out.shape, stride, dtype=out.dtype, device=out.device)
     return torch.empty_like(out)
+
+
+def _still(param: Tensor, kept: weakref.ref[Tensor] | None) -> bool:
+    """Whether ``param.grad`` is the object ``kept`` refers to (both None: no gradient)."""
+    grad = param.grad
+    return grad is None if kept is None else grad is not None and kept() is grad
 
 
 def keep_accumulated(params: Sequence[Tensor], grads: Sequence[Tensor | None]) -> None:

@@ -8,6 +8,7 @@ recording (``CudaNetworkGrapher``, CUDA graphs) is exercised on the GPU (tests/c
 from __future__ import annotations
 
 import copy
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from typing import cast
@@ -328,6 +329,13 @@ def test_a_recording_checks_the_gradients_again_only_when_one_changed() -> None:
     first.grad = static.detach()  # handed again by hand: a new object, checked again
     rec._keep_accumulated()
     assert first.grad.data_ptr() != static.data_ptr()
+    # The check holds no gradient: one dropped by zero_grad is freed at once.
+    gone = weakref.ref(first.grad)
+    del copied
+    module.zero_grad(set_to_none=True)
+    assert gone() is None
+    rec._keep_accumulated()  # every .grad None now: checked, nothing to keep
+    assert first.grad is None
 
 
 def test_grad_buffer_takes_the_eager_gradients_layout_where_it_can() -> None:
