@@ -1,8 +1,9 @@
 """``python -m musgd.bench floor``: the one-graph floor of a YOLO26 training iteration.
 
 What no trainer beats without doing less arithmetic (ultralytics-compat spec, "The one-graph
-floor"): the model of ``YOLO(cfg)`` built for ``--classes`` classes (by default those of the
-trainer bench's synthetic data, :data:`musgd.bench._yolo_data.CLASSES`, for which the trainer
+floor"): the model of ``YOLO(cfg)`` (the configuration's own classes, 80 for the shipped
+YOLO26 files, as the spec defines it; ``--classes N`` builds it for N classes instead, e.g.
+:data:`musgd.bench._yolo_data.CLASSES`, the trainer bench's synthetic data, for which the trainer
 builds the model it trains: the head's width follows the class count) in train mode, a fixed
 random batch, autocast with ``cache_enabled=False``, a stand-in loss (the mean of every output
 tensor), ``backward`` and our ``UltralyticsMuSGD`` step, captured together in one
@@ -224,7 +225,7 @@ def run_floor(
     replays: int,
     eager_steps: int,
     seed: int,
-    classes: int | None = CLASSES,
+    classes: int | None = None,
     build: Callable[[str, torch.device, int | None], nn.Module] = build_yolo,
 ) -> dict[str, Any]:
     """Measure each configuration on a freshly built model (``classes`` classes; None: the
@@ -347,9 +348,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--classes",
         type=positive_int,
-        default=CLASSES,
-        help=f"the classes the model is built for (default {CLASSES}: the trainer bench's "
-        "synthetic data, as the trainer builds it; 80: the configurations' own COCO count)",
+        default=None,
+        help="the classes the model is built for (default: the configuration's own, 80 for "
+        f"the shipped YOLO26 files, the spec's floor; {CLASSES}: the trainer bench's synthetic "
+        "data, the model its trainer builds)",
     )
     parser.add_argument("--out", type=Path, help="evidence JSON path or directory")
     parser.add_argument("--commit", default=None, help="the commit a copied tree came from")

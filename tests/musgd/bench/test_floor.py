@@ -42,6 +42,7 @@ def _cpu_floor(
     configs: list[FloorConfig],
     build: Callable[[str, torch.device, int | None], nn.Module],
     steps: int,
+    classes: int | None = None,
 ) -> dict[str, Any]:
     return run_floor(
         configs,
@@ -51,6 +52,7 @@ def _cpu_floor(
         replays=steps,
         eager_steps=steps,
         seed=0,
+        classes=classes,
         build=build,
     )
 
@@ -101,6 +103,20 @@ def test_a_cpu_floor_times_the_eager_iteration_trains_and_says_why_nothing_repla
     assert not torch.equal(trained.stem.weight, untouched.stem.weight)
     assert seen[2].stem.weight.is_contiguous(memory_format=torch.channels_last)
     assert results["config"]["imgsz"] == 32
+    assert results["config"]["classes"] == "the configuration's own"  # the spec's floor
+
+
+def test_a_floor_for_other_classes_builds_every_model_for_them_and_says_so() -> None:
+    asked: list[int | None] = []
+
+    def build(_cfg: str, device: torch.device, classes: int | None) -> nn.Module:
+        asked.append(classes)
+        return TinyDetector().to(device)
+
+    configs = configurations(["tiny.yaml"], [2, 3], ["nchw"], ["bfloat16"], [False])
+    results = _cpu_floor(configs, build, 1, classes=4)
+    assert asked == [4, 4]
+    assert results["config"]["classes"] == 4
 
 
 def test_a_configuration_that_fails_is_recorded_and_the_next_still_runs() -> None:
