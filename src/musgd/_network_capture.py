@@ -385,10 +385,11 @@ def hand_grads(
     not ``obey`` it), else added in place (out of place when grad mode is on, as under
     ``create_graph``).
 
-    The in-place additions (gradients accumulated over iterations: 15 of every 16 of the
-    Ultralytics trainer's iterations at batch 4) are one multi-tensor add, elementwise the same
-    ``a + b`` as one ``+=`` per parameter, where a launch each cost YOLO26n's 366 parameters
-    about 2 ms of host time per iteration (a profile on the H100 host, WP-024)."""
+    The in-place additions (gradients accumulated over iterations, as the Ultralytics trainer
+    does between its steps with its default ``nbs`` at batch 4 or 16) are one multi-tensor
+    add, elementwise the same ``a + b`` as one ``+=`` per parameter, where a launch each cost
+    YOLO26n's 366 parameters about 2 ms of host time per iteration (a profile on the H100
+    host, WP-024)."""
     accumulate_in_place = not torch.is_grad_enabled()
     into: list[Tensor] = []
     adds: list[Tensor] = []
