@@ -279,3 +279,14 @@ def test_nbs_makes_the_trainer_accumulate_between_its_steps(tmp_path: Path) -> N
         # test_phases_and_pairs_run_and_split_the_iteration).
         assert p["forward"]["count"] == p["loss"]["count"] == 8, arm
         assert 1 <= p["trainer_optimizer_step"]["count"] < 8, arm
+
+
+def test_the_kernels_part_profiles_a_window_of_each_arms_run(tmp_path: Path) -> None:
+    results = _quick_cpu(tmp_path, "--parts", "kernels")["kernels"]["results"]
+    for arm in ("stock", "ours"):
+        window = results["batches"]["4"]["arms"][arm]["kernels"]
+        # 8 iterations in all: the window is the run's second half; on a CPU, host operators.
+        assert window["iterations"] == 4, arm
+        assert window["timed"] == "host operators"
+        assert window["busy_ms"] > 0
+        assert window["table"], arm

@@ -11,6 +11,9 @@ evidence file each (:mod:`musgd.bench._ul_identity` for the first two,
   boundary of the iteration: where the time goes;
 * ``syncs``: per batch size, one run of each arm unsynchronised, every host synchronization of
   every iteration counted, with its source (:mod:`musgd.bench._syncs`);
+* ``kernels``: per batch size, one run of each arm unsynchronised, the device's kernels over a
+  window of steady iterations profiled: its busy time against the wall time, and the kernels
+  with the most time (:mod:`musgd.bench._kernels`);
 * ``train``: per batch size, ``--rounds`` rounds of every arm with the same seed (seed k in
   round k, the order rotating: :mod:`musgd.bench._ul_design`), unsynchronised: iteration,
   compute and epoch times, complete-fit times, CUDA peaks, losses, per-round ratios stock/arm,
@@ -59,6 +62,7 @@ from musgd.bench._ul_runs import (
     RunFailedError,
     arm_records,
     ours_options,
+    run_kernels,
     run_one,
     run_pairs,
     run_phases,
@@ -165,6 +169,11 @@ def _measure(args: argparse.Namespace, argv: list[str], budget: Budget) -> int:
         syncs["budget"] = budget.as_dict()
         save("ultralytics-syncs", syncs)
         print("wrote", args.out / "ultralytics-syncs.json")
+    if "kernels" in args.parts:
+        kernels = run_kernels(args, data, budget)
+        kernels["budget"] = budget.as_dict()
+        save("ultralytics-kernels", kernels)
+        print("wrote", args.out / "ultralytics-kernels.json")
     if "train" in args.parts:
         _train(args, data, budget, shares, save)
     print(f"budget: used {budget.used():.0f} s, skipped {len(budget.skipped)} runs")

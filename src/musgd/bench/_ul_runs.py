@@ -29,6 +29,7 @@ import torch
 
 import musgd
 from musgd._replay import GRAPHS
+from musgd.bench._kernels import KernelWindow, window_bounds
 from musgd.bench._syncs import SyncCounter
 from musgd.bench._trainer_phases import PhaseClock, phase_trace, summarize_phases
 from musgd.bench._ul_arms import (
@@ -143,10 +144,17 @@ class RunLog:
     clock does (the ``phases`` measurement).
     """
 
-    def __init__(self, device: str, clock: PhaseClock, syncs: SyncCounter | None = None) -> None:
+    def __init__(
+        self,
+        device: str,
+        clock: PhaseClock,
+        syncs: SyncCounter | None = None,
+        kernels: KernelWindow | None = None,
+    ) -> None:
         self.device = device
         self.clock = clock
         self.syncs = syncs
+        self.kernels = kernels
         self.epoch_s: list[float] = []
         # Per epoch on CUDA: the reserved peak so far and what is reserved at its end (MiB),
         # which says whether the run's peak came with the recordings or in steady state.
@@ -184,6 +192,8 @@ class RunLog:
         instrument_network(trainer, self.clock)
         if self.syncs is not None:
             self.syncs.start_iteration()
+        if self.kernels is not None:
+            self.kernels.start_iteration()
         self.clock.start_iteration()
 
     def batch_end(self, trainer: Any) -> None:
@@ -193,6 +203,8 @@ class RunLog:
             trace.append(reserved_mib())
         if self.syncs is not None:
             self.syncs.end_iteration()
+        if self.kernels is not None:
+            self.kernels.end_iteration()
         loss = trainer.__dict__.get("musgd_loss")  # the device loss: this iteration's items
         items = getattr(loss, "device_items", None) if loss is not None else None
         if items is None:
@@ -371,10 +383,12 @@ def train_once(
     synchronize: bool,
     variant: str = "default",
     count_syncs: bool = False,
+    profile_kernels: bool = False,
 ) -> dict[str, Any]:
     """One training run of ``arm`` (a name of :data:`ARM_TABLE`): iteration, compute and epoch
     times, phases, losses, the model's layout at the end (and, with ``count_syncs``, the host
-    synchronizations of each iteration: :class:`SyncCounter`)."""
+    synchronizations of each iteration: :class:`SyncCounter`; with ``profile_kernels``, the
+    device's work over a window of steady iterations: :class:`KernelWindow`)."""
     if arm not in ARM_TABLE:  # a child told an arm by name: refused before any import
         raise UsageError(f"unknown arm {arm!r}: the arms are {', '.join(ARM_TABLE)}")
     spec = ARM_TABLE[arm]
@@ -388,7 +402,11 @@ def train_once(
         probe=memory_probe if args.device == "cuda" else None,
     )
     syncs = SyncCounter() if count_syncs else None
-    log = RunLog(args.device, clock, syncs)
+    kernels = None
+    if profile_kernels:
+        first, count = window_bounds(epochs * iterations_per_epoch, SKIP_FIRST)
+        kernels = KernelWindow(args.device, start=first, count=count)
+    log = RunLog(args.device, clock, syncs, kernels)
     model = YOLO(args.model)
     log.attach(model)
     layout_callback = ChannelsLastAtStart() if spec.channels_last_callback else None
@@ -413,6 +431,8 @@ def train_once(
     else:
         model.train(**kw)
     total = time.perf_counter() - start
+    if kernels is not None:
+        kernels.finish()
     host_after = host_snapshot()
     opt = model.trainer.optimizer
     iterations = clock.iterations
@@ -460,6 +480,7 @@ def train_once(
         # Where the memory reserved at the run's end lies: eager work's pool, the recordings'.
         "pools_at_end_mib": pool_split(cuda_segments()) if cuda else None,
         "host_syncs": None if syncs is None else syncs.summary(skip),
+        "kernels": None if kernels is None else kernels.summary,
     }
 
 
@@ -687,18 +708,18 @@ def run_phases(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str
     }
 
 
-def run_syncs(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
-    """Per batch size, a run of each arm, unsynchronised, with every host synchronization of
-    every iteration counted (:class:`musgd.bench._syncs.SyncCounter`) and the phase marks."""
+def _unsynchronised_part(
+    args: argparse.Namespace,
+    data: Path,
+    budget: Budget,
+    part: str,
+    describe: Callable[[dict[str, Any]], str],
+    **measure: bool,
+) -> dict[str, Any]:
+    """Per batch size, a run of each arm, unsynchronised, with ``measure`` (``train_once``'s
+    ``count_syncs`` or ``profile_kernels``) on: a part's evidence."""
     batches = _one_run_per_arm(
-        args,
-        data,
-        budget,
-        "syncs",
-        slowdown=1.2,
-        describe=_describe_syncs,
-        synchronize=False,
-        count_syncs=True,
+        args, data, budget, part, slowdown=1.2, describe=describe, synchronize=False, **measure
     )
     return {
         "imgsz": args.imgsz,
@@ -710,6 +731,35 @@ def run_syncs(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str,
         "isolation": args.isolation,
         "batches": batches,
     }
+
+
+def run_syncs(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
+    """Per batch size, a run of each arm, unsynchronised, with every host synchronization of
+    every iteration counted (:class:`musgd.bench._syncs.SyncCounter`) and the phase marks."""
+    return _unsynchronised_part(args, data, budget, "syncs", _describe_syncs, count_syncs=True)
+
+
+def _describe_kernels(run: dict[str, Any]) -> str:
+    window = run.get("kernels")
+    if not window:
+        return f"iteration {fmt(run['iteration_ms'])} ms, no profiled window"
+    share = window["busy_share"]
+    noun = "kernels" if str(window["timed"]).startswith("device") else "operators"
+    return (
+        f"iteration {fmt(run['iteration_ms'])} ms; over {window['iterations']} profiled "
+        f"iterations {window['wall_ms']:.2f} ms each, {window['timed']} busy "
+        f"{window['busy_ms']:.2f} ms ({'-' if share is None else f'{share:.0%}'}), "
+        f"{window['kernels']:.0f} {noun} per iteration"
+    )
+
+
+def run_kernels(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
+    """Per batch size, a run of each arm, unsynchronised but for the two ends of a window of
+    steady iterations whose device work is profiled (:class:`musgd.bench._kernels.KernelWindow`):
+    how busy the device is, and with which kernels."""
+    return _unsynchronised_part(
+        args, data, budget, "kernels", _describe_kernels, profile_kernels=True
+    )
 
 
 def _describe_round_run(run: dict[str, Any]) -> str:

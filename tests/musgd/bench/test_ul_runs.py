@@ -133,9 +133,13 @@ def test_a_one_run_child_needs_its_files(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("part", "options"),
-    [("phases", {"synchronize": True}), ("syncs", {"synchronize": False, "count_syncs": True})],
+    [
+        ("phases", {"synchronize": True}),
+        ("syncs", {"synchronize": False, "count_syncs": True}),
+        ("kernels", {"synchronize": False, "profile_kernels": True}),
+    ],
 )
-def test_the_phases_and_syncs_parts_run_each_arm_once_per_batch(
+def test_the_phases_syncs_and_kernels_parts_run_each_arm_once_per_batch(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     part: str,
@@ -150,6 +154,14 @@ def test_the_phases_and_syncs_parts_run_each_arm_once_per_batch(
             "phases": {"iteration": {"median": 10.0, "min": 9.0, "max": 11.0}},
             "iteration_ms": {"median": 10.0, "min": 9.0, "max": 11.0},
             "host_syncs": {"per_iteration": {"median": 3, "min": 3, "max": 4}},
+            "kernels": {
+                "iterations": 10,
+                "timed": "device kernels and copies",
+                "wall_ms": 12.5,
+                "busy_ms": 10.0,
+                "busy_share": 0.8,
+                "kernels": 900.0,
+            },
         }
 
     monkeypatch.setattr(_ul_runs, "train_run", fake_run)
@@ -178,6 +190,11 @@ def test_the_phases_and_syncs_parts_run_each_arm_once_per_batch(
             "device_loss": False,
         }
         assert "median 3 (min 3, max 4)" in lines[0]
+    if part == "kernels":
+        assert (
+            "12.50 ms each, device kernels and copies busy 10.00 ms (80%), 900 kernels" in lines[0]
+        )
+        assert result["nbs"] == "batch"
 
 
 def test_our_options_reach_a_child_process_as_they_were_given() -> None:
