@@ -70,7 +70,14 @@ def test_phases_and_pairs_run_and_split_the_iteration(tmp_path: Path) -> None:
         p = run["phases"]
         # Every phase the trainer lets one observe was marked, in every iteration after the
         # first of each epoch (16 images at batch 4: 4 an epoch, 2 epochs for 8 iterations).
-        for name in ("forward_backward", "optimizer_step", "zero_grad", "ema_update", "unscale"):
+        for name in (
+            "forward_backward",
+            "loss_backward",
+            "optimizer_step",
+            "zero_grad",
+            "ema_update",
+            "unscale",
+        ):
             assert p[name]["count"] == 8, name
         assert p["iteration"]["count"] == p["data_wait"]["count"] == 6
         assert p["compute"]["median"] <= p["iteration"]["max"]
@@ -277,7 +284,7 @@ def test_nbs_makes_the_trainer_accumulate_between_its_steps(tmp_path: Path) -> N
         # Every iteration runs the network and the loss; with nbs 64 at batch 4 the trainer
         # accumulates gradients over iterations, so fewer of them step (without --nbs all 8 do,
         # test_phases_and_pairs_run_and_split_the_iteration).
-        assert p["forward"]["count"] == p["loss"]["count"] == 8, arm
+        assert p["forward"]["count"] == p["loss"]["count"] == p["loss_backward"]["count"] == 8
         assert 1 <= p["trainer_optimizer_step"]["count"] < 8, arm
 
 

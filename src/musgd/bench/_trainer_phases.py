@@ -44,6 +44,7 @@ MARKS = (
     "forward_start",  # the network's forward (the model's predict), inside the loss call
     "forward_end",
     "backward_start",  # the loss scaled for its backward (the scaler's scale)
+    "backward_end",  # that scaled loss's backward() returned (every iteration, stepping or not)
     "optimizer_enter",
     "unscale_start",
     "unscale_end",
@@ -78,6 +79,9 @@ PHASES = (
     Phase("forward", "forward_start", "forward_end"),  # the network (replayed where captured)
     Phase("loss", "forward_end", "backward_start"),  # the detection loss and its bookkeeping
     Phase("backward", "backward_start", "optimizer_enter"),
+    # The backward call alone: in every iteration, also those that accumulate and do not step
+    # (where "backward", up to the optimizer step, has no end).
+    Phase("loss_backward", "backward_start", "backward_end"),
     Phase("trainer_optimizer_step", "optimizer_enter", "optimizer_exit"),
     Phase("unscale", "unscale_start", "unscale_end"),
     Phase("clip", "unscale_end", "scaler_step_start"),  # gradient clipping, between the two

@@ -31,11 +31,13 @@ def test_split_iteration_phases_and_derived() -> None:
     phases = split_iteration(_marks(10.0, data=0.050, step=0.010))
     assert phases["data_wait"] == pytest.approx(50.0)
     assert phases["optimizer_step"] == pytest.approx(10.0)
-    # 19 gaps of 2 ms between the 20 marks from batch_start to batch_end, one of them the step.
-    assert phases["iteration"] == pytest.approx(50.0 + 18 * 2.0 + 10.0)
-    # The network's forward, the loss and the backward: one gap each.
-    assert (phases["forward"], phases["loss"], phases["backward"]) == pytest.approx((2, 2, 2))
-    assert phases["forward_backward"] == pytest.approx(4 * 2.0)
+    # 20 gaps of 2 ms between the 21 marks from batch_start to batch_end, one of them the step.
+    assert phases["iteration"] == pytest.approx(50.0 + 19 * 2.0 + 10.0)
+    # The network's forward, the loss and the backward call: one gap each; the backward up to
+    # the optimizer step, two.
+    assert (phases["forward"], phases["loss"], phases["loss_backward"]) == pytest.approx((2, 2, 2))
+    assert phases["backward"] == pytest.approx(4.0)
+    assert phases["forward_backward"] == pytest.approx(5 * 2.0)
     assert phases["compute"] == pytest.approx(phases["iteration"] - 50.0)
     # optimizer_enter .. optimizer_exit spans 13 gaps, one of them the 10 ms step.
     assert phases["trainer_optimizer_step"] == pytest.approx(12 * 2.0 + 10.0)
@@ -60,7 +62,7 @@ def test_phase_trace_keeps_every_iteration_in_order() -> None:
     trace = phase_trace([first, _marks(0.5, data=0.010, step=0.010), slow])
     assert set(trace) == {"iteration", "forward_backward", "trainer_optimizer_step"}
     assert trace["iteration"][0] is None
-    assert trace["iteration"][1:] == [pytest.approx(56.0), pytest.approx(76.12)]
+    assert trace["iteration"][1:] == [pytest.approx(58.0), pytest.approx(78.12)]
     assert trace["trainer_optimizer_step"] == [
         pytest.approx(34.0),
         pytest.approx(34.0),

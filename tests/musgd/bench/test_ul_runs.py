@@ -8,8 +8,10 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 import musgd
 from musgd.bench import _ul_plan, _ul_runs
@@ -532,3 +534,25 @@ def test_base_arms_refuse_what_cannot_run_saying_what_to_pass(
     filled = [a.format(tmp=tmp_path, base=base) for a in argv]
     with pytest.raises(_ul_plan.UsageError, match=message):
         _args(*filled)
+
+
+def test_the_scaled_losss_backward_is_marked_where_it_returns_with_the_same_gradients() -> None:
+    from musgd.bench._trainer_phases import PhaseClock
+
+    class Scaler:
+        def scale(self, loss: torch.Tensor) -> torch.Tensor:
+            return loss * 4.0
+
+    ticks = iter(float(t) for t in range(100))
+    clock = PhaseClock(clock=lambda: next(ticks))
+    trainer = SimpleNamespace(ema=None, scaler=Scaler())
+    _ul_runs.instrument_trainer_objects(trainer, clock)
+    _ul_runs.instrument_trainer_objects(trainer, clock)  # a second time wraps nothing more
+    w = torch.tensor([1.0, -2.0], requires_grad=True)
+    clock.start_iteration()  # 0
+    trainer.scaler.scale((w * w).sum()).backward()  # scale at 1, its backward returns at 2
+    clock.end_iteration()  # 3
+    (marks,) = clock.iterations
+    assert (marks["backward_start"], marks["backward_end"]) == (1.0, 2.0)
+    assert w.grad is not None
+    assert torch.equal(w.grad, torch.tensor([8.0, -16.0]))  # 4 * 2w: the same call, unchanged
