@@ -92,6 +92,20 @@ def flat_zeros(like: Sequence[Tensor]) -> list[Tensor]:
     ]
 
 
+def flat_copies(
+    tensors: Sequence[Tensor], include: Sequence[bool] | None = None
+) -> list[Tensor | None]:
+    """:func:`flat_views` of ``tensors`` holding their values, copied by one multi-tensor
+    copy (the bits of a ``clone`` each); None where a tensor got no view."""
+    views = flat_views(tensors, include)
+    into = [view for view in views if view is not None]
+    if into:
+        torch._foreach_copy_(
+            into, [t.detach() for t, v in zip(tensors, views, strict=True) if v is not None]
+        )
+    return views
+
+
 def adopt_flat(tensors: Sequence[Tensor]) -> list[Tensor]:
     """Move the plain dense tensors of ``tensors`` into new buffers, in place: each keeps its
     object, values, shape and strides, its data now a view of the buffer (``tensor.data =
@@ -100,11 +114,10 @@ def adopt_flat(tensors: Sequence[Tensor]) -> list[Tensor]:
     count = Counter(t.untyped_storage().data_ptr() for t in tensors)
     alone = [count[t.untyped_storage().data_ptr()] == 1 for t in tensors]
     out = []
-    for t, view in zip(tensors, flat_views(tensors, alone), strict=True):
+    for t, view in zip(tensors, flat_copies(tensors, alone), strict=True):
         if view is None:
             out.append(t.detach())
             continue
-        view.copy_(t.detach())
         t.data = view
         out.append(view)
     return out

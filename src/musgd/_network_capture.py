@@ -64,7 +64,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor
 
-from musgd._flat import dense, flat_views
+from musgd._flat import dense, flat_copies
 from musgd._replay import (
     GRAPHS,
     STREAMS,
@@ -337,7 +337,7 @@ def keep_accumulated(params: Sequence[Tensor], grads: Sequence[Tensor | None]) -
     """Copy out each ``.grad`` that is still one of ``grads`` (autograd keeps an incoming
     gradient as ``.grad`` when there was none): the replay about to run overwrites them, and an
     accumulating ``.grad`` must keep its value. The copies lie back to back in one new buffer
-    (:func:`musgd._flat.flat_views`, the same shapes and strides) and are made by one
+    (:func:`musgd._flat.flat_copies`, the same shapes and strides) and are made by one
     multi-tensor copy: the same bits as a ``clone`` each, without a launch per gradient."""
     held = [
         (p, kept)
@@ -346,13 +346,9 @@ def keep_accumulated(params: Sequence[Tensor], grads: Sequence[Tensor | None]) -
     ]
     if not held:
         return
-    olds = [kept for _, kept in held]
-    views = flat_views(olds)
-    into = [view for view in views if view is not None]
-    if into:
-        torch._foreach_copy_(into, [k for k, v in zip(olds, views, strict=True) if v is not None])
-    for (p, kept), view in zip(held, views, strict=True):
-        p.grad = kept.clone() if view is None else view
+    copies = flat_copies([kept for _, kept in held])
+    for (p, kept), copied in zip(held, copies, strict=True):
+        p.grad = kept.clone() if copied is None else copied
 
 
 def obeys_layout(grad: Tensor, param: Tensor) -> bool:

@@ -20,7 +20,14 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["KERNEL_ROWS", "WINDOW", "KernelWindow", "summarize_kernels", "window_bounds"]
+__all__ = [
+    "KERNEL_ROWS",
+    "WINDOW",
+    "KernelWindow",
+    "kernel_table",
+    "summarize_kernels",
+    "window_bounds",
+]
 
 # Iterations profiled per run, and rows of the kernel table kept.
 WINDOW = 10
@@ -47,25 +54,28 @@ def window_bounds(total: int, skip: int, count: int = WINDOW) -> tuple[int, int]
     return start, max(1, min(count, total - start))
 
 
+def kernel_table(rows: Iterable[Any], per: int, *, device: bool = True) -> list[dict[str, Any]]:
+    """One row per profiler row (``key_averages()``) with time, longest first: ``name`` (at
+    most :data:`NAME_CHARS` characters), ``calls`` and ``us`` divided by ``per`` (steps or
+    iterations); the time is the device's self time where ``device`` (CUDA), else the host's."""
+    attribute = "self_device_time_total" if device else "self_cpu_time_total"
+    table: list[dict[str, Any]] = []
+    for row in rows:
+        us = float(getattr(row, attribute, 0.0) or 0.0)
+        if us > 0:
+            table.append(
+                {"name": str(row.key)[:NAME_CHARS], "calls": row.count / per, "us": us / per}
+            )
+    table.sort(key=lambda r: -r["us"])
+    return table
+
+
 def summarize_kernels(
     rows: Iterable[Any], *, iterations: int, wall_s: float, device: bool
 ) -> dict[str, Any]:
     """The window's summary from the profiler's ``key_averages()`` ``rows``: the device's
     self time of each row where ``device`` (CUDA), else the host's (microseconds)."""
-    table: list[dict[str, Any]] = []
-    for row in rows:
-        us = float(
-            getattr(row, "self_device_time_total" if device else "self_cpu_time_total", 0.0) or 0.0
-        )
-        if us > 0:
-            table.append(
-                {
-                    "name": str(row.key)[:NAME_CHARS],
-                    "calls": row.count / iterations,
-                    "us": us / iterations,
-                }
-            )
-    table.sort(key=lambda r: -r["us"])
+    table = kernel_table(rows, iterations, device=device)
     busy_ms = sum(r["us"] for r in table) / 1e3
     wall_ms = wall_s * 1e3 / iterations
     return {

@@ -52,6 +52,7 @@ from musgd._optimizer import group_structure
 from musgd._replay import ReplayOrthogonalizer, environment_key
 from musgd.bench._args import non_negative_int, positive_int
 from musgd.bench._evidence import build_evidence, write_evidence
+from musgd.bench._kernels import kernel_table
 from musgd.bench._models import PARAMETER_SETS, make_parameters
 from musgd.bench._optimizer_bench import _operands
 from musgd.bench._timing import time_steps
@@ -86,13 +87,8 @@ def device_kernels(step: Any, steps: int, device: torch.device) -> dict[str, Any
         for _ in range(steps):
             step()
         torch.cuda.synchronize(device)
-    table: list[dict[str, Any]] = []
-    for event in prof.key_averages():
-        # Kernel and memcpy/memset rows; their device time is what the GPU spent busy.
-        busy = float(getattr(event, "self_device_time_total", 0.0) or 0.0)
-        if busy > 0:
-            table.append({"name": event.key[:96], "calls": event.count / steps, "us": busy / steps})
-    table.sort(key=lambda row: -row["us"])
+    # Kernel and memcpy/memset rows; their device time is what the GPU spent busy.
+    table = kernel_table(prof.key_averages(), steps)
     return {
         "busy_ms": sum(row["us"] for row in table) / 1e3,
         "kernels": sum(row["calls"] for row in table),
