@@ -21,6 +21,7 @@ from musgd.bench import (
     _cpu_dtype,
     _distributed_bench,
     _floor,
+    _floor_ratio,
     _ns_quality,
     _profile,
     _triton_bench,
@@ -91,6 +92,11 @@ MEASUREMENTS: dict[
         "the one-graph floor of a YOLO26 training iteration: forward, backward, step replayed",
         _floor.add_arguments,
         _floor.run,
+    ),
+    "floor-ratio": (
+        "the trainer's iterations against their configurations' one-graph floors (evidence)",
+        _floor_ratio.add_arguments,
+        _floor_ratio.run,
     ),
     "cpu-dtype": (
         "MuSGD step per Newton-Schulz dtype (bf16, float32) on the CPU, by matrix size",
@@ -364,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"demo": _demo, "optimizer": _optimizer, "train": _train}
     try:
         _check_combinations(args)
-        if args.commit is not None:
+        if getattr(args, "commit", None) is not None:  # floor-ratio measures nothing
             check_commit(args.commit)  # before the run, not after it
         # Every subcommand's --device is checked here, before any work: cuda without a GPU is
         # a usage error, not a traceback from deep inside a measurement.

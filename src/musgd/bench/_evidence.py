@@ -10,6 +10,7 @@ the recorded hashes with the files at the recorded commit.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -197,3 +198,17 @@ def write_evidence(document: Mapping[str, Any], out: Path | None = None) -> Path
     if out is not None:
         path = out / path.name if out.is_dir() or str(out).endswith(("/", os.sep)) else out
     return evidence.write_evidence(document, path)
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """The JSON document of an evidence file that has ``results``; a ValueError saying why
+    ``path`` cannot be one (unreadable, not JSON, no ``results``)."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("results"), dict):
+        raise ValueError(f"{path} is not an evidence file (no results)")
+    return document

@@ -8,13 +8,13 @@ list of numbers (x = 1..n) or ``{"x": [...], "y": [...]}`` where some x has no v
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from musgd.bench._evidence import read_document
 from musgd.bench._ul_plan import UsageError
 
 __all__ = ["build_curves", "epoch_medians", "format_entry", "read_train_results"]
@@ -109,13 +109,12 @@ def read_train_results(path: Path) -> dict[str, Any]:
     """The ``results`` of an ``ultralytics-train`` evidence file, or a UsageError saying why
     the file cannot be one."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"--curves-from: cannot read {path}: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"--curves-from: {path} is not JSON: {exc}") from exc
-    results = document.get("results") if isinstance(document, dict) else None
-    if not isinstance(results, dict) or not isinstance(results.get("variants"), dict):
+        results: dict[str, Any] = read_document(path)["results"]
+    except ValueError as exc:
+        raise UsageError(
+            f"--curves-from: {exc}; pass the ultralytics-train.json the benchmark wrote"
+        ) from exc
+    if not isinstance(results.get("variants"), dict):
         raise UsageError(
             f"--curves-from: {path} is not an ultralytics-train evidence file (no "
             "results.variants); pass the ultralytics-train.json the benchmark wrote"

@@ -35,7 +35,7 @@ def test_help_works_without_ultralytics(
         (["--arms", "ours"], "--arms must include stock"),
         (["--curves-from", "{missing}"], "cannot read"),
         (["--curves-from", "{not_json}"], "is not JSON"),
-        (["--curves-from", "{not_evidence}"], "not an ultralytics-train evidence file"),
+        (["--curves-from", "{not_evidence}"], "is not an evidence file"),
         (
             ["--one-run", "{{bad", "--one-run-data", "d", "--one-run-out", "o", "--work", "w"],
             "--one-run must be a JSON object",

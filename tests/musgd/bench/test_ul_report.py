@@ -93,7 +93,8 @@ def test_format_entry() -> None:
     [
         (None, "cannot read"),
         (b"\xff{results", "is not JSON"),
-        (b'{"results": [1, 2]}', "not an ultralytics-train evidence file"),
+        (b'{"results": [1, 2]}', "is not an evidence file"),
+        (b'{"results": {"floors": []}}', "not an ultralytics-train evidence file"),
     ],
 )
 def test_reading_a_file_that_is_no_train_evidence_says_why(
