@@ -2,7 +2,7 @@
 # The GPU gate: CUDA tests and the optimizer benchmarks in one call on a GPU machine.
 # Runs from source (PYTHONPATH=src); writes logs and evidence JSON under $OUT (default ./out).
 #   scripts/gpu_gate.sh [tests] [optimizer] [train] [profile] [triton] [tiles] [ultralytics] [floor]
-#                       [quick]
+#                       [targets] [quick]
 #   (none: the first three)
 # Each stage has its own time limit (STAGE_LIMIT_S, default 240 s) so that one slow stage cannot
 # take the others' results with it. Measured on an H200 (2026-11-29, 8b82f26): the CUDA tests
@@ -13,6 +13,9 @@
 # (2026-12-01), and 200 s cut them short. At e58e4c6 (2026-12-04) 184 CUDA tests outgrew 230 s
 # (177 done); the tests stage's own limit is TESTS_LIMIT_S, default 300 s: run it alone in one
 # call and the benchmarks in a second, or TESTS_SHARDS=N to run N pytest processes side by side.
+# targets: WP-024's floor target (TARGET_MODELS, default yolo26s.yaml,yolo26m.yaml; TARGET_BATCHES,
+# default 4; TARGET_ROUNDS, default 2): the floors of the trained 4-class models, stock against
+# ours-network-loss with the guard in the trainer, and `musgd.bench floor-ratio` over them.
 # Pass GATE_COMMIT=<full sha of the tree, written literally>.
 set -uo pipefail
 source "$(dirname "$0")/_gpu_env.sh"  # root, $OUT, PYTHONPATH, $PY; GATE_COMMIT -> commit=()
@@ -96,8 +99,34 @@ for s in "${stages[@]}"; do
         ${FLOOR_ARGS:---models yolo26n.yaml,yolo26s.yaml,yolo26m.yaml --batch-sizes 4,16 --layouts nchw,channels_last} \
         2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    targets)  # WP-024's floor target in one call: the trained model's floors, the trainer, the verdict
+      need_ultralytics
+      models=${TARGET_MODELS:-yolo26s.yaml,yolo26m.yaml}
+      batches=${TARGET_BATCHES:-4}
+      # --classes 4: the trainer bench's synthetic data (musgd.bench._yolo_data.CLASSES), the
+      # model its trainer builds; a step every iteration in both (the bench's nbs is the batch).
+      timeout "$limit" $PY -m musgd.bench floor --device cuda "${commit[@]}" --out "$OUT/targets-floor.json" \
+        --models "$models" --batch-sizes "$batches" --layouts nchw --classes 4 2>&1 | tee -a "$OUT/gate.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      files=("$OUT/targets-floor.json")
+      IFS=, read -ra names <<< "$models"
+      for m in "${names[@]}"; do
+        dir="$OUT/targets-${m%.*}"
+        # shellcheck disable=SC2086  # TARGET_OPTIONS is a list of options
+        OUT="$dir" LIMIT_S="$limit" bash scripts/gpu_ultralytics.sh --model "$m" --parts train \
+          --arms "${TARGET_ARMS:-stock,ours-network-loss}" ${TARGET_OPTIONS:---ours-guard} \
+          --rounds "${TARGET_ROUNDS:-2}" --batch-sizes "$batches" --lowdata off 2>&1 | tee -a "$OUT/gate.log"
+        if [ "${PIPESTATUS[0]}" -eq 0 ]; then
+          rm -f "$dir/ultralytics.log"  # its lines are in gate.log; a call returns at most 8 files
+        else
+          rc=1
+        fi
+        files+=("$dir/ultralytics-train.json")
+      done
+      $PY -m musgd.bench floor-ratio "${files[@]}" --out "$OUT/floor-ratio.json" 2>&1 | tee -a "$OUT/gate.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     quick) ;;
-    *) echo "unknown stage: $s (use tests, optimizer, train, profile, triton, tiles, ultralytics, floor, quick)" >&2; exit 2 ;;
+    *) echo "unknown stage: $s (use tests, optimizer, train, profile, triton, tiles, ultralytics, floor, targets, quick)" >&2; exit 2 ;;
   esac
 done
 echo "gpu_gate rc=$rc" | tee -a "$OUT/gate.log"

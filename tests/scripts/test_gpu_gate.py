@@ -1,4 +1,5 @@
-"""scripts/gpu_gate.sh: the tests stage split over TESTS_SHARDS processes; the tiles stage."""
+"""scripts/gpu_gate.sh: the tests stage split over TESTS_SHARDS processes; the tiles and targets
+stages."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from musgd.bench import _triton_bench as tb
+from musgd.bench._yolo_data import CLASSES
 
 REPO = Path(__file__).resolve().parents[2]
 # A stand-in Python: records each call's arguments, and fails the pytest call given FAIL_FILE.
@@ -105,3 +107,28 @@ def test_the_tiles_stage_sweeps_known_configurations_with_and_without_the_split(
     names = words[words.index("--configs") + 1].split(",")
     assert set(names) <= set(tb.CONFIGS), "every default name is a configuration"
     assert {tb.CONFIGS[n].split_k for n in names} == {1, 2, 4, 8}
+
+
+def test_the_targets_stage_measures_the_trained_models_floors_then_reads_them_together(
+    tmp_path: Path,
+) -> None:
+    done, calls = _gate(tmp_path, 1, fail="no-such-file", stage="targets")
+    assert done.returncode == 0, done.stdout + done.stderr
+    commands = [c.split()[2] for c in calls]
+    assert commands == ["floor", "ultralytics", "ultralytics", "floor-ratio"]
+    floor = calls[0].split()
+    # The floor of the model the trainer bench trains: its synthetic data's class count.
+    assert floor[floor.index("--classes") + 1] == str(CLASSES)
+    assert floor[floor.index("--models") + 1] == "yolo26s.yaml,yolo26m.yaml"
+    assert [c.split()[c.split().index("--model") + 1] for c in calls[1:3]] == [
+        "yolo26s.yaml",
+        "yolo26m.yaml",
+    ]
+    out = tmp_path / "out"
+    assert calls[3].split()[3:] == [
+        str(out / "targets-floor.json"),
+        str(out / "targets-yolo26s" / "ultralytics-train.json"),
+        str(out / "targets-yolo26m" / "ultralytics-train.json"),
+        "--out",
+        str(out / "floor-ratio.json"),
+    ]
