@@ -231,8 +231,19 @@ def wp(fmt: str, root: str | None) -> int:
 
 
 @cli.command()
-@click.option("--git/--no-git", default=True, help="Verify commits, hashes and markers with git.")
-@click.option("--collect/--no-collect", default=True, help="Verify `collected N` markers.")
+@click.option(
+    "--git/--no-git",
+    default=True,
+    show_default=True,
+    help="Check with git: each file's recorded commit and hashes, and the claims' `covers` and "
+    "`identical` markers. --no-git skips those (a tree without its history).",
+)
+@click.option(
+    "--collect/--no-collect",
+    default=True,
+    show_default=True,
+    help="Check `collected N` markers by collecting the named tests with pytest.",
+)
 @_shared_options
 def evidence(git: bool, collect: bool, fmt: str, root: str | None) -> int:
     """Lint [MEASURED] claims and the evidence files under docs/evidence/."""

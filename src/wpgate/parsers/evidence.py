@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -59,6 +59,11 @@ _COLLECTED_RE = re.compile(r"^collected\s+(\d+)\s+--\s+(.+)$")
 _DATE_RE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ][\d:.]+Z?)?\b")
 _NUMBER_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)*")
 _HEXISH_RE = re.compile(r"^[0-9a-f]{7,40}$")
+_HEX_DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")  # a sha256, as `sources` records them
+# A date or date-time string, whose fields are not measurements (2026-12-07T10:37:00+00:00).
+_TIMESTAMP_RE = re.compile(
+    r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$"
+)
 _URL_PREFIXES = ("http://", "https://", "mailto:", "ftp://", "#")
 
 
@@ -267,7 +272,8 @@ def iter_values(document: Any) -> Iterator[Any]:
 
 
 def evidence_numbers(document: Any) -> tuple[frozenset[Decimal], tuple[str, ...]]:
-    """The numbers a document records (JSON numbers and numbers inside strings) and its strings."""
+    """The numbers a document records (JSON numbers, and numbers written as tokens of their own
+    inside strings: not the digits of a hash, a version, a word or a date) and its strings."""
     numbers: set[Decimal] = set()
     strings: list[str] = []
     for value in iter_values(document):
@@ -280,11 +286,28 @@ def evidence_numbers(document: Any) -> tuple[frozenset[Decimal], tuple[str, ...]
                 continue
         elif isinstance(value, str):
             strings.append(value)
+            if _TIMESTAMP_RE.match(value):
+                continue  # a date's fields are not measurements
             for match in _NUMBER_RE.finditer(value):
+                if _in_a_name(value, match.start(), match.end()):
+                    continue
                 parsed = _decimal(match.group(0))
                 if parsed is not None:
                     numbers.add(parsed)
     return frozenset(numbers), tuple(strings)
+
+
+def version_prefixes(strings: Iterable[str]) -> frozenset[str]:
+    """The dotted versions written in ``strings`` (``2.13.0`` of ``2.13.0+cpu``) with each of
+    their leading parts of two or more components (``2.13``)."""
+    found: set[str] = set()
+    for value in strings:
+        for match in _NUMBER_RE.finditer(value):
+            parts = match.group(0).split(".")
+            if len(parts) < 3 or _in_a_name(value, match.start(), match.end()):
+                continue
+            found.update(".".join(parts[:k]) for k in range(2, len(parts) + 1))
+    return frozenset(found)
 
 
 def _decimal(text: str) -> Decimal | None:
@@ -423,6 +446,24 @@ def _blank(text: str, pattern: re.Pattern[str], group: int = 0) -> str:
     return pattern.sub(repl, text)
 
 
+def _in_a_name(text: str, start: int, end: int) -> bool:
+    """Whether the digits ``text[start:end]`` belong to a name, not a measurement: an identifier
+    (R12, WP-197b, x86, #6, §3), a hash or an abbreviated commit (623edc0). The claims' numbers
+    and the numbers inside an evidence file's strings are read by this one rule."""
+    before = text[start - 1] if start else " "
+    before2 = text[start - 2] if start > 1 else " "
+    if before.isalpha() or before in "_#§" or (before == "-" and before2.isalnum()):
+        return True
+    word_start = start
+    while word_start and (text[word_start - 1].isalnum() or text[word_start - 1] == "_"):
+        word_start -= 1
+    word_end = end
+    while word_end < len(text) and (text[word_end].isalnum() or text[word_end] == "_"):
+        word_end += 1
+    word = text[word_start:word_end]
+    return bool(_HEXISH_RE.match(word) or _HEX_DIGEST_RE.match(word)) and not word.isdigit()
+
+
 def _numbers(segment: str, line: int) -> tuple[tuple[Number, ...], tuple[Number, ...]]:
     """The numbers and the dotted versions written in a claim's prose."""
     prose = _blank(segment, _CODE_SPAN_RE)
@@ -433,21 +474,9 @@ def _numbers(segment: str, line: int) -> tuple[tuple[Number, ...], tuple[Number,
     versions: list[Number] = []
     for match in _NUMBER_RE.finditer(prose):
         start, end = match.span()
-        before = prose[start - 1] if start else " "
-        before2 = prose[start - 2] if start > 1 else " "
         after = prose[end] if end < len(prose) else " "
-        word_start = start
-        while word_start and (prose[word_start - 1].isalnum() or prose[word_start - 1] == "_"):
-            word_start -= 1
-        word_end = end
-        while word_end < len(prose) and (prose[word_end].isalnum() or prose[word_end] == "_"):
-            word_end += 1
-        word = prose[word_start:word_end]
-        # Identifiers carry digits that are names, not measurements: R12, WP-197b, x86, #6, §3.
-        if before.isalpha() or before in "_#§" or (before == "-" and before2.isalnum()):
+        if _in_a_name(prose, start, end):
             continue
-        if _HEXISH_RE.match(word) and not word.isdigit():
-            continue  # an abbreviated commit such as 623edc0
         text = match.group(0).rstrip(".,")
         where = line + segment.count("\n", 0, start)
         value = _decimal(text)

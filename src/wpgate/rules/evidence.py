@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
 
 from wpgate._model import Finding, Rule, register
 from wpgate.docs_options import EvidenceOptions
-from wpgate.parsers.evidence import Evidence, Number, evidence_numbers
+from wpgate.parsers.evidence import Evidence, Number, evidence_numbers, version_prefixes
 from wpgate.records import ClaimContext, EvidenceTree
 from wpgate.rules import (
     EVIDENCE_CITATION_EXISTS,
@@ -28,6 +28,7 @@ from wpgate.rules import (
 )
 
 _HUNDRED = Decimal(100)
+_SHORT_COMMIT = 7  # the digits of git's shortest abbreviated commit
 
 
 def _cited(tree: EvidenceTree, context: ClaimContext) -> list[Evidence]:
@@ -211,6 +212,7 @@ class _Index:
     def __init__(self) -> None:
         self._values: dict[str, tuple[frozenset[Decimal], tuple[str, ...]]] = {}
         self._rounded: dict[tuple[str, int], frozenset[Decimal]] = {}
+        self._versions: dict[str, frozenset[str]] = {}
 
     def _load(self, evidence: Evidence) -> tuple[frozenset[Decimal], tuple[str, ...]]:
         if evidence.path not in self._values:
@@ -232,8 +234,16 @@ class _Index:
         """The strings of ``evidence``."""
         return self._load(evidence)[1]
 
+    def versions(self, evidence: Evidence) -> frozenset[str]:
+        """The dotted versions of ``evidence``'s strings and their leading parts (``2.13.0+cpu``
+        gives ``2.13`` and ``2.13.0``): a claim may name torch 2.13."""
+        if evidence.path not in self._versions:
+            self._versions[evidence.path] = version_prefixes(self.strings(evidence))
+        return self._versions[evidence.path]
+
     def holds(self, cited: Iterable[Evidence], number: Number) -> bool:
-        """Whether any cited file records ``number`` (to its written precision)."""
+        """Whether any cited file records ``number`` (to its written precision), names it as a
+        version's leading parts, or (seven digits or more) it abbreviates the file's commit."""
         for evidence in cited:
             if number.value in self.rounded(evidence, number.decimals):
                 return True
@@ -241,8 +251,11 @@ class _Index:
             fraction = number.value / _HUNDRED
             if number.percent and fraction in self.rounded(evidence, number.decimals + 2):
                 return True
-            if any(number.text in s for s in self.strings(evidence)):
+            if number.decimals and number.text in self.versions(evidence):
                 return True
+            commit = evidence.git_commit or ""
+            if len(number.text) >= _SHORT_COMMIT and commit.startswith(number.text):
+                return True  # an abbreviated commit that happens to be all digits
         return False
 
 
@@ -250,7 +263,10 @@ def check_numbers(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Find
     """Every number in a claim's prose is recorded in a file the claim cites.
 
     A number matches a recorded value rounded to the claim's decimals; a percentage also
-    matches a fraction; dotted versions (``2.9.1``) match text in the file. Inline code is exempt.
+    matches a fraction; dotted versions (``2.9.1``) match text in the file, and a number with
+    decimals the leading parts of a recorded version (``2.13`` of ``2.13.0+cpu``). Numbers
+    inside the file's strings count only as tokens of their own, not as digits of a hash, a
+    word or a date. Inline code is exempt.
     """
     index = _Index()
     for context in tree.claims:
@@ -344,11 +360,13 @@ def _same_tree_hint(tree: EvidenceTree, lost: Sequence[str]) -> str:
 
 
 def _covers(tree: EvidenceTree, evidence: Evidence, sha: str) -> bool:
-    """Whether commit ``sha`` holds exactly the sources ``evidence`` measured."""
-    if evidence.git_commit is not None and evidence.git_commit.startswith(sha) and not tree.git:
+    """Whether commit ``sha`` holds exactly the sources ``evidence`` measured. Without git
+    (``--no-git``) no commit's files can be read, so the claim's word is taken, as the
+    ``identical`` marker's is: git-backed checks are skipped, not failed."""
+    if not tree.git:
         return True
     full = tree.commits.get(sha)
-    if not tree.git or full is None:
+    if full is None:
         return False
     return all(tree.hashes_at.get((full, s)) == d for s, d in evidence.sources.items())
 

@@ -241,6 +241,52 @@ def test_wpg406_numbers_come_from_the_evidence(repo: tuple[Path, str]) -> None:
     ]
 
 
+def test_wpg406_digits_of_hashes_platforms_and_dates_are_not_measurements(
+    repo: tuple[Path, str],
+) -> None:
+    """A number found only inside a hash, a platform string or a timestamp is a finding (the
+    substring match that let these pass was found by an outside audit)."""
+    root, first = repo
+    _evidence(
+        root,
+        first,
+        created="2026-12-07T10:37:00+00:00",
+        environment={"torch": "2.9.1+cu129", "platform": "Linux-6.18.44-fc-x86_64"},
+        results={"step": {"median_ms": 188.0952}, "label": "f29ce87a 12.5 ms over 3 rounds"},
+    )
+    claims = {
+        "6.18 ms": True,  # the platform's kernel version
+        "20 runs": True,  # the year
+        "37 runs": True,  # the minute
+        "29 runs": True,  # digits inside a hash
+        "87 runs": True,
+        "12.5 ms": False,  # a number written as a token of its own in a string counts
+        "3 rounds": False,
+        "188.1 ms": False,
+    }
+    for text, flagged in claims.items():
+        _page(root, f"[MEASURED] It takes {text} ([evidence](evidence/a.json)).")
+        found = [f.message for f in lint_evidence(root) if f.rule_id == "WPG406"]
+        assert bool(found) is flagged, (text, found)
+
+
+def test_wpg406_a_version_prefix_and_an_all_digit_commit_are_recorded(
+    repo: tuple[Path, str],
+) -> None:
+    root, first = repo
+    _evidence(root, "1234567" + first[7:])
+    _page(
+        root,
+        "[MEASURED] On torch 2.9 (2.9.1 exactly), 188.1 ms; it ran at 1234567 "
+        "([evidence](evidence/a.json)).",
+    )
+    assert [f.message for f in lint_evidence(root) if f.rule_id == "WPG406"] == []
+    _page(root, "[MEASURED] On torch 2.8, 188.1 ms at 1234568 ([evidence](evidence/a.json)).")
+    assert sorted(
+        f.message.split(" is not")[0] for f in lint_evidence(root) if f.rule_id == "WPG406"
+    ) == ["1234568", "2.8"]
+
+
 def test_wpg407_stale_claim_unless_it_names_the_commit(repo: tuple[Path, str]) -> None:
     root, first = repo
     (root / "src/m.py").write_text("X = 3\n", encoding="utf-8")
@@ -354,3 +400,22 @@ def test_checks_are_pure_over_a_tree_without_git(tmp_path: Path) -> None:
     assert [f for rule in rules.CHECKS for f in rule.check(tree, EvidenceOptions())] == []
     (tmp_path / "src/m.py").write_text("X = 2\n", encoding="utf-8")
     assert _ids(lint_evidence(tmp_path)) == [(PAGE, 5, "WPG407")]
+
+
+def test_without_git_a_claim_that_names_its_commit_is_taken_at_its_word(
+    repo: tuple[Path, str],
+) -> None:
+    """--no-git cannot read a commit's files: a `covers` claim is not failed for it (found by an
+    outside audit: a correct claim failed WPG407 only with --no-git)."""
+    root, first = repo
+    (root / "src/m.py").write_text("X = 2\n", encoding="utf-8")
+    second = _commit(root, "feat: m again")
+    # Measured on the second commit's files before it was made (no commit recorded), and
+    # claimed as covering it.
+    _evidence(root, None)
+    _page(root, CLAIM.replace("saved (", f"saved; covers {second[:7]} ("))
+    (root / "src/m.py").write_text("X = 3\n", encoding="utf-8")  # changed since
+    assert _ids(lint_evidence(root)) == []
+    assert _ids(lint_evidence(root, git=False)) == []
+    _page(root, CLAIM.replace("saved (", f"saved; covers {first[:7]} ("))
+    assert _ids(lint_evidence(root)) == [(PAGE, 5, "WPG407")]  # git says first differs
