@@ -127,10 +127,13 @@ def load_references(root: Path, config: Config | None = None) -> References:
         provenance = _provenance(root, rel, read)
         sources, placeholders = provenance.source_ids, provenance.placeholder_ids
     wp_ids, wp_refused = _registry(root, config)
+    assumptions = DocsLayout.from_config(config).assumptions
     return References(
         wp_ids=wp_ids,
         wp_refused=wp_refused,
         provenance_ids=sources,
         placeholder_ids=placeholders,
         assumption_ids=load_assumption_ids(root, config),
+        assumptions_path=assumptions,
+        assumptions_found=(root / assumptions).is_file(),
     )

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wpgate._config import Config
+from wpgate._config import Config, history_start_off_head, warn
 from wpgate._git import (
     CommitFields,
     PushedRef,
@@ -355,4 +355,7 @@ def run_trailers(
                 "configuration: wpgate.toml, or [tool.wpgate] of pyproject.toml"
             )
         revisions = history_range(config.history_start)
+        off_head = history_start_off_head(config)
+        if off_head:
+            warn(off_head)
     return lint_range(config, revisions, comment_char=None)

@@ -201,7 +201,7 @@ class Config:
                 if RULES.get(rule_id) is None:
                     unknown[rule_id] = None
         for rule_id in unknown:
-            _warn(_unknown_rule("--ignore", rule_id))
+            warn(_unknown_rule("--ignore", rule_id))
         # Same table, same options: the copy shares the records built so far.
         return replace(self, rule_switches=_frozen(switches))
 
@@ -229,7 +229,7 @@ def _unknown_rule(where: str, rule_id: str) -> str:
     )
 
 
-def _warn(text: str) -> None:
+def warn(text: str) -> None:
     """Say ``text`` as one ``wpgate: warning:`` line on stderr (stdout is the report), as the
     shell says its notes; stderr's ``backslashreplace`` keeps any name writable."""
     sys.stderr.write(f"wpgate: warning: {text}\n")
@@ -410,10 +410,10 @@ def load_config(root: Path) -> Config:
     where = config.table_in_file("rules")
     for rule_id in config.rule_switches:
         if RULES.get(rule_id) is None:  # `_rule_switches` registered every rule
-            _warn(_unknown_rule(where, rule_id))
+            warn(_unknown_rule(where, rule_id))
     moving = moving_history_start(config)
     if moving:
-        _warn(moving)
+        warn(moving)
     return config
 
 
@@ -444,6 +444,27 @@ def moving_history_start(config: Config) -> str | None:
         f"{key} in {source} names {what}, so `wpgate check` lints a range that moves with it; "
         f"set it to the sha of the first governed commit (`git rev-parse {value}` prints the "
         "one it names now)"
+    )
+
+
+def history_start_off_head(config: Config) -> str | None:
+    """The warning for a ``history_start`` that is not an ancestor of HEAD (a commit of another
+    branch, or of history rewritten since): the range from it to HEAD is then not the governed
+    history but HEAD's commits that it cannot reach. None when it is an ancestor, when none is
+    set, or when git cannot tell (one git process; asked only where the history is read)."""
+    value = config.history_start
+    if not value:
+        return None
+    from wpgate._git import is_ancestor
+
+    if is_ancestor(config.root, value) is not False:
+        return None
+    key = "history_start" if config.respells else "[tool.wpgate] history_start"
+    return (
+        f"{key} in {config.source or _PYPROJECT} names `{value}`, which is not an ancestor of "
+        "HEAD, so the governed range holds HEAD's commits that it cannot reach, not the "
+        "history since it; set it to the first governed commit of this branch's history "
+        "(`git log --oneline` lists them)"
     )
 
 

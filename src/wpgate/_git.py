@@ -583,6 +583,18 @@ def is_work_tree(root: Path) -> bool:
     return done is not None and done.returncode == 0 and done.stdout.strip() == b"true"
 
 
+def is_ancestor(root: Path, older: str, newer: str = "HEAD") -> bool | None:
+    """Whether commit ``older`` is an ancestor of ``newer`` (or the same commit); None when git
+    cannot tell (no repository, an unknown name: said elsewhere). One git process."""
+    done = _ask(
+        root,
+        ["merge-base", "--is-ancestor", validate_revision(older), validate_revision(newer)],
+    )
+    if done is None or done.returncode not in (0, 1):
+        return None
+    return done.returncode == 0
+
+
 def branch_ref(root: Path, name: str) -> str | None:
     """The branch ``name`` is (``refs/heads/main``, ``refs/remotes/origin/main``), or None when
     it names no branch: a tag, a commit, nothing git knows, or no repository (one git process).

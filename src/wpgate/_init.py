@@ -101,6 +101,15 @@ A source appears once, on the day it was first used.
 | --- | --- | --- |
 """
 
+_ASSUMPTIONS = """# Assumptions
+
+Things the project takes as true without having proved them. A commit's `Assumptions:` trailer
+cites ids from this table (`Assumptions: A1, A2`) or says `Assumptions: none`.
+
+| ID | Assumption | Why we hold it | How it would be checked |
+| --- | --- | --- | --- |
+"""
+
 _CHANGELOG = """# Changelog
 
 All notable changes to this project are documented here. The format follows
@@ -362,6 +371,7 @@ def plan_scaffolds(
             adds="/site/",
         ),
         Scaffold(layout.provenance, _PROVENANCE),
+        Scaffold(layout.assumptions, _ASSUMPTIONS),
         Scaffold(layout.changelog, _CHANGELOG),
         Scaffold(f"{layout.work_packages}/index.md", _WORK_PACKAGES_INDEX),
         Scaffold(f"{layout.evidence}/README.md", _EVIDENCE_README),

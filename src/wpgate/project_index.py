@@ -41,9 +41,12 @@ _SKIP_DIRS = frozenset(
 # Build outputs, skipped only at the top (``src/wpgate/site/`` is a package, ``site/`` a build).
 _SKIP_TOP_DIRS = frozenset({"site", "build", "dist"})
 _PY_ROOTS = ("src", "scripts", "tests")
+# A click command: its decorator, then (past any other decorators, which may span lines, as a
+# formatter writes a long `@click.option(...)`) the first function defined.
 _COMMAND_RE = re.compile(
-    r"@[\w.]+\.(?:command|group)\(\s*(?:name\s*=\s*)?(?:\"([\w-]+)\")?[^)]*\)\s*(?:@[^\n]*\n\s*)*"
-    r"def\s+(\w+)"
+    r"@[\w.]+\.(?:command|group)\(\s*(?:name\s*=\s*)?(?:\"([\w-]+)\")?[^)]*\)[\s\S]*?"
+    r"^[ \t]*(?:async[ \t]+)?def\s+(\w+)",
+    re.MULTILINE,
 )
 _FLAG_LITERAL_RE = re.compile(r"[\"'\s(/](--[A-Za-z0-9][\w.-]*)")
 _IDENTIFIER_RE = re.compile(r"\b[A-Za-z_]\w*\b")

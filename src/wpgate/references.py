@@ -62,6 +62,10 @@ class References:
     provenance_ids: frozenset[str] = field(default_factory=frozenset)
     placeholder_ids: frozenset[str] = field(default_factory=frozenset)
     assumption_ids: frozenset[str] = field(default_factory=frozenset)
+    #: Where the assumptions are read from (``[tool.wpgate.docs] assumptions``), and whether
+    #: that file exists: the findings name it, and say when it is missing.
+    assumptions_path: str = "docs/ASSUMPTIONS.md"
+    assumptions_found: bool = False
 
 
 def split_node_ids(value: str) -> list[str]:

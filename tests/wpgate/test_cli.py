@@ -221,6 +221,27 @@ def test_history_and_check_use_history_start(repo: Path) -> None:
     assert [f for f in json.loads(out)["findings"] if f["rule_id"] == "WPG101"]
 
 
+def test_a_history_start_off_heads_history_is_warned_about(repo: Path) -> None:
+    """A commit of another branch as history_start makes `start^..HEAD` a different set of
+    commits; the run says so on stderr (found by an outside audit: it passed silently)."""
+    git(repo, "commit", "-q", "--allow-empty", "-F", "-", data=GOOD)
+    governed = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "side")
+    git(repo, "commit", "-q", "--allow-empty", "-F", "-", data=GOOD)
+    side = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-")
+    (repo / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "{side}"\n')
+    for command in (("trailers", "--history"), ("check",)):
+        _, _, err = run(repo, *command)
+        assert (
+            f"wpgate: warning: [tool.wpgate] history_start in pyproject.toml names `{side}`, "
+            "which is not an ancestor of HEAD"
+        ) in err, command
+    (repo / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "{governed}"\n')
+    _, _, err = run(repo, "trailers", "--history")
+    assert "not an ancestor" not in err
+
+
 def test_explain() -> None:
     status, out, _ = run(Path("."), "explain", "WPG104")
     assert status == 0

@@ -41,6 +41,9 @@ def test_init_writes_every_scaffold_then_keeps_them(
         assert f"wrote {path}" in out
         assert (tmp_path / path).is_file()
     assert 'site_name: "Demo"' in (tmp_path / "mkdocs.yml").read_text(encoding="utf-8")
+    # The table an `Assumptions:` trailer cites (the guide names it; an audit found it unmade).
+    assert "docs/ASSUMPTIONS.md" in planned
+    assert "| ID | Assumption |" in (tmp_path / "docs/ASSUMPTIONS.md").read_text(encoding="utf-8")
     (tmp_path / "CHANGELOG.md").write_text("# mine\n\n## [Unreleased]\n", encoding="utf-8")
     # A second run writes nothing: it keeps every file, edits included.
     assert main(["init", "--root", str(tmp_path)]) == 0

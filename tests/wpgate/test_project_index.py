@@ -69,3 +69,22 @@ def test_a_changelog_verdict_does_not_depend_on_a_checkouts_outputs(tmp_path: Pa
     assert [(f.rule_id, f.message) for f in lint_changelog(tmp_path)] == fresh
     (tmp_path / "src/pkg/engine.py").unlink()  # a promised file that really went
     assert any("src/pkg/engine.py" in f.message for f in lint_changelog(tmp_path))
+
+
+def test_click_commands_are_found_past_decorators_that_span_lines(tmp_path: Path) -> None:
+    """A formatter writes a long `@click.option(...)` over several lines; the command under it
+    is still a command (this project's own `wpgate evidence` went missing so)."""
+    (tmp_path / "src/pkg").mkdir(parents=True)
+    (tmp_path / "src/pkg/cli.py").write_text(
+        "import click\n\n\n@click.group()\ndef cli():\n    pass\n\n\n"
+        '@cli.command()\n@click.option(\n    "--git/--no-git",\n    default=True,\n'
+        '    help="Check with git (the claims\' markers).",\n)\n'
+        '@click.option("--collect", is_flag=True)\n'
+        "def evidence_check(git, collect):\n    pass\n\n\n"
+        '@cli.command(name="new-wp")\nasync def new(\n    x,\n):\n    pass\n\n\n'
+        "def helper():\n    pass\n",
+        encoding="utf-8",
+    )
+    commands = load_project_index(tmp_path).commands
+    assert {"cli", "evidence-check", "new-wp"} <= commands
+    assert "helper" not in commands

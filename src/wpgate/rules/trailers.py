@@ -256,10 +256,16 @@ class _Governed:
     hash or repr.
     """
 
-    def __init__(self, key: str, rule_id: str, example: str) -> None:
+    def __init__(self, key: str, rule_id: str, example: str, *, one_id: bool = False) -> None:
         self.key = key
         self.rule_id = rule_id
         self.folded = key.lower()
+        # WP: names one work package; the lists (Provenance:, Assumptions:) take several ids.
+        self.repeated = (
+            "keep exactly one: a commit serves one work package (split a commit that serves two)"
+            if one_id
+            else "keep exactly one (separate several ids with commas)"
+        )
         self.missing = (
             f"the `{key}:` trailer is missing; add `{example}` to the last paragraph of the "
             "message (trailers follow a blank line)"
@@ -280,8 +286,7 @@ def _presence(
             parsed.path,
             extra.line,
             governed.rule_id,
-            f"`{governed.key}:` appears {len(found)} times; keep exactly one (separate several "
-            "ids with commas)",
+            f"`{governed.key}:` appears {len(found)} times; {governed.repeated}",
         )
         for extra in found[1:]
     ]
@@ -296,7 +301,7 @@ def _missing(
     return _NONE
 
 
-_WP = _Governed("WP", WP_TRAILER, "WP: NNN")
+_WP = _Governed("WP", WP_TRAILER, "WP: NNN", one_id=True)
 
 
 def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding]:
@@ -309,13 +314,18 @@ def check_wp(parsed: CommitMessage, options: TrailerOptions) -> Sequence[Finding
     trailer = found[0]
     value = trailer.value
     if not _WP_ID.match(value):
+        parts = [p for p in re.split(r"[\s,;]+", value) if p]
+        several = len(parts) > 1 and all(_WP_ID.match(p) for p in parts)
         return (
             Finding(
                 parsed.path,
                 trailer.line,
                 WP_TRAILER,
-                f"`WP: {value[:60]}` is not a work-package id; write three or more digits with "
-                "an optional letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
+                f"`WP: {value[:60]}` names {len(parts)} work packages; a commit serves one: "
+                "keep the one it serves (split a commit that serves two)"
+                if several
+                else f"`WP: {value[:60]}` is not a work-package id; write three or more digits "
+                "with an optional letter (`WP: 004`, `WP: 197b`, `WP: 1000`) or `WP: none`",
             ),
         )
     if value != "none" and value not in parsed.references.wp_ids:
@@ -417,8 +427,14 @@ def assumption_problems(value: str, references: References) -> tuple[str, ...]:
                 f"`{item}` is not an assumption id; write `none` or ids such as `A1, A2`"
             )
         elif item not in references.assumption_ids:
+            where = references.assumptions_path
             problems.append(
-                f"{item} is not in docs/ASSUMPTIONS.md; add the assumption or fix the id"
+                f"{item} is not in {where}; add the assumption to its table (a row `| {item} "
+                "| ... |`) or fix the id"
+                if references.assumptions_found
+                else f"{item} cannot be found: {where} does not exist; create it with a table "
+                f"whose first column is `ID` (`wpgate init` writes one), add {item}, or write "
+                "`Assumptions: none`"
             )
     return tuple(problems)
 

@@ -35,6 +35,7 @@ REFS = References(
     provenance_ids=frozenset({"R1", "R12", "R40"}),
     placeholder_ids=frozenset({"R9"}),
     assumption_ids=frozenset({"A1", "A2"}),
+    assumptions_found=True,
 )
 KNOWN_GATES = {"tests/wpgate/test_cli.py::test_trailers", "tests/wpgate/test_cli.py"}
 OPTIONS = TrailerOptions()
@@ -63,7 +64,7 @@ def _commit(text: str, **kwargs: object) -> CommitMessage:
     return CommitMessage(
         message=parse_message(text, cleanup=cleanup),
         path="abc123def456",
-        references=REFS,
+        references=kwargs.pop("references", REFS),  # type: ignore[arg-type]
         resolve_gate=_gate,
         **kwargs,  # type: ignore[arg-type]
     )
@@ -206,7 +207,20 @@ def test_wp_missing_repeated_malformed_unknown() -> None:
         )
     ]
     assert _run(check_wp, base + "WP: 004\nWP: 197b\n") == [
-        (6, "WPG104", "`WP:` appears 2 times; keep exactly one (separate several ids with commas)")
+        (
+            6,
+            "WPG104",
+            "`WP:` appears 2 times; keep exactly one: a commit serves one work package (split a "
+            "commit that serves two)",
+        )
+    ]
+    assert _run(check_wp, base + "WP: 001, 002\n") == [
+        (
+            5,
+            "WPG104",
+            "`WP: 001, 002` names 2 work packages; a commit serves one: keep the one it serves "
+            "(split a commit that serves two)",
+        )
     ]
     assert _run(check_wp, base + "WP: 4\n") == [
         (
@@ -292,8 +306,24 @@ def test_assumptions() -> None:
     assert _run(check_assumptions, base + "Assumptions: none\n") == []
     assert _run(check_assumptions, base + "Assumptions: A1, A2\n") == []
     assert _run(check_assumptions, base + "Assumptions: A3, maybe\n") == [
-        (6, "WPG106", "A3 is not in docs/ASSUMPTIONS.md; add the assumption or fix the id"),
+        (
+            6,
+            "WPG106",
+            "A3 is not in docs/ASSUMPTIONS.md; add the assumption to its table (a row `| A3 | "
+            "... |`) or fix the id",
+        ),
         (6, "WPG106", "`maybe` is not an assumption id; write `none` or ids such as `A1, A2`"),
+    ]
+    # Where the file is missing (an adopter who never made it), the finding says so.
+    missing = References(assumption_ids=frozenset({"A2"}), assumptions_path="notes/assumed.md")
+    assert _run(check_assumptions, base + "Assumptions: A1\n", references=missing) == [
+        (
+            6,
+            "WPG106",
+            "A1 cannot be found: notes/assumed.md does not exist; create it with a table whose "
+            "first column is `ID` (`wpgate init` writes one), add A1, or write `Assumptions: "
+            "none`",
+        )
     ]
     required = TrailerOptions(required=("Assumptions",))
     assert [f[:2] for f in _run(check_assumptions, base, required)] == [(5, "WPG106")]
