@@ -174,6 +174,11 @@ def explain(rule: str | None, list_all: bool) -> int:
 
     register_all()
 
+    if list_all and rule is not None:
+        raise InvocationError(
+            f"--list lists every rule and {rule!r} asks for one; pass either (`wpgate explain "
+            f"{rule}` or `wpgate explain --list`)"
+        )
     if list_all or rule is None:
         width = max(len(known.name) for known in RULES)  # the longest name still has a gap
         for known in RULES:

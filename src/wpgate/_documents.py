@@ -167,7 +167,7 @@ def _read(root: Path, rel: str) -> tuple[str | None, int, str]:
         return (
             None,
             0,
-            f"{rel} does not exist; create it (`wpgate init` writes a start) or fix the path",
+            f"{rel} does not exist; create it or fix the path",
         )
     except ReadRefusedError as exc:
         return None, 0, str(exc)

@@ -242,6 +242,12 @@ def test_a_history_start_off_heads_history_is_warned_about(repo: Path) -> None:
     assert "not an ancestor" not in err
 
 
+def test_explain_refuses_a_rule_with_list() -> None:
+    status, out, err = run(Path("."), "explain", "--list", "WPG104")
+    assert (status, out) == (2, "")
+    assert "--list lists every rule and 'WPG104' asks for one; pass either" in err
+
+
 def test_explain() -> None:
     status, out, _ = run(Path("."), "explain", "WPG104")
     assert status == 0

@@ -201,8 +201,10 @@ def parse_evidence(text: str, path: str, *, rule_id: str) -> EvidenceParse:
     if not isinstance(document, dict):
         return bad("an evidence file must hold one JSON object")
     problems: list[str] = []
-    if document.get("schema") != SCHEMA:
-        problems.append(f'`schema` must be "{SCHEMA}", not {document.get("schema")!r}')
+    if "schema" not in document:
+        problems.append(f'`schema` is missing; add `"schema": "{SCHEMA}"`')
+    elif document["schema"] != SCHEMA:
+        problems.append(f'`schema` must be "{SCHEMA}", not {document["schema"]!r}')
     environment = document.get("environment")
     if not isinstance(environment, dict):
         problems.append("`environment` must be an object describing where the benchmark ran")

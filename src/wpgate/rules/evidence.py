@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal, InvalidOperation
 
 from wpgate._model import Finding, Rule, register
 from wpgate.docs_options import EvidenceOptions
-from wpgate.parsers.evidence import Evidence, Number, evidence_numbers, version_prefixes
+from wpgate.parsers.evidence import Claim, Evidence, Number, evidence_numbers, version_prefixes
 from wpgate.records import ClaimContext, EvidenceTree
 from wpgate.rules import (
     EVIDENCE_CITATION_EXISTS,
@@ -312,19 +312,31 @@ def check_stale(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Findin
                 )
                 continue
             if not any(_covers(tree, evidence, sha) for sha in claim.covers):
-                lost = [sha for sha in claim.covers if sha in tree.unreachable]
                 yield Finding(
-                    claim.path,
-                    claim.line,
-                    EVIDENCE_STALE,
-                    f"the claim says it covers {', '.join(lost)}, which is here only as an "
-                    "unreachable object (an amend, a rebase or a reset left it behind), so a "
-                    f"clone will not have it; {_same_tree_hint(tree, lost)}"
-                    if lost
-                    else f"the claim says it covers {', '.join(claim.covers)}, but "
-                    f"{evidence.path}'s source hashes do not match the files at that commit; "
-                    "name the commit the benchmark ran on",
+                    claim.path, claim.line, EVIDENCE_STALE, _uncovered(tree, claim, evidence)
                 )
+
+
+def _uncovered(tree: EvidenceTree, claim: Claim, evidence: Evidence) -> str:
+    """Why none of the commits a claim names holds the files ``evidence`` measured."""
+    lost = [sha for sha in claim.covers if sha in tree.unreachable]
+    if lost:
+        return (
+            f"the claim says it covers {', '.join(lost)}, which is here only as an unreachable "
+            "object (an amend, a rebase or a reset left it behind), so a clone will not have "
+            f"it; {_same_tree_hint(tree, lost)}"
+        )
+    unknown = [sha for sha in claim.covers if tree.commits.get(sha) is None]
+    if unknown:
+        return (
+            f"the claim says it covers {', '.join(unknown)}, which git does not know here; name "
+            "a commit of this repository's history (`git log --oneline`), the one the "
+            "benchmark ran on"
+        )
+    return (
+        f"the claim says it covers {', '.join(claim.covers)}, but {evidence.path}'s source "
+        "hashes do not match the files at that commit; name the commit the benchmark ran on"
+    )
 
 
 def _listed(paths: Sequence[str]) -> str:

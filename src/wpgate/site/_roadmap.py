@@ -183,11 +183,19 @@ def _wp_link(model: SiteModel, wp_id: str, from_src: str) -> str:
     return f"[{wp_label(wp_id)}]({relative_link(from_src, target)})"
 
 
+def phase_title(number: int, title: str | None) -> str | None:
+    """A phase page's own title after ``Phase N — ``, or None where it has none or only
+    repeats ``Phase N`` (``wpgate new-wp`` writes that much into a new phase page)."""
+    if not title or title.strip() == f"Phase {number}":
+        return None
+    return title
+
+
 def phase_label(model: SiteModel, number: int) -> str:
     """``Phase 3 — title`` (escaped)."""
     phase = model.phases.get(number)
-    title = f" — {escape_markdown(phase.title)}" if phase is not None and phase.title else ""
-    return f"Phase {number}{title}"
+    title = phase_title(number, phase.title if phase is not None else None)
+    return f"Phase {number}" + (f" — {escape_markdown(title)}" if title else "")
 
 
 def _phase_link(model: SiteModel, number: int, from_src: str) -> str:

@@ -176,7 +176,11 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
             section = _roadmap.render_phase_section(model, number, src)
             markdown = f"{markdown.rstrip()}\n\n{section}"
             phase = model.phases[number]
-            page.meta["title"] = f"Phase {number} — {phase.title}" if phase.title else None
+            title = _roadmap.phase_title(number, phase.title)
+            if title:
+                page.meta["title"] = f"Phase {number} — {title}"
+            else:  # none, or one that only repeats "Phase N": the page's own heading, once
+                page.meta["title"] = f"Phase {number}" if phase.title else None
         wp = model.package(self._wp_by_src.get(src, ""))
         if wp is not None:
             page.meta["title"] = f"WP-{wp.id} — {wp.title}"

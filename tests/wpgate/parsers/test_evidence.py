@@ -51,6 +51,12 @@ def test_invalid_files_say_what_is_wrong() -> None:
         "invalid evidence file: `sources` path '../x.py' must be repository-relative, without `..`",
         "invalid evidence file: `sources['../x.py']` must be a 64-hex sha256, not 'zz'",
     ]
+    no_schema = json.loads(_document())
+    del no_schema["schema"]
+    assert [
+        f.message
+        for f in parse_evidence(json.dumps(no_schema), "e.json", rule_id="WPG404").findings
+    ] == ['invalid evidence file: `schema` is missing; add `"schema": "wpgate-evidence/1"`']
     assert (
         "`results` is missing"
         in parse_evidence(

@@ -302,6 +302,9 @@ def test_wpg407_stale_claim_unless_it_names_the_commit(repo: tuple[Path, str]) -
     (wrong,) = lint_evidence(root)
     assert wrong.rule_id == "WPG407"
     assert f"covers {second[:9]}, but docs/evidence/a.json's source hashes" in wrong.message
+    _page(root, CLAIM + " This covers deadbee.")
+    (unknown,) = lint_evidence(root)
+    assert "covers deadbee, which git does not know here; name a commit" in unknown.message
 
 
 def test_wpg407_a_measured_file_gone_from_the_tree_is_said_to_be_missing(

@@ -240,3 +240,13 @@ def test_a_relative_link_is_the_one_posixpath_relpath_gives(from_src: str) -> No
     for to_src in _LINK_PATHS:
         expected = posixpath.relpath(to_src, posixpath.dirname(from_src) or ".")
         assert _roadmap.relative_link(from_src, to_src) == expected, (from_src, to_src)
+
+
+def test_a_phase_title_that_only_repeats_phase_n_is_not_said_twice() -> None:
+    """`wpgate new-wp` writes `title: "Phase 1"` into a new phase page; the site showed
+    "Phase 1 — Phase 1" (an outside audit)."""
+    assert _roadmap.phase_title(1, "Phase 1") is None
+    assert _roadmap.phase_title(1, " Phase 1 ") is None
+    assert _roadmap.phase_title(1, None) is None
+    assert _roadmap.phase_title(1, "Phase 2") == "Phase 2"
+    assert _roadmap.phase_title(3, "Foundation") == "Foundation"
