@@ -86,6 +86,12 @@ class UpdateRule(Protocol):
         ValueError naming the setting; nothing is stored before this returns)."""
         ...
 
+    def check_settings(self, group: Mapping[str, Any], *, where: str) -> None:
+        """Raise ValueError naming the setting where a stored group's value is out of range
+        (:func:`settings_view` of the group: no tensor's value is read, no parameter looked at).
+        """
+        ...
+
     def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
         """The state keys each parameter of ``group`` holds, in the order the rule's
         :meth:`prepare` reads them (``record.bufs`` holds them key by key)."""
@@ -110,6 +116,34 @@ class UpdateRule(Protocol):
     def step_shared(self, engine: StepEngine, record: StepRecord, lr: float) -> None:
         """Steps 1-5 of a group whose work ranks share (:meth:`shares` said so)."""
         ...
+
+
+def settings_view(group: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+    """``group``'s settings as a rule's check reads them without a host synchronization: each
+    one-element floating-point tensor (a tensor ``lr``) stands as 0.0, its value unread (any
+    other tensor is refused), and ``params`` is empty (their shapes were checked when the
+    group was added)."""
+    view: dict[str, Any] = {}
+    for key, value in group.items():
+        if isinstance(value, Tensor) and (value.numel() != 1 or not value.is_floating_point()):
+            raise ValueError(
+                f"{where}: {key} must be a number or a one-element floating-point tensor, "
+                f"got a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+            )
+        view[key] = 0.0 if isinstance(value, Tensor) else value
+    view["params"] = []
+    return view
+
+
+def _settings_mark(group: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a group's check depends on, compared by value (a tensor by identity): a group whose
+    mark is unchanged since its last check needs none (NaN never equals itself, so a NaN
+    setting is checked, and refused, every time)."""
+    return tuple(
+        (key, id(value) if isinstance(value, Tensor) else value)
+        for key, value in group.items()
+        if key != "params"
+    )
 
 
 class StepEngine:
@@ -152,6 +186,8 @@ class StepEngine:
         # Single-process groups stack matrices of equal column count, zero-padding rows
         # (`build_layout`); the sharded plan slices same-shape buckets, so it never pads.
         self.pad_buckets = True
+        # Each group's settings as last checked (check_groups): a step checks only a changed one.
+        self._checked: list[tuple[Any, ...] | None] = []
 
     def share_pool(self, pool: GraphPool) -> bool:
         """Make every later recording in ``pool``, shared with recordings that never replay
@@ -174,9 +210,29 @@ class StepEngine:
             for p in group["params"]
         )
 
+    def check_groups(self, groups: list[dict[str, Any]]) -> None:
+        """Check every group's settings changed since its last check (a scheduler's ``lr``, a
+        value a user set in ``param_groups``) before any group is written: a refused value
+        leaves every parameter and buffer as it was. No tensor's value is read."""
+        if len(self._checked) != len(groups):
+            self._checked = [None] * len(groups)
+        for index, group in enumerate(groups):
+            mark = _settings_mark(group)
+            if mark == self._checked[index]:
+                continue
+            where = f"param_groups[{index}]"
+            try:
+                self.rule.check_settings(settings_view(group, where=where), where=where)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{exc} (set after the group was added; no group was stepped)"
+                ) from None
+            self._checked[index] = mark
+
     def step(self) -> None:
         """One step of every param group; the groups with ``skip_nonfinite`` guarded."""
         groups = self.optimizer.param_groups
+        self.check_groups(groups)
         # Check every group's gradients before any group is written, so that an unsupported
         # gradient in a later group raises with no parameter or momentum changed.
         gathered = [self.gather(index, group) for index, group in enumerate(groups)]
@@ -389,24 +445,113 @@ class EngineOptimizer(Optimizer):
             self._engine = StepEngine(self, self._rule, shard_balance=self._shard_balance)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Check the group's settings (before anything is stored), then add it."""
+        """Check the group's settings (before anything is stored), then add it. A parameter
+        listed twice in one group is refused (``torch.optim`` only warns, and its step would
+        then move it twice)."""
         where = f"param_groups[{len(self.param_groups)}]"
-        super().add_param_group(self._rule.admit_group(param_group, self.defaults, where=where))
+        group = self._rule.admit_group(param_group, self.defaults, where=where)
+        params = group.get("params")
+        if not isinstance(params, Tensor) and params is not None:
+            group = {**group, "params": list(params)}  # a generator is read once, here
+            seen: set[int] = set()
+            for j, param in enumerate(group["params"]):
+                if id(param) in seen:
+                    raise ValueError(
+                        f"{where}: params[{j}] is listed twice in the group (a tensor of shape "
+                        f"{tuple(param.shape)}); list each parameter once"
+                    )
+                seen.add(id(param))
+        super().add_param_group(group)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load state; keys an older state dict lacks take this optimizer's constructor values."""
-        groups = state_dict.get("param_groups")
-        if isinstance(groups, list):
-            state_dict = dict(state_dict)
-            state_dict["param_groups"] = [
-                {**{k: v for k, v in self.defaults.items() if k not in g}, **g}
-                if isinstance(g, dict)
-                else g
-                for g in groups
-            ]
+        """Load state; keys an older state dict lacks take this optimizer's constructor values.
+
+        Checked before anything is loaded (a refused state dict leaves the optimizer as it
+        was): its form, each group's settings as a step checks them, and each momentum buffer
+        against its parameter (a tensor of the parameter's shape, floating point, finite).
+        """
+        if not isinstance(state_dict, Mapping) or not isinstance(
+            state_dict.get("param_groups"), list
+        ):
+            got = type(state_dict).__name__
+            hint = (
+                "; this looks like a model's state_dict: pass the optimizer's"
+                if isinstance(state_dict, Mapping) and "param_groups" not in state_dict
+                else ""
+            )
+            raise TypeError(
+                f"{self._rule.name}.load_state_dict takes what optimizer.state_dict() returns, a "
+                f"dict with 'state' and 'param_groups', got {got} without them{hint}"
+            )
+        state_dict = dict(state_dict)
+        state_dict["param_groups"] = [
+            {**{k: v for k, v in self.defaults.items() if k not in g}, **g}
+            if isinstance(g, dict)
+            else g
+            for g in state_dict["param_groups"]
+        ]
+        self._check_loaded(state_dict)
         super().load_state_dict(state_dict)
         # Recordings read and write the old momentum buffers by address: drop them all.
         self._engine.replay.clear()
+
+    def _check_loaded(self, state_dict: Mapping[str, Any]) -> None:
+        """What :meth:`load_state_dict` checks beyond ``torch.optim``'s own (which refuses other
+        group counts and sizes: where those differ, it is left to say so)."""
+        name = f"{self._rule.name}.load_state_dict"
+        state = state_dict.get("state", {})
+        if not isinstance(state, Mapping):
+            raise TypeError(f"{name}: 'state' must be a dict, got {type(state).__name__}")
+        saved = state_dict["param_groups"]
+        if len(saved) != len(self.param_groups) or any(
+            not isinstance(g, dict) or len(g.get("params", ())) != len(h["params"])
+            for g, h in zip(saved, self.param_groups, strict=False)
+        ):
+            return
+        owner: dict[Any, tuple[Tensor, dict[str, Any]]] = {}
+        for index, (group, mine) in enumerate(zip(saved, self.param_groups, strict=True)):
+            where = f"{name}: param_groups[{index}]"
+            self._rule.check_settings(settings_view(group, where=where), where=where)
+            for key, param in zip(group["params"], mine["params"], strict=True):
+                if key in owner:
+                    raise ValueError(
+                        f"{where} lists parameter {key!r} twice; the state dict is damaged "
+                        "(each parameter appears in one group, once)"
+                    )
+                owner[key] = (param, group)
+        unknown = [key for key in state if key not in owner]
+        if unknown:
+            raise ValueError(
+                f"{name}: 'state' holds entries for parameters no group lists "
+                f"({', '.join(map(repr, unknown[:5]))}); the state dict is damaged or of "
+                "another optimizer"
+            )
+        finite: list[Tensor] = []
+        for key, entry in state.items():
+            param, group = owner[key]
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"{name}: state[{key!r}] must be a dict of buffers")
+            for buffer in self._rule.buffers(group):
+                value = entry.get(buffer)
+                if value is None:
+                    continue  # made at the next step
+                if not isinstance(value, Tensor) or not value.is_floating_point():
+                    raise ValueError(
+                        f"{name}: state[{key!r}][{buffer!r}] must be a floating-point tensor, "
+                        f"got {type(value).__name__}"
+                    )
+                if value.shape != param.shape:
+                    raise ValueError(
+                        f"{name}: state[{key!r}][{buffer!r}] has shape {tuple(value.shape)}, "
+                        f"its parameter {tuple(param.shape)}: the state dict is of another "
+                        "model (or its parameters are in another order)"
+                    )
+                finite.append(torch.isfinite(value).all())
+        if finite and not bool(torch.stack([f.to(finite[0].device) for f in finite]).all()):
+            raise ValueError(
+                f"{name}: a momentum buffer holds inf or NaN; the checkpoint is corrupted (load "
+                "an earlier one, or train with skip_nonfinite=True to keep non-finite steps out)"
+            )
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]

@@ -305,6 +305,17 @@ class DefaultRule:
     foreach: bool = True
     name: str = "MuSGD"
 
+    def check_settings(self, group: Mapping[str, Any], *, where: str) -> None:
+        _validate_group(dict(group), where=where)
+        name = group["ns_coefficients"]
+        if isinstance(name, str):  # admit_group resolves a name (and its normalization)
+            raise ValueError(
+                f"{where}: ns_coefficients of an added group holds the schedule's (a, b, c) "
+                f"triples, got the name {name!r}; name a schedule where the group is made "
+                "(MuSGD(..., ns_coefficients=...) or add_param_group({..., 'ns_coefficients': "
+                "...}))"
+            )
+
     def admit_group(
         self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
     ) -> dict[str, Any]:

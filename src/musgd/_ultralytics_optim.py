@@ -262,6 +262,9 @@ class UltralyticsRule:
         default_factory=dict, compare=False, hash=False, repr=False
     )
 
+    def check_settings(self, group: Mapping[str, Any], *, where: str) -> None:
+        validate_flavour_group(dict(group), where=where)
+
     def admit_group(
         self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
     ) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from replay_fakes import FakeRecorder, fake_graph_pools
 from torch import Tensor, nn
 
 from musgd import MuSGD
+from musgd import _optimizer as musgd_optimizer
 from musgd._distributed import ShardedStep
 from musgd._engine import EngineOptimizer, StepEngine, StepValues
 from musgd._functional import NSSettings, StepRecord, Structure
@@ -41,10 +42,12 @@ class ToyRule:
     def admit_group(
         self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
     ) -> dict[str, Any]:
-        merged = {**defaults, **group}
-        if not 0.0 <= merged["momentum"] < 1.0:
-            raise ValueError(f"{where}: momentum must be in [0, 1)")
+        self.check_settings({**defaults, **group}, where=where)
         return group
+
+    def check_settings(self, group: Mapping[str, Any], *, where: str) -> None:
+        if not 0.0 <= group["momentum"] < 1.0:
+            raise ValueError(f"{where}: momentum must be in [0, 1)")
 
     def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
         return ("toy_buffer",)
@@ -198,3 +201,130 @@ def test_a_network_joining_the_pool_late_drops_the_optimizers_recordings(
     assert given_back == [1]
     assert len(opt._replay.orth_cache) == 0
     assert opt._replay.orth_cache.admits("refused") is None
+
+
+def _two_groups(**kw: Any) -> tuple[nn.Module, nn.Module, MuSGD]:
+    torch.manual_seed(0)
+    a, b = nn.Linear(4, 8), nn.Linear(8, 2)
+    opt = MuSGD([{"params": a.parameters()}, {"params": b.parameters()}], lr=0.01, **kw)
+    b(a(torch.randn(3, 4))).sum().backward()
+    opt.step()
+    return a, b, opt
+
+
+def _snapshot(opt: MuSGD) -> list[Tensor]:
+    return [p.clone() for g in opt.param_groups for p in g["params"]] + [
+        s["momentum_buffer"].clone() for s in opt.state.values()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("lr", "x", "lr must be a number"),
+        ("lr", -1.0, "lr must be a finite number >= 0, got -1.0"),
+        ("lr", float("nan"), "lr must be a finite number >= 0"),
+        ("momentum", 5.0, "momentum must be a number in [0, 1)"),
+        ("ns_steps", 0, "ns_steps must be an int"),
+        ("ns_coefficients", "bogus", "names no known schedule"),
+        ("ns_coefficients", "polar_express", "holds the schedule's (a, b, c) triples"),
+        ("lr", torch.zeros(2), "a tensor of shape (2,)"),
+    ],
+)
+def test_a_setting_changed_after_the_group_was_added_is_refused_before_any_write(
+    key: str, value: object, message: str
+) -> None:
+    """An outside audit set a later group's value between steps: the first group had been
+    written before the second's value failed to parse. Every group is checked first now."""
+    _, _, opt = _two_groups()
+    before = _snapshot(opt)
+    opt.param_groups[1][key] = value
+    with pytest.raises(ValueError, match=r"param_groups\[1\]") as info:
+        opt.step()
+    assert message in str(info.value)
+    assert "no group was stepped" in str(info.value)
+    assert all(torch.equal(x, y) for x, y in zip(before, _snapshot(opt), strict=True))
+
+
+def test_an_unchanged_group_is_not_checked_again_and_a_tensor_lr_is_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, _, opt = _two_groups()
+    calls: list[str] = []
+    original = musgd_optimizer._validate_group
+
+    def counting(group: dict[str, Any], *, where: str) -> None:
+        calls.append(where)
+        original(group, where=where)
+
+    monkeypatch.setattr(musgd_optimizer, "_validate_group", counting)
+    opt.step()
+    assert calls == []  # checked at the first step, unchanged since
+    opt.param_groups[0]["lr"] = 0.02  # a scheduler's write
+    opt.step()
+    assert calls == ["param_groups[0]"]
+    lr = torch.tensor(0.03)
+    opt.param_groups[1]["lr"] = lr
+    opt.step()
+    lr.fill_(-1.0)  # the tensor's value is the user's business: reading it would synchronize
+    opt.step()
+    assert calls == ["param_groups[0]", "param_groups[1]"]
+
+
+def _damaged(change: str) -> object:
+    _, _, other = _two_groups()
+    sd = other.state_dict()
+    first = next(iter(sd["state"]))
+    if change == "another model":
+        torch.manual_seed(0)
+        wide = nn.Linear(4, 16)
+        opt = MuSGD([{"params": wide.parameters()}, {"params": nn.Linear(16, 2).parameters()}])
+        wide(torch.randn(3, 4)).sum().backward()
+        opt.step()
+        return opt.state_dict()
+    if change == "buffer shape":
+        sd["state"][first]["momentum_buffer"] = torch.zeros(3)
+    elif change == "buffer type":
+        sd["state"][first]["momentum_buffer"] = "x"
+    elif change == "buffer nan":
+        sd["state"][first]["momentum_buffer"][0, 0] = float("nan")
+    elif change == "twice":
+        sd["param_groups"][0]["params"] = [0, 0]
+    elif change == "unknown id":
+        sd["state"][99] = {"momentum_buffer": torch.zeros(1)}
+    elif change == "lr":
+        sd["param_groups"][0]["lr"] = -5.0
+    elif change == "nesterov":
+        sd["param_groups"][1]["nesterov"] = "yes"
+    else:
+        return {"model": change} if change == "model" else None
+    return sd
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ("another model", ValueError, "has shape (16, 4), its parameter (8, 4)"),
+        ("buffer shape", ValueError, "has shape (3,), its parameter (8, 4)"),
+        ("buffer type", ValueError, "must be a floating-point tensor, got str"),
+        ("buffer nan", ValueError, "holds inf or NaN; the checkpoint is corrupted"),
+        ("twice", ValueError, "lists parameter 0 twice"),
+        ("unknown id", ValueError, "entries for parameters no group lists (99)"),
+        ("lr", ValueError, "param_groups[0]: lr must be a finite number >= 0, got -5.0"),
+        ("nesterov", ValueError, "param_groups[1]: nesterov must be True or False"),
+        ("model", TypeError, "this looks like a model's state_dict"),
+        ("none", TypeError, "got NoneType without them"),
+    ],
+)
+def test_a_damaged_state_dict_is_refused_and_the_optimizer_kept(
+    change: str, error: type[Exception], message: str
+) -> None:
+    _, _, opt = _two_groups()
+    before = _snapshot(opt)
+    settings = [dict(g, params=None) for g in opt.param_groups]
+    with pytest.raises(error) as info:
+        opt.load_state_dict(_damaged(change))  # type: ignore[arg-type]
+    assert message in str(info.value)
+    assert all(torch.equal(x, y) for x, y in zip(before, _snapshot(opt), strict=True))
+    assert [dict(g, params=None) for g in opt.param_groups] == settings
+    opt.load_state_dict(_two_groups()[2].state_dict())  # a good one still loads
