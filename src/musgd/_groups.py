@@ -58,6 +58,11 @@ def param_groups(
     arguments (``lr``, ``momentum``, ...) are copied into every group. Empty groups are left out.
     One line on the ``musgd`` logger (level INFO) says how many parameters went where.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"param_groups takes the model (an nn.Module), got {type(model).__name__}; for a "
+            "list of tensors, pass it to MuSGD directly (MuSGD(params, lr=...))"
+        )
     if exclude is not None and not callable(exclude):
         raise TypeError(
             "param_groups: exclude must be a callable (name, param) -> bool, "

@@ -76,7 +76,11 @@ __all__ = [  # noqa: F822 - MuSGDTrainer is built by the module's __getattr__ on
     "task_trainer",
 ]
 
-INSTALL_HINT = 'pip install "wpgate[ultralytics]"'
+INSTALL_HINT = (
+    'pip install "wpgate[ultralytics]" (on a machine without an NVIDIA GPU, first `pip install '
+    "torch torchvision --index-url https://download.pytorch.org/whl/cpu`: PyPI's torch is the "
+    "CUDA build, several GB)"
+)
 _STOCK_NAME = "MuSGD"
 # The `optimizer=` values this trainer trains with UltralyticsMuSGD, case-folded.
 _MUSGD_NAMES = frozenset({"auto", "musgd"})
@@ -140,6 +144,12 @@ def from_stock(
     ``ns`` (a :class:`musgd.NSConfig`) sets the Newton-Schulz settings, as in
     :class:`UltralyticsMuSGD`; ``skip_nonfinite`` guards every group, as there.
     """
+    if not isinstance(stock, Optimizer) or not (hasattr(stock, "muon") and hasattr(stock, "sgd")):
+        raise TypeError(
+            "from_stock converts Ultralytics' MuSGD (an optimizer with `muon` and `sgd` "
+            f"weights), got {type(stock).__name__}; for other groups build "
+            "musgd.ultralytics.UltralyticsMuSGD(groups, ...) or musgd.MuSGD directly"
+        )
     if any(stock.state.values()):
         raise ValueError(
             "from_stock needs an optimizer that has not stepped yet (its momentum buffers would "
@@ -247,6 +257,12 @@ def musgd_trainer(
     ``SKIP_REPORT_EVERY`` steps and at the end of training, logged when there are new ones, and
     kept as the trainer's ``musgd_skipped``.
     """
+    if base is not None and not isinstance(base, type):
+        raise TypeError(
+            "musgd_trainer takes an Ultralytics trainer class (e.g. DetectionTrainer or "
+            f"SegmentationTrainer from ultralytics.models.yolo), got {type(base).__name__} "
+            f"{base!r}"
+        )
     # Checked now, not when the trainer builds its optimizer after setting up the whole run.
     if ns_backend not in NS_BACKENDS:
         raise ValueError(
@@ -791,6 +807,28 @@ def _check_train_arguments(kwargs: dict[str, Any]) -> None:
         logging.disable(previous)
 
 
+def _check_device(value: object) -> None:
+    """``device=``: a CUDA device where none is visible (or an index past the last) is a
+    usage error here, not Ultralytics' traceback from inside its trainer; ``cpu``, ``mps``
+    and what Ultralytics picks itself (no value, ``-1``) are left to it."""
+    text = "" if value is None else str(value).strip().lower()
+    if text in ("", "cpu", "mps", "none") or text.startswith("-"):
+        return
+    ids = [part.strip() for part in text.removeprefix("cuda").lstrip(":").split(",")]
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"device={value}: no CUDA GPU is visible here (torch.cuda.is_available() is False); "
+            "train with device=cpu, or on a machine with a GPU and a CUDA build of torch"
+        )
+    count = torch.cuda.device_count()
+    past = [part for part in ids if part.isdigit() and int(part) >= count]
+    if past:
+        raise ValueError(
+            f"device={value}: this machine has {count} CUDA device(s), numbered from 0; "
+            f"there is no {', '.join(past)}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     """``musgd-yolo key=value ...``: ``YOLO(model).train(..., trainer=MuSGDTrainer)``;
     ``capture_network=true`` trains with ``musgd_trainer(capture_network=True)``; ``task=``
@@ -829,6 +867,7 @@ def main(argv: list[str] | None = None) -> int:
         ns = pop_command_line(kwargs)  # ns_steps=3 ns_coefficients=quintic ...
         model_given = any(a.partition("=")[0] == "model" for a in args)
         task, task_model = _task_of(kwargs.pop("task", None), model_given)
+        _check_device(kwargs.get("device"))
         require_ultralytics()
         _check_train_arguments(kwargs)
     except (ValueError, ImportError) as exc:

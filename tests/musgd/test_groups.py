@@ -166,3 +166,19 @@ def test_models_without_a_linear_head_exclude_nothing_but_embeddings() -> None:
 def test_exclude_must_be_callable() -> None:
     with pytest.raises(TypeError, match="exclude must be a callable"):
         param_groups(TinyLM(), weight_decay=0.0, exclude="lm_head")  # type: ignore[arg-type]
+
+
+def test_param_groups_of_a_list_says_it_takes_the_model() -> None:
+    with pytest.raises(TypeError, match=r"param_groups takes the model \(an nn.Module\), got list"):
+        param_groups([torch.zeros(2)], weight_decay=0.0)  # type: ignore[arg-type]
+
+
+def test_a_parameter_listed_twice_in_a_group_is_refused() -> None:
+    """torch.optim only warns, and the step then moves the parameter twice."""
+    p = nn.Parameter(torch.randn(4, 4))
+    with pytest.raises(ValueError, match=r"params\[1\] is listed twice in the group"):
+        MuSGD([p, p], lr=0.1)
+    opt = MuSGD([p], lr=0.1)
+    with pytest.raises(ValueError, match="listed twice"):
+        opt.add_param_group({"params": [q := nn.Parameter(torch.zeros(3, 3)), q]})
+    assert len(opt.param_groups) == 1

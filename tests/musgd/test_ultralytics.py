@@ -22,7 +22,7 @@ import pytest
 import torch
 from replay_common import assert_same
 from replay_fakes import FakeRecorder
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import musgd.ultralytics as trainer_module
@@ -446,6 +446,25 @@ def test_command_line_errors_exit_2_with_a_message(
     assert "capture_network= takes true or false, got 'maybe'" in capsys.readouterr().err
     assert main(["channels_last=auto"]) == 2
     assert "channels_last= takes true or false, got 'auto'" in capsys.readouterr().err
+    # A GPU asked for where none is: one line, before Ultralytics' own traceback could come.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device in ("cuda", "0", "cuda:0", "0,1"):
+        assert main([f"device={device}"]) == 2
+        assert f"device={device}: no CUDA GPU is visible here" in capsys.readouterr().err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert main(["device=0,1"]) == 2
+    assert "this machine has 1 CUDA device(s), numbered from 0; there is no 1" in (
+        capsys.readouterr().err
+    )
+
+
+def test_misused_entry_points_say_what_they_take() -> None:
+    """An outside audit's raw errors: each now names what the function takes."""
+    with pytest.raises(TypeError, match=r"from_stock converts Ultralytics' MuSGD .* got SGD"):
+        from_stock(torch.optim.SGD([nn.Parameter(torch.zeros(2, 2))], lr=0.1))
+    with pytest.raises(TypeError, match="musgd_trainer takes an Ultralytics trainer class"):
+        musgd_trainer(5)  # type: ignore[arg-type]
 
 
 def test_command_line_capture_network_reaches_the_trainer(
