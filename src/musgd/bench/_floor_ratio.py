@@ -197,14 +197,16 @@ def _accumulates(run: Trained) -> bool:
     return isinstance(run.nbs, int) and run.nbs > run.batch
 
 
+def _same_configuration(run: Trained, floors: Sequence[Floor]) -> list[Floor]:
+    """The floors measured on ``run``'s GPU for its model, batch, layout and kernels, in the
+    trainer's AMP dtype (of any class count)."""
+    key = (run.gpu, run.model, run.batch, run.layout, run.compiled, AMP_DTYPE)
+    return [f for f in floors if (f.gpu, f.model, f.batch, f.layout, f.compiled, f.dtype) == key]
+
+
 def _why_unpaired(run: Trained, floors: Sequence[Floor]) -> str | None:
     """Why ``run`` has no floor to be compared with, or None (the first reason that applies)."""
-    same = [
-        f
-        for f in floors
-        if (f.gpu, f.model, f.batch, f.layout, f.compiled, f.dtype)
-        == (run.gpu, run.model, run.batch, run.layout, run.compiled, AMP_DTYPE)
-    ]
+    same = _same_configuration(run, floors)
     kernels = "compiled" if run.compiled else "eager kernels"
     checks = (
         (run.task != "detect", f"task {run.task}: the floor is measured for detection only"),
@@ -231,13 +233,8 @@ def _why_unpaired(run: Trained, floors: Sequence[Floor]) -> str | None:
 
 
 def _floor_for(run: Trained, floors: Sequence[Floor]) -> Floor:
-    """The newest floor of ``run``'s configuration (``_why_unpaired`` found one)."""
-    same = [
-        f
-        for f in floors
-        if (f.gpu, f.model, f.batch, f.layout, f.compiled, f.dtype, f.classes)
-        == (run.gpu, run.model, run.batch, run.layout, run.compiled, AMP_DTYPE, CLASSES)
-    ]
+    """The newest floor of ``run``'s configuration and classes (``_why_unpaired`` found one)."""
+    same = [f for f in _same_configuration(run, floors) if f.classes == CLASSES]
     return max(same, key=lambda f: f.created)
 
 
