@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from musgd.bench._evidence import read_document
 from musgd.bench._yolo_data import CLASSES
@@ -38,6 +38,9 @@ KIND = "floor-ratio"
 TARGET = 1.25
 #: The trainer's AMP dtype on CUDA, the dtype its floor must be measured in.
 AMP_DTYPE = "float16"
+
+
+_Row = TypeVar("_Row")
 
 
 class FloorRatioError(ValueError):
@@ -164,6 +167,22 @@ def trained_of(document: Mapping[str, Any], path: Path) -> list[Trained]:
     return found
 
 
+def _well_formed(
+    reader: Callable[[Mapping[str, Any], Path], list[_Row]],
+    document: Mapping[str, Any],
+    path: Path,
+) -> list[_Row]:
+    """``reader``'s rows of ``document``, or a FloorRatioError where its fields are not the
+    benchmark's (a missing key, a value of another type)."""
+    try:
+        return reader(document, path)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise FloorRatioError(
+            f"{path} is not a well-formed {document.get('kind')} evidence file "
+            f"({type(exc).__name__}: {exc}); pass a file the benchmark wrote, unedited"
+        ) from exc
+
+
 def read_inputs(paths: Sequence[Path]) -> tuple[list[Floor], list[Trained]]:
     """The floors and trained arms of the files, each file either kind."""
     floors: list[Floor] = []
@@ -172,9 +191,9 @@ def read_inputs(paths: Sequence[Path]) -> tuple[list[Floor], list[Trained]]:
         document = _document(path)
         kind = document.get("kind")
         if kind == FLOOR_KIND:
-            floors.extend(floors_of(document, path))
+            floors.extend(_well_formed(floors_of, document, path))
         elif kind == TRAIN_KIND:
-            trained.extend(trained_of(document, path))
+            trained.extend(_well_formed(trained_of, document, path))
         else:
             raise FloorRatioError(
                 f"{path} is {kind!r} evidence; floor-ratio reads {FLOOR_KIND!r} files (`python "

@@ -207,6 +207,8 @@ def test_cli_exit_codes_and_the_default_arms(
         (["good.json"], None, "no floor among the files"),
         (["floor.json"], None, "no trained arm among the files"),
         (["floor.json", "good.json"], "ourz", "no such arm in the files (ourz)"),
+        (["nobatch.json", "good.json"], None, "not a well-formed one-graph-floor evidence"),
+        (["floor.json", "noms.json"], None, "not a well-formed ultralytics-train evidence"),
     ],
 )
 def test_bad_input_exits_2_with_what_is_wrong(
@@ -220,6 +222,12 @@ def test_bad_input_exits_2_with_what_is_wrong(
     _write(tmp_path, "good.json", _train_doc({"ours": [11.0]}))
     _write(tmp_path, "syncs.json", {"kind": "ultralytics-syncs", "results": {}})
     (tmp_path / "notjson.json").write_text("{", encoding="utf-8")
+    broken = _floor_doc([("yolo26n.yaml", 4, "nchw", 10.0)])
+    del broken["results"]["floors"][0]["batch"]
+    _write(tmp_path, "nobatch.json", broken)
+    edited = _train_doc({"ours": [11.0]})
+    del edited["results"]["variants"]["default"]["batches"]["4"]["pairs"][0]["ours"]["iteration_ms"]
+    _write(tmp_path, "noms.json", edited)
     argv = ["floor-ratio", *(str(tmp_path / f) for f in files)]
     if arms is not None:
         argv += ["--arms", arms]
