@@ -17,7 +17,10 @@ device, no host read.
 The guarded update saves the entries, averages them and selects back. At its first call the
 EMA's entries are moved, in place, into one buffer per (device, dtype) (each tensor keeps its
 object, values and strides), so that the save and the select are a few single launches over
-that buffer; only the average stays a multi-tensor pass. Before, the four multi-tensor passes
+that buffer. Where the training model's entries lie in such a buffer too (the trainer lays them
+out so, ``musgd.ultralytics``), the EMA's take the same order and the same offsets, and the
+average is one ``lerp`` of the two buffers (:func:`musgd._flat.paired_runs`); else it is a
+multi-tensor pass over the entries. Before, the four multi-tensor passes
 cost about 2 ms of host work an iteration for YOLO26n on an H200 host (WP-024). Given a
 recorder, the guarded update is recorded once and replayed: the decay and the skip flag are
 device tensors the replay reads (the decay written into a weight per entry, one flat buffer, so
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from musgd._flat import adopt_flat
+from musgd._flat import adopt_flat, memory_order, paired_runs
 from musgd._guard import Snapshot
 from musgd._replay import Recorder, Recording, ReplayStats, context_fallback
 
@@ -78,6 +81,8 @@ class FusedEMA:
         self.key: tuple[int, int] | None = None
         self.pairs: tuple[list[Tensor], list[Tensor]] = ([], [])
         self.snapshot: Snapshot | None = None
+        # The guarded average's operands: the pairs with their runs in one buffer merged.
+        self.merged: tuple[list[Tensor], list[Tensor]] = ([], [])
         self.recorded: _Recorded | None = None
         self._refused: str | None = None  # why this pair's update stays eager
         # The tensors the lists alias (the EMA's, the model's), to see them moved.
@@ -86,7 +91,7 @@ class FusedEMA:
     def reset(self) -> None:
         """Forget the entry lists, the snapshot and the recording (made again as needed)."""
         self.key, self.pairs, self.snapshot = None, ([], []), None
-        self._owners = ([], [])
+        self._owners, self.merged = ([], []), ([], [])
         self.drop_recording()
 
     def drop_recording(self) -> None:
@@ -135,9 +140,15 @@ class FusedEMA:
 
     def _adopt(self) -> None:
         """Put the EMA's entries back to back in one buffer per (device, dtype), in place
-        (:func:`musgd._flat.adopt_flat`), so that the guard's save and select are single
-        launches; the averaged list becomes the buffer's views."""
-        self.pairs = (adopt_flat(self._owners[0]), self.pairs[1])
+        (:func:`musgd._flat.adopt_flat`), in the order the model's entries lie in memory
+        (:func:`musgd._flat.memory_order`), so that the guard's save and select are single
+        launches and the average pairs runs of the two buffers; the averaged list becomes the
+        buffer's views, both lists in that order."""
+        order = memory_order(self.pairs[1])
+        ema, model = ([owners[i] for i in order] for owners in self._owners)
+        self._owners = (ema, model)
+        self.pairs = (adopt_flat(ema), [self.pairs[1][i] for i in order])
+        self.merged = paired_runs(*self.pairs)
 
     @torch.no_grad()
     def update(
@@ -158,7 +169,7 @@ class FusedEMA:
         first = self.snapshot is None
         if first:
             self._adopt()
-            averaged = self.pairs[0]
+            averaged, live = self.pairs
             self.snapshot = Snapshot(averaged)
         recorded = self.recorded
         if recorded is None and not first and self.recorder is not None:
@@ -174,7 +185,7 @@ class FusedEMA:
         snapshot = self.snapshot
         assert snapshot is not None  # made above
         snapshot.save()
-        torch._foreach_lerp_(averaged, live, 1.0 - decay)
+        torch._foreach_lerp_(*self.merged, 1.0 - decay)
         snapshot.select(skip)
 
     def _fallback(self, averaged: list[Tensor], live: list[Tensor]) -> str | None:

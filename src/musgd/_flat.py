@@ -6,20 +6,25 @@ non-finite guard (``musgd._guard``) was hundreds of microseconds of launches. Te
 module allocates (:func:`flat_zeros`) or moves (:func:`adopt_flat`) lie in one buffer per
 (device, dtype), in list order, each view's offset rounded up to :data:`ALIGN` elements so that
 the device's vectorized kernels see aligned addresses; :func:`runs` finds such tensors again
-and gives one view over each run of them. A view keeps its tensor's shape and strides (a
-channels-last parameter's buffer is channels-last too).
+and gives one view over each run of them, :func:`paired_runs` one view of each of two such
+buffers laid out alike (a model's tensors and its EMA's, for an elementwise pass over pairs). A
+view keeps its tensor's shape and strides (a channels-last parameter's buffer is channels-last
+too).
 
 Only a buffer made here is covered with its padding: the padding belongs to no tensor. Tensors
-of any other storage are never merged.
+of any other storage are never merged, and neither are tensors with anything but padding
+between them (a tensor left out of a pass must not be covered by it).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
 
 # Each view starts at a multiple of this many elements of its buffer: 16 bytes or more for any
 # dtype of 1 to 8 bytes, what the vectorized elementwise kernels need (a misaligned view takes
@@ -27,6 +32,12 @@ from torch import Tensor
 ALIGN = 16
 # Set on each buffer made here: the views of one such buffer, and their padding, are ours.
 _MARK = "_musgd_flat"
+# A tensor moved by adopt_flat (``tensor.data = view``) is no view autograd knows of (its
+# ``_base`` is None), so its buffer is found by its storage's address. Each such tensor holds its
+# buffer here (not in an attribute, which a checkpoint would pickle), so a buffer is listed while
+# a tensor adopted into it lives, and no other storage can have its address meanwhile.
+_ADOPTED: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_HOLDS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
@@ -119,37 +130,116 @@ def adopt_flat(tensors: Sequence[Tensor]) -> list[Tensor]:
             out.append(t.detach())
             continue
         t.data = view
+        buffer = view._base
+        assert buffer is not None  # flat_views' views are views of their buffer
+        _ADOPTED[buffer.untyped_storage().data_ptr()] = buffer
+        _HOLDS[t] = buffer
         out.append(view)
     return out
 
 
+def laid_flat(t: Tensor) -> bool:
+    """Whether ``t`` lies in a buffer made here (a view of it, or a tensor adopted into it)."""
+    return _base(t) is not None
+
+
+def memory_order(tensors: Sequence[Tensor]) -> list[int]:
+    """The indices of ``tensors``: those in buffers made here first, in the order they lie in
+    memory (buffer by buffer), then the others in list order."""
+    ours = [i for i, t in enumerate(tensors) if _base(t) is not None]
+    ours.sort(key=lambda i: (tensors[i].untyped_storage().data_ptr(), tensors[i].storage_offset()))
+    taken = set(ours)
+    return ours + [i for i in range(len(tensors)) if i not in taken]
+
+
 def _base(t: Tensor) -> Tensor | None:
+    """The buffer made here that ``t`` lies in (a view of it, or a tensor adopted into it)."""
+    if not _plain(t):  # a strided slice of a view covers other memory than its numel says
+        return None
     base = t._base
-    return base if base is not None and getattr(base, _MARK, False) else None
+    if base is not None and getattr(base, _MARK, False):
+        return base
+    if not t.numel():
+        return None
+    base = _ADOPTED.get(t.untyped_storage().data_ptr())
+    return base if base is not None and base.device == t.device else None
+
+
+def _next(t: Tensor) -> int:
+    """Where the view after ``t`` in its buffer starts: the padding is all that lies between."""
+    return int(t.storage_offset()) + _aligned(t.numel())
 
 
 def runs(tensors: Sequence[Tensor]) -> list[Tensor]:
-    """``tensors`` with each run of two or more consecutive views of one buffer made here (in
-    increasing order) replaced by one flat view over the run, padding included."""
+    """``tensors`` with each run of two or more views of one buffer made here, each the next
+    one in the buffer (only padding between them), replaced by one flat view over the run,
+    padding included."""
     out: list[Tensor] = []
-    i = 0
-    while i < len(tensors):
-        base = _base(tensors[i])
-        j = i + 1
-        if base is not None:
-            end = tensors[i].storage_offset() + tensors[i].numel()
-            while (
-                j < len(tensors)
-                and _base(tensors[j]) is base
-                and tensors[j].storage_offset() >= end
-            ):
-                end = tensors[j].storage_offset() + tensors[j].numel()
-                j += 1
-        if j - i >= 2:
-            assert base is not None
-            start = tensors[i].storage_offset()
-            out.append(base.as_strided((end - start,), (1,), start))
-        else:
-            out.extend(tensors[i:j])
-        i = j
+    for start, stop in _spans([_base(t) for t in tensors], tensors, tensors):
+        out.extend(_merged(tensors, start, stop))
     return out
+
+
+def paired_runs(a: Sequence[Tensor], b: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+    """``a`` and ``b`` paired by position (each pair of one shape and strides), with each run of
+    two or more pairs that lie alike in two buffers made here (:func:`runs`' runs in both, the
+    same distance apart) replaced by one flat view of each buffer over the run: a pass pairing
+    ``a[i]`` with ``b[i]`` element by element (the EMA's ``lerp``) may pair the two views'
+    elements instead, padding with padding."""
+    if len(a) != len(b):
+        raise ValueError(f"paired_runs: {len(a)} tensors against {len(b)}")
+    bases = [
+        None if x.shape != y.shape or x.stride() != y.stride() else _pair(_base(x), _base(y))
+        for x, y in zip(a, b, strict=True)
+    ]
+    out_a: list[Tensor] = []
+    out_b: list[Tensor] = []
+    for start, stop in _spans(bases, a, b):
+        out_a.extend(_merged(a, start, stop))
+        out_b.extend(_merged(b, start, stop))
+    return out_a, out_b
+
+
+def _pair(x: Tensor | None, y: Tensor | None) -> tuple[Tensor, Tensor] | None:
+    return None if x is None or y is None else (x, y)
+
+
+def _spans(
+    bases: Sequence[object], a: Sequence[Tensor], b: Sequence[Tensor]
+) -> list[tuple[int, int]]:
+    """``[start, stop)`` index ranges covering ``a``: each longest run whose ``bases`` are one
+    object (identity; None never joins) and whose tensors of ``a``, and of ``b`` alike, each
+    start where the one before them ends, padding aside."""
+    spans = []
+    i = 0
+    while i < len(a):
+        j = i + 1
+        if bases[i] is not None:
+            while (
+                j < len(a)
+                and _same(bases[j], bases[i])
+                and a[j].storage_offset() == _next(a[j - 1])
+                and b[j].storage_offset() - b[j - 1].storage_offset()
+                == a[j].storage_offset() - a[j - 1].storage_offset()
+            ):
+                j += 1
+        spans.append((i, j))
+        i = j
+    return spans
+
+
+def _same(x: object, y: object) -> bool:
+    if isinstance(x, tuple) and isinstance(y, tuple):
+        return all(p is q for p, q in zip(x, y, strict=True))
+    return x is y
+
+
+def _merged(tensors: Sequence[Tensor], start: int, stop: int) -> list[Tensor]:
+    """``tensors[start:stop]``, or one flat view of their buffer over them where two or more."""
+    if stop - start < 2:
+        return list(tensors[start:stop])
+    base = _base(tensors[start])
+    assert base is not None  # a run of two is of one buffer
+    first, last = tensors[start], tensors[stop - 1]
+    begin = first.storage_offset()
+    return [base.as_strided((last.storage_offset() + last.numel() - begin,), (1,), begin)]

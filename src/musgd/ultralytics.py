@@ -41,6 +41,7 @@ from musgd._compile_cache import load as load_compile_cache
 from musgd._compile_cache import save as save_compile_cache
 from musgd._ema import FusedEMA
 from musgd._engine import StepEngine
+from musgd._flat import adopt_flat, laid_flat
 from musgd._loss_capture import LossCapture
 from musgd._network_capture import NetworkCapture, compiled_predict
 from musgd._newton_schulz import SUPPORTED_NS_DTYPES
@@ -375,7 +376,7 @@ def musgd_trainer(
             "(parameters and momentum buffers), not the EMA, and the scaler keeps its host read",
             base.__name__,
         )
-    if capture_network or compile_network or channels_last or device_loss:
+    if capture_network or compile_network or channels_last or device_loss or skip_nonfinite:
         namespace["preprocess_batch"] = _preprocess_batch
     if device_loss:
         namespace["validate"] = _validate
@@ -393,9 +394,10 @@ def _trains_with_musgd(name: object) -> bool:
 
 
 def _preprocess_batch(self: Any, batch: Any) -> Any:
-    """The base's ``preprocess_batch``; at the first batch, the layout set, the network
-    capture (or compilation) and the device loss installed; with channels-last, the batch's
-    images in it; with the device loss, its padded targets beside the batch's own."""
+    """The base's ``preprocess_batch``; at the first batch, the layout set, the model laid out
+    flat for the guard (:func:`_lay_flat`), the network capture (or compilation) and the device
+    loss installed; with channels-last, the batch's images in it; with the device loss, its
+    padded targets beside the batch's own."""
     first = "musgd_network" not in self.__dict__  # the first batch: set up what it asks for
     if first:
         self.musgd_loss, self.musgd_loss_reason = _install_loss(self)
@@ -406,6 +408,7 @@ def _preprocess_batch(self: Any, batch: Any) -> Any:
         out[TARGETS_KEY], out[VALID_KEY] = (t.to(device, non_blocking=True) for t in padded)
     if first:
         self.musgd_channels_last, self.musgd_layout_reason = _set_layout(self)
+        self.musgd_flat = _lay_flat(self)
         _install_network(self)
     img = out.get("img") if isinstance(out, dict) else None
     if self.musgd_channels_last and isinstance(img, torch.Tensor) and img.dim() == 4:
@@ -503,6 +506,34 @@ def _set_layout(self: Any) -> tuple[bool, str | None]:
     if ema is not None and isinstance(getattr(ema, "ema", None), torch.nn.Module):
         ema.ema.to(memory_format=torch.channels_last)
     return True, None
+
+
+def _lay_flat(self: Any) -> int:
+    """With ``skip_nonfinite``, the model's parameters and floating-point buffers moved, in
+    place, into one buffer per (device, dtype) (:func:`musgd._flat.adopt_flat`): the parameters
+    in the optimizer's group order, then the buffers. The optimizer's guard then saves and
+    selects each group's parameters in one launch instead of one per tensor (366 for YOLO26),
+    and the guarded EMA, laid out alike, averages them in one (:class:`musgd._ema.FusedEMA`).
+
+    At the first batch, before anything records their addresses (the network's capture) and
+    after the layout is set; the tensors keep their objects, values and strides. Not with
+    several ranks (DDP's buckets were made for the parameters as they were). Returns how many
+    tensors were moved."""
+    optimizer = getattr(self, "optimizer", None)
+    model = self.model
+    if not (
+        type(self).musgd_options.get("skip_nonfinite", False)
+        and isinstance(optimizer, UltralyticsMuSGD)
+        and isinstance(model, torch.nn.Module)
+        and not _distributed()
+    ):
+        return 0
+    entries = [p for group in optimizer.param_groups for p in group["params"]]
+    entries += list(model.parameters())
+    entries += [v for v in model.state_dict(keep_vars=True).values() if v.is_floating_point()]
+    unique = list({id(t): t for t in entries}.values())
+    adopt_flat(unique)
+    return sum(laid_flat(t) for t in unique)
 
 
 def _install_network(self: Any) -> None:

@@ -12,7 +12,7 @@ import torch
 from replay_fakes import FakeRecorder
 
 from musgd._ema import FusedEMA
-from musgd._flat import runs
+from musgd._flat import adopt_flat, runs
 from musgd.bench import same_bits
 
 
@@ -286,3 +286,46 @@ def test_tensors_moved_in_place_are_averaged_where_they_now_are(
         per_tensor(reference, model_r, decay)
     assert _same_state(ema, reference)
     assert not _same_state(ema, model)  # the average moved, and not onto the model
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_a_model_laid_flat_is_averaged_in_one_pass_bit_for_bit(
+    memory_format: torch.memory_format,
+) -> None:
+    """The trainer lays the model out flat in its optimizer's order (not the state dict's): the
+    guarded EMA takes the model's order and offsets, and its average is one lerp of two
+    buffers, with the per-tensor bits, skips and a NaN in a skipped step's model included."""
+    (reference, model_r), (ema, model) = _twins(memory_format)
+    entries = _float_entries(model)
+    adopt_flat(entries[::-1])  # another order than the state dict's
+    fused = FusedEMA()
+    torch.manual_seed(2)
+    for step, (decay, skip) in enumerate(zip(SCHEDULE, SKIPS, strict=True)):
+        _move_alike(model, model_r)
+        fused.update(ema, model, decay, skip=_flag(torch.tensor(skip)))
+        if not skip:
+            per_tensor(reference, model_r, decay)
+        if step == 1:  # the next step is skipped: its model's NaN must not reach the EMA
+            for m in (model, model_r):
+                first = next(m.parameters())
+                with torch.no_grad():
+                    first[(0,) * first.dim()] = float("nan")
+        if step == 2:
+            for m in (model, model_r):
+                first = next(m.parameters())
+                with torch.no_grad():
+                    first[(0,) * first.dim()] = 0.5
+    merged_ema, merged_model = fused.merged
+    assert len(merged_ema) == len(merged_model) == 1  # one lerp of two buffers
+    assert merged_ema[0].numel() == merged_model[0].numel()
+    assert _same_state(ema, reference)
+    assert not _same_state(ema, model)
+
+
+def test_a_model_not_laid_flat_keeps_the_per_entry_average() -> None:
+    (reference, model_r), (ema, model) = _twins()
+    fused = FusedEMA()
+    fused.update(ema, model, 0.5, skip=_flag(torch.zeros(())))
+    per_tensor(reference, model_r, 0.5)
+    assert len(fused.merged[0]) == len(_float_entries(model))
+    assert _same_state(ema, reference)
