@@ -21,8 +21,9 @@ meets the target, 1 one misses it or nothing could be compared, 2 bad input.
 from __future__ import annotations
 
 import argparse
-import json
+import hashlib
 import statistics
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ from typing import Any, TypeVar
 
 from musgd.bench._evidence import read_document
 from musgd.bench._yolo_data import CLASSES
+from wpgate import evidence
+from wpgate.evidence import GitState
 
 FLOOR_KIND = "one-graph-floor"
 TRAIN_KIND = "ultralytics-train"
@@ -332,7 +335,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target", type=_ratio, default=TARGET, help=f"the factor to meet (default {TARGET})"
     )
-    parser.add_argument("--out", type=Path, help="also write the rows to this JSON file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="also write the rows as a wpgate evidence file (the trained runs' commit and "
+        "sources, the floor's GPU, each input file's sha256)",
+    )
 
 
 def _ratio(text: str) -> float:
@@ -348,7 +356,6 @@ def _ratio(text: str) -> float:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Print a line per trained arm and its verdict; exit 0 when every compared pair meets the
     target, 1 when one misses it or none could be compared, 2 on bad input."""
-    del argv
     try:
         floors, trained = read_inputs(args.files)
     except FloorRatioError as exc:
@@ -377,12 +384,39 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         f"within {args.target}x on the median, {len(rows) - len(compared)} not compared"
     )
     if args.out is not None:
+        document = ratio_evidence(args.files, rows, args.target, argv)
         try:
-            args.out.write_text(
-                json.dumps({"kind": KIND, "target": args.target, "rows": rows}, indent=1) + "\n",
-                encoding="utf-8",
-            )
+            evidence.write_evidence(document, args.out)
         except OSError as exc:
             print(f"floor-ratio: cannot write {args.out}: {exc.strerror or exc}")
             return 2
     return 0 if met else 1
+
+
+def ratio_evidence(
+    paths: Sequence[Path], rows: list[dict[str, Any]], target: float, argv: Sequence[str]
+) -> dict[str, Any]:
+    """The rows as a ``wpgate-evidence/1`` document: a derived measurement, so it records the
+    code the trained runs measured (their ``git_commit`` and ``sources`` where every train file
+    agrees; else null and none), the environment the first floor was measured in, and each
+    input file's sha256 under ``results.inputs``."""
+    documents = [(path, _document(path)) for path in paths]
+    trains = [d for _, d in documents if d.get("kind") == TRAIN_KIND]
+    floor = next(d for _, d in documents if d.get("kind") == FLOOR_KIND)
+    commits = {d.get("git_commit") for d in trains}
+    sources = [d.get("sources") or {} for d in trains]
+    agreed = len(commits) == 1 and all(x == sources[0] for x in sources)
+    commit = next(iter(commits)) if agreed else None
+    return evidence.evidence_document(
+        KIND,
+        {
+            "target": target,
+            "rows": rows,
+            "inputs": {str(path): hashlib.sha256(path.read_bytes()).hexdigest() for path in paths},
+        },
+        command=[Path(sys.executable).name, "-m", "musgd.bench", *argv],
+        environment=floor.get("environment") or {},
+        git=GitState(commit if isinstance(commit, str) else None, None),
+        sources=sources[0] if agreed and isinstance(sources[0], dict) else {},
+        extra={"git_commit_source": "evidence" if agreed else None},
+    )

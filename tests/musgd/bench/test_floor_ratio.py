@@ -3,6 +3,7 @@ ratios and verdicts, and the refusals (evidence documents written here, no GPU n
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import pytest
 from musgd.bench._cli import EXIT_USAGE, main
 from musgd.bench._floor_ratio import compare, read_inputs
 from musgd.bench._yolo_data import CLASSES
+from wpgate.parsers.evidence import parse_evidence
+from wpgate.rules import EVIDENCE_FILE_VALID
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -192,7 +195,16 @@ def test_cli_exit_codes_and_the_default_arms(
     assert "yolo26n b4 ours at bbbbbbb: 1.100x the floor" in printed
     assert "stock" not in printed  # the stock arms are not held to our floor by default
     written = json.loads(out.read_text(encoding="utf-8"))
-    assert [r["arm"] for r in written["rows"]] == ["ours"]
+    assert [r["arm"] for r in written["results"]["rows"]] == ["ours"]
+    text = out.read_text(encoding="utf-8")
+    assert not parse_evidence(text, "rows.json", rule_id=EVIDENCE_FILE_VALID).findings
+    assert written["kind"] == "floor-ratio"
+    assert written["command"][-4:] == [str(floor), str(good), "--out", str(out)]
+    assert written["git_commit"] == "b" * 40  # the trained runs' code, not the floor tool's
+    assert written["environment"] == {"gpu": H100}
+    assert written["results"]["inputs"] == {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in (floor, good)
+    }
     assert main(["floor-ratio", str(floor), str(slow)]) == 1
     assert main(["floor-ratio", str(floor), str(slow), "--target", "1.5"]) == 0
     assert main(["floor-ratio", str(floor), str(good), "--arms", "stock"]) == 1  # 10x its floor
@@ -235,3 +247,19 @@ def test_bad_input_exits_2_with_what_is_wrong(
     captured = capsys.readouterr()
     assert message in captured.out
     assert "Traceback" not in captured.out + captured.err
+
+
+def test_trained_runs_of_different_commits_leave_the_evidence_without_a_commit(
+    tmp_path: Path,
+) -> None:
+    floor = _write(tmp_path, "floor.json", _floor_doc([("yolo26n.yaml", 4, "nchw", 10.0)]))
+    first = _write(tmp_path, "one.json", _train_doc({"ours": [11.0]}))
+    other = _train_doc({"ours": [12.0]}, model="yolo26n.yaml")
+    other["git_commit"] = "c" * 40
+    second = _write(tmp_path, "two.json", other)
+    out = tmp_path / "ratio.json"
+    assert main(["floor-ratio", str(floor), str(first), str(second), "--out", str(out)]) == 0
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert written["git_commit"] is None
+    assert written["sources"] == {}
+    assert len(written["results"]["rows"]) == 2
