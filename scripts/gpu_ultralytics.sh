@@ -6,7 +6,8 @@
 # and 16, unsynchronised (train); with --parts network, the network captured against eager, bit
 # for bit (network), and --ours-network times our arm with it; --parts syncs counts each
 # iteration's host synchronizations, --parts kernels profiles the device's kernels over a window
-# of steady iterations. Writes $OUT/ultralytics-{identity,network,phases,syncs,kernels,train}.json
+# of steady iterations (--parts host the host's functions, cProfile). Writes
+# $OUT/ultralytics-{identity,network,phases,syncs,kernels,host,train}.json
 # (the train evidence carries the loss and iteration curves) and $OUT/ultralytics.log. --task segment|pose|obb|classify trains that task;
 # --arms stock,stock-compile,stock-channels-last,ours,ours-network,ours-network-compiled times
 # those arms in rotating rounds (docs/ultralytics.md, "Arms").
@@ -31,7 +32,7 @@ echo "gpu_ultralytics: ${SECONDS} s spent on setup, budget ${budget} s of LIMIT_
 timeout "$left" $PY -m musgd.bench ultralytics --device "${DEVICE:-cuda}" --out "$OUT" \
   --budget-s "$budget" "${commit[@]}" "$@" > "$OUT/ultralytics.log" 2>&1
 rc=$?
-grep -a -E "^(plan|identity|network|phases|syncs|kernels|round|batch|lowdata|budget|wrote)" "$OUT/ultralytics.log"
+grep -a -E "^(plan|identity|network|phases|syncs|kernels|host|round|batch|lowdata|budget|wrote)" "$OUT/ultralytics.log"
 tail -n 5 "$OUT/ultralytics.log"
 echo "gpu_ultralytics rc=$rc" | tee -a "$OUT/ultralytics.log"
 exit $rc

@@ -297,3 +297,15 @@ def test_the_kernels_part_profiles_a_window_of_each_arms_run(tmp_path: Path) -> 
         assert window["timed"] == "host operators"
         assert window["busy_ms"] > 0
         assert window["table"], arm
+
+
+def test_the_host_part_profiles_a_window_of_each_arms_run(tmp_path: Path) -> None:
+    results = _quick_cpu(tmp_path, "--parts", "host")["host"]["results"]
+    for arm in ("stock", "ours"):
+        window = results["batches"]["4"]["arms"][arm]["host_profile"]
+        assert results["batches"]["4"]["arms"][arm]["kernels"] is None
+        assert window["iterations"] == 4, arm  # the second half of 8 iterations
+        names = [row["name"] for row in window["by_cumulative"]]
+        # The trainer's step is in the window, named by its package path.
+        assert any(n.endswith("(optimizer_step)") and "/" in n for n in names), names
+        assert window["by_self"][0]["self_ms"] > 0

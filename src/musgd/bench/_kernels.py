@@ -37,11 +37,11 @@ NAME_CHARS = 96
 
 
 class _Profile(Protocol):
-    """What :class:`KernelWindow` uses of ``torch.profiler.profile``."""
+    """What :class:`KernelWindow` uses of its profiler (``torch.profiler.profile``, or the
+    host's ``cProfile``: ``musgd.bench._host``): entered and left at the window's ends."""
 
     def __enter__(self) -> Any: ...
     def __exit__(self, kind: Any, value: Any, trace: Any, /) -> Any: ...
-    def key_averages(self) -> Iterable[Any]: ...
 
 
 def window_bounds(total: int, skip: int, count: int = WINDOW) -> tuple[int, int]:
@@ -90,6 +90,18 @@ def summarize_kernels(
     }
 
 
+# A window's summary from its profiler, its iterations, its wall seconds and whether it ran on
+# CUDA.
+Summarize = Callable[[Any, int, float, bool], dict[str, Any]]
+
+
+def _summarize_profile(profile: Any, iterations: int, wall_s: float, cuda: bool) -> dict[str, Any]:
+    """The kernel summary of a ``torch.profiler`` window (the device's kernels on CUDA)."""
+    return summarize_kernels(
+        profile.key_averages(), iterations=iterations, wall_s=wall_s, device=cuda
+    )
+
+
 def _profiler(cuda: bool) -> _Profile:
     from torch.profiler import ProfilerActivity, profile
 
@@ -100,7 +112,8 @@ def _profiler(cuda: bool) -> _Profile:
 class KernelWindow:
     """Profiles the iterations ``start`` to ``start + count - 1`` of a run on ``device``
     (:func:`start_iteration` and :func:`end_iteration` at each iteration's batch callbacks);
-    :attr:`summary` is None until the window has closed."""
+    :attr:`summary` is None until the window has closed. ``profiler`` and ``summarize`` are
+    the device's kernels by default, the host's functions with ``musgd.bench._host``'s."""
 
     def __init__(
         self,
@@ -110,6 +123,7 @@ class KernelWindow:
         count: int = WINDOW,
         clock: Callable[[], float] = time.perf_counter,
         profiler: Callable[[bool], _Profile] = _profiler,
+        summarize: Summarize = _summarize_profile,
     ) -> None:
         if start < 0 or count < 1:
             raise ValueError(
@@ -118,7 +132,7 @@ class KernelWindow:
         self.cuda = torch.device(device).type == "cuda"
         self.start, self.count = start, count
         self.summary: dict[str, Any] | None = None
-        self._clock, self._make = clock, profiler
+        self._clock, self._make, self._summarize = clock, profiler, summarize
         self._index = 0  # the iteration being run, counted from 0
         self._open: _Profile | None = None
         self._t0 = 0.0
@@ -157,6 +171,4 @@ class KernelWindow:
         wall = self._clock() - self._t0
         profile, self._open = self._open, None
         profile.__exit__(None, None, None)
-        self.summary = summarize_kernels(
-            profile.key_averages(), iterations=iterations, wall_s=wall, device=self.cuda
-        )
+        self.summary = self._summarize(profile, iterations, wall, self.cuda)

@@ -14,6 +14,8 @@ evidence file each (:mod:`musgd.bench._ul_identity` for the first two,
 * ``kernels``: per batch size, one run of each arm unsynchronised, the device's kernels over a
   window of steady iterations profiled: its busy time against the wall time, and the kernels
   with the most time (:mod:`musgd.bench._kernels`);
+* ``host``: the same with the host's main thread profiled over the window (``cProfile``): the
+  functions with the most cumulative and self time per iteration (:mod:`musgd.bench._host`);
 * ``train``: per batch size, ``--rounds`` rounds of every arm with the same seed (seed k in
   round k, the order rotating: :mod:`musgd.bench._ul_design`), unsynchronised: iteration,
   compute and epoch times, complete-fit times, CUDA peaks, losses, per-round ratios stock/arm,
@@ -62,6 +64,7 @@ from musgd.bench._ul_runs import (
     RunFailedError,
     arm_records,
     ours_options,
+    run_host,
     run_kernels,
     run_one,
     run_pairs,
@@ -174,6 +177,11 @@ def _measure(args: argparse.Namespace, argv: list[str], budget: Budget) -> int:
         kernels["budget"] = budget.as_dict()
         save("ultralytics-kernels", kernels)
         print("wrote", args.out / "ultralytics-kernels.json")
+    if "host" in args.parts:
+        host = run_host(args, data, budget)
+        host["budget"] = budget.as_dict()
+        save("ultralytics-host", host)
+        print("wrote", args.out / "ultralytics-host.json")
     if "train" in args.parts:
         _train(args, data, budget, shares, save)
     print(f"budget: used {budget.used():.0f} s, skipped {len(budget.skipped)} runs")

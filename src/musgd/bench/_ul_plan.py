@@ -54,7 +54,7 @@ __all__ = [
     "run_estimate",
 ]
 
-PARTS = ("identity", "network", "phases", "syncs", "kernels", "train")
+PARTS = ("identity", "network", "phases", "syncs", "kernels", "host", "train")
 # Steps the gradient scaler may skip (inf/nan gradients under AMP) on top of the identity target.
 SKIP_ALLOWANCE = 0.1
 # Bytes a synthetic image may take on disk, as a share of its raw RGB bytes: the writer's JPEGs
@@ -170,9 +170,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--arms",
         default=",".join(DEFAULT_ARMS),
-        help=f"the arms of the phases, syncs, kernels and train parts, comma-separated, stock "
-        f"among them (default {','.join(DEFAULT_ARMS)}); arms: {', '.join(ARM_TABLE)}; an arm "
-        f"ending in {BASE_SUFFIX} trains with the musgd of --base-src",
+        help=f"the arms of the phases, syncs, kernels, host and train parts, comma-separated, "
+        f"stock among them (default {','.join(DEFAULT_ARMS)}); arms: {', '.join(ARM_TABLE)}; an "
+        f"arm ending in {BASE_SUFFIX} trains with the musgd of --base-src",
     )
     parser.add_argument(
         "--base-src",
@@ -492,7 +492,7 @@ def plan_lines(args: argparse.Namespace, budget: Budget) -> list[str]:
         )
 
     sizes = len(args.batch_sizes)
-    for part, slowdown in (("phases", 1.3), ("syncs", 1.2), ("kernels", 1.2)):
+    for part, slowdown in (("phases", 1.3), ("syncs", 1.2), ("kernels", 1.2), ("host", 1.5)):
         if part in args.parts:
             est = estimate(args.arms, slowdown)
             lines.append(

@@ -29,6 +29,7 @@ import torch
 
 import musgd
 from musgd._replay import GRAPHS
+from musgd.bench._host import host_profiler, summarize_host
 from musgd.bench._kernels import KernelWindow, window_bounds
 from musgd.bench._syncs import SyncCounter
 from musgd.bench._trainer_phases import PhaseClock, phase_trace, summarize_phases
@@ -76,6 +77,7 @@ __all__ = [
     "ours_options",
     "pool_split",
     "replay_stats",
+    "run_host",
     "run_one",
     "run_pairs",
     "run_phases",
@@ -412,11 +414,13 @@ def train_once(
     variant: str = "default",
     count_syncs: bool = False,
     profile_kernels: bool = False,
+    profile_host: bool = False,
 ) -> dict[str, Any]:
     """One training run of ``arm`` (a name of :data:`ARM_TABLE`): iteration, compute and epoch
     times, phases, losses, the model's layout at the end (and, with ``count_syncs``, the host
     synchronizations of each iteration: :class:`SyncCounter`; with ``profile_kernels``, the
-    device's work over a window of steady iterations: :class:`KernelWindow`)."""
+    device's work over a window of steady iterations: :class:`KernelWindow`; with
+    ``profile_host``, the host's functions over such a window: ``musgd.bench._host``)."""
     if arm not in ARM_TABLE:  # a child told an arm by name: refused before any import
         raise UsageError(f"unknown arm {arm!r}: the arms are {', '.join(ARM_TABLE)}")
     spec = ARM_TABLE[arm]
@@ -430,10 +434,13 @@ def train_once(
         probe=memory_probe if args.device == "cuda" else None,
     )
     syncs = SyncCounter() if count_syncs else None
+    if profile_kernels and profile_host:
+        raise UsageError("a run profiles the device's kernels or the host's functions, not both")
     kernels = None
-    if profile_kernels:
+    if profile_kernels or profile_host:
         first, count = window_bounds(epochs * iterations_per_epoch, SKIP_FIRST)
-        kernels = KernelWindow(args.device, start=first, count=count)
+        host = {"profiler": host_profiler, "summarize": summarize_host} if profile_host else {}
+        kernels = KernelWindow(args.device, start=first, count=count, **host)  # type: ignore[arg-type]
     log = RunLog(args.device, clock, syncs, kernels)
     model = YOLO(args.model)
     log.attach(model)
@@ -508,7 +515,8 @@ def train_once(
         # Where the memory reserved at the run's end lies: eager work's pool, the recordings'.
         "pools_at_end_mib": pool_split(cuda_segments()) if cuda else None,
         "host_syncs": None if syncs is None else syncs.summary(skip),
-        "kernels": None if kernels is None else kernels.summary,
+        "kernels": None if kernels is None or profile_host else kernels.summary,
+        "host_profile": kernels.summary if kernels is not None and profile_host else None,
     }
 
 
@@ -745,7 +753,7 @@ def _unsynchronised_part(
     **measure: bool,
 ) -> dict[str, Any]:
     """Per batch size, a run of each arm, unsynchronised, with ``measure`` (``train_once``'s
-    ``count_syncs`` or ``profile_kernels``) on: a part's evidence."""
+    ``count_syncs``, ``profile_kernels`` or ``profile_host``) on: a part's evidence."""
     batches = _one_run_per_arm(
         args, data, budget, part, slowdown=1.2, describe=describe, synchronize=False, **measure
     )
@@ -788,6 +796,26 @@ def run_kernels(args: argparse.Namespace, data: Path, budget: Budget) -> dict[st
     return _unsynchronised_part(
         args, data, budget, "kernels", _describe_kernels, profile_kernels=True
     )
+
+
+def _describe_host(run: dict[str, Any]) -> str:
+    window = run.get("host_profile")
+    if not window:
+        return f"iteration {fmt(run['iteration_ms'])} ms, no profiled window"
+    top = ", ".join(
+        f"{row['name']} {row['cumulative_ms']:.2f}" for row in window["by_cumulative"][:3]
+    )
+    return (
+        f"iteration {fmt(run['iteration_ms'])} ms; over {window['iterations']} profiled "
+        f"iterations {window['wall_ms']:.2f} ms each; the most cumulative ms: {top}"
+    )
+
+
+def run_host(args: argparse.Namespace, data: Path, budget: Budget) -> dict[str, Any]:
+    """Per batch size, a run of each arm, unsynchronised but for the two ends of a window of
+    steady iterations whose host functions are profiled (``musgd.bench._host``): which of the
+    trainer's, the loss's, the optimizer's and torch's functions the host's time goes to."""
+    return _unsynchronised_part(args, data, budget, "host", _describe_host, profile_host=True)
 
 
 def _describe_round_run(run: dict[str, Any]) -> str:

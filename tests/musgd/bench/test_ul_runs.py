@@ -139,6 +139,7 @@ def test_a_one_run_child_needs_its_files(tmp_path: Path) -> None:
         ("phases", {"synchronize": True}),
         ("syncs", {"synchronize": False, "count_syncs": True}),
         ("kernels", {"synchronize": False, "profile_kernels": True}),
+        ("host", {"synchronize": False, "profile_host": True}),
     ],
 )
 def test_the_phases_syncs_and_kernels_parts_run_each_arm_once_per_batch(
@@ -163,6 +164,13 @@ def test_the_phases_syncs_and_kernels_parts_run_each_arm_once_per_batch(
                 "busy_ms": 10.0,
                 "busy_share": 0.8,
                 "kernels": 900.0,
+            },
+            "host_profile": {
+                "iterations": 10,
+                "wall_ms": 14.0,
+                "by_cumulative": [
+                    {"name": f"musgd/m.py:{i}(f{i})", "cumulative_ms": 3.0 - i} for i in range(5)
+                ],
             },
         }
 
@@ -197,6 +205,11 @@ def test_the_phases_syncs_and_kernels_parts_run_each_arm_once_per_batch(
             "12.50 ms each, device kernels and copies busy 10.00 ms (80%), 900 kernels" in lines[0]
         )
         assert result["nbs"] == "batch"
+    if part == "host":
+        assert (
+            "14.00 ms each; the most cumulative ms: musgd/m.py:0(f0) 3.00, musgd/m.py:1(f1) 2.00, "
+            "musgd/m.py:2(f2) 1.00" in lines[0]
+        )
 
 
 def test_our_options_reach_a_child_process_as_they_were_given() -> None:
