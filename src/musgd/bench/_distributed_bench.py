@@ -40,7 +40,7 @@ from torch import nn
 from musgd import MuSGD
 from musgd._distributed import WorkItem, plan_buckets, plan_stages
 from musgd._functional import Layout, build_layout
-from musgd.bench._evidence import build_evidence, find_repo_root, write_evidence
+from musgd.bench._evidence import build_evidence, find_repo_root, read_document, write_evidence
 from musgd.bench._models import PARAMETER_SETS, ParamSpec, make_parameters, transformer_parameters
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -437,17 +437,23 @@ def world1_medians(path: Path) -> dict[str, dict[str, float]]:
     Reads both layouts the benchmark writes: one file per set (``results.worlds``) and the merged
     file of scripts/gpu_distributed.sh (``results.runs[*].worlds``).
     """
-    results = json.loads(path.read_text(encoding="utf-8"))["results"]
+    results = read_document(path)["results"]
     runs = results.get("runs", [results])
     out: dict[str, dict[str, float]] = {}
-    for run in runs:
-        one = run.get("worlds", {}).get("1")
-        if one is not None:
-            out[run["set"]] = {
-                arm: float(v["median_ms"])
-                for arm, v in one.items()
-                if isinstance(v, dict) and "median_ms" in v
-            }
+    try:
+        for run in runs:
+            one = run.get("worlds", {}).get("1")
+            if one is not None:
+                out[run["set"]] = {
+                    arm: float(v["median_ms"])
+                    for arm, v in one.items()
+                    if isinstance(v, dict) and "median_ms" in v
+                }
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{path}: not a distributed benchmark's evidence ({type(exc).__name__}: {exc}); "
+            "pass a file `python -m musgd.bench distributed` wrote"
+        ) from exc
     if not out:
         raise ValueError(f"{path}: no world-size-1 run to calibrate from; pass another file")
     return out

@@ -80,3 +80,26 @@ def test_a_spawned_world_writes_distributed_evidence(tmp_path: Path) -> None:
     world = doc["results"]["worlds"]["1"]
     assert set(world["speedups_vs_replicated"]) == {"replicated", "sharded"}
     assert world["ranks_agree_bitwise"] is True
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (None, "cannot read"),
+        ("{", "is not JSON"),
+        ('{"kind": "x"}', "is not an evidence file"),
+        ('{"results": {"runs": [{"worlds": {"1": {}}}]}}', "not a distributed benchmark's"),
+        ('{"results": {"runs": [3]}}', "not a distributed benchmark's"),
+    ],
+    ids=["missing", "not-json", "no-results", "no-set", "not-a-run"],
+)
+def test_a_calibration_file_that_is_not_one_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | None, message: str
+) -> None:
+    path = tmp_path / "calibration.json"
+    if text is not None:
+        path.write_text(text)
+    assert main(["distributed", "--predict", "2", "--calibration", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
