@@ -449,10 +449,13 @@ class EngineOptimizer(Optimizer):
         listed twice in one group is refused (``torch.optim`` only warns, and its step would
         then move it twice)."""
         where = f"param_groups[{len(self.param_groups)}]"
+        params = param_group.get("params") if isinstance(param_group, dict) else None
+        if not isinstance(params, Tensor) and params is not None:
+            # A generator is read once, here: the rule's check and the stored group see one list.
+            param_group = {**param_group, "params": list(params)}
         group = self._rule.admit_group(param_group, self.defaults, where=where)
         params = group.get("params")
         if not isinstance(params, Tensor) and params is not None:
-            group = {**group, "params": list(params)}  # a generator is read once, here
             seen: set[int] = set()
             for j, param in enumerate(group["params"]):
                 if id(param) in seen:

@@ -268,9 +268,9 @@ class UltralyticsRule:
     def admit_group(
         self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str
     ) -> dict[str, Any]:
-        params = group.get("params", [])
-        # A generator is read once, here: the stored group and the check see the same list.
-        group = {**group, "params": [params] if isinstance(params, Tensor) else list(params)}
+        params = group.get("params", [])  # a list (the engine read a generator) or a tensor
+        if isinstance(params, Tensor):
+            group = {**group, "params": [params]}
         validate_flavour_group({**defaults, **group}, where=where)
         return group
 
