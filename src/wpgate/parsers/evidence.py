@@ -273,12 +273,22 @@ def iter_values(document: Any) -> Iterator[Any]:
             yield current
 
 
+# The parts of an evidence document whose numbers a claim may quote.
+_MEASURED_KEYS = ("results", "environment")
+
+
 def evidence_numbers(document: Any) -> tuple[frozenset[Decimal], tuple[str, ...]]:
-    """The numbers a document records (JSON numbers, and numbers written as tokens of their own
-    inside strings: not the digits of a hash, a version, a word or a date) and its strings."""
+    """The numbers a document records under ``results`` and ``environment`` (where the
+    measurement ran: a claim may quote a load average or a core count), as JSON numbers and as
+    numbers written as tokens of their own inside strings (not the digits of a hash, a version,
+    a word or a date), and the strings of the whole document (where a claim's versions are
+    looked up). The schema name, the command, the commit and the source hashes are not
+    measurements: their numbers (``1`` of ``wpgate-evidence/1``) back no claim."""
     numbers: set[Decimal] = set()
-    strings: list[str] = []
-    for value in iter_values(document):
+    measured = (
+        [document.get(key) for key in _MEASURED_KEYS] if isinstance(document, dict) else [document]
+    )
+    for value in iter_values(measured):
         if isinstance(value, bool) or value is None:
             continue
         if isinstance(value, (int, float)):
@@ -286,17 +296,10 @@ def evidence_numbers(document: Any) -> tuple[frozenset[Decimal], tuple[str, ...]
                 numbers.add(Decimal(repr(value)) if isinstance(value, float) else Decimal(value))
             except InvalidOperation:  # inf and nan are not numbers a claim can quote
                 continue
-        elif isinstance(value, str):
-            strings.append(value)
-            if _TIMESTAMP_RE.match(value):
-                continue  # a date's fields are not measurements
-            for match in _NUMBER_RE.finditer(value):
-                if _in_a_name(value, match.start(), match.end()):
-                    continue
-                parsed = _decimal(match.group(0))
-                if parsed is not None:
-                    numbers.add(parsed)
-    return frozenset(numbers), tuple(strings)
+        elif isinstance(value, str) and not _TIMESTAMP_RE.match(value):  # a date's fields
+            numbers.update(token.value for token in _tokens(value) if token.value is not None)
+    strings = tuple(v for v in iter_values(document) if isinstance(v, str))
+    return frozenset(numbers), strings
 
 
 def version_prefixes(strings: Iterable[str]) -> frozenset[str]:
@@ -310,17 +313,6 @@ def version_prefixes(strings: Iterable[str]) -> frozenset[str]:
                 continue
             found.update(".".join(parts[:k]) for k in range(2, len(parts) + 1))
     return frozenset(found)
-
-
-def _decimal(text: str) -> Decimal | None:
-    """``text`` (``1,834``, ``188.1``) as a Decimal, or None for versions like ``2.9.1``."""
-    plain = text.replace(",", "")
-    if plain.count(".") > 1:
-        return None
-    try:
-        return Decimal(plain)
-    except InvalidOperation:
-        return None
 
 
 def _paragraphs(text: str) -> Iterator[tuple[int, list[str]]]:
@@ -466,6 +458,55 @@ def _in_a_name(text: str, start: int, end: int) -> bool:
     return bool(_HEXISH_RE.match(word) or _HEX_DIGEST_RE.match(word)) and not word.isdigit()
 
 
+@dataclass(frozen=True)
+class _Token:
+    """A number written in text: where it ends, its text (sign and exponent included), its
+    value (None for a dotted version) and its decimals."""
+
+    end: int
+    text: str
+    value: Decimal | None
+    decimals: int
+
+
+# A minus sign is the number's where it stands before the digits after a space, an opening
+# bracket or the start (-7.5 ms, (-3%)), not between two numbers (1.19-1.49: a range).
+_SIGN_BEFORE = " \t\n([{=:;,/~\u2248"
+_EXPONENT_RE = re.compile(r"[eE][+-]?\d{1,4}(?![\w.])")
+
+
+def _tokens(text: str) -> Iterator[_Token]:
+    """The numbers of ``text`` that are not names (:func:`_in_a_name`), each with its sign
+    and its exponent (``7.5e3`` is 7500, ``1e-5`` is 0.00001): the one reading of a number
+    that claims and evidence strings share."""
+    for match in _NUMBER_RE.finditer(text):
+        start, end = match.span()
+        if _in_a_name(text, start, end):
+            continue
+        body = match.group(0).rstrip(".,")
+        end = start + len(body)
+        plain = body.replace(",", "")
+        exponent = _EXPONENT_RE.match(text, end) if "," not in body else None
+        if exponent is not None:
+            end = exponent.end()
+        sign = (
+            start
+            and text[start - 1] in "-\u2212"
+            and (start < 2 or text[start - 2] in _SIGN_BEFORE)
+        )
+        shown = ("-" if sign else "") + text[start:end]
+        if plain.count(".") > 1:
+            yield _Token(end, shown, None, 0)
+            continue
+        value = Decimal(plain)
+        decimals = len(plain.partition(".")[2])
+        if exponent is not None:
+            power = int(exponent.group(0)[1:])
+            value = value.scaleb(power)
+            decimals = max(0, decimals - power)
+        yield _Token(end, shown, -value if sign else value, decimals)
+
+
 def _numbers(segment: str, line: int) -> tuple[tuple[Number, ...], tuple[Number, ...]]:
     """The numbers and the dotted versions written in a claim's prose."""
     prose = _blank(segment, _CODE_SPAN_RE)
@@ -474,17 +515,11 @@ def _numbers(segment: str, line: int) -> tuple[tuple[Number, ...], tuple[Number,
     prose = _blank(prose, _DATE_RE)
     numbers: list[Number] = []
     versions: list[Number] = []
-    for match in _NUMBER_RE.finditer(prose):
-        start, end = match.span()
-        after = prose[end] if end < len(prose) else " "
-        if _in_a_name(prose, start, end):
+    for token in _tokens(prose):
+        where = line + segment.count("\n", 0, token.end)
+        if token.value is None:
+            versions.append(Number(token.text, Decimal(0), 0, False, where))
             continue
-        text = match.group(0).rstrip(".,")
-        where = line + segment.count("\n", 0, start)
-        value = _decimal(text)
-        if value is None:
-            versions.append(Number(text, Decimal(0), 0, False, where))
-            continue
-        fraction = text.replace(",", "").partition(".")[2]
-        numbers.append(Number(text, value, len(fraction), after == "%", where))
+        after = prose[token.end] if token.end < len(prose) else " "
+        numbers.append(Number(token.text, token.value, token.decimals, after == "%", where))
     return tuple(numbers), tuple(versions)

@@ -270,6 +270,37 @@ def test_wpg406_digits_of_hashes_platforms_and_dates_are_not_measurements(
         assert bool(found) is flagged, (text, found)
 
 
+def test_wpg406_signs_exponents_and_the_files_metadata_are_read(repo: tuple[Path, str]) -> None:
+    """Found by an outside audit: `1 ms` passed on the `1` of the schema's name, and a sign or
+    an exponent was dropped, so `-7.5 ms` and `7.5e3 ms` passed on a recorded 7.5."""
+    root, first = repo
+    _evidence(
+        root,
+        first,
+        command=["python", "bench.py", "--runs", "42"],
+        environment={"cpu_count": 16, "torch": "2.9.1"},
+        results={"t_ms": 7.5, "delta_ms": -0.25, "tolerance": 1e-05, "note": "drift -3.5 ms"},
+    )
+    claims = {
+        "7.5 ms": False,
+        "-7.5 ms": True,  # a minus sign after a space is the number's
+        "(-0.25 ms)": False,
+        "0.25 ms": True,
+        "7.5e3 ms": True,  # 7500
+        "a tolerance of 1e-5": False,  # the recorded 1e-05
+        "a tolerance of 1e-6": True,
+        "-3.5 ms in a string": False,
+        "1 ms": True,  # only the schema's name held a 1
+        "42 runs": True,  # the command's
+        "16 cores": False,  # the environment's: where it ran
+        "7.5-7.5 ms": False,  # a range: the hyphen joins two numbers
+    }
+    for text, flagged in claims.items():
+        _page(root, f"[MEASURED] It takes {text} ([evidence](evidence/a.json)).")
+        found = [f.message for f in lint_evidence(root) if f.rule_id == "WPG406"]
+        assert bool(found) is flagged, (text, found)
+
+
 def test_wpg406_a_version_prefix_and_an_all_digit_commit_are_recorded(
     repo: tuple[Path, str],
 ) -> None:
