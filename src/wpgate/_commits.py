@@ -152,8 +152,9 @@ def _commit_messages(
 
     Merges and bot commits are exempt whatever they say (a third of a busy history's commits):
     their messages are not parsed, and the reason stands for the commit (see
-    :func:`~wpgate.rules.trailers.lint_messages`); a fixup or a revert is found exempt here
-    too, so every message yielded is one to check (``screened``).
+    :func:`~wpgate.rules.trailers.lint_messages`); a revert (and a fixup, where
+    ``fixup_exempt_in_history`` says so: a fixup that landed was not squashed) is found exempt
+    here too, so every message yielded is one to check (``screened``).
     """
     from wpgate.rules.trailers import CommitMessage, message_exemption, metadata_exemption
 
@@ -179,7 +180,7 @@ def _commit_messages(
         parsed = CommitMessage(
             message, sha[:12], references, resolve, sha, resolve_own, author, parents
         )
-        yield message_exemption(parsed, options) or parsed
+        yield message_exemption(parsed, options, history=True) or parsed
 
 
 @contextmanager

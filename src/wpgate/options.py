@@ -488,6 +488,14 @@ class TrailerOptions(LinterOptions):
     revert_exempt: bool = option(
         True, "bool", "`git revert` messages are exempt from the trailer rules, like merges."
     )
+    # A `fixup!`, `squash!` or `amend!` commit is work in progress: the commit-msg hook lets it
+    # through, but one that reaches a history range has landed unsquashed.
+    fixup_exempt_in_history: bool = option(
+        False,
+        "bool",
+        "`fixup!`, `squash!` and `amend!` commits are exempt in history ranges (`--range`, "
+        "`--pushed`, `check`) too, not only in the commit-msg hook.",
+    )
 
     def check(self) -> None:
         """The statement is not empty, each bot pattern compiles, each required trailer is

@@ -148,6 +148,7 @@ def test_range_json_and_github(repo: Path) -> None:
     for data in (GOOD, BAD, b"fixup! feat(cli): lint commit trailers\n"):
         git(repo, "commit", "-q", "--allow-empty", "-F", "-", data=data)
     bad_sha = git(repo, "rev-parse", "HEAD~1")[:12]
+    (repo / "pyproject.toml").write_text("[tool.wpgate.trailers]\nfixup_exempt_in_history = true\n")
     status, out, _ = run(repo, "trailers", "--range", f"{start}..HEAD", "--format", "json")
     assert status == 1
     report = json.loads(out)
@@ -514,6 +515,23 @@ def test_git_revert_messages_are_exempt_like_merges(repo: Path) -> None:
         "WPG105",
         "WPG107",
     }
+
+
+def test_a_fixup_that_landed_is_checked_unless_the_history_exempts_it(repo: Path) -> None:
+    """Found by an outside audit: a `fixup!` subject skipped every rule in --range, --pushed
+    and check, so any change could land with it. The commit-msg hook still lets one through."""
+    start = git(repo, "rev-parse", "HEAD")
+    (repo / "f.txt").write_text("x\n")
+    git(repo, "add", "f.txt")
+    git(repo, "commit", "-q", "--no-verify", "-m", "fixup! anything at all")
+    status, out, _ = run(repo, "trailers", "--range", f"{start}..HEAD")
+    assert status == 1
+    assert out.splitlines()[-1] == "trailers: 1 commit checked; 4 findings"
+    status, out, _ = run(repo, "trailers", message_file(repo, b"fixup! anything at all\n"))
+    assert (status, out) == (0, "trailers: 0 messages checked, 1 exempt (fixup 1); 0 findings\n")
+    (repo / "pyproject.toml").write_text("[tool.wpgate.trailers]\nfixup_exempt_in_history = true\n")
+    status, out, _ = run(repo, "trailers", "--range", f"{start}..HEAD")
+    assert (status, out) == (0, "trailers: 0 commits checked, 1 exempt (fixup 1); 0 findings\n")
 
 
 def test_ignore_and_warning_severity(repo: Path) -> None:

@@ -591,10 +591,14 @@ def exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
     return reason if reason is not None else message_exemption(parsed, options)
 
 
-def message_exemption(parsed: CommitMessage, options: TrailerOptions) -> str | None:
+def message_exemption(
+    parsed: CommitMessage, options: TrailerOptions, *, history: bool = False
+) -> str | None:
     """``fixup`` or ``revert`` when what the message says exempts it, else None (the part of
-    :func:`exemption` that reads the message)."""
-    if not parsed.pr_mode and parsed.message.subject.startswith(_FIXUP_PREFIXES):
+    :func:`exemption` that reads the message). A fixup is exempt in the commit-msg hook; in a
+    ``history`` range (commits that landed) only with ``fixup_exempt_in_history``."""
+    fixups = options.fixup_exempt_in_history or not history
+    if fixups and not parsed.pr_mode and parsed.message.subject.startswith(_FIXUP_PREFIXES):
         return "fixup"
     if options.revert_exempt and is_revert(parsed.message):
         return "revert"
