@@ -31,6 +31,7 @@ __all__ = [
     "detect_languages",
     "init_repository",
     "plan_scaffolds",
+    "survey",
 ]
 
 _CONFIG = """
@@ -70,6 +71,19 @@ _DETECT: tuple[tuple[str, tuple[str, ...], str], ...] = (
         'test/x.test.js::"adds two numbers"',
     ),
     ("bats", ("*.bats",), 'test/x.bats::"prints the version"'),
+)
+#: The files that hold tests (Rust's are in its sources): where one is found, ``required``
+#: includes ``Gate``.
+_TEST_FILES = (
+    "test_*.py",
+    "*_test.py",
+    "*_test.go",
+    "*.rs",
+    "*.test.[jt]s",
+    "*.spec.[jt]s",
+    "*.test.[jt]sx",
+    "*.spec.[jt]sx",
+    "*.bats",
 )
 # Folders never searched for test files: dependencies, build outputs, the built site.
 _SKIPPED = frozenset({"node_modules", "vendor", "target", "site", "build", "dist", "__pycache__"})
@@ -139,7 +153,8 @@ package; evidence blocks render the measured numbers as tables and charts.
 """
 
 # PR mode lints the title and this body as the squash commit (WPG109 keeps the statement).
-_PULL_REQUEST = """<!-- What the change does and why; end with its trailers (WP:, Provenance:). -->
+_PULL_REQUEST = """<!-- What the change does and why; end with the trailers the configuration's
+`required` names (WP:, Provenance:, and Gate: where it is required). -->
 
 {statement} this change was written from specifications, papers and official documentation,
 not copied from other projects' code, and every source it used is in the provenance table.
@@ -229,7 +244,14 @@ class InitResult:
 def detect_languages(root: Path) -> tuple[str, ...]:
     """The languages whose marker files or test files are in ``root`` (hidden folders,
     dependencies and build outputs skipped), in :data:`_DETECT` order."""
+    return survey(root)[0]
+
+
+def survey(root: Path) -> tuple[tuple[str, ...], bool]:
+    """:func:`detect_languages`, and whether any test file is there (:data:`_TEST_FILES`): a
+    ``pyproject.toml`` shows Python is used, not that a test exists to gate a commit on."""
     found: set[str] = set()
+    tests = False
     seen = 0
     for _folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED)
@@ -239,19 +261,24 @@ def detect_languages(root: Path) -> tuple[str, ...]:
                 for language, markers, _ in _DETECT
                 if any(fnmatch.fnmatchcase(file, marker) for marker in markers)
             )
+            tests = tests or any(fnmatch.fnmatchcase(file, glob) for glob in _TEST_FILES)
         seen += len(files)
-        if seen >= _DETECT_FILES or len(found) == len(_DETECT):
+        if seen >= _DETECT_FILES or (len(found) == len(_DETECT) and tests):
             break
-    return tuple(language for language, _, _ in _DETECT if language in found)
+    return tuple(language for language, _, _ in _DETECT if language in found), tests
 
 
-def config_text(languages: tuple[str, ...], *, pyproject: bool) -> str:
+def config_text(languages: tuple[str, ...], *, pyproject: bool, tests: bool | None = None) -> str:
     """The configuration ``init`` writes: ``[tool.wpgate]`` tables for ``pyproject.toml``,
-    top-level tables for ``wpgate.toml``; the gate settings for ``languages``."""
+    top-level tables for ``wpgate.toml``; the gate settings for ``languages``; ``Gate``
+    required where ``tests`` were found (by default, where a language was)."""
+    tests = bool(languages) if tests is None else tests
     examples = "\n".join(
         f"#   Gate: {example}" for language, _, example in _DETECT if language in languages
     )
-    required = ["WP", "Provenance", "Gate"] if languages else ["WP", "Provenance"]
+    if languages and not tests:
+        examples += '\n#   (no test files yet: add "Gate" to `required` once there are tests)'
+    required = ["WP", "Provenance", "Gate"] if tests else ["WP", "Provenance"]
     found = "# The test files a `Gate:` may name, found in this repository by `wpgate init`:"
     if not languages:
         found = (
@@ -356,7 +383,8 @@ def plan_scaffolds(
     if config_source:
         config = Scaffold(config_source, "", present=True)
     else:
-        text = config_text(detect_languages(root), pyproject=pyproject)
+        languages, tests = survey(root)
+        text = config_text(languages, pyproject=pyproject, tests=tests)
         file = "pyproject.toml" if pyproject else "wpgate.toml"
         config = Scaffold(file, text, pyproject, adds="[tool.wpgate]")
     gitignore = root / ".gitignore"

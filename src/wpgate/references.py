@@ -366,6 +366,11 @@ class GateResolver:
                 # Python's names are every function and class; the other readers' are tests.
                 what = "defined" if language is _python() else "a test"
                 return f"`{name}` is not {what} in `{where}`; fix the node id or add the test"
+        if language is _python() and not _is_python_test("::".join(walked)):
+            return (
+                f"`{walked[-1]}` is defined in `{rel}` but is not a test (pytest collects "
+                "`test*` functions and `Test*` classes); name a test"
+            )
         return None
 
     def _resolve_job(self, job: str) -> str | None:

@@ -16,7 +16,7 @@ import pytest
 from git_helpers import git, new_repository
 
 from wpgate._config import load_config
-from wpgate._init import config_text, detect_languages, plan_scaffolds
+from wpgate._init import config_text, detect_languages, plan_scaffolds, survey
 from wpgate.cli import main
 from wpgate.options import GATE_LANGUAGES, DocsLayout, GateOptions, TrailerOptions
 
@@ -70,7 +70,8 @@ def test_init_appends_to_a_pyproject_without_a_wpgate_table(
     assert "wrote pyproject.toml" not in out
     data = tomllib.loads((tmp_path / "pyproject.toml").read_text(encoding="utf-8"))
     assert data["project"] == {"name": "x"}
-    assert data["tool"]["wpgate"]["trailers"]["required"] == ["WP", "Provenance", "Gate"]
+    # Python is used, but no test file is there yet to gate a commit on.
+    assert data["tool"]["wpgate"]["trailers"]["required"] == ["WP", "Provenance"]
 
 
 def test_init_follows_an_existing_docs_layout(tmp_path: Path) -> None:
@@ -706,3 +707,18 @@ def test_init_refuses_a_blank_site_name(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["init", "--root", str(tmp_path), "--name", "   "]) == 2
     assert "'   ' is blank; pass --name with the site's name" in capsys.readouterr().err
     assert not (tmp_path / "mkdocs.yml").exists()
+
+
+def test_a_project_file_without_test_files_does_not_require_a_gate(tmp_path: Path) -> None:
+    """Found by an outside audit: a `pyproject.toml` alone made init require `Gate`, so the
+    first commit of a repository with no tests failed WPG107 (the guide says it would not)."""
+    _files(tmp_path, {"pyproject.toml": '[project]\nname = "x"\nversion = "0"\n'})
+    assert survey(tmp_path) == (("python",), False)
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    config = load_config(tmp_path)
+    assert TrailerOptions.from_config(config).required == ("WP", "Provenance")
+    assert GateOptions.from_config(config).languages == ("python",)
+    text = (tmp_path / "pyproject.toml").read_text(encoding="utf-8")
+    assert '#   (no test files yet: add "Gate" to `required` once there are tests)' in text
+    _files(tmp_path / "again", {"pyproject.toml": "", "tests/test_a.py": ""})
+    assert survey(tmp_path / "again") == (("python",), True)

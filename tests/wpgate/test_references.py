@@ -111,6 +111,11 @@ def test_resolves(root: Path, node_id: str) -> None:
             "or add the test",
         ),
         ("tests/test_x.py::", "`tests/test_x.py::` has an empty part after `::`; remove it"),
+        (  # found by an outside audit: any function of any file passed as a gate
+            "tests/helpers.py::make",
+            "`make` is defined in `tests/helpers.py` but is not a test (pytest collects `test*` "
+            "functions and `Test*` classes); name a test",
+        ),
         (
             "tests/test_broken.py::t",
             "`tests/test_broken.py` cannot be parsed (SyntaxError); fix the file",
