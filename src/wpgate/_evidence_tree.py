@@ -45,6 +45,10 @@ _PYTEST_TIMEOUT_S = 120
 _COLLECT_RE = re.compile(r"(\d+) tests? collected|collected (\d+) items?")
 
 
+# A line of pytest's output that names why collecting failed.
+_CAUSE_RE = re.compile(r"^E\s+\w*(?:Error|Exception)\b|^\w*(?:Error|Exception):")
+
+
 def count_collected(root: Path, paths: Sequence[str]) -> int | str:
     """How many tests pytest collects from ``paths`` (run in ``root``), or why it could not."""
     try:
@@ -57,6 +61,7 @@ def count_collected(root: Path, paths: Sequence[str]) -> int | str:
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                "--",  # the paths are paths, never pytest's options
                 *paths,
             ],
             cwd=root,
@@ -69,8 +74,10 @@ def count_collected(root: Path, paths: Sequence[str]) -> int | str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"pytest could not run ({exc})"
     if done.returncode not in (0, 5):
-        tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
-        return f"pytest collection failed ({tail[0]})"
+        lines = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
+        # The summary line, and the first line naming the error behind it (an import's).
+        cause = next((x.strip() for x in lines if _CAUSE_RE.search(x) and x != lines[-1]), "")
+        return f"pytest collection failed ({lines[-1]}{f'; {cause}' if cause else ''})"
     for line in reversed(done.stdout.splitlines()):
         match = _COLLECT_RE.search(line)
         if match:
@@ -230,6 +237,8 @@ def _count_answers(
         for count in context.claim.counts:
             for marker_path in count.paths:
                 why = resolve_inside(root, "", marker_path)[1]
+                if marker_path.startswith("-"):
+                    why = f"`{marker_path}` starts with `-`; name a test file or folder"
                 if why is not None:
                     counts[count] = f"the marker path {why}"
     if collect:

@@ -404,6 +404,26 @@ def test_wpg409_count_marker_verified_by_collecting(repo: tuple[Path, str]) -> N
     assert lint_evidence(root, collect=False) == []
 
 
+def test_wpg409_a_marker_hands_pytest_paths_only_and_says_why_collection_failed(
+    repo: tuple[Path, str],
+) -> None:
+    """Found by an outside audit: a marker's `-p x` or `--basetemp=...` reached pytest as its
+    options, and a failed collection said only its summary line, not the import behind it."""
+    root, _ = repo
+    (root / "tests").mkdir()
+    (root / "tests/test_a.py").write_text("def test_a():\n    pass\n", encoding="utf-8")
+    (root / "tests/test_b.py").write_text("import no_such_module\n", encoding="utf-8")
+    for marker, why in (
+        ("collected 1 -- -p tests/test_a.py", "the marker path `-p` starts with `-`"),
+        ("collected 1 -- --basetemp=x tests/test_a.py", "`--basetemp=x` starts with `-`"),
+        ("collected 1 -- tests/test_b.py", "No module named 'no_such_module'"),
+    ):
+        _page(root, CLAIM + f"\n`{marker}`.")
+        messages = [f.message for f in lint_evidence(root) if f.rule_id == "WPG409"]
+        assert len(messages) == 1, (marker, messages)
+        assert why in messages[0], (marker, messages)
+
+
 def test_switched_off_marker_rules_never_run_git_diff_or_pytest(
     repo: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
