@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 import tomllib
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -37,40 +32,29 @@ def test_readme_and_guide_give_the_cpu_only_torch_route_before_the_extra() -> No
     for page in ("README.md", "docs/adopting.md"):
         text = (REPO / page).read_text(encoding="utf-8")
         # The CPU build first, then the extra (which then finds torch satisfied).
-        assert f'{CPU_INDEX}\npip install "wpgate[optim]"' in text, page
+        assert f'{CPU_INDEX}\npip install "./wpgate[optim]"' in text, page
 
 
-def _pinned_revs(text: str) -> list[str]:
-    """The ``rev:`` values of the YAML blocks of a Markdown page (comments dropped)."""
-    return re.findall(r"^\s*rev:\s*([^\s#]+)", text, flags=re.MULTILINE)
+def test_the_readme_hooks_are_the_ones_init_writes_and_the_repository_publishes() -> None:
+    """An adopter copies the README's example: `repo: local` hooks (installing them clones
+    nothing, as on machines that cannot reach a code host), with the ids and entries that
+    `wpgate init` writes and `.pre-commit-hooks.yaml` publishes, the docs hook on every commit."""
+    from wpgate._init import _PRE_COMMIT
 
-
-def test_pinned_revs_are_read_from_the_yaml_examples() -> None:
-    text = "```yaml\n  - repo: x\n    rev: 0123abc  # a comment\n```\nrev: v1\n"
-    assert _pinned_revs(text) == ["0123abc", "v1"]
-
-
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_the_readme_pre_commit_example_pins_a_revision_this_repository_has() -> None:
-    # An adopter copies the example as it is: a `rev` that is no tag or commit of wpgate's
-    # repository fails at `pre-commit install`, far from the README that caused it.
-    probe = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--is-shallow-repository"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if probe.returncode != 0 or probe.stdout.strip() != "false":
-        pytest.skip("needs the repository's full git history")
-    revs = _pinned_revs((REPO / "README.md").read_text(encoding="utf-8"))
-    assert revs, "the README's pre-commit example names no rev"
-    for rev in revs:
-        found = subprocess.run(
-            ["git", "-C", str(REPO), "cat-file", "-e", f"{rev}^{{commit}}"],
-            capture_output=True,
-            check=False,
-        )
-        assert found.returncode == 0, f"README pins rev {rev}, which this repository lacks"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme.split("default_install_hook_types:", 1)[1].split("```", 1)[0]
+    assert "- repo: local" in block
+    published = (REPO / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
+    for hook, entry in (
+        ("wpgate-docs", "wpgate docs"),
+        ("wpgate-trailers", "wpgate trailers"),
+        ("wpgate-history", "wpgate trailers --pushed"),
+    ):
+        for text in (block, _PRE_COMMIT, published):
+            assert f"id: {hook}" in text
+            assert f"entry: {entry}\n" in text
+    docs = block.split("id: wpgate-docs", 1)[1].split("- id:", 1)[0]
+    assert "always_run: true" in docs
 
 
 def test_the_optim_extra_brings_numpy() -> None:
