@@ -136,4 +136,6 @@ def load_references(root: Path, config: Config | None = None) -> References:
         assumption_ids=load_assumption_ids(root, config),
         assumptions_path=assumptions,
         assumptions_found=(root / assumptions).is_file(),
+        provenance_path=rel,
+        provenance_unread=None if read[1] is None else read[1].message,
     )

@@ -66,6 +66,10 @@ class References:
     #: that file exists: the findings name it, and say when it is missing.
     assumptions_path: str = "docs/ASSUMPTIONS.md"
     assumptions_found: bool = False
+    #: Where the provenance table is read from (``[tool.wpgate.docs] provenance``), and why it
+    #: could not be read (None when it was): a cited id is then not looked up in vain.
+    provenance_path: str = "docs/PROVENANCE.md"
+    provenance_unread: str | None = None
 
 
 def split_node_ids(value: str) -> list[str]:

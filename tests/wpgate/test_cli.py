@@ -534,6 +534,23 @@ def test_a_fixup_that_landed_is_checked_unless_the_history_exempts_it(repo: Path
     assert (status, out) == (0, "trailers: 0 commits checked, 1 exempt (fixup 1); 0 findings\n")
 
 
+def test_a_cited_source_with_no_provenance_table_says_the_table_is_missing(repo: Path) -> None:
+    """Found by an outside audit: with the provenance table gone, `Provenance: R7` was said
+    not to be in its Sources table, as if the table were there."""
+    (repo / "docs/PROVENANCE.md").unlink()
+    status, out, _ = run(repo, "trailers", message_file(repo, GOOD))
+    assert status == 1
+    assert (
+        "WPG105 R7 cannot be looked up: docs/PROVENANCE.md does not exist; create it or fix the "
+        "path (the provenance table, `wpgate init` writes one)"
+    ) in out
+    (repo / "docs/PROVENANCE.md").write_bytes(b"\xff\xfe not text")
+    status, out, _ = run(repo, "trailers", message_file(repo, GOOD))
+    assert status == 1
+    assert "WPG105 R7 cannot be looked up: " in out
+    assert "is not in the Sources table" not in out
+
+
 def test_ignore_and_warning_severity(repo: Path) -> None:
     path = message_file(repo, BAD)
     status, out, _ = run(

@@ -361,12 +361,18 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
             )
         return ()
     problems: list[str] = []
+    table = references.provenance_path
     for item in (part.strip() for part in value.split(",")):
         source = _SOURCE_ITEM.match(item)
         if source is None:
             problems.append(
-                f"`{item}` is not a source id; cite ids from docs/PROVENANCE.md such as `R12` "
+                f"`{item}` is not a source id; cite ids from {table} such as `R12` "
                 "(a locator may follow: `R12 §3.2`), or write `none (reason)`"
+            )
+        elif references.provenance_unread is not None:
+            problems.append(
+                f"{source['id']} cannot be looked up: {references.provenance_unread} (the "
+                "provenance table, `wpgate init` writes one)"
             )
         elif source["id"] in references.placeholder_ids:
             problems.append(
@@ -375,8 +381,8 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
             )
         elif source["id"] not in references.provenance_ids:
             problems.append(
-                f"{source['id']} is not in the Sources table of docs/PROVENANCE.md; add the "
-                "source (with its first-use row) or fix the id"
+                f"{source['id']} is not in the Sources table of {table}; add the source (with "
+                "its first-use row) or fix the id"
             )
     return tuple(problems)
 

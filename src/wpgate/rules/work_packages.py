@@ -82,6 +82,8 @@ def check_ids(registry: Registry, options: WorkPackageOptions) -> Iterator[Findi
 def check_dependencies_exist(registry: Registry, options: WorkPackageOptions) -> Iterator[Finding]:
     """Every ``depends_on`` id names another package of the registry."""
     ids = {p.id for p in registry.packages}
+    # A page that is there but could not be read as a package has findings of its own.
+    unread = {PurePosixPath(f.path).name for f in registry.findings}
     for package in registry.packages:
         for dependency in package.depends_on:
             if dependency == package.id:
@@ -90,6 +92,14 @@ def check_dependencies_exist(registry: Registry, options: WorkPackageOptions) ->
                     package.line_of("depends_on"),
                     WP_DEPENDENCIES_EXIST,
                     f"WP-{package.id} depends on itself; remove {dependency!r} from depends_on",
+                )
+            elif dependency not in ids and f"wp-{dependency}.md" in unread:
+                yield Finding(
+                    package.path,
+                    package.line_of("depends_on"),
+                    WP_DEPENDENCIES_EXIST,
+                    f"depends_on names WP-{dependency}, whose page wp-{dependency}.md could not "
+                    "be read as a work package (its own findings say why); fix that page",
                 )
             elif dependency not in ids:
                 yield Finding(

@@ -107,6 +107,17 @@ def test_wpg304_dependencies_exist() -> None:
     ]
 
 
+def test_wpg304_a_dependency_whose_page_does_not_parse_is_not_called_missing() -> None:
+    """Found by an outside audit: WP-002's page with a schema error was reported as absent."""
+    broken = Finding(f"{D}/wp-002.md", 4, "WPG301", "status 'doing' is not a status")
+    registry = _registry(_wp("001", depends_on=("002",)), findings=(broken,))
+    (finding,) = rules.check_dependencies_exist(registry, WorkPackageOptions())
+    assert finding.message == (
+        "depends_on names WP-002, whose page wp-002.md could not be read as a work package "
+        "(its own findings say why); fix that page"
+    )
+
+
 def test_wpg305_cycles_reported_once() -> None:
     registry = _registry(
         _wp("001", depends_on=("003",)),
