@@ -146,6 +146,25 @@ def _settings_mark(group: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+# Group settings that only other optimizers have, each with one that has it: a state dict
+# whose groups carry one is theirs (its learning rate and momenta mean something else there).
+_OTHER_OPTIMIZERS_SETTINGS: dict[str, str] = {
+    "betas": "Adam, AdamW",
+    "amsgrad": "Adam, AdamW",
+    "dampening": "SGD",
+    "rho": "Adadelta",
+    "lr_decay": "Adagrad",
+    "initial_accumulator_value": "Adagrad",
+    "centered": "RMSprop",
+    "momentum_decay": "NAdam",
+    "etas": "Rprop",
+    "step_sizes": "Rprop",
+    "lambd": "ASGD",
+    "t0": "ASGD",
+    "max_iter": "LBFGS",
+}
+
+
 class StepEngine:
     """One optimizer's step machinery, with its rule: the bodies, orthogonalizers, replay state
     and distributed step are chosen once, at construction.
@@ -473,8 +492,10 @@ class EngineOptimizer(Optimizer):
         was): its form, each group's settings as a step checks them, and each momentum buffer
         against its parameter (a tensor of the parameter's shape, floating point, finite).
         """
-        if not isinstance(state_dict, Mapping) or not isinstance(
-            state_dict.get("param_groups"), list
+        if (
+            not isinstance(state_dict, Mapping)
+            or not isinstance(state_dict.get("param_groups"), list)
+            or "state" not in state_dict
         ):
             got = type(state_dict).__name__
             hint = (
@@ -482,9 +503,14 @@ class EngineOptimizer(Optimizer):
                 if isinstance(state_dict, Mapping) and "param_groups" not in state_dict
                 else ""
             )
+            lacking = (
+                " and ".join(repr(k) for k in ("state", "param_groups") if k not in state_dict)
+                if isinstance(state_dict, Mapping)
+                else "them"
+            )
             raise TypeError(
                 f"{self._rule.name}.load_state_dict takes what optimizer.state_dict() returns, a "
-                f"dict with 'state' and 'param_groups', got {got} without them{hint}"
+                f"dict with 'state' and 'param_groups', got {got} without {lacking}{hint}"
             )
         state_dict = dict(state_dict)
         state_dict["param_groups"] = [
@@ -514,6 +540,14 @@ class EngineOptimizer(Optimizer):
         owner: dict[Any, tuple[Tensor, dict[str, Any]]] = {}
         for index, (group, mine) in enumerate(zip(saved, self.param_groups, strict=True)):
             where = f"{name}: param_groups[{index}]"
+            foreign = sorted(set(group) & _OTHER_OPTIMIZERS_SETTINGS.keys())
+            if foreign:
+                raise ValueError(
+                    f"{where} has {', '.join(map(repr, foreign))}, a setting of another optimizer "
+                    f"({_OTHER_OPTIMIZERS_SETTINGS[foreign[0]]}) that {self._rule.name} has "
+                    "none of: the state dict is another optimizer's; load it into the one that "
+                    "saved it"
+                )
             self._rule.check_settings(settings_view(group, where=where), where=where)
             for key, param in zip(group["params"], mine["params"], strict=True):
                 if key in owner:
@@ -534,6 +568,15 @@ class EngineOptimizer(Optimizer):
             param, group = owner[key]
             if not isinstance(entry, Mapping):
                 raise ValueError(f"{name}: state[{key!r}] must be a dict of buffers")
+            kept = (*self._rule.buffers(group), *self._rule.buffers({**group, "use_muon": True}))
+            strange = [buffer for buffer in entry if buffer not in kept]
+            if strange:
+                raise ValueError(
+                    f"{name}: state[{key!r}] holds {', '.join(map(repr, strange))}, which "
+                    f"{self._rule.name} does not keep (its buffers: "
+                    f"{', '.join(map(repr, dict.fromkeys(kept)))}): the state dict is another "
+                    "optimizer's; load it into the one that saved it"
+                )
             for buffer in self._rule.buffers(group):
                 value = entry.get(buffer)
                 if value is None:

@@ -55,7 +55,8 @@ def param_groups(
     - Vectors (biases, norm weights, ``(C, 1, 1)`` gains) take the SGD route without decay.
 
     ``name`` is the parameter's qualified name from ``model.named_parameters()``. Extra keyword
-    arguments (``lr``, ``momentum``, ...) are copied into every group. Empty groups are left out.
+    arguments (``lr``, ``momentum``, ...) are copied into every group, but for ``use_muon``,
+    which the SGD-route groups keep False. Empty groups are left out.
     One line on the ``musgd`` logger (level INFO) says how many parameters went where.
     """
     if not isinstance(model, nn.Module):
@@ -103,7 +104,10 @@ def param_groups(
     if sgd:
         groups.append({"params": sgd, "weight_decay": weight_decay, **overrides, "use_muon": False})
     if vectors:
-        groups.append({"params": vectors, "weight_decay": 0.0, **overrides})
+        group = {"params": vectors, "weight_decay": 0.0, **overrides}
+        if "use_muon" in overrides:  # vectors take the SGD route whatever the matrices take
+            group["use_muon"] = False
+        groups.append(group)
     LOGGER.info(format_summary(len(muon), counts, len(vectors), weight_decay))
     return groups
 

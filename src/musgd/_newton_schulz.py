@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -151,7 +152,10 @@ def _resolve_cached(coefficients: Coefficients, steps: int) -> tuple[Triple, ...
 
 def _resolve(coefficients: Coefficients, steps: int) -> tuple[Triple, ...]:
     """The uncached body of :func:`resolve_coefficients`."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
+        raise ValueError(f"ns_steps must be an int in 1..{MAX_STEPS}, got {steps!r}")
+    steps = int(steps)  # NumPy's integers too
+    if not 1 <= steps <= MAX_STEPS:
         raise ValueError(f"ns_steps must be an int in 1..{MAX_STEPS}, got {steps!r}")
     seq = _as_triples(coefficients)
     if not seq:

@@ -8,6 +8,7 @@ is: the hyperparameters of spec §1, one momentum buffer per parameter and the b
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from musgd._newton_schulz import (
     DEFAULT_COEFFICIENTS,
     DEFAULT_EPS,
     DEFAULT_STEPS,
+    NORMALIZATIONS,
     SUPPORTED_NS_DTYPES,
     Coefficients,
     resolve_coefficients,
@@ -307,6 +309,10 @@ class DefaultRule:
 
     def check_settings(self, group: Mapping[str, Any], *, where: str) -> None:
         _validate_group(dict(group), where=where)
+        normalize = group.get("ns_normalize", "frobenius")  # an older state dict's: the default
+        if normalize not in NORMALIZATIONS:
+            names = ", ".join(map(repr, NORMALIZATIONS))
+            raise ValueError(f"{where}: ns_normalize must be one of {names}, got {normalize!r}")
         name = group["ns_coefficients"]
         if isinstance(name, str):  # admit_group resolves a name (and its normalization)
             raise ValueError(
@@ -468,7 +474,8 @@ def group_structure(group: Mapping[str, Any], device: torch.device) -> Structure
 
 
 def _real(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A real number (NumPy's scalars included), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _validate_group(group: dict[str, Any], *, where: str) -> None:

@@ -229,6 +229,7 @@ def _snapshot(opt: MuSGD) -> list[Tensor]:
         ("ns_coefficients", "bogus", "names no known schedule"),
         ("ns_coefficients", "polar_express", "holds the schedule's (a, b, c) triples"),
         ("lr", torch.zeros(2), "a tensor of shape (2,)"),
+        ("ns_normalize", None, "ns_normalize must be one of 'frobenius', 'aol', got None"),
     ],
 )
 def test_a_setting_changed_after_the_group_was_added_is_refused_before_any_write(
@@ -296,6 +297,14 @@ def _damaged(change: str) -> object:
         sd["param_groups"][0]["lr"] = -5.0
     elif change == "nesterov":
         sd["param_groups"][1]["nesterov"] = "yes"
+    elif change == "normalize":
+        sd["param_groups"][1]["ns_normalize"] = "bogus"
+    elif change == "adam":  # found by an audit: Adam's groups and buffers were taken in
+        sd["param_groups"][0]["betas"] = (0.9, 0.999)
+    elif change == "adam buffers":
+        sd["state"][first] = {"exp_avg": torch.zeros(8, 4), "step": torch.tensor(1.0)}
+    elif change == "no state":
+        del sd["state"]
     else:
         return {"model": change} if change == "model" else None
     return sd
@@ -314,6 +323,10 @@ def _damaged(change: str) -> object:
         ("nesterov", ValueError, "param_groups[1]: nesterov must be True or False"),
         ("model", TypeError, "this looks like a model's state_dict"),
         ("none", TypeError, "got NoneType without them"),
+        ("normalize", ValueError, "param_groups[1]: ns_normalize must be one of"),
+        ("adam", ValueError, "has 'betas', a setting of another optimizer (Adam, AdamW)"),
+        ("adam buffers", ValueError, "holds 'exp_avg', 'step', which MuSGD does not keep"),
+        ("no state", TypeError, "got dict without 'state'"),
     ],
 )
 def test_a_damaged_state_dict_is_refused_and_the_optimizer_kept(

@@ -52,6 +52,25 @@ def test_matrices_get_decay_and_vectors_do_not() -> None:
     assert matrices["momentum"] == head["momentum"] == vectors["momentum"] == 0.9
 
 
+def test_a_use_muon_override_leaves_the_vectors_on_the_sgd_route() -> None:
+    """Found by an audit: use_muon=True was copied into the vectors' group, which forced the
+    biases and norm weights through Newton-Schulz against the documented routing."""
+    net = Net()
+    groups = param_groups(net, weight_decay=0.0, use_muon=True)
+    assert [g["use_muon"] for g in groups] == [True, False, False]
+    reference = Net()
+    reference.load_state_dict(net.state_dict())
+    plain = param_groups(reference, weight_decay=0.0)  # vectors by shape: the SGD route
+    x = torch.randn(2, 3, 8, 8)
+    for model, opt in ((net, MuSGD(groups, lr=0.1)), (reference, MuSGD(plain, lr=0.1))):
+        model(x).sum().backward()
+        opt.step()
+    assert torch.equal(net.norm.weight, reference.norm.weight)
+    assert net.conv.bias is not None
+    assert reference.conv.bias is not None
+    assert torch.equal(net.conv.bias, reference.conv.bias)
+
+
 def test_frozen_parameters_are_left_out_and_empty_groups_dropped() -> None:
     net = Net()
     for p in (net.conv.weight, net.proj.weight, net.head.weight):

@@ -734,3 +734,22 @@ def test_the_gram_backend_steps_as_the_torch_backend_up_to_rounding() -> None:
     again = MuSGD([nn.Parameter(torch.zeros(s)) for s in shapes], lr=0.05)
     again.load_state_dict(state)
     assert again.param_groups[0]["ns_backend"] == "gram"
+
+
+def test_numpy_scalars_are_numbers_and_step_as_their_floats() -> None:
+    """Found by an audit: np.float32 learning rates and np.int64 step counts were refused as
+    not numbers (torch.optim takes them); a NumPy bool is still no number."""
+    np = pytest.importorskip("numpy")
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.randn(6, 4))
+    q = torch.nn.Parameter(p.detach().clone())
+    a = MuSGD([p], lr=np.float32(0.01), momentum=np.float32(0.9), ns_steps=np.int64(5))
+    b = MuSGD([q], lr=float(np.float32(0.01)), momentum=float(np.float32(0.9)), ns_steps=5)
+    for _ in range(3):
+        g = torch.randn(6, 4)
+        p.grad, q.grad = g.clone(), g.clone()
+        a.step()
+        b.step()
+    assert torch.equal(p, q)
+    with pytest.raises(ValueError, match="lr must be a number"):
+        MuSGD([p], lr=np.bool_(True))
