@@ -14,6 +14,8 @@ private method of the other, and neither skips a constructor.
 
 from __future__ import annotations
 
+import difflib
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -165,6 +167,27 @@ _OTHER_OPTIMIZERS_SETTINGS: dict[str, str] = {
 }
 
 
+def _warn_misspelt(group: Mapping[str, Any], defaults: Mapping[str, Any], *, where: str) -> None:
+    """Warn of a group key that is no setting but close to one (``weigth_decay``): like
+    ``torch.optim``, a group keeps keys of its own (a scheduler's ``initial_lr``, a name), so
+    only a likely typo, which would leave the default in force unseen, is said."""
+    for key in group:
+        if key == "params" or key in defaults or not isinstance(key, str):
+            continue
+        close = difflib.get_close_matches(key, [str(k) for k in defaults], n=1, cutoff=0.8)
+        if close:
+            warnings.warn(
+                f"{where}: {key!r} is no setting, so the group keeps the default "
+                f"{close[0]}={defaults[close[0]]!r}; did you mean {close[0]!r}?",
+                UserWarning,
+                stacklevel=4,
+            )
+
+
+# What the engine calls on a recorder (``musgd._replay.Recorder``).
+_RECORDER_METHODS = ("supports", "capturing", "stream_key", "record")
+
+
 class StepEngine:
     """One optimizer's step machinery, with its rule: the bodies, orthogonalizers, replay state
     and distributed step are chosen once, at construction.
@@ -190,6 +213,13 @@ class StepEngine:
         self._own_recorder: CudaGraphRecorder | None = None
         if recorder is None:
             recorder = self._own_recorder = CudaGraphRecorder()
+        missing = [m for m in _RECORDER_METHODS if not callable(getattr(recorder, m, None))]
+        if missing:
+            raise TypeError(
+                f"{rule.name}: recorder must record and replay device work (leave it None for "
+                f"CUDA graphs; a recorder of your own has {', '.join(_RECORDER_METHODS)}), got "
+                f"{type(recorder).__name__} without {', '.join(missing)}"
+            )
         # Replay (spec §2): recordings are bounded by the number of matrix parameters.
         self.replay = ReplayState(
             recorder,
@@ -468,6 +498,8 @@ class EngineOptimizer(Optimizer):
         listed twice in one group is refused (``torch.optim`` only warns, and its step would
         then move it twice)."""
         where = f"param_groups[{len(self.param_groups)}]"
+        if isinstance(param_group, dict):
+            _warn_misspelt(param_group, self.defaults, where=f"{self._rule.name}: {where}")
         params = param_group.get("params") if isinstance(param_group, dict) else None
         if not isinstance(params, Tensor) and params is not None:
             # A generator is read once, here: the rule's check and the stored group see one list.

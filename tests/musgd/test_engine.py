@@ -8,6 +8,7 @@ not a base class to override.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -341,3 +342,20 @@ def test_a_damaged_state_dict_is_refused_and_the_optimizer_kept(
     assert all(torch.equal(x, y) for x, y in zip(before, _snapshot(opt), strict=True))
     assert [dict(g, params=None) for g in opt.param_groups] == settings
     opt.load_state_dict(_two_groups()[2].state_dict())  # a good one still loads
+
+
+def test_a_recorder_that_cannot_record_is_refused_at_construction() -> None:
+    """Found by an audit: recorder='x' was taken, and the first captured step raised an
+    AttributeError from deep inside the replay."""
+    with pytest.raises(TypeError, match="got str without supports, capturing, stream_key, record"):
+        MuSGD([nn.Parameter(torch.randn(3, 3))], recorder="x")  # type: ignore[arg-type]
+
+
+def test_a_misspelt_setting_is_warned_of_and_a_key_of_ones_own_is_not() -> None:
+    """Found by an audit: `weigth_decay` was kept silently and the default 0.0 applied."""
+    net = nn.Linear(3, 3)
+    with pytest.warns(UserWarning, match="'weigth_decay' is no setting, so the group keeps"):
+        MuSGD([{"params": net.parameters(), "weigth_decay": 0.1}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MuSGD([{"params": net.parameters(), "initial_lr": 0.5, "name": "head"}])

@@ -10,6 +10,7 @@ device (``--quick`` for CI-sized runs), prints a table and writes the evidence J
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -240,7 +241,32 @@ def _pick(
     return cuda if device.type == "cuda" else cpu
 
 
+def _check_output(path: Path | None, option: str, *, suffix: str | None = None) -> None:
+    """Refuse, before anything runs, an output the run could not write at its end: another
+    kind of file than ``suffix``, or a folder where no file can be made (a probe file is made
+    and removed)."""
+    if path is None:
+        return
+    if suffix is not None and path.suffix.lower() != suffix:
+        raise UsageError(
+            f"{option} {path}: the file is written as {suffix[1:].upper()}; name a path ending "
+            f"in {suffix}"
+        )
+    folder = path if path.is_dir() else path.parent
+    probe = folder / f".musgd-write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(
+            f"{option} {path}: cannot write there ({exc.strerror or exc}); pass a writable path"
+        ) from None
+
+
 def _demo(args: argparse.Namespace, device: torch.device, argv: list[str]) -> int:
+    _check_output(args.png, "--png", suffix=".png")
+    _check_output(args.out, "--out")
     config = TrainConfig(
         batch_size=_pick(args.batch_size, args, device, quick=2, cuda=16, cpu=4),
         image_size=_pick(args.image_size, args, device, quick=64, cuda=640, cpu=128),

@@ -25,6 +25,37 @@ def test_demo_quick_shows_loss_going_down(capsys: pytest.CaptureFixture[str]) ->
     assert "loss went down for every variant: yes" in out
 
 
+@pytest.mark.parametrize(
+    ("option", "name", "message"),
+    [
+        ("--png", "chart.json", "the file is written as PNG; name a path ending in .png"),
+        ("--png", "file/chart.png", "cannot write there"),
+        ("--out", "file/run.json", "cannot write there"),
+    ],
+)
+def test_demo_refuses_an_output_it_could_not_write_before_it_trains(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    name: str,
+    message: str,
+) -> None:
+    """Found by an audit: a chart path ending in .json, or a folder nothing can be made in,
+    failed only after every variant had trained."""
+    (tmp_path / "file").write_text("a file, not a folder")
+    import musgd.bench._cli as cli
+
+    def trained(*_: object, **__: object) -> None:
+        raise AssertionError("the demo trained before refusing its output")
+
+    monkeypatch.setattr(cli, "run_demo", trained)
+    assert main(["demo", "--quick", "--device", "cpu", option, str(tmp_path / name)]) == (
+        EXIT_USAGE
+    )
+    assert message in capsys.readouterr().err
+
+
 def test_optimizer_quick_writes_evidence(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
