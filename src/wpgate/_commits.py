@@ -26,6 +26,7 @@ from wpgate._git import (
     commit_msg_context,
     git_trailers,
     history_range,
+    in_index,
     parse_pre_push,
     parse_range,
     pre_push_ranges,
@@ -98,17 +99,36 @@ def lint_message(
         nul_line=decoded.nul_line,
         syntax=trailer_syntax(root) if syntax is None else syntax,
     )
+    resolve = GateResolver(root, options=GateOptions.from_config(config)).resolve
     parsed = CommitMessage(
         message=message,
         path=path,
         references=load_references(root, config),
-        resolve_gate=GateResolver(root, options=GateOptions.from_config(config)).resolve,
+        resolve_gate=resolve if pr_mode else _staged_gates(root, resolve),
         author=author,
         parents=2 if merging else 1,
         pr_mode=pr_mode,
     )
     options = TrailerOptions.from_config(config)
     return _run([parsed], options, config, "pull request" if pr_mode else "message")
+
+
+def _staged_gates(root: Path, resolve: Callable[[str], str | None]) -> Callable[[str], str | None]:
+    """``resolve`` for the commit being made: a gate's file must also be in git's index, or
+    the commit would name a test it does not carry (the working tree's untracked file passes
+    here and fails in every clone)."""
+    from wpgate.references import gate_file
+
+    def staged(node_id: str) -> str | None:
+        why = resolve(node_id)
+        rel = gate_file(node_id) if why is None else None
+        if rel is None or in_index(root, rel) is not False:
+            return why
+        return (
+            f"`{rel}` is not in git's index: `git add` it, so the commit carries the test it names"
+        )
+
+    return staged
 
 
 class OwnTreeGates:

@@ -544,6 +544,16 @@ def _ask(
         return None
 
 
+def in_index(root: Path, rel: str) -> bool | None:
+    """Whether the file ``rel`` is in git's index, which the commit being made takes (the
+    index of ``git commit -a`` too: git points its hooks at it), or None where git cannot tell
+    (no repository, no git)."""
+    done = _ask(root, ["ls-files", "--error-unmatch", "--", f":(literal){rel}"])
+    if done is None or done.returncode not in (0, 1):
+        return None
+    return done.returncode == 0
+
+
 def commit_msg_context(root: Path) -> tuple[str, str | None, bool]:
     """Comment character, author ident and whether a merge is in progress, for commit-msg."""
     ident = _ask(root, ["var", "GIT_AUTHOR_IDENT"])

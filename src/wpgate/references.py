@@ -72,6 +72,13 @@ class References:
     provenance_unread: str | None = None
 
 
+def gate_file(node_id: str) -> str | None:
+    """The repository path of the file a gate names, None for a CI job (``ci:<job>``)."""
+    if node_id.startswith(_CI_PREFIX):
+        return None
+    return PurePosixPath(_parts(node_id)[0]).as_posix()
+
+
 def split_node_ids(value: str) -> list[str]:
     """The gates of a ``Gate:`` value, separated by ``;``, ``,`` or spaces outside ``[...]``
     and ``"..."``."""

@@ -551,6 +551,21 @@ def test_a_cited_source_with_no_provenance_table_says_the_table_is_missing(repo:
     assert "is not in the Sources table" not in out
 
 
+def test_a_gate_on_a_file_the_commit_does_not_carry_is_refused_at_commit(repo: Path) -> None:
+    """Found by an outside audit: a gate naming a test file never `git add`ed passed the
+    commit-msg hook (the working tree has it), then failed in every clone."""
+    (repo / "tests").mkdir(exist_ok=True)
+    (repo / "tests/test_new.py").write_text("def test_new():\n    pass\n")
+    message = GOOD.replace(b"\nAssumptions: A1", b"").split(b"\nGate:")[0]
+    message += b"\nGate: tests/test_new.py::test_new\n"
+    status, out, _ = run(repo, "trailers", message_file(repo, message))
+    assert status == 1
+    assert "`tests/test_new.py` is not in git's index: `git add` it" in out
+    git(repo, "add", "tests/test_new.py")
+    status, out, _ = run(repo, "trailers", message_file(repo, message))
+    assert (status, out) == (0, "trailers: 1 message checked; 0 findings\n")
+
+
 def test_ignore_and_warning_severity(repo: Path) -> None:
     path = message_file(repo, BAD)
     status, out, _ = run(
