@@ -2,7 +2,7 @@
 # The GPU gate: CUDA tests and the optimizer benchmarks in one call on a GPU machine.
 # Runs from source (PYTHONPATH=src); writes logs and evidence JSON under $OUT (default ./out).
 #   scripts/gpu_gate.sh [tests] [optimizer] [train] [profile] [triton] [tiles] [ultralytics] [floor]
-#                       [targets] [quick]
+#                       [targets] [host] [quick]
 #   (none: the first three)
 # Each stage has its own time limit (STAGE_LIMIT_S, default 240 s) so that one slow stage cannot
 # take the others' results with it. Measured on an H200 (2026-11-29, 8b82f26): the CUDA tests
@@ -16,6 +16,9 @@
 # targets: WP-024's floor target (TARGET_MODELS, default yolo26s.yaml,yolo26m.yaml; TARGET_BATCHES,
 # default 4; TARGET_ROUNDS, default 2): the floors of the trained 4-class models, stock against
 # ours-network-loss with the guard in the trainer, and `musgd.bench floor-ratio` over them.
+# host: where a host-bound iteration goes (HOST_MODEL, default yolo26n.yaml; HOST_BATCHES,
+# default 4; HOST_ARMS, default stock,ours-network-loss, with HOST_OPTIONS, default --ours-guard): the
+# kernels part's busy share and the host part's cProfile tables, under $OUT/host.
 # Pass GATE_COMMIT=<full sha of the tree, written literally>.
 set -uo pipefail
 source "$(dirname "$0")/_gpu_env.sh"  # root, $OUT, PYTHONPATH, $PY; GATE_COMMIT -> commit=()
@@ -125,8 +128,16 @@ for s in "${stages[@]}"; do
       done
       $PY -m musgd.bench floor-ratio "${files[@]}" --out "$OUT/floor-ratio.json" 2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
+    host)  # where a host-bound iteration goes (WP-024): the kernels' busy share, then cProfile
+      dir="$OUT/host"
+      # shellcheck disable=SC2086  # HOST_OPTIONS is a list of options
+      OUT="$dir" LIMIT_S="$limit" bash scripts/gpu_ultralytics.sh --model "${HOST_MODEL:-yolo26n.yaml}" \
+        --parts kernels,host --arms "${HOST_ARMS:-stock,ours-network-loss}" ${HOST_OPTIONS:---ours-guard} \
+        --batch-sizes "${HOST_BATCHES:-4}" --lowdata off 2>&1 | tee -a "$OUT/gate.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+      rm -f "$dir/ultralytics.log" ;;
     quick) ;;
-    *) echo "unknown stage: $s (use tests, optimizer, train, profile, triton, tiles, ultralytics, floor, targets, quick)" >&2; exit 2 ;;
+    *) echo "unknown stage: $s (use tests, optimizer, train, profile, triton, tiles, ultralytics, floor, targets, host, quick)" >&2; exit 2 ;;
   esac
 done
 echo "gpu_gate rc=$rc" | tee -a "$OUT/gate.log"
