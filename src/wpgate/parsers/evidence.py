@@ -41,6 +41,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import unquote
 
 from wpgate._model import Finding
 
@@ -52,7 +53,9 @@ _HEX40_RE = re.compile(r"^[0-9a-f]{40}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
-_LINK_RE = re.compile(r"!?\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]*)(?:\s+\"[^\"]*\")?\)")
+# A Markdown link: its destination in angle brackets (which may hold spaces) or bare, then an
+# optional title.
+_LINK_RE = re.compile(r"!?\[(?P<text>[^\]]*)\]\((?P<target><[^<>\n]*>|[^)\s]*)(?:\s+\"[^\"]*\")?\)")
 _COVERS_RE = re.compile(r"\bcovers\s+`?([0-9a-f]{7,40})\b`?", re.IGNORECASE)
 _IDENTICAL_RE = re.compile(r"^identical\s+(\S+?)\.\.(\S+)\s+--\s+(.+)$")
 _COLLECTED_RE = re.compile(r"^collected\s+(\d+)\s+--\s+(.+)$")
@@ -388,7 +391,9 @@ def _parse_claim(path: str, line: int, segment: str) -> Claim:
     for match in _LINK_RE.finditer(segment):
         target = match.group("target").strip("<>")
         if target and not target.lower().startswith(_URL_PREFIXES):
-            citations.append(Citation(target.split("#", 1)[0], True, line_of(match.start())))
+            # A browser and the site read `%20` as a space: so does the citation.
+            cited = unquote(target.split("#", 1)[0])
+            citations.append(Citation(cited, True, line_of(match.start())))
     for match in _CODE_SPAN_RE.finditer(segment):
         code = match.group(2).strip()
         if " " not in code and code.lower().endswith(".json"):

@@ -301,6 +301,16 @@ def test_wpg406_signs_exponents_and_the_files_metadata_are_read(repo: tuple[Path
         assert bool(found) is flagged, (text, found)
 
 
+def test_an_evidence_file_with_a_space_in_its_name_can_be_cited(repo: tuple[Path, str]) -> None:
+    """Found by an outside audit: `<evidence/work timing.json>` cited no file and
+    `evidence/work%20timing.json` a file that does not exist, though both lead to it."""
+    root, first = repo
+    _evidence(root, first, name="work timing.json")
+    for link in ("<evidence/work timing.json>", "evidence/work%20timing.json"):
+        _page(root, f"[MEASURED] It takes 188.1 ms ([evidence]({link})).")
+        assert lint_evidence(root) == [], link
+
+
 def test_wpg406_a_version_prefix_and_an_all_digit_commit_are_recorded(
     repo: tuple[Path, str],
 ) -> None:
