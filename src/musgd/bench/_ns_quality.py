@@ -213,9 +213,12 @@ def load_momenta(path: Path) -> dict[str, Tensor]:
             f"--momenta {path}: no such file; record one with --record-from-yolo"
         ) from None
     except Exception as exc:  # any unreadable file is a usage error here
+        # Only the kind of error: torch's own message runs to many lines and advises loading
+        # with weights_only=False, which would run the file's code.
         raise ValueError(
-            f"--momenta {path}: not a torch.save file of tensors ({type(exc).__name__}: {exc}); "
-            "pass a file written by --record-from-yolo or torch.save({name: tensor})"
+            f"--momenta {path}: not a torch.save file of tensors (torch.load: "
+            f"{type(exc).__name__}); pass a file written by --record-from-yolo or "
+            "torch.save({name: tensor})"
         ) from None
     if not isinstance(data, dict) or not data:
         raise ValueError(f"--momenta {path}: expected a non-empty dict name -> tensor")
@@ -335,10 +338,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.pt",
         help="first record momenta from a short YOLO26n run (Ultralytics) into this file",
     )
-    parser.add_argument("--record-epochs", type=int, default=2)
-    parser.add_argument("--record-images", type=int, default=16)
-    parser.add_argument("--record-imgsz", type=int, default=64)
-    parser.add_argument("--record-batch", type=int, default=4)
+    parser.add_argument(
+        "--record-epochs", type=int, default=2, help="epochs of the recording run (default 2)"
+    )
+    parser.add_argument(
+        "--record-images",
+        type=int,
+        default=16,
+        help="synthetic training images of the recording run (default 16)",
+    )
+    parser.add_argument(
+        "--record-imgsz", type=int, default=64, help="image size of the recording run (default 64)"
+    )
+    parser.add_argument(
+        "--record-batch", type=int, default=4, help="batch size of the recording run (default 4)"
+    )
     parser.add_argument("--out", type=Path, help="evidence JSON path or directory")
     parser.add_argument("--no-evidence", action="store_true")
     parser.add_argument("--commit", default=None, help="the commit a copied tree came from")

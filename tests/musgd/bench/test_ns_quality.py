@@ -143,8 +143,11 @@ def test_bad_usage_exits_2_with_a_message(
 
 def test_a_file_that_is_not_momenta_is_refused(tmp_path: Path) -> None:
     (tmp_path / "junk.pt").write_text("not a tensor file")
-    with pytest.raises(ValueError, match=r"not a torch\.save file of tensors"):
+    with pytest.raises(ValueError, match=r"not a torch\.save file of tensors") as info:
         load_momenta(tmp_path / "junk.pt")
+    # One line, and not torch's advice to load with weights_only=False (an audit's finding).
+    assert "\n" not in str(info.value)
+    assert "weights_only" not in str(info.value)
     torch.save({"w": [1, 2]}, tmp_path / "list.pt")
     with pytest.raises(ValueError, match="'w' is not a str -> tensor pair"):
         load_momenta(tmp_path / "list.pt")
