@@ -325,10 +325,21 @@ def _verify(root: Path, revisions: Sequence[str], shallow: bool) -> None:
                 f"revision `{_shown(name)}` is not in this shallow clone; fetch the history first "
                 "(`git fetch --unshallow`, or `fetch-depth: 0` in actions/checkout)"
             )
+        if name.startswith("HEAD") and not _has_commits(root):
+            raise GitError(
+                f"`{_shown(name)}` names no commit: this repository has no commits yet; commit "
+                "first (the commit-msg hook checks each message as it is made)"
+            )
         raise GitError(
             f"unknown revision `{_shown(name)}`; check the name (`git log --oneline`), or fetch it "
             "(`git fetch origin`)"
         )
+
+
+def _has_commits(root: Path) -> bool:
+    """Whether HEAD names a commit (an unborn branch's does not), asked on an error path only."""
+    done = _ask(root, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+    return done is None or done.returncode == 0
 
 
 def _revision_args(revisions: RevisionRange) -> list[str]:

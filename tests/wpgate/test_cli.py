@@ -566,6 +566,15 @@ def test_a_gate_on_a_file_the_commit_does_not_carry_is_refused_at_commit(repo: P
     assert (status, out) == (0, "trailers: 1 message checked; 0 findings\n")
 
 
+def test_a_range_in_a_repository_without_commits_says_there_are_none(tmp_path: Path) -> None:
+    """Found by an outside audit: an empty repository's `HEAD~1..HEAD` was an unknown revision
+    to check the name of, or to fetch."""
+    git(tmp_path, "init", "-q")
+    status, _, err = run(tmp_path, "trailers", "--range", "HEAD~1..HEAD")
+    assert status == 2
+    assert "this repository has no commits yet" in err
+
+
 def test_ignore_and_warning_severity(repo: Path) -> None:
     path = message_file(repo, BAD)
     status, out, _ = run(
