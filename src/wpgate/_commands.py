@@ -339,6 +339,13 @@ def check(fmt: str, root: str | None) -> int:
     from wpgate._documents import parse_once
 
     config = _config(root)
+    if not config.source and fmt == "text":
+        # Nothing configures wpgate here: the findings below are of documents never made.
+        click.echo(
+            f"wpgate: no configuration at {config.root} (no [tool.wpgate] in pyproject.toml, no "
+            "wpgate.toml); `wpgate init` writes one with the documents checked below",
+            err=True,
+        )
     with parse_once():  # the trailers' references and the docs linters share each document
         return shell.emit([linter(config) for _, linter in shell.CHECK_LINTERS], fmt, config)
 

@@ -575,6 +575,16 @@ def test_a_range_in_a_repository_without_commits_says_there_are_none(tmp_path: P
     assert "this repository has no commits yet" in err
 
 
+def test_check_where_nothing_configures_wpgate_says_init_would(tmp_path: Path) -> None:
+    """Found by an outside audit: outside any adopting repository, `check` listed missing
+    documents without a word that nothing there had adopted wpgate."""
+    status, out, err = run(tmp_path, "check")
+    assert status == 1
+    assert "WPG201 docs/PROVENANCE.md does not exist" in out
+    assert f"wpgate: no configuration at {tmp_path}" in err
+    assert "`wpgate init` writes one" in err
+
+
 def test_ignore_and_warning_severity(repo: Path) -> None:
     path = message_file(repo, BAD)
     status, out, _ = run(
