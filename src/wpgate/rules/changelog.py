@@ -41,6 +41,28 @@ _EXTENSIONS = (
     ".sh",
     ".ini",
     ".lock",
+    # The gate languages' files and other sources an entry may name (`web/app.ts`).
+    ".go",
+    ".rs",
+    ".js",
+    ".mjs",
+    ".cjs",
+    ".jsx",
+    ".ts",
+    ".tsx",
+    ".bats",
+    ".html",
+    ".css",
+    ".c",
+    ".h",
+    ".cc",
+    ".cpp",
+    ".hpp",
+    ".cu",
+    ".java",
+    ".kt",
+    ".rb",
+    ".ipynb",
 )
 _KWARG_RE = re.compile(r"([A-Za-z_]\w*)\s*=")
 
@@ -57,8 +79,8 @@ def _path_exists(index: ProjectIndex, text: str) -> bool:
 
 def _looks_like_path(index: ProjectIndex, text: str) -> bool:
     """Whether ``text`` is meant as a path: a known extension, or a first part that exists."""
-    if not _PATH_RE.match(text) or text.startswith("."):
-        return False
+    if not _PATH_RE.match(text) or text.startswith((".", "*")):
+        return False  # a dotfile's name, or a pattern of names (`*_test.go`), not a path
     path = text.split("::", 1)[0]
     if path.endswith(_EXTENSIONS):
         return True

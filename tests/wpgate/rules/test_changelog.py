@@ -92,6 +92,7 @@ def index(tmp_path: Path) -> ProjectIndex:
         "R1-R20",
         "git log --oneline",
         "pkgx.y",
+        "*_test.go",  # a pattern of names, not a path
     ],
 )
 def test_resolving_names(index: ProjectIndex, name: str) -> None:
@@ -113,6 +114,10 @@ def test_resolving_names(index: ProjectIndex, name: str) -> None:
         ("site/built.py", "the path `site/built.py` does not exist"),
         ("capture_everything", "`capture_everything` is not defined in the sources"),
         ("orthogonalize(x, iters=3)", "`orthogonalize` takes no argument iters"),
+        # Found by an audit: other languages' files passed unchecked outside a known folder.
+        ("pkg/nothere.go", "the path `pkg/nothere.go` does not exist"),
+        ("nothere.rs", "the path `nothere.rs` does not exist"),
+        ("web/app.ts", "the path `web/app.ts` does not exist"),
     ],
 )
 def test_unresolved_names(index: ProjectIndex, name: str, problem: str) -> None:
