@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -71,3 +72,13 @@ def test_the_ultralytics_guide_gives_a_cpu_route_without_cuda_wheels() -> None:
     # torchvision from the CPU index too: PyPI's torchvision pins PyPI's (CUDA) torch.
     route = CPU_INDEX.replace("install torch", "install torch torchvision")
     assert f'{route}\npip install "wpgate[ultralytics]"' in text
+
+
+def test_make_demo_writes_no_tracked_file() -> None:
+    """Found by an audit: `make demo` rewrote the tracked docs/evidence/musgd-demo.json, so a
+    fresh clone's tree was dirty after the README's first command."""
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    outputs = dict(re.findall(r"^(DEMO_\w+) := (\S+)$", makefile, flags=re.MULTILINE))
+    assert set(outputs) == {"DEMO_EVIDENCE", "DEMO_PNG"}
+    assert all(path.startswith("out/") for path in outputs.values()), outputs
+    assert "/out/" in (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
