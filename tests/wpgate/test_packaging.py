@@ -71,7 +71,7 @@ def test_the_ultralytics_guide_gives_a_cpu_route_without_cuda_wheels() -> None:
     text = (REPO / "docs/ultralytics.md").read_text(encoding="utf-8")
     # torchvision from the CPU index too: PyPI's torchvision pins PyPI's (CUDA) torch.
     route = CPU_INDEX.replace("install torch", "install torch torchvision")
-    assert f'{route}\npip install "wpgate[ultralytics]"' in text
+    assert f'{route}\npip install "./wpgate[ultralytics]"' in text
 
 
 def test_make_demo_writes_no_tracked_file() -> None:
