@@ -27,6 +27,7 @@ from wpgate._git import (
     git_trailers,
     history_range,
     in_index,
+    is_commit,
     parse_pre_push,
     parse_range,
     pre_push_ranges,
@@ -131,12 +132,22 @@ def _staged_gates(root: Path, resolve: Callable[[str], str | None]) -> Callable[
     return staged
 
 
+def _reverts_a_known_commit(root: Path, parsed: CommitMessage) -> bool:
+    """Whether the commit a revert's message names is one git knows (a made-up ``This reverts
+    commit 000...`` would otherwise exempt any change)."""
+    from wpgate.rules.trailers import reverted_commit
+
+    named = reverted_commit(parsed.message)
+    return named is not None and is_commit(root, named)
+
+
 class OwnTreeGates:
     """Resolves node ids in the tree of the commit that names them, read from git (one
     ``cat-file`` per file asked for; asked only for a gate that does not resolve in the working
     tree, see ``CommitMessage.resolve_own_gate``)."""
 
     def __init__(self, root: Path, options: GateOptions | None = None) -> None:
+        self.root = root
         self._root = root
         self._options = options
         self._resolvers: dict[str, GateResolver] = {}
@@ -200,7 +211,10 @@ def _commit_messages(
         parsed = CommitMessage(
             message, sha[:12], references, resolve, sha, resolve_own, author, parents
         )
-        yield message_exemption(parsed, options, history=True) or parsed
+        reason = message_exemption(parsed, options, history=True)
+        if reason == "revert" and not _reverts_a_known_commit(own.root, parsed):
+            reason = None  # a revert's message with no commit behind it: checked as any
+        yield reason or parsed
 
 
 @contextmanager

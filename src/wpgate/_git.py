@@ -555,6 +555,12 @@ def _ask(
         return None
 
 
+def is_commit(root: Path, name: str) -> bool:
+    """Whether git knows ``name`` as a commit of this repository (False where git cannot run)."""
+    done = _ask(root, ["cat-file", "-e", f"{name}^{{commit}}"])
+    return done is not None and done.returncode == 0
+
+
 def in_index(root: Path, rel: str) -> bool | None:
     """Whether the file ``rel`` is in git's index, which the commit being made takes (the
     index of ``git commit -a`` too: git points its hooks at it), or None where git cannot tell

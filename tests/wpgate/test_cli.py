@@ -585,6 +585,18 @@ def test_check_where_nothing_configures_wpgate_says_init_would(tmp_path: Path) -
     assert "`wpgate init` writes one" in err
 
 
+def test_a_revert_message_naming_no_commit_is_not_exempt(repo: Path) -> None:
+    """Found by an outside audit: a made-up `This reverts commit 000...` exempted any change."""
+    start = git(repo, "rev-parse", "HEAD")
+    (repo / "f.txt").write_text("x\n")
+    git(repo, "add", "f.txt")
+    fake = b'Revert "something"\n\nThis reverts commit ' + b"0" * 40 + b".\n"
+    git(repo, "commit", "-q", "--no-verify", "-F", "-", data=fake)
+    status, out, _ = run(repo, "trailers", "--range", f"{start}..HEAD")
+    assert status == 1
+    assert out.splitlines()[-1].startswith("trailers: 1 commit checked;")
+
+
 def test_ignore_and_warning_severity(repo: Path) -> None:
     path = message_file(repo, BAD)
     status, out, _ = run(

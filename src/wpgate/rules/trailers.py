@@ -42,6 +42,7 @@ __all__ = [
     "lint_messages",
     "message_exemption",
     "metadata_exemption",
+    "reverted_commit",
 ]
 
 _SUBJECT = re.compile(r"^(?P<type>[A-Za-z][\w-]*)(?:\((?P<scope>[^()]*)\))?!?: (?P<text>\S.*)$")
@@ -613,9 +614,19 @@ def message_exemption(
 
 def is_revert(message: Message) -> bool:
     """Whether ``message`` is ``git revert``'s: a ``Revert "..."`` subject and its body line."""
+    return reverted_commit(message) is not None
+
+
+def reverted_commit(message: Message) -> str | None:
+    """The commit a ``git revert`` message names (``This reverts commit X.``), or None where
+    the message is not one."""
     if not message.subject.startswith('Revert "'):
-        return False
-    return any(_REVERT_BODY.match(line) for _, line in message.text_lines())
+        return None
+    for _, line in message.text_lines():
+        match = _REVERT_BODY.match(line)
+        if match:
+            return match.group(0).rsplit(" ", 1)[-1]
+    return None
 
 
 @frozen
