@@ -148,7 +148,6 @@ class OwnTreeGates:
 
     def __init__(self, root: Path, options: GateOptions | None = None) -> None:
         self.root = root
-        self._root = root
         self._options = options
         self._resolvers: dict[str, GateResolver] = {}
 
@@ -159,12 +158,12 @@ class OwnTreeGates:
             from wpgate.references import GateResolver
 
             read = functools.partial(self._read, sha)
-            resolver = GateResolver(self._root, read=read, options=self._options)
+            resolver = GateResolver(self.root, read=read, options=self._options)
             self._resolvers = {sha: resolver}  # commits come one at a time: keep the last
         return resolver.resolve(node_id)
 
     def _read(self, sha: str, rel: str) -> bytes:
-        data = blobs_at(self._root, [(sha, rel)])[(sha, rel)]
+        data = blobs_at(self.root, [(sha, rel)])[(sha, rel)]
         if data is None:
             raise FileNotFoundError(rel)
         return data

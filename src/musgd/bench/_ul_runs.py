@@ -439,8 +439,17 @@ def train_once(
     kernels = None
     if profile_kernels or profile_host:
         first, count = window_bounds(epochs * iterations_per_epoch, SKIP_FIRST)
-        host = {"profiler": host_profiler, "summarize": summarize_host} if profile_host else {}
-        kernels = KernelWindow(args.device, start=first, count=count, **host)  # type: ignore[arg-type]
+        kernels = (
+            KernelWindow(
+                args.device,
+                start=first,
+                count=count,
+                profiler=host_profiler,
+                summarize=summarize_host,
+            )
+            if profile_host
+            else KernelWindow(args.device, start=first, count=count)
+        )
     log = RunLog(args.device, clock, syncs, kernels)
     model = YOLO(args.model)
     log.attach(model)
