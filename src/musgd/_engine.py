@@ -99,6 +99,12 @@ class UpdateRule(Protocol):
         :meth:`prepare` reads them (``record.bufs`` holds them key by key)."""
         ...
 
+    @property
+    def known_buffers(self) -> tuple[str, ...]:
+        """Every state key a parameter may hold under this rule, whatever its group's settings
+        (what :meth:`load_state_dict` accepts in a saved entry)."""
+        ...
+
     def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
         """Whether this group's Newton-Schulz work is shared across ranks this step (raise
         where the rule does not support the parameters' setup)."""
@@ -600,13 +606,13 @@ class EngineOptimizer(Optimizer):
             param, group = owner[key]
             if not isinstance(entry, Mapping):
                 raise ValueError(f"{name}: state[{key!r}] must be a dict of buffers")
-            kept = (*self._rule.buffers(group), *self._rule.buffers({**group, "use_muon": True}))
+            kept = self._rule.known_buffers
             strange = [buffer for buffer in entry if buffer not in kept]
             if strange:
                 raise ValueError(
                     f"{name}: state[{key!r}] holds {', '.join(map(repr, strange))}, which "
                     f"{self._rule.name} does not keep (its buffers: "
-                    f"{', '.join(map(repr, dict.fromkeys(kept)))}): the state dict is another "
+                    f"{', '.join(map(repr, kept))}): the state dict is another "
                     "optimizer's; load it into the one that saved it"
                 )
             for buffer in self._rule.buffers(group):

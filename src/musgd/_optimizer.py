@@ -355,6 +355,10 @@ class DefaultRule:
     def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
         return BUFFERS
 
+    @property
+    def known_buffers(self) -> tuple[str, ...]:
+        return BUFFERS
+
     def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
         return sharded.applies(params)
 

@@ -277,6 +277,10 @@ class UltralyticsRule:
     def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
         return BOTH_BUFFERS if group["use_muon"] else (MOMENTUM_BUFFER,)
 
+    @property
+    def known_buffers(self) -> tuple[str, ...]:
+        return BOTH_BUFFERS
+
     def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
         if is_sharded(params):
             raise RuntimeError(

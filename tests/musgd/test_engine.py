@@ -53,6 +53,10 @@ class ToyRule:
     def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
         return ("toy_buffer",)
 
+    @property
+    def known_buffers(self) -> tuple[str, ...]:
+        return ("toy_buffer",)
+
     def shares(self, group: Mapping[str, Any], params: list[Tensor], sharded: ShardedStep) -> bool:
         return False
 
