@@ -23,7 +23,9 @@ A claim is the text from a ``[MEASURED]`` tag (outside code) to the next tag or 
 paragraph. Inside a claim:
 
 - a Markdown link ``[text](target)`` or an inline-code path ending in ``.json`` cites a file;
-  links are relative to the page, inline-code paths to the repository root;
+  links are relative to the page, inline-code paths to the repository root; a reference-style
+  link (``[text][label]``, ``[label][]`` or ``[label]``) cites its label's definition
+  (``[label]: target``, anywhere on the page outside fenced code);
 - every number in the prose must be found in the cited evidence (inline code is exempt: it holds
   names and markers, not measurements);
 - ``covers <commit>`` names the commit the measurement covers (a stale claim stays valid);
@@ -56,6 +58,17 @@ _CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 # A Markdown link: its destination in angle brackets (which may hold spaces) or bare, then an
 # optional title.
 _LINK_RE = re.compile(r"!?\[(?P<text>[^\]]*)\]\((?P<target><[^<>\n]*>|[^)\s]*)(?:\s+\"[^\"]*\")?\)")
+# A reference-style link's definition, on a line of its own: ``[label]: target "title"``.
+_DEFINITION_RE = re.compile(
+    r"^ {0,3}\[(?P<label>[^\]\n]+)\]:[ \t]*(?P<target><[^<>\n]*>|\S+)"
+    r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$",
+    re.MULTILINE,
+)
+# A reference-style link: ``[text][label]``, ``[label][]`` (the text is the label), or a bare
+# ``[label]`` (not an inline link's text, nor a definition's label).
+_REFERENCE_RE = re.compile(
+    r"!?\[(?P<text>[^\]]*)\]\[(?P<label>[^\]]*)\]|\[(?P<bare>[^\]]+)\](?![(\[:])"
+)
 _COVERS_RE = re.compile(r"\bcovers\s+`?([0-9a-f]{7,40})\b`?", re.IGNORECASE)
 _IDENTICAL_RE = re.compile(r"^identical\s+(\S+?)\.\.(\S+)\s+--\s+(.+)$")
 _COLLECTED_RE = re.compile(r"^collected\s+(\d+)\s+--\s+(.+)$")
@@ -353,11 +366,27 @@ def _line_at(offsets: list[int], first_line: int, position: int) -> int:
     return line
 
 
+def _label(text: str) -> str:
+    """A reference label as Markdown matches it: case and runs of white space do not count."""
+    return " ".join(text.split()).casefold()
+
+
+def _definitions(text: str) -> dict[str, str]:
+    """The page's reference-style link definitions (outside fenced code), label to target; the
+    first definition of a label wins, as in CommonMark."""
+    found: dict[str, str] = {}
+    for _, lines in _paragraphs(text):
+        for match in _DEFINITION_RE.finditer("\n".join(lines)):
+            found.setdefault(_label(match.group("label")), match.group("target").strip("<>"))
+    return found
+
+
 def parse_claims(text: str, path: str) -> tuple[Claim, ...]:
     """Every ``[MEASURED]`` claim in the Markdown ``text`` of the page at ``path``."""
     if TAG not in text:
         return ()
     claims: list[Claim] = []
+    definitions = _definitions(text)
     for first_line, lines in _paragraphs(text):
         paragraph = "\n".join(lines)
         if TAG not in paragraph:
@@ -375,11 +404,26 @@ def parse_claims(text: str, path: str) -> tuple[Claim, ...]:
             end = tags[index + 1] if index + 1 < len(tags) else len(paragraph)
             line = _line_at(offsets, first_line, start)
             segment = paragraph[start + len(TAG) : end]
-            claims.append(_parse_claim(path, line, segment))
+            claims.append(_parse_claim(path, line, segment, definitions))
     return tuple(claims)
 
 
-def _parse_claim(path: str, line: int, segment: str) -> Claim:
+def _cited(target: str) -> str | None:
+    """The file a link's target cites on this site, or None for an empty or external one."""
+    if not target or target.lower().startswith(_URL_PREFIXES):
+        return None
+    # A browser and the site read `%20` as a space: so does the citation.
+    return unquote(target.split("#", 1)[0])
+
+
+def _reference_label(match: re.Match[str]) -> str:
+    """The label a reference-style link names: its own, or its text where it has none."""
+    if match.group("bare") is not None:
+        return match.group("bare")
+    return match.group("label") or match.group("text")
+
+
+def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, str]) -> Claim:
     """The citations, numbers and markers of one claim's text."""
     citations: list[Citation] = []
     identical: list[IdenticalMarker] = []
@@ -389,10 +433,14 @@ def _parse_claim(path: str, line: int, segment: str) -> Claim:
         return line + segment.count("\n", 0, position)
 
     for match in _LINK_RE.finditer(segment):
-        target = match.group("target").strip("<>")
-        if target and not target.lower().startswith(_URL_PREFIXES):
-            # A browser and the site read `%20` as a space: so does the citation.
-            cited = unquote(target.split("#", 1)[0])
+        cited = _cited(match.group("target").strip("<>"))
+        if cited is not None:
+            citations.append(Citation(cited, True, line_of(match.start())))
+    unlinked = _blank(_blank(segment, _CODE_SPAN_RE), _LINK_RE)
+    for match in _REFERENCE_RE.finditer(unlinked):
+        target = definitions.get(_label(_reference_label(match)))
+        cited = None if target is None else _cited(target)
+        if cited is not None:
             citations.append(Citation(cited, True, line_of(match.start())))
     for match in _CODE_SPAN_RE.finditer(segment):
         code = match.group(2).strip()
@@ -418,7 +466,7 @@ def _parse_claim(path: str, line: int, segment: str) -> Claim:
                 )
             )
     covers = tuple(m.group(1).lower() for m in _COVERS_RE.finditer(segment))
-    numbers, versions = _numbers(segment, line)
+    numbers, versions = _numbers(segment, line, definitions)
     return Claim(
         path=path,
         line=line,
@@ -512,10 +560,19 @@ def _tokens(text: str) -> Iterator[_Token]:
         yield _Token(end, shown, -value if sign else value, decimals)
 
 
-def _numbers(segment: str, line: int) -> tuple[tuple[Number, ...], tuple[Number, ...]]:
+def _numbers(
+    segment: str, line: int, definitions: Mapping[str, str]
+) -> tuple[tuple[Number, ...], tuple[Number, ...]]:
     """The numbers and the dotted versions written in a claim's prose."""
     prose = _blank(segment, _CODE_SPAN_RE)
     prose = _blank(prose, _LINK_RE, group=2)
+    # A definition's line and a full reference's label (``[text][label]``, the label not shown)
+    # name a link; they are not measurements.
+    prose = _blank(prose, _DEFINITION_RE)
+    for match in _REFERENCE_RE.finditer(prose):
+        if match.group("label") and _label(match.group("label")) in definitions:
+            start, end = match.span("label")
+            prose = prose[:start] + " " * (end - start) + prose[end:]
     prose = _blank(prose, _COVERS_RE)
     prose = _blank(prose, _DATE_RE)
     numbers: list[Number] = []

@@ -139,3 +139,38 @@ def test_text_without_tag_has_no_claims() -> None:
 @given(st.text(max_size=300))
 def test_claim_parser_never_raises(text: str) -> None:
     parse_claims("[MEASURED] " + text, "x.md")
+
+
+REFERENCES = """# Page
+
+[MEASURED] Full 188.1 ms ([runs][Run 2]), collapsed [train][] and bare [floor]; the rounds
+[1.19, 1.23] are not a link, nor [unknown][nope] or `[code][train]`.
+[Run  2]: ../evidence/a.json
+
+```
+[floor]: ../evidence/fenced.json
+```
+
+[TRAIN]: <../evidence/a b.json> "the train runs"
+[floor]: ../evidence/c%20d.json#median
+[floor]: ../evidence/second-definition-ignored.json
+[site]: https://example.com/evidence.json
+"""
+
+
+def test_reference_style_links_cite_their_definitions() -> None:
+    (claim,) = parse_claims(REFERENCES, "docs/page/x.md")
+    assert [(c.target, c.page_relative, c.line) for c in claim.citations] == [
+        ("../evidence/a.json", True, 3),
+        ("../evidence/a b.json", True, 3),
+        ("../evidence/c d.json", True, 3),
+    ]
+    # A resolved full reference's label is not shown, so its 2 is no measurement; the numbers
+    # in brackets that are no link stay numbers, and a definition's line holds none.
+    assert [n.text for n in claim.numbers] == ["188.1", "1.19", "1.23"]
+
+
+def test_a_reference_without_a_definition_cites_nothing() -> None:
+    (claim,) = parse_claims("[MEASURED] 5 ms ([runs][ev]) and [run 2].\n", "x.md")
+    assert claim.citations == ()
+    assert [n.text for n in claim.numbers] == ["5", "2"]
