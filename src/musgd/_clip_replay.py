@@ -11,6 +11,12 @@ tensors: the kernels, their inputs and their order are the eager call's, so the 
 Anything the recording cannot stand for runs the eager call instead, counted by reason in
 ``stats.fallbacks``: a device the recorder does not support, a surrounding capture or
 ``torch.compile``, gradients that are sparse, need grad, or span devices.
+
+:meth:`GradClipReplay.unscale_and_clip` is a mixed-precision trainer's two calls,
+``scaler.unscale_(optimizer)`` and the clip, for gradients that stay at the same addresses
+from one step to the next (a captured network's): one recording over the gradients' own memory
+runs both, so neither the scaler's walk over the optimizer's parameters nor the copies in and
+out run on the host, and no static copy of the gradients is kept.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
+from torch.amp.grad_scaler import GradScaler, OptState
 
 from musgd._replay import (
     CudaGraphRecorder,
@@ -46,6 +54,49 @@ class _ClipEntry:
     grads: list[Tensor]
     total: Tensor
     recording: Recording
+
+
+@dataclass(frozen=True)
+class _InPlaceEntry:
+    """A recorded unscale and clip over the gradients' own memory: the scaler's found-inf flag
+    it writes and the total norm."""
+
+    found_inf: Tensor
+    total: Tensor
+    recording: Recording
+
+
+# What a gradient's address, extents and kind are: an in-place recording replays where every
+# gradient has the same as when it was recorded.
+_Address = tuple[int, torch.Size, tuple[int, ...], torch.dtype]
+
+
+def _addresses(grads: list[Tensor]) -> tuple[_Address, ...] | None:
+    """Each gradient's memory and layout, or None where one has no plain storage (sparse)."""
+    try:
+        return tuple([(g.data_ptr(), g.shape, g.stride(), g.dtype) for g in grads])
+    except RuntimeError:  # a sparse tensor has no data pointer
+        return None
+
+
+def _scaler_fallback(scaler: object, optimizer: object) -> str | None:
+    """Why ``scaler.unscale_(optimizer)`` must run as the scaler runs it, or None when a
+    recording can stand for it: an enabled ``torch.amp.GradScaler`` whose unscale is the
+    stock one, with its scale made, that has not unscaled this optimizer since its update."""
+    if not isinstance(scaler, GradScaler) or not scaler.is_enabled():
+        return "scaler-off"
+    kind = type(scaler)
+    if kind.unscale_ is not GradScaler.unscale_ or kind._unscale_grads_ is not (
+        GradScaler._unscale_grads_
+    ):
+        return "scaler-own-unscale"
+    scale = getattr(scaler, "_scale", None)
+    states = getattr(scaler, "_per_optimizer_states", None)
+    if not isinstance(scale, Tensor) or states is None:
+        return "scaler-not-ready"
+    if states[id(optimizer)]["stage"] is not OptState.READY:
+        return "scaler-stage"  # its own unscale_ says what is wrong
+    return None
 
 
 def _positive_number(name: str, value: object, *, allow_inf: bool) -> float:
@@ -117,12 +168,16 @@ class GradClipReplay:
         self.recorder: Recorder = CudaGraphRecorder(branches=1) if recorder is None else recorder
         self.stats = ReplayStats()
         self._cache: RecordingCache[_ClipEntry] = RecordingCache(lambda: RECORDINGS_BOUND)
+        self._in_place: RecordingCache[_InPlaceEntry] = RecordingCache(lambda: RECORDINGS_BOUND)
         self._seen: Hashable | None = None
+        self._seen_in_place: Hashable | None = None
 
     def clear(self) -> None:
         """Drop every recording: each layout's next call runs eagerly, the one after records."""
         self._cache.clear()
+        self._in_place.clear()
         self._seen = None
+        self._seen_in_place = None
 
     def _eager(self, params: list[Tensor]) -> Tensor:
         return torch.nn.utils.clip_grad_norm_(params, self.max_norm, self.norm_type)
@@ -190,4 +245,101 @@ class GradClipReplay:
         self.stats.recordings += 1
         entry = _ClipEntry(static, recording.outputs[0], recording)
         self._cache.publish(key, entry)
+        return entry
+
+    def unscale_and_clip(
+        self, scaler: Any, optimizer: torch.optim.Optimizer, parameters: Tensor | Iterable[Tensor]
+    ) -> Tensor:
+        """``scaler.unscale_(optimizer)``, then ``self(parameters)``: the same kernels on the
+        same values, so the same bits, in one recording over the gradients' own memory.
+
+        For gradients that keep their addresses from one step to the next (a captured
+        network's, which live in its recording's memory): the first call with a set of
+        addresses runs the two calls as they are, the second records them (capturing only, so
+        the gradients are unscaled once) and replays, and every later one replays, leaving the
+        scaler as its ``unscale_`` would (this optimizer unscaled, its found-inf flag the
+        recording's, which the scaler's ``step`` and ``update`` read as their own). Gradients at
+        new addresses are recorded anew (up to ``RECORDINGS_BOUND`` sets). Where the recording
+        cannot stand for the scaler (a scaler that is off, of another kind, or has unscaled
+        this optimizer already, whose own ``unscale_`` then says so) or for the gradients (see
+        the class), the two calls run as they are, counted by reason in ``stats.fallbacks``.
+        """
+        params = _tensors(parameters)
+        reason = _scaler_fallback(scaler, optimizer)
+        if reason is not None:
+            if reason != "scaler-off":
+                self.stats.fallbacks[reason] += 1
+            scaler.unscale_(optimizer)
+            return self(params)
+        unscaled = [
+            p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None
+        ]
+        with_grad = [p for p in params if p.grad is not None]
+        grads = [p.grad for p in with_grad if p.grad is not None]
+        held, clipped = _addresses(unscaled), _addresses(grads)
+        scale: Tensor = scaler._scale
+        device = scale.device
+        key = (held, clipped, scale.data_ptr(), environment_key(self.recorder, device))
+        entry = self._in_place.get(key) if held is not None and clipped is not None else None
+        if entry is None:
+            entry = self._record_in_place(key, scale, unscaled, with_grad, grads)
+            if entry is None:
+                scaler.unscale_(optimizer)
+                return self(params)
+        elif (why := context_fallback(self.recorder, device)) is not None:
+            self.stats.fallbacks[why] += 1
+            scaler.unscale_(optimizer)
+            return self._eager(params)
+        entry.recording.replay()
+        self.stats.replays += 1
+        state = scaler._per_optimizer_states[id(optimizer)]
+        state["found_inf_per_device"] = {device: entry.found_inf}
+        state["stage"] = OptState.UNSCALED
+        return entry.total.clone()
+
+    def _record_in_place(
+        self,
+        key: Hashable,
+        scale: Tensor,
+        unscaled: list[Tensor],
+        with_grad: list[Tensor],
+        grads: list[Tensor],
+    ) -> _InPlaceEntry | None:
+        """The in-place recording for ``key`` (the scaler's ``scale``), or None when these
+        calls must run as they are."""
+        device = scale.device
+        reason = _grad_fallback(unscaled) or _grad_fallback(grads)
+        if reason is None and any(g.device != device for g in (*unscaled, *grads)):
+            reason = "mixed-devices"
+        if reason is None and any(g.dtype != torch.float32 for g in unscaled):
+            reason = "not-float32"  # the scaler refuses half gradients: its message stands
+        if reason is None:
+            reason = context_fallback(self.recorder, device) or self._in_place.admits(key)
+        if reason is not None:
+            self.stats.fallbacks[reason] += 1
+            return None
+        if self._seen_in_place != key:  # a set of addresses' first call: it may be a one-off
+            self._seen_in_place = key
+            self.stats.fallbacks["first-call"] += 1
+            return None
+
+        def unscale_and_clip() -> tuple[Tensor, ...]:
+            # The scaler's unscale_ (its reciprocal in float64, as it takes it), then the clip.
+            inv_scale = scale.double().reciprocal().float()
+            found_inf = torch.full((), 0.0, dtype=torch.float32, device=device)
+            torch._amp_foreach_non_finite_check_and_unscale_(unscaled, found_inf, inv_scale)
+            total = torch.nn.utils.clip_grad_norm_(with_grad, self.max_norm, self.norm_type)
+            return found_inf, total
+
+        try:
+            # No warm-up: it would unscale the very gradients the replay then unscales again.
+            # The unscale's and the clip's kernels ran eagerly at this set's first call.
+            recording = self.recorder.record(unscale_and_clip, device, warm_up=False)
+        except Exception as exc:  # a failed capture leaves these gradients to the eager calls
+            self._in_place.refuse(key)
+            self.stats.count_failure(exc)
+            return None
+        self.stats.recordings += 1
+        entry = _InPlaceEntry(recording.outputs[0], recording.outputs[1], recording)
+        self._in_place.publish(key, entry)
         return entry

@@ -630,6 +630,11 @@ def _optimizer_step(self: Any) -> None:
     update still lowers its scale from the flag its ``unscale_`` made, and the EMA is
     :class:`musgd._ema.FusedEMA`, skipped with the step. Every ``SKIP_REPORT_EVERY`` steps
     (and at the end of training) the skip counter is read, and new skips are logged.
+
+    With ``capture_clip`` and the network captured, whose gradients keep their addresses, the
+    unscale and the clip are one recording over the gradients' own memory
+    (:meth:`GradClipReplay.unscale_and_clip`): the same bits without the scaler's host walk
+    over the parameters or the clip's copies.
     """
     options = type(self).musgd_options
     if options["capture_clip"]:
@@ -645,8 +650,12 @@ def _optimizer_step(self: Any) -> None:
         clip = _clip_eagerly
     optimizer = self.optimizer
     guarded = options.get("skip_nonfinite", False) and isinstance(optimizer, UltralyticsMuSGD)
-    self.scaler.unscale_(optimizer)
-    clip(_model_parameters(self) if options["capture_clip"] else self.model.parameters())
+    if isinstance(clip, GradClipReplay) and self.__dict__.get("musgd_network") is not None:
+        # A captured network's gradients keep their addresses: one recording unscales and clips.
+        clip.unscale_and_clip(self.scaler, optimizer, _model_parameters(self))
+    else:
+        self.scaler.unscale_(optimizer)
+        clip(_model_parameters(self) if options["capture_clip"] else self.model.parameters())
     if guarded and self.scaler.is_enabled():
         optimizer.step()
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from clip_common import compare_unscale_and_clip
 from torch import Tensor
 
 from musgd import GradClipReplay
@@ -83,3 +84,17 @@ def test_replayed_clip_launches_no_per_gradient_kernels() -> None:
     assert names.count("cudaGraphLaunch") == 1
     assert "aten::linalg_vector_norm" not in names
     assert "aten::_foreach_norm" not in names
+
+
+def test_unscale_and_clip_in_place_matches_the_scaler_and_the_eager_clip_bit_for_bit() -> None:
+    """YOLO26n's gradients at fixed memory (a captured network's): one CUDA graph, captured
+    without a warm-up, unscales and clips them as ``GradScaler.unscale_`` and the eager clip
+    do; the scaler's step skips the non-finite step and its update halves the scale alike."""
+    clip = GradClipReplay(10.0)
+    scales = compare_unscale_and_clip(
+        clip, (_params(), _params()), lambda step: [g * 2.0**12 for g in _grads(step)], 8, 3
+    )
+    assert scales[4] < scales[3]  # step 4's inf halved the scale
+    assert clip.stats.recordings == 1
+    assert clip.stats.replays == 7
+    assert clip.stats.failures == 0

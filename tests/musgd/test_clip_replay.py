@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from clip_common import compare_unscale_and_clip
 from replay_fakes import FakeRecorder
 from torch import Tensor
 
@@ -224,3 +225,75 @@ def test_clear_drops_the_recordings_and_the_next_calls_record_anew() -> None:
     assert (clip.stats.recordings, clip.stats.replays) == (2, 6)
     assert clip.stats.fallbacks == {"first-call": 2}
     assert recorder.records == 2
+
+
+def _scaler() -> torch.amp.GradScaler:
+    return torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=2)
+
+
+def _scaled_grads(step: int, poisoned: int | None = None) -> list[Tensor]:
+    """Step ``step``'s gradients as a scaled loss gives them; one entry inf at ``poisoned``."""
+    grads = _grads(step, 2.0**12 * 30.0)
+    if step == poisoned:
+        grads[1][2, 1, 0, 2] = math.inf
+    return grads
+
+
+def test_unscale_and_clip_in_place_is_the_scalers_unscale_and_the_clip_bit_for_bit() -> None:
+    """Gradients that keep their memory (a captured network's, handed over as new tensor
+    objects on it each step): one recording, captured without a warm-up, unscales and clips
+    them as the scaler's ``unscale_`` and the eager clip do, and leaves the scaler as its
+    ``unscale_`` would, so its step skips the non-finite step and its update halves the scale."""
+    recorder = FakeRecorder()
+    clip = GradClipReplay(10.0, recorder=recorder)
+    scales = compare_unscale_and_clip(
+        clip, (_params(), _params()), lambda step: _scaled_grads(step, poisoned=5), 8
+    )
+    assert scales[3] > scales[0]  # it grew
+    assert scales[5] < scales[4]  # and halved at the inf
+    assert (recorder.records, recorder.warm_ups) == (1, 0)
+    assert clip.stats.replays == 7
+    # The first step ran the two calls as they are: the in-place set's first call, and the
+    # copying clip's first call within it.
+    assert dict(clip.stats.fallbacks) == {"first-call": 2}
+
+
+def test_unscale_and_clip_leaves_to_the_scaler_what_a_recording_cannot_stand_for() -> None:
+    recorder = FakeRecorder()
+    clip = GradClipReplay(10.0, recorder=recorder)
+    params = _params()
+    optimizer = torch.optim.SGD(params, lr=0.01)
+    # A scaler that is off unscales nothing: the clip alone, as the two calls would.
+    off = torch.amp.GradScaler("cpu", enabled=False)
+    _set(params, list(_grads(0, 30.0)))
+    stock = _params()
+    _set(stock, list(_grads(0, 30.0)))
+    clip.unscale_and_clip(off, optimizer, params)
+    torch.nn.utils.clip_grad_norm_(stock, 10.0)
+    assert all(_same(p.grad, q.grad) for p, q in zip(params, stock, strict=True))  # type: ignore[arg-type]
+    # Unscaled twice before an update: the scaler's own error, as its unscale_ gives it.
+    scaler = _scaler()
+    scaler.scale(torch.ones(()))
+    clip.unscale_and_clip(scaler, optimizer, params)
+    with pytest.raises(RuntimeError, match="already been called"):
+        clip.unscale_and_clip(scaler, optimizer, params)
+    assert clip.stats.fallbacks["scaler-stage"] == 1
+    scaler.update()
+    # Gradients at new memory every step never record; each step is still the two calls' bits.
+    fresh = _params()
+    twin = _params()
+    twin_optimizer = torch.optim.SGD(twin, lr=0.01)
+    scalers = [_scaler(), _scaler()]
+    records = recorder.records
+    for step in range(4):
+        _set(fresh, list(_scaled_grads(step)))
+        _set(twin, list(_scaled_grads(step)))
+        for s in scalers:
+            s.scale(torch.ones(()))
+        clip.unscale_and_clip(scalers[0], optimizer, fresh)
+        scalers[1].unscale_(twin_optimizer)
+        torch.nn.utils.clip_grad_norm_(twin, 10.0)
+        assert all(_same(p.grad, q.grad) for p, q in zip(fresh, twin, strict=True))  # type: ignore[arg-type]
+        for s in scalers:
+            s.update()
+    assert recorder.records - records <= 1  # the copying clip's own recording, no in-place one
