@@ -280,13 +280,14 @@ class GradClipReplay:
         scale: Tensor = scaler._scale
         device = scale.device
         key = (held, clipped, scale.data_ptr(), environment_key(self.recorder, device))
-        entry = self._in_place.get(key) if held is not None and clipped is not None else None
-        if entry is None:
-            entry = self._record_in_place(key, scale, unscaled, with_grad, grads)
-            if entry is None:
-                scaler.unscale_(optimizer)
-                return self(params)
-        elif (why := context_fallback(self.recorder, device)) is not None:
+        found = self._in_place.get(key) if held is not None and clipped is not None else None
+        entry = found or self._record_in_place(key, scale, unscaled, with_grad, grads)
+        if isinstance(entry, str):
+            scaler.unscale_(optimizer)
+            # A set of addresses' first call clips eagerly: a copying recording made now would
+            # hold a copy of every gradient that the next call no longer needs.
+            return self._eager(params) if entry == "first-call" else self(params)
+        if found is not None and (why := context_fallback(self.recorder, device)) is not None:
             self.stats.fallbacks[why] += 1
             scaler.unscale_(optimizer)
             return self._eager(params)
@@ -304,9 +305,9 @@ class GradClipReplay:
         unscaled: list[Tensor],
         with_grad: list[Tensor],
         grads: list[Tensor],
-    ) -> _InPlaceEntry | None:
-        """The in-place recording for ``key`` (the scaler's ``scale``), or None when these
-        calls must run as they are."""
+    ) -> _InPlaceEntry | str:
+        """The in-place recording for ``key`` (the scaler's ``scale``), or why these calls
+        must run as they are (counted in ``stats.fallbacks``)."""
         device = scale.device
         reason = _grad_fallback(unscaled) or _grad_fallback(grads)
         if reason is None and any(g.device != device for g in (*unscaled, *grads)):
@@ -315,13 +316,12 @@ class GradClipReplay:
             reason = "not-float32"  # the scaler refuses half gradients: its message stands
         if reason is None:
             reason = context_fallback(self.recorder, device) or self._in_place.admits(key)
+        if reason is None and self._seen_in_place != key:
+            self._seen_in_place = key  # a set of addresses' first call: it may be a one-off
+            reason = "first-call"
         if reason is not None:
             self.stats.fallbacks[reason] += 1
-            return None
-        if self._seen_in_place != key:  # a set of addresses' first call: it may be a one-off
-            self._seen_in_place = key
-            self.stats.fallbacks["first-call"] += 1
-            return None
+            return reason
 
         def unscale_and_clip() -> tuple[Tensor, ...]:
             # The scaler's unscale_ (its reciprocal in float64, as it takes it), then the clip.
@@ -338,7 +338,7 @@ class GradClipReplay:
         except Exception as exc:  # a failed capture leaves these gradients to the eager calls
             self._in_place.refuse(key)
             self.stats.count_failure(exc)
-            return None
+            return "failure"
         self.stats.recordings += 1
         entry = _InPlaceEntry(recording.outputs[0], recording.outputs[1], recording)
         self._in_place.publish(key, entry)

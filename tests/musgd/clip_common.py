@@ -22,13 +22,15 @@ def compare_unscale_and_clip(
     grads_for: Callable[[int], list[Tensor]],
     steps: int,
     growth_interval: int = 2,
+    first_elsewhere: bool = False,
 ) -> list[float]:
     """Step both parameter lists ``steps`` times with the scaled gradients ``grads_for(step)``
     (each step a plain SGD step through a GradScaler's step and update): the first's gradients
     at memory that stays put (handed over as new tensor objects on it, as a captured network
     hands them) through ``clip.unscale_and_clip``, the second's by ``GradScaler.unscale_`` and
-    the eager clip. Asserts the same bits every step (the total norm, the gradients, the
-    parameters and the scale); returns the scale after each step."""
+    the eager clip. ``first_elsewhere``: the first step's gradients at memory of their own (as
+    a trainer's first, eager batch gives them). Asserts the same bits every step (the total
+    norm, the gradients, the parameters and the scale); returns the scale after each step."""
     ours, eager = params
     device = ours[0].device
     optimizers = [torch.optim.SGD(ps, lr=0.01) for ps in (ours, eager)]
@@ -43,7 +45,7 @@ def compare_unscale_and_clip(
         for m, g in zip(memory, grads, strict=True):
             m.copy_(g)
         for p, q, m, g in zip(ours, eager, memory, grads, strict=True):
-            p.grad = m.detach()
+            p.grad = g.clone() if first_elsewhere and step == 0 else m.detach()
             q.grad = g.clone(memory_format=torch.preserve_format)
         for scaler in scalers:
             scaler.scale(torch.ones((), device=device))  # the scale made, as a loss makes it

@@ -243,19 +243,23 @@ def test_unscale_and_clip_in_place_is_the_scalers_unscale_and_the_clip_bit_for_b
     """Gradients that keep their memory (a captured network's, handed over as new tensor
     objects on it each step): one recording, captured without a warm-up, unscales and clips
     them as the scaler's ``unscale_`` and the eager clip do, and leaves the scaler as its
-    ``unscale_`` would, so its step skips the non-finite step and its update halves the scale."""
+    ``unscale_`` would, so its step skips the non-finite step and its update halves the scale.
+    The first step's gradients lie elsewhere (an eager first batch): each set of addresses'
+    first call clips eagerly, and no copying recording (a copy of every gradient) is made."""
     recorder = FakeRecorder()
     clip = GradClipReplay(10.0, recorder=recorder)
     scales = compare_unscale_and_clip(
-        clip, (_params(), _params()), lambda step: _scaled_grads(step, poisoned=5), 8
+        clip,
+        (_params(), _params()),
+        lambda step: _scaled_grads(step, poisoned=5),
+        9,
+        first_elsewhere=True,
     )
     assert scales[3] > scales[0]  # it grew
     assert scales[5] < scales[4]  # and halved at the inf
     assert (recorder.records, recorder.warm_ups) == (1, 0)
     assert clip.stats.replays == 7
-    # The first step ran the two calls as they are: the in-place set's first call, and the
-    # copying clip's first call within it.
-    assert dict(clip.stats.fallbacks) == {"first-call": 2}
+    assert dict(clip.stats.fallbacks) == {"first-call": 2}  # the two sets' first calls
 
 
 def test_unscale_and_clip_leaves_to_the_scaler_what_a_recording_cannot_stand_for() -> None:
