@@ -66,15 +66,16 @@ class _InPlaceEntry:
     recording: Recording
 
 
-# What a gradient's address, extents and kind are: an in-place recording replays where every
-# gradient has the same as when it was recorded.
-_Address = tuple[int, torch.Size, tuple[int, ...], torch.dtype]
+def _addresses(grads: list[Tensor]) -> tuple[int, ...] | None:
+    """Each gradient's memory address, or None where one has no plain storage (sparse).
 
-
-def _addresses(grads: list[Tensor]) -> tuple[_Address, ...] | None:
-    """Each gradient's memory and layout, or None where one has no plain storage (sparse)."""
+    The addresses alone key an in-place recording: a gradient has its parameter's shape and
+    dtype (``.grad`` refuses any other), so the same number of gradients at the same addresses
+    is the same memory in the same extents; only a view of other strides on the same memory,
+    which no trainer hands over, would escape the key. Reading each gradient's shape and
+    strides too cost 0.25 ms a call for YOLO26n's 366 on a CPU host, the addresses 0.02 ms."""
     try:
-        return tuple([(g.data_ptr(), g.shape, g.stride(), g.dtype) for g in grads])
+        return tuple([g.data_ptr() for g in grads])
     except RuntimeError:  # a sparse tensor has no data pointer
         return None
 
