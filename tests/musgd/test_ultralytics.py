@@ -622,42 +622,6 @@ def test_trainer_optimizer_step_is_the_stock_sequence_with_the_clip_replayed() -
     assert clip.stats.replays == 3
 
 
-def test_with_the_network_captured_one_recording_unscales_and_clips_in_place() -> None:
-    """A captured network's gradients keep their memory: the trainer's step unscales and clips
-    them in one recording (no scaler walk, no copies) and trains as the stock sequence does."""
-    spied = _Spied()
-    trainer = _step_trainer(spied, capture_orthogonalization=False, capture_updates=False)
-    recorder = FakeRecorder()
-    trainer.musgd_clip = clip = GradClipReplay(10.0, recorder=recorder)
-    trainer.musgd_network = object()  # installed: the gradients below live at fixed addresses
-    trainer.scaler = scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
-    params = list(trainer.model.parameters())
-    twin = [p.detach().clone().requires_grad_() for p in params]
-    reference = UltralyticsMuSGD(stock_groups(twin), **KW)
-    stock_scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
-    memory = [torch.empty_like(p) for p in params]
-    for step in range(5):
-        set_grads(twin, step)
-        for g, t in zip(memory, twin, strict=True):
-            t.grad.mul_(40.0 * 2.0**10)
-            g.copy_(t.grad)
-        for p, g in zip(params, memory, strict=True):
-            p.grad = g.detach()
-        for s in (scaler, stock_scaler):
-            s.scale(torch.ones(()))
-        trainer.optimizer_step()
-        stock_scaler.unscale_(reference)
-        torch.nn.utils.clip_grad_norm_(twin, 10.0)
-        stock_scaler.step(reference)
-        stock_scaler.update()
-        reference.zero_grad()
-        for p, q in zip(params, twin, strict=True):
-            assert torch.equal(p, q), step
-        assert scaler.get_scale() == stock_scaler.get_scale()
-    assert clip.stats.replays == 4
-    assert recorder.warm_ups == 0
-
-
 def test_the_clip_lists_the_models_parameters_once_an_epoch() -> None:
     """The replayed clip gets the model's parameters in their order, listed anew when the
     epoch or the model changes (a parameter added inside an epoch is clipped from the next)."""
