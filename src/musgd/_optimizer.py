@@ -129,7 +129,8 @@ class MuSGD(EngineOptimizer):
         weight_decay: decoupled-into-the-update L2 factor (>= 0). Default 0.
         w_muon: weight of the orthogonalized term (>= 0); 0 skips Newton–Schulz. Default 0.5.
         w_sgd: weight of the SGD term for matrices (>= 0). Default 0.5.
-        ns_steps: Newton–Schulz iterations, 1..100. Default 5.
+        ns_steps: Newton–Schulz iterations, 1..100. None (default): the schedule's own, 4 for
+            ``"aol4"`` and 5 for every other (an explicit 5 with ``"aol4"`` runs 5).
         ns_coefficients: a schedule name (``"quintic"``), one (a, b, c) triple, or one per
             iteration (a shorter sequence repeats its last triple). Default
             (3.4445, -4.7750, 2.0315), the ``"quintic"`` schedule.
@@ -224,7 +225,7 @@ class MuSGD(EngineOptimizer):
         weight_decay: float = 0.0,
         w_muon: float = DEFAULT_W_MUON,
         w_sgd: float = DEFAULT_W_SGD,
-        ns_steps: int = DEFAULT_STEPS,
+        ns_steps: int | None = None,
         ns_coefficients: Coefficients = DEFAULT_COEFFICIENTS,
         eps: float = DEFAULT_EPS,
         ns_dtype: torch.dtype | str = AUTO_NS_DTYPE,
@@ -252,8 +253,8 @@ class MuSGD(EngineOptimizer):
                 f"MuSGD: foreach must be None, True or False, got {foreach!r}; None and True run "
                 "the torch._foreach_* body, False the per-tensor body"
             )
-        if ns is None:  # ns_steps left at its default takes a named schedule's own ("aol4": 4)
-            ns_steps = _schedule_steps(ns_coefficients, ns_steps)
+        if ns is None:  # ns_steps left at None takes the schedule's own ("aol4": 4)
+            ns_steps = schedule_steps(ns_coefficients, ns_steps)
         flat: dict[str, Any] = {
             "ns_steps": ns_steps,
             "ns_coefficients": ns_coefficients,
@@ -335,7 +336,7 @@ class DefaultRule:
             config = merge_flat(given, flat, FLAT_DEFAULTS, where=where)
             group.update(group_entries(default_ns(config, where=where)))
         if "ns_coefficients" in group and "ns_steps" not in group:
-            own = _schedule_steps(group["ns_coefficients"], DEFAULT_STEPS)
+            own = schedule_steps(group["ns_coefficients"])
             if own != DEFAULT_STEPS:
                 group = {**group, "ns_steps": own}
         merged = {**defaults, **group}
@@ -385,13 +386,6 @@ class DefaultRule:
 BUFFERS = (MOMENTUM_BUFFER,)
 
 
-def _schedule_steps(coefficients: object, steps: object) -> Any:
-    """``steps``, or a named schedule's own length where ``steps`` is the default (5)."""
-    if isinstance(coefficients, str) and steps == DEFAULT_STEPS and type(steps) is int:
-        return schedule_steps(coefficients)
-    return steps
-
-
 def _normalization(group: Mapping[str, Any], *, where: str) -> str:
     """The group's ``ns_normalize``: its own where set, else its schedule's (``"aol"`` for
     ``"aol4"``, ``"frobenius"`` otherwise); a contradiction raises ValueError."""
@@ -405,7 +399,7 @@ def _normalization(group: Mapping[str, Any], *, where: str) -> str:
 DEFAULT_SCALE = "muon"
 # Its flat shorthand arguments' defaults: a flat argument left at one defers to ``ns=``.
 FLAT_DEFAULTS: dict[str, Any] = {
-    "ns_steps": DEFAULT_STEPS,
+    "ns_steps": None,
     "ns_coefficients": DEFAULT_COEFFICIENTS,
     "eps": DEFAULT_EPS,
     "ns_dtype": AUTO_NS_DTYPE,

@@ -372,7 +372,7 @@ def test_aol4_brings_its_normalization_and_its_four_steps() -> None:
     assert NSConfig(coefficients="quintic").normalize == "frobenius"
     with pytest.raises(ValueError, match="'quintic', 'polar_express', 'aol4'"):
         NSConfig(coefficients="polar")
-    # The flat shorthand: ns_steps left at its default takes the name's own four.
+    # The flat shorthand: ns_steps left at None takes the name's own four.
     opt = MuSGD([nn.Parameter(torch.zeros(4, 4))], ns_coefficients="aol4")
     group = opt.param_groups[0]
     assert (group["ns_steps"], group["ns_normalize"], len(group["ns_coefficients"])) == (
@@ -381,6 +381,19 @@ def test_aol4_brings_its_normalization_and_its_four_steps() -> None:
         4,
     )
     assert opt.ns_config().normalize == "aol"
+
+
+def test_an_explicit_ns_steps_of_five_is_kept_with_a_four_step_schedule() -> None:
+    """``ns_steps`` defaults to None (the schedule's own), so an explicit 5 is told apart from
+    the default: ``"aol4"`` with ``ns_steps=5`` runs five steps, and contradicts an ``ns=`` of
+    four."""
+    p = nn.Parameter(torch.zeros(4, 4))
+    assert MuSGD([p], ns_coefficients="aol4", ns_steps=5).param_groups[0]["ns_steps"] == 5
+    assert MuSGD([p], ns_coefficients="aol4", ns_steps=None).param_groups[0]["ns_steps"] == 4
+    assert MuSGD([p]).param_groups[0]["ns_steps"] == 5
+    assert MuSGD([p], ns=NSConfig(coefficients="aol4")).param_groups[0]["ns_steps"] == 4
+    with pytest.raises(ValueError, match=r"ns_steps=5 conflicts with ns.steps=4"):
+        MuSGD([p], ns=NSConfig(coefficients="aol4"), ns_steps=5)
 
 
 # Equal column counts, rows within 2x: one CPU stack, a tall, a wide and a square matrix.
