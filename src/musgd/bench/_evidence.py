@@ -200,11 +200,12 @@ def write_evidence(document: Mapping[str, Any], out: Path | None = None) -> Path
     return evidence.write_evidence(document, path)
 
 
-def read_document(path: Path) -> dict[str, Any]:
-    """The JSON document of an evidence file that has ``results``; a ValueError saying why
-    ``path`` cannot be one (unreadable, not JSON, no ``results``)."""
+def read_document(path: Path, data: bytes | None = None) -> dict[str, Any]:
+    """The JSON document of an evidence file that has ``results`` (``data``: the file's bytes,
+    already read); a ValueError saying why ``path`` cannot be one (unreadable, not JSON, no
+    ``results``)."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads((path.read_bytes() if data is None else data).decode("utf-8"))
     except OSError as exc:
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -84,14 +84,35 @@ class Trained:
     path: str
 
 
-def _document(path: Path) -> dict[str, Any]:
-    try:
-        return read_document(path)
-    except ValueError as exc:
-        raise FloorRatioError(
-            f"{exc}; pass the JSON files that `python -m musgd.bench floor` and `... ultralytics "
-            "--parts train` wrote"
-        ) from exc
+@dataclass(frozen=True)
+class InputFile:
+    """An input file as it was read, once: its document and the sha256 of those bytes."""
+
+    path: Path
+    sha256: str
+    document: dict[str, Any]
+
+
+def read_files(paths: Sequence[Path]) -> list[InputFile]:
+    """Each file read once (the verdict and the evidence's ``inputs`` hashes are of the same
+    bytes); a FloorRatioError saying what is wrong with one that is no evidence file."""
+    files = []
+    for path in paths:
+        try:
+            data = path.read_bytes()
+            document = read_document(path, data)
+        except OSError as exc:
+            raise FloorRatioError(f"cannot read {path}: {exc.strerror or exc}{_PASS}") from exc
+        except ValueError as exc:
+            raise FloorRatioError(f"{exc}{_PASS}") from exc
+        files.append(InputFile(path, hashlib.sha256(data).hexdigest(), document))
+    return files
+
+
+_PASS = (
+    "; pass the JSON files that `python -m musgd.bench floor` and `... ultralytics --parts "
+    "train` wrote"
+)
 
 
 def _gpu(document: Mapping[str, Any], path: Path) -> str:
@@ -188,10 +209,15 @@ def _well_formed(
 
 def read_inputs(paths: Sequence[Path]) -> tuple[list[Floor], list[Trained]]:
     """The floors and trained arms of the files, each file either kind."""
+    return inputs_of(read_files(paths))
+
+
+def inputs_of(files: Sequence[InputFile]) -> tuple[list[Floor], list[Trained]]:
+    """The floors and trained arms of files read by :func:`read_files`."""
     floors: list[Floor] = []
     trained: list[Trained] = []
-    for path in paths:
-        document = _document(path)
+    for file in files:
+        path, document = file.path, file.document
         kind = document.get("kind")
         if kind == FLOOR_KIND:
             floors.extend(_well_formed(floors_of, document, path))
@@ -357,7 +383,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Print a line per trained arm and its verdict; exit 0 when every compared pair meets the
     target, 1 when one misses it or none could be compared, 2 on bad input."""
     try:
-        floors, trained = read_inputs(args.files)
+        files = read_files(args.files)
+        floors, trained = inputs_of(files)
     except FloorRatioError as exc:
         print(f"floor-ratio: {exc}")
         return 2
@@ -384,7 +411,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         f"within {args.target}x on the median, {len(rows) - len(compared)} not compared"
     )
     if args.out is not None:
-        document = ratio_evidence(args.files, rows, args.target, argv)
+        document = ratio_evidence(files, rows, args.target, argv)
         try:
             evidence.write_evidence(document, args.out)
         except OSError as exc:
@@ -394,15 +421,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def ratio_evidence(
-    paths: Sequence[Path], rows: list[dict[str, Any]], target: float, argv: Sequence[str]
+    files: Sequence[InputFile], rows: list[dict[str, Any]], target: float, argv: Sequence[str]
 ) -> dict[str, Any]:
     """The rows as a ``wpgate-evidence/1`` document: a derived measurement, so it records the
     code the trained runs measured (their ``git_commit`` and ``sources`` where every train file
     agrees; else null and none), the environment the first floor was measured in, and each
     input file's sha256 under ``results.inputs``."""
-    documents = [(path, _document(path)) for path in paths]
-    trains = [d for _, d in documents if d.get("kind") == TRAIN_KIND]
-    floor = next(d for _, d in documents if d.get("kind") == FLOOR_KIND)
+    trains = [f.document for f in files if f.document.get("kind") == TRAIN_KIND]
+    floor = next(f.document for f in files if f.document.get("kind") == FLOOR_KIND)
     commits = {d.get("git_commit") for d in trains}
     sources = [d.get("sources") or {} for d in trains]
     agreed = len(commits) == 1 and all(x == sources[0] for x in sources)
@@ -412,7 +438,7 @@ def ratio_evidence(
         {
             "target": target,
             "rows": rows,
-            "inputs": {str(path): hashlib.sha256(path.read_bytes()).hexdigest() for path in paths},
+            "inputs": {str(f.path): f.sha256 for f in files},
         },
         command=[Path(sys.executable).name, "-m", "musgd.bench", *argv],
         environment=floor.get("environment") or {},

@@ -263,3 +263,28 @@ def test_trained_runs_of_different_commits_leave_the_evidence_without_a_commit(
     assert written["git_commit"] is None
     assert written["sources"] == {}
     assert len(written["results"]["rows"]) == 2
+
+
+def test_each_input_is_read_once_and_its_hash_is_of_those_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verdict and the evidence's ``inputs`` hashes come from one read of each file: a file
+    rewritten in between cannot give rows of one content and the hash of another."""
+    floor = _write(tmp_path, "floor.json", _floor_doc([("yolo26n.yaml", 4, "nchw", 10.0)]))
+    good = _write(tmp_path, "good.json", _train_doc({"stock": [100.0], "ours": [11.0]}))
+    reads: list[str] = []
+    read_bytes, read_text = Path.read_bytes, Path.read_text
+
+    def counted_bytes(self: Path) -> bytes:
+        reads.append(self.name)
+        return read_bytes(self)
+
+    def counted_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads.append(self.name)
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_bytes", counted_bytes)
+    monkeypatch.setattr(Path, "read_text", counted_text)
+    out = tmp_path / "rows.json"
+    assert main(["floor-ratio", str(floor), str(good), "--out", str(out)]) == 0
+    assert sorted(r for r in reads if r != "rows.json") == ["floor.json", "good.json"]
