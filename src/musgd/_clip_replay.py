@@ -80,11 +80,11 @@ def _addresses(grads: list[Tensor]) -> tuple[int, ...] | None:
         return None
 
 
-def _scaler_fallback(scaler: object, optimizer: object) -> str | None:
+def _scaler_fallback(scaler: GradScaler, optimizer: object) -> str | None:
     """Why ``scaler.unscale_(optimizer)`` must run as the scaler runs it, or None when a
     recording can stand for it: an enabled ``torch.amp.GradScaler`` whose unscale is the
     stock one, with its scale made, that has not unscaled this optimizer since its update."""
-    if not isinstance(scaler, GradScaler) or not scaler.is_enabled():
+    if not scaler.is_enabled():
         return "scaler-off"
     kind = type(scaler)
     if kind.unscale_ is not GradScaler.unscale_ or kind._unscale_grads_ is not (
@@ -265,6 +265,16 @@ class GradClipReplay:
         this optimizer already, whose own ``unscale_`` then says so) or for the gradients (see
         the class), the two calls run as they are, counted by reason in ``stats.fallbacks``.
         """
+        if not isinstance(scaler, GradScaler):
+            raise TypeError(
+                "GradClipReplay.unscale_and_clip: scaler must be a torch.amp.GradScaler (the one "
+                f"that scaled the loss), got {type(scaler).__name__}"
+            )
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                "GradClipReplay.unscale_and_clip: optimizer must be the torch.optim.Optimizer "
+                f"whose gradients the scaler unscales, got {type(optimizer).__name__}"
+            )
         params = _tensors(parameters)
         reason = _scaler_fallback(scaler, optimizer)
         if reason is not None:
@@ -278,7 +288,8 @@ class GradClipReplay:
         with_grad = [p for p in params if p.grad is not None]
         grads = [p.grad for p in with_grad if p.grad is not None]
         held, clipped = _addresses(unscaled), _addresses(grads)
-        scale: Tensor = scaler._scale
+        scale = scaler._scale
+        assert scale is not None  # _scaler_fallback refused a scaler without its scale made
         device = scale.device
         key = (held, clipped, scale.data_ptr(), environment_key(self.recorder, device))
         found = self._in_place.get(key) if held is not None and clipped is not None else None

@@ -267,6 +267,11 @@ def test_unscale_and_clip_leaves_to_the_scaler_what_a_recording_cannot_stand_for
     clip = GradClipReplay(10.0, recorder=recorder)
     params = _params()
     optimizer = torch.optim.SGD(params, lr=0.01)
+    # Not a scaler, or not an optimizer: a TypeError that says which, nothing touched.
+    with pytest.raises(TypeError, match=r"scaler must be a torch\.amp\.GradScaler"):
+        clip.unscale_and_clip(None, optimizer, params)
+    with pytest.raises(TypeError, match=r"optimizer must be the torch\.optim\.Optimizer"):
+        clip.unscale_and_clip(_scaler(), "sgd", params)  # type: ignore[arg-type]
     # A scaler that is off unscales nothing: the clip alone, as the two calls would.
     off = torch.amp.GradScaler("cpu", enabled=False)
     _set(params, list(_grads(0, 30.0)))
