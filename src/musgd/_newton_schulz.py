@@ -152,11 +152,10 @@ def _resolve_cached(coefficients: Coefficients, steps: int) -> tuple[Triple, ...
 
 def _resolve(coefficients: Coefficients, steps: int) -> tuple[Triple, ...]:
     """The uncached body of :func:`resolve_coefficients`."""
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
+    integral = isinstance(steps, numbers.Integral) and not isinstance(steps, bool)
+    if not integral or not 1 <= int(steps) <= MAX_STEPS:
         raise ValueError(f"ns_steps must be an int in 1..{MAX_STEPS}, got {steps!r}")
     steps = int(steps)  # NumPy's integers too
-    if not 1 <= steps <= MAX_STEPS:
-        raise ValueError(f"ns_steps must be an int in 1..{MAX_STEPS}, got {steps!r}")
     seq = _as_triples(coefficients)
     if not seq:
         raise ValueError("ns_coefficients must hold at least one (a, b, c) triple, got none")
