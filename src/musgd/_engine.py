@@ -293,9 +293,21 @@ class StepEngine:
         gathered = [self.gather(index, group) for index, group in enumerate(groups)]
         plan = self.begin_guard(groups, gathered)
         with self.replay.step_scope():
+            # Groups that replay their preparation are prepared together (one recording for
+            # all of them, where they can share one) and written after; the others are
+            # prepared and written one by one, as before, holding one group's updates at a time.
+            replayed: list[tuple[int, StepRecord, float | Tensor]] = []
             for index, (group, (params, grads)) in enumerate(zip(groups, gathered, strict=True)):
                 if params:
-                    self.step_group(index, group, params, grads)
+                    made = self.step_group(index, group, params, grads)
+                    if made is not None:
+                        replayed.append((index, *made))
+            if replayed:
+                prepared = self.update_replay.prepare_groups(
+                    [(index, record) for index, record, _ in replayed], body=self.body
+                )
+                for (_, record, lr), updates in zip(replayed, prepared, strict=True):
+                    apply_updates(record.params, updates, lr)
         if plan is not None:
             self.guard.end(plan)
 
@@ -316,9 +328,11 @@ class StepEngine:
 
     def step_group(
         self, index: int, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]
-    ) -> None:
-        """Steps 1-5 of one group: the rule's values and preparation, replayed where the
-        group asks for it, or the rule's shared step across ranks; then the write."""
+    ) -> tuple[StepRecord, float | Tensor] | None:
+        """Steps 1-5 of one group: the rule's values and preparation, or the rule's shared
+        step across ranks; then the write. A group that replays its preparation
+        (``capture_updates``) is not stepped here: its record and learning rate are returned,
+        for :meth:`step` to prepare with the step's other such groups and write."""
         rule = self.rule
         if group.get("maximize", False):
             grads = multi_neg(grads)  # the step on -grad, as torch.optim's (an exact negation)
@@ -350,12 +364,11 @@ class StepEngine:
         if shares:
             assert isinstance(values.lr, float)  # live was None: every value read on the host
             rule.step_shared(self, record, values.lr)
-            return
+            return None
         if group["capture_updates"]:
-            updates = self.update_replay.prepare(index, record, body=self.body)
-        else:
-            updates = self.body(record)
-        apply_updates(params, updates, values.lr)
+            return record, values.lr
+        apply_updates(params, self.body(record), values.lr)
+        return None
 
     def layout(
         self, params: list[Tensor], use_muon: bool | None, *, sharded: bool, orient: bool = False

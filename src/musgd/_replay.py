@@ -72,6 +72,10 @@ class Recorder(Protocol):
 # Keys a ReplayState remembers as recorded before (ReplayState.record): each is a tuple of
 # settings and addresses, and a training run makes a few dozen.
 WARMED_KEYS = 1024
+# Recordings of a whole step's group preparations kept at once (ReplayState.step_cache): a
+# training run's groups keep their settings, so it makes one; each holds every replayed group's
+# gradient copies and updates, so a run whose groups change often makes per-group ones instead.
+STEP_RECORDINGS = 2
 # Parallel branches a recorded group's bucket jobs are spread over (see BranchedOrthogonalizer).
 DEFAULT_BRANCHES = 4
 # A bucket job whose Newton-Schulz cost (``Bucket.cost``) reaches this keeps the GPU busy on its
@@ -738,6 +742,9 @@ class ReplayState:
         self.stats = ReplayStats()
         self.orth_cache: RecordingCache[_OrthEntry] = RecordingCache(orth_bound)
         self.update_cache: RecordingCache[object] = RecordingCache(update_bound)
+        # Recordings of a whole step's group preparations together (``musgd._update_replay``):
+        # each holds every replayed group's inputs and outputs, so only a few are kept.
+        self.step_cache: RecordingCache[object] = RecordingCache(lambda: STEP_RECORDINGS)
         self._warned = False
         self._memo: dict[Hashable, object] | None = None
         self._last_ns: tuple[NSSettings, Hashable] | None = None
@@ -798,6 +805,7 @@ class ReplayState:
         """Drop every recording and every not-recordable mark (``load_state_dict`` calls this)."""
         self.orth_cache.clear()
         self.update_cache.clear()
+        self.step_cache.clear()
 
     def warmed(self, key: Hashable) -> bool:
         """Whether ``key`` was recorded before in this process (with its warm-up)."""

@@ -21,6 +21,7 @@ from replay_common import (
     set_grads,
     split_groups,
     step_both,
+    step_with_changes,
 )
 from replay_helpers import (
     BOTH_FLAGS,
@@ -93,10 +94,18 @@ def twins(
     )
 
 
-@pytest.fixture
-def replay_backend() -> ReplayBackend:
-    """The shared contracts (tests/musgd/update_replay_contracts.py) with real CUDA graphs."""
-    return ReplayBackend("cuda", DEVICE, tuple(MATRICES), tuple(VECTORS), CudaGraphRecorder)
+@pytest.fixture(params=[True, False], ids=["together", "one-by-one"])
+def replay_backend(request: pytest.FixtureRequest) -> ReplayBackend:
+    """The shared contracts (tests/musgd/update_replay_contracts.py) with real CUDA graphs,
+    a step's groups recorded together and one by one."""
+    return ReplayBackend(
+        "cuda",
+        DEVICE,
+        tuple(MATRICES),
+        tuple(VECTORS),
+        CudaGraphRecorder,
+        together=request.param,
+    )
 
 
 @pytest.mark.parametrize(
@@ -113,7 +122,7 @@ def test_parallel_branches_change_no_bit(branches: int, cost_limit: int) -> None
     for step in range(6):
         step_both(ref_p, ref, rep_p, rep, step)
         assert_same(ref_p, rep_p, ref, rep)
-    assert rep._replay.stats.recordings == 2
+    assert rep._replay.stats.recordings == 1, "the step's two groups in one recording"
     assert rep._replay.stats.failures == 0
 
 
@@ -137,17 +146,14 @@ def test_branched_bucket_jobs_run_eagerly_match_in_order_jobs() -> None:
 
 def test_structural_changes_record_new_keys() -> None:
     ref_p, ref, rep_p, rep = twins()
+    rep._update_replay.together = False  # each group's own keys (together: each step's)
     changes: list[dict[str, Any]] = [
         {},
         {"weight_decay": 0.0},
         {"w_muon": 0.0},
         {"nesterov": False},
     ]
-    for step, change in enumerate(changes):
-        for opt in (ref, rep):
-            opt.param_groups[0].update(change)
-        step_both(ref_p, ref, rep_p, rep, step)
-        assert_same(ref_p, rep_p, ref, rep)
+    step_with_changes(ref_p, ref, rep_p, rep, changes)
     assert rep._replay.stats.recordings == 4 + 1
 
 
@@ -167,8 +173,9 @@ def test_load_state_dict_drops_recordings_and_keeps_types_and_bits() -> None:
     saved = rep.state_dict()
     kinds = [{k: type(v) for k, v in g.items()} for g in saved["param_groups"]]
     bufs = {i: s["momentum_buffer"].clone() for i, s in saved["state"].items()}
+    assert len(rep._replay.step_cache) == 1
     rep.load_state_dict(saved)
-    assert len(rep._replay.update_cache) == 0
+    assert len(rep._replay.update_cache) == len(rep._replay.step_cache) == 0
     again = rep.state_dict()
     assert [{k: type(v) for k, v in g.items()} for g in again["param_groups"]] == kinds
     for i, s in again["state"].items():
@@ -304,8 +311,9 @@ def test_failed_recording_continues_eagerly_and_exactly(where: str) -> None:
             step_both(ref_p, ref, rep_p, rep, step)
             assert_same(ref_p, rep_p, ref, rep)
     assert len([w for w in caught if "could not record" in str(w.message)]) == 1
-    assert rep._replay.stats.failures == 2
-    assert len(rep._replay.update_cache) == 0
+    # The step's key failed, then each group's on its own, each once and never again.
+    assert rep._replay.stats.failures == 3
+    assert len(rep._replay.update_cache) == len(rep._replay.step_cache) == 0
 
 
 def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None:
@@ -445,7 +453,7 @@ def test_200_step_nano_detector_run_is_byte_identical(flags: CaptureFlags) -> No
         return train_detector(**kw), train_detector(**kw, **flags)
 
     eager_run, replay_run = deterministic(runs)
-    assert replay_run.stats.recordings == 2
+    assert replay_run.stats.recordings == 1  # the two groups together
     assert replay_run.stats.failures == 0
     assert replay_run.stats.replays == 2 * 200  # two groups, every step
     assert_runs_identical(eager_run, replay_run)

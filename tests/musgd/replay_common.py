@@ -83,6 +83,22 @@ def step_both(
         opt.step()
 
 
+def step_with_changes(
+    ref_p: list[torch.nn.Parameter],
+    ref: MuSGD,
+    rep_p: list[torch.nn.Parameter],
+    rep: MuSGD,
+    changes: Sequence[dict[str, Any]],
+) -> None:
+    """One step of both optimizers per entry of ``changes``, each first written into both
+    optimizers' first group; bit-identical after every step."""
+    for step, change in enumerate(changes):
+        for opt in (ref, rep):
+            opt.param_groups[0].update(change)
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+
+
 def record_first_group(
     opt: MuSGD, key: tuple[str, ...]
 ) -> tuple[list[Tensor] | None, list[Tensor]]:
@@ -102,7 +118,8 @@ def record_first_group(
         hyper=Hyper(0.95, 0.01, 0.5, 0.5),
         structure=group_structure(group, params[0].device),
     )
-    return opt._update_replay._record(key, step, opt._engine.body), [*params, *grads, *bufs]
+    recorded = opt._update_replay._record(key, [step], opt._engine.body, together=False)
+    return None if recorded is None else recorded[0], [*params, *grads, *bufs]
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> list[int]:

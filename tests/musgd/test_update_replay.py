@@ -23,6 +23,7 @@ from replay_common import (
     set_grads,
     split_groups,
     step_both,
+    step_with_changes,
 )
 from replay_fakes import FakeRecorder
 from torch import Tensor
@@ -39,6 +40,7 @@ from update_replay_contracts import (
 
 from musgd import MuSGD, _functional
 from musgd._functional import Hyper, PrepareFn, StepRecord
+from musgd._replay import STEP_RECORDINGS
 from musgd._update_replay import HyperSlots, UpdateReplayer
 
 # (12, 16, 3, 3) shares the column count 144 of (16, 16, 3, 3): a zero-padded bucket.
@@ -67,36 +69,62 @@ def twins(
     *,
     flags: CaptureFlags | None = None,
     recorder: FakeRecorder | None = None,
+    together: bool = True,
     **options: Any,
 ) -> tuple[list[torch.nn.Parameter], MuSGD, list[torch.nn.Parameter], MuSGD, FakeRecorder]:
-    """An eager optimizer and a replaying one (fake recorder) over identical parameters."""
+    """An eager optimizer and a replaying one (fake recorder) over identical parameters; the
+    replaying one records a step's groups together, or one by one (``together=False``)."""
     flags = {"capture_updates": True} if flags is None else flags
     recorder = FakeRecorder() if recorder is None else recorder
     ref_p, rep_p = make_params(), make_params()
     ref = MuSGD(groups(ref_p), lr=0.02, **options)
     rep = MuSGD(groups(rep_p), lr=0.02, **options, **flags, recorder=recorder)
+    rep._update_replay.together = together
     return ref_p, ref, rep_p, rep, recorder
 
 
-@pytest.fixture
-def replay_backend() -> ReplayBackend:
-    """The shared contracts (update_replay_contracts.py) on CPU, through the fake recorder."""
+def beside_eager(
+    ref_p: list[torch.nn.Parameter], rep_p: list[torch.nn.Parameter], *, together: bool = True
+) -> tuple[MuSGD, MuSGD, FakeRecorder]:
+    """An eager optimizer over ``ref_p`` and a replaying one (fake recorder) over ``rep_p``."""
+    recorder = FakeRecorder()
+    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
+    rep._update_replay.together = together
+    return MuSGD(groups(ref_p), lr=0.02), rep, recorder
+
+
+# Both ways a step's groups are recorded: together (the default) and one by one (where they
+# cannot be together); each test below says what it counts in each.
+TOGETHER = pytest.mark.parametrize("together", [True, False], ids=["together", "one-by-one"])
+
+
+@pytest.fixture(params=[True, False], ids=["together", "one-by-one"])
+def replay_backend(request: pytest.FixtureRequest) -> ReplayBackend:
+    """The shared contracts (update_replay_contracts.py) on CPU, through the fake recorder,
+    with a step's groups recorded together and one by one."""
     return ReplayBackend(
-        "cpu-fake", torch.device("cpu"), tuple(MATRICES), tuple(VECTORS), FakeRecorder
+        "cpu-fake",
+        torch.device("cpu"),
+        tuple(MATRICES),
+        tuple(VECTORS),
+        FakeRecorder,
+        together=request.param,
     )
 
 
+@TOGETHER
 @pytest.mark.parametrize("options", [{}, {"w_muon": 0.0}, {"foreach": False}])
 def test_bucket_jobs_are_recorded_in_reverse_and_still_replay_exactly(
-    options: dict[str, Any],
+    options: dict[str, Any], together: bool
 ) -> None:
     """The matrix group's bucket jobs are recorded last first (warm-up and capture passes), as
     parallel branches may finish them: the replayed bits cannot depend on their order."""
-    ref_p, ref, rep_p, rep, recorder = twins(**options)
+    ref_p, ref, rep_p, rep, recorder = twins(together=together, **options)
     for step in range(4):
         step_both(ref_p, ref, rep_p, rep, step)
         assert_same(ref_p, rep_p, ref, rep)
-    assert (recorder.records, recorder.replays) == (2, 4 * 2)
+    per_step = 1 if together else 2  # recordings of one set of keys, replays of one step
+    assert (recorder.records, recorder.replays) == (per_step, 4 * per_step)
     foreach_buckets = options.get("foreach") is not False and options.get("w_muon") != 0.0
     assert recorder.reordered == (2 if foreach_buckets else 0)
 
@@ -114,7 +142,7 @@ def test_hyperparameter_types_in_groups_stay_native() -> None:
 
 
 def test_structural_changes_record_new_keys_and_stay_exact() -> None:
-    ref_p, ref, rep_p, rep, recorder = twins()
+    ref_p, ref, rep_p, rep, recorder = twins(together=False)
     changes: list[dict[str, Any]] = [
         {},
         {"weight_decay": 0.0},
@@ -122,17 +150,13 @@ def test_structural_changes_record_new_keys_and_stay_exact() -> None:
         {"nesterov": False},
         {"ns_steps": 4, "ns_coefficients": ((3.4445, -4.7750, 2.0315),) * 4},
     ]
-    for step, change in enumerate(changes):
-        for opt in (ref, rep):
-            opt.param_groups[0].update(change)
-        step_both(ref_p, ref, rep_p, rep, step)
-        assert_same(ref_p, rep_p, ref, rep)
+    step_with_changes(ref_p, ref, rep_p, rep, changes)
     # Group 0 records once per structure; group 1 (vectors) only when its own structure changes.
     assert recorder.records == 5 + 1
 
 
 def test_skipped_gradients_change_the_key_and_stay_exact() -> None:
-    ref_p, ref, rep_p, rep, recorder = twins()
+    ref_p, ref, rep_p, rep, recorder = twins(together=False)
     skips = [frozenset(), frozenset({0, 7}), frozenset(), frozenset({2, 3}), frozenset({0, 7})]
     for step, skip in enumerate(skips):
         step_both(ref_p, ref, rep_p, rep, step, skip=skip)
@@ -141,9 +165,10 @@ def test_skipped_gradients_change_the_key_and_stay_exact() -> None:
     assert rep._replay.stats.replays == 5 * 2
 
 
-def test_replaced_parameter_or_buffer_storage_is_a_new_key() -> None:
+@TOGETHER
+def test_replaced_parameter_or_buffer_storage_is_a_new_key(together: bool) -> None:
     """Recordings address parameters and buffers by storage: new storage must not be missed."""
-    ref_p, ref, rep_p, rep, recorder = twins()
+    ref_p, ref, rep_p, rep, recorder = twins(together=together)
     step_both(ref_p, ref, rep_p, rep, 0)
     for ps, opt in ((ref_p, ref), (rep_p, rep)):
         ps[2].data = ps[2].data.clone()  # as model.to() or weight swapping does
@@ -151,11 +176,55 @@ def test_replaced_parameter_or_buffer_storage_is_a_new_key() -> None:
     for step in range(1, 3):
         step_both(ref_p, ref, rep_p, rep, step)
         assert_same(ref_p, rep_p, ref, rep)
-    assert recorder.records == 4
+    # Both groups' storage changed: each group's key is new, and so is the step's.
+    assert recorder.records == (2 if together else 4)
+
+
+def test_a_group_that_cannot_be_recorded_sends_the_step_group_by_group() -> None:
+    """A bfloat16 group beside a float32 one: the step's recording is refused once (its storage
+    checked when its key is new), then every step goes group by group: the float32 group
+    replays its own recording, the bfloat16 one runs eagerly, bit for bit as eager."""
+
+    def make() -> list[torch.nn.Parameter]:
+        params = make_params()
+        vectors = params[len(MATRICES) :]
+        return params[: len(MATRICES)] + [
+            torch.nn.Parameter(v.detach().to(torch.bfloat16)) for v in vectors
+        ]
+
+    ref, rep, recorder = beside_eager(ref_p := make(), rep_p := make())
+    for step in range(4):
+        step_both(ref_p, ref, rep_p, rep, step)
+        assert_same(ref_p, rep_p, ref, rep)
+    assert recorder.records == 1, "the float32 group on its own"
+    assert recorder.replays == 4
+    assert rep._replay.stats.fallbacks["not-float32"] == 4
+    assert len(rep._replay.step_cache) == 0
+
+
+def test_groups_whose_keys_keep_changing_go_one_by_one_past_the_bound() -> None:
+    """Each new set of group keys is a new recording of the whole step, holding every group's
+    inputs and outputs; past ``STEP_RECORDINGS`` of them the step goes group by group, where
+    an unchanged group keeps one recording whatever the others do. Every step stays exact."""
+    ref_p, ref, rep_p, rep, recorder = twins()
+    structures: list[dict[str, Any]] = [
+        {"nesterov": True},
+        {"nesterov": False},
+        {"w_muon": 0.0, "nesterov": True},
+        {"w_muon": 0.5, "nesterov": True},
+        {"nesterov": False},
+    ]
+    step_with_changes(ref_p, ref, rep_p, rep, structures)
+    assert len(rep._replay.step_cache) == STEP_RECORDINGS
+    # Steps 0 and 1 recorded together; step 2's keys past the bound, one by one (both groups);
+    # steps 3 and 4 have the keys of steps 0 and 1 again, whose recordings replay.
+    assert recorder.records == STEP_RECORDINGS + 2
+    assert rep._replay.stats.replays == len(structures) * 2
+    assert not rep._replay.stats.fallbacks
 
 
 def test_bound_reached_runs_new_groups_eagerly() -> None:
-    ref_p, ref, rep_p, rep, recorder = twins()
+    ref_p, ref, rep_p, rep, recorder = twins(together=False)
     rep._replay.update_cache._bound = lambda: 1
     for step in range(3):
         step_both(ref_p, ref, rep_p, rep, step)
@@ -181,14 +250,13 @@ def _fallback_params(kind: str) -> list[torch.nn.Parameter]:
     return params
 
 
+@TOGETHER
 @pytest.mark.parametrize("kind", ["non-contiguous", "storage-offset"])
-def test_parameter_layout_fallbacks(kind: str) -> None:
+def test_parameter_layout_fallbacks(kind: str, together: bool) -> None:
     """A transposed parameter runs eagerly; one at an offset of its storage is recorded (by
     address, as the momentum buffers that lie back to back in one buffer are)."""
     ref_p, rep_p = _fallback_params(kind), _fallback_params(kind)
-    ref = MuSGD(groups(ref_p), lr=0.02)
-    recorder = FakeRecorder()
-    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
+    ref, rep, recorder = beside_eager(ref_p, rep_p, together=together)
     for step in range(3):
         step_both(ref_p, ref, rep_p, rep, step)
     assert_same(ref_p, rep_p, ref, rep)
@@ -197,7 +265,7 @@ def test_parameter_layout_fallbacks(kind: str) -> None:
         assert recorder.records == 1, "the other group still replays"
     else:
         assert not rep._replay.stats.fallbacks
-        assert recorder.records == 2, "both groups are recorded"
+        assert recorder.records == (1 if together else 2), "both groups are recorded"
         assert rep._replay.stats.replays == 6  # every step of both groups is a replay
     momentum = [rep.state[p]["momentum_buffer"] for p in rep_p]
     assert all(m.storage_offset() % 16 == 0 for m in momentum)
@@ -206,9 +274,7 @@ def test_parameter_layout_fallbacks(kind: str) -> None:
 
 def test_non_float32_groups_fall_back() -> None:
     ref_p, rep_p = make_params(dtype=torch.bfloat16), make_params(dtype=torch.bfloat16)
-    ref = MuSGD(groups(ref_p), lr=0.02)
-    recorder = FakeRecorder()
-    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
+    ref, rep, recorder = beside_eager(ref_p, rep_p)
     for step in range(2):
         step_both(ref_p, ref, rep_p, rep, step)
     assert_same(ref_p, rep_p, ref, rep)
@@ -289,9 +355,14 @@ def test_failed_pass_restores_every_tensor_before_continuing(fail_in: str) -> No
     assert opt._replay.update_cache.admits(("test-key",)) == "not-recordable"
 
 
+@TOGETHER
 @pytest.mark.parametrize("fail_in", ["warmup", "capture"])
-def test_failed_recording_continues_eagerly_warns_once_and_never_retries(fail_in: str) -> None:
-    ref_p, ref, rep_p, rep, recorder = twins(recorder=FakeRecorder(fail_in=fail_in))
+def test_failed_recording_continues_eagerly_warns_once_and_never_retries(
+    fail_in: str, together: bool
+) -> None:
+    ref_p, ref, rep_p, rep, recorder = twins(
+        recorder=FakeRecorder(fail_in=fail_in), together=together
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(4):
@@ -302,32 +373,41 @@ def test_failed_recording_continues_eagerly_warns_once_and_never_retries(fail_in
     assert f"injected failure in the {fail_in.replace('warmup', 'warm-up')} pass" in str(
         runtime[0].message
     )
-    assert recorder.records == 2, "each group's key failed once and was never retried"
-    assert len(rep._replay.update_cache) == 0
+    # Together: the step's key failed once, then each group's on its own.
+    assert recorder.records == (3 if together else 2), "each key failed once, never retried"
+    assert len(rep._replay.update_cache) == len(rep._replay.step_cache) == 0
 
 
-def test_a_key_recorded_before_is_captured_anew_without_a_warm_up() -> None:
+@TOGETHER
+def test_a_key_recorded_before_is_captured_anew_without_a_warm_up(together: bool) -> None:
     """After a drop, no warm-up pass: its scratch (and the momentum snapshot it needs) would
     come on top of everything a training run holds at that point (WP-025)."""
-    ref_p, ref, rep_p, rep, recorder = twins()
+    ref_p, ref, rep_p, rep, recorder = twins(together=together)
+    per_step = 1 if together else 2
     for step in range(2):
         step_both(ref_p, ref, rep_p, rep, step)
-    assert (recorder.records, recorder.warm_ups) == (2, 2)
+    assert (recorder.records, recorder.warm_ups) == (per_step, per_step)
     rep._replay.clear()
     set_grads(rep_p, 2)
     clones = count_clones(rep.step, recorder)
     set_grads(ref_p, 2)
     ref.step()
     assert_same(ref_p, rep_p, ref, rep)
-    assert (recorder.records, recorder.warm_ups) == (4, 2), "captured anew, not warmed up"
+    assert (recorder.records, recorder.warm_ups) == (2 * per_step, per_step), (
+        "captured anew, not warmed up"
+    )
     assert clones == 0, "no snapshot of the momentum buffers where no warm-up runs"
     for step in range(3, 5):
         step_both(ref_p, ref, rep_p, rep, step)
         assert_same(ref_p, rep_p, ref, rep)
 
 
-def test_a_failed_capture_without_warm_up_is_made_again_with_one() -> None:
-    ref_p, ref, rep_p, rep, recorder = twins(recorder=FakeRecorder(fail_cold=True))
+@TOGETHER
+def test_a_failed_capture_without_warm_up_is_made_again_with_one(together: bool) -> None:
+    ref_p, ref, rep_p, rep, recorder = twins(
+        recorder=FakeRecorder(fail_cold=True), together=together
+    )
+    per_step = 1 if together else 2
     step_both(ref_p, ref, rep_p, rep, 0)
     rep._replay.clear()
     with warnings.catch_warnings():
@@ -336,9 +416,9 @@ def test_a_failed_capture_without_warm_up_is_made_again_with_one() -> None:
             step_both(ref_p, ref, rep_p, rep, step)
             assert_same(ref_p, rep_p, ref, rep)
     stats = rep._replay.stats
-    assert stats.fallbacks["cold-capture-failed"] == 2, "once per group"
-    assert (stats.recordings, stats.failures) == (4, 0)
-    assert recorder.warm_ups == 4
+    assert stats.fallbacks["cold-capture-failed"] == per_step, "once per key"
+    assert (stats.recordings, stats.failures) == (2 * per_step, 0)
+    assert recorder.warm_ups == 2 * per_step
 
 
 def count_clones(fn: Callable[[], object], recorder: FakeRecorder) -> int:
@@ -358,8 +438,9 @@ def count_clones(fn: Callable[[], object], recorder: FakeRecorder) -> int:
     return Clones.count
 
 
-def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None:
-    ref_p, ref, rep_p, rep, recorder = twins()
+@TOGETHER
+def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched(together: bool) -> None:
+    ref_p, ref, rep_p, rep, recorder = twins(together=together)
     scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**8) for _ in range(2)]
     gen = torch.Generator().manual_seed(5)
     weights = [torch.randn(p.shape, generator=gen) for p in ref_p]
@@ -385,12 +466,15 @@ def test_grad_scaler_inf_skip_leaves_parameters_and_momentum_untouched() -> None
                 ]
                 assert all(torch.equal(a, b) for a, b in zip(snapshots[-1], now, strict=True))
         assert_same(ref_p, rep_p, ref, rep)
-    assert recorder.records == 2
-    assert rep._replay.stats.replays == 3 * 2
+    assert recorder.records == (1 if together else 2)
+    assert rep._replay.stats.replays == 3 * 2  # counted per group prepared
 
 
-def test_state_dict_round_trip_keeps_types_and_bits_and_drops_recordings() -> None:
-    ref_p, ref, rep_p, rep, recorder = twins()
+@TOGETHER
+def test_state_dict_round_trip_keeps_types_and_bits_and_drops_recordings(together: bool) -> None:
+    ref_p, ref, rep_p, rep, recorder = twins(together=together)
+    cache = rep._replay.step_cache if together else rep._replay.update_cache
+    per_step = 1 if together else 2
     for step in range(3):
         step_both(ref_p, ref, rep_p, rep, step)
     saved = rep.state_dict()
@@ -404,13 +488,13 @@ def test_state_dict_round_trip_keeps_types_and_bits_and_drops_recordings() -> No
     for i, s in saved["state"].items():
         assert torch.equal(loaded["state"][i]["momentum_buffer"], s["momentum_buffer"])
         assert loaded["state"][i]["momentum_buffer"].dtype == s["momentum_buffer"].dtype
-    assert len(rep._replay.update_cache) == 2
+    assert len(cache) == per_step
     rep.load_state_dict(loaded)
-    assert len(rep._replay.update_cache) == 0
+    assert len(cache) == 0
     for step in range(3, 5):
         step_both(ref_p, ref, rep_p, rep, step)
         assert_same(ref_p, rep_p, ref, rep)
-    assert recorder.records == 4
+    assert recorder.records == 2 * per_step
 
 
 @pytest.mark.parametrize("requested", [True, False])
@@ -467,6 +551,7 @@ def test_count_regression_fails_when_replay_turns_eager(monkeypatch: pytest.Monk
     monkeypatch.setattr(UpdateReplayer, "prepare", eager_only)
     params = make_params()
     opt = MuSGD(groups(params), lr=0.02, capture_updates=True, recorder=FakeRecorder())
+    opt._update_replay.together = False  # the group-by-group path, which the patch turns eager
     calls = _count_prepare(opt)
     for step in range(3):
         set_grads(params, step)
@@ -536,20 +621,22 @@ def _grads_with_layout(params: list[torch.nn.Parameter], step: int, kind: str) -
             p.grad = torch.cat([torch.zeros(1), g.reshape(-1)])[1:].view(g.shape)
 
 
+@TOGETHER
 @pytest.mark.parametrize(
     ("kind", "fallbacks", "records"),
     [("channels-last", 0, 2), ("offset", 0, 2), ("transposed", 4, 1)],
 )
 def test_gradient_layouts_replay_or_fall_back_bit_identically(
-    kind: str, fallbacks: int, records: int
+    kind: str, fallbacks: int, records: int, together: bool
 ) -> None:
     """Channels-last gradients (cuDNN gives some) and gradients at a storage offset are copied
     into owned inputs of their layout and replayed; a transposed view runs eagerly. Either way
-    the results are eager's, bit for bit."""
+    the results are eager's, bit for bit. (``records`` one by one; together, both groups are
+    one recording, and a step with a transposed view goes one by one.)"""
+    if together and kind != "transposed":
+        records = 1
     ref_p, rep_p = make_params(), make_params()
-    ref = MuSGD(groups(ref_p), lr=0.02)
-    recorder = FakeRecorder()
-    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
+    ref, rep, recorder = beside_eager(ref_p, rep_p, together=together)
     for step in range(4):
         for ps, opt in ((ref_p, ref), (rep_p, rep)):
             _grads_with_layout(ps, step, kind)
@@ -564,7 +651,8 @@ def test_gradient_layouts_replay_or_fall_back_bit_identically(
     assert recorder.records == records + (kind != "offset")
 
 
-def test_channels_last_parameters_replay_bit_identically() -> None:
+@TOGETHER
+def test_channels_last_parameters_replay_bit_identically(together: bool) -> None:
     """A model converted to channels-last (as the Ultralytics trainer does on CUDA) has
     channels-last conv weights, gradients and momentum buffers: every group still replays."""
     ref_p, rep_p = make_params(), make_params()
@@ -572,9 +660,7 @@ def test_channels_last_parameters_replay_bit_identically() -> None:
         for i, p in enumerate(ps):
             if p.dim() == 4:
                 ps[i] = torch.nn.Parameter(p.detach().to(memory_format=torch.channels_last))
-    ref = MuSGD(groups(ref_p), lr=0.02)
-    recorder = FakeRecorder()
-    rep = MuSGD(groups(rep_p), lr=0.02, capture_updates=True, recorder=recorder)
+    ref, rep, recorder = beside_eager(ref_p, rep_p, together=together)
     for step in range(3):
         for ps, opt in ((ref_p, ref), (rep_p, rep)):
             set_grads(ps, step)
@@ -584,5 +670,5 @@ def test_channels_last_parameters_replay_bit_identically() -> None:
             opt.step()
         assert_same(ref_p, rep_p, ref, rep)
     assert not rep._replay.stats.fallbacks
-    assert recorder.records == 2
+    assert recorder.records == (1 if together else 2)
     assert rep.state[rep_p[1]]["momentum_buffer"].is_contiguous(memory_format=torch.channels_last)
