@@ -6,13 +6,14 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from wpgate.parsers.markdown import code_spans
+
 if TYPE_CHECKING:
     from wpgate.records import ProjectIndex
 
 _SECTION_RE = re.compile(r"^##\s+\[?unreleased\]?\s*$", re.IGNORECASE)
 _NEXT_SECTION_RE = re.compile(r"^##\s")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_CODE_SPAN_RE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 
 
 @dataclass(frozen=True)
@@ -55,5 +56,8 @@ def parse_unreleased(text: str, path: str = "CHANGELOG.md") -> Unreleased:
             continue
         if _NEXT_SECTION_RE.match(line):
             break
-        names.extend(CodeName(m.group(2).strip(), number + 1) for m in _CODE_SPAN_RE.finditer(line))
+        names.extend(
+            CodeName(line[span.content_start : span.content_end].strip(), number + 1)
+            for span in code_spans(line)
+        )
     return Unreleased(path, start + 1, tuple(names))

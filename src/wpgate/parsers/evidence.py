@@ -39,13 +39,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import unquote
 
 from wpgate._model import Finding
+from wpgate.parsers.markdown import CodeSpan, code_spans
 
 SCHEMA = "wpgate-evidence/1"
 TAG = "[MEASURED]"
@@ -54,10 +55,12 @@ TAG = "[MEASURED]"
 _HEX40_RE = re.compile(r"^[0-9a-f]{40}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 # A Markdown link: its destination in angle brackets (which may hold spaces) or bare, then an
-# optional title.
-_LINK_RE = re.compile(r"!?\[(?P<text>[^\]]*)\]\((?P<target><[^<>\n]*>|[^)\s]*)(?:\s+\"[^\"]*\")?\)")
+# optional title. Its text holds no bracket (CommonMark's nested brackets are not read): a
+# text that stops at the next `[` as well as at `]` keeps a run of unclosed `[` linear.
+_LINK_RE = re.compile(
+    r"!?\[(?P<text>[^\[\]]*)\]\((?P<target><[^<>\n]*>|[^)\s]*)(?:\s+\"[^\"]*\")?\)"
+)
 # A reference-style link's definition, on a line of its own: ``[label]: target "title"``.
 _DEFINITION_RE = re.compile(
     r"^ {0,3}\[(?P<label>[^\]\n]+)\]:[ \t]*(?P<target><[^<>\n]*>|\S+)"
@@ -65,10 +68,12 @@ _DEFINITION_RE = re.compile(
     re.MULTILINE,
 )
 # A reference-style link: ``[text][label]``, ``[label][]`` (the text is the label), or a bare
-# ``[label]`` (not an inline link's text, nor a definition's label).
+# ``[label]`` (not an inline link's text, nor a definition's label). Texts and labels hold no
+# bracket, as in :data:`_LINK_RE`.
 _REFERENCE_RE = re.compile(
-    r"!?\[(?P<text>[^\]]*)\]\[(?P<label>[^\]]*)\]|\[(?P<bare>[^\]]+)\](?![(\[:])"
+    r"!?\[(?P<text>[^\[\]]*)\]\[(?P<label>[^\[\]]*)\]|\[(?P<bare>[^\[\]]+)\](?![(\[:])"
 )
+_NOT_A_LINE_BREAK_RE = re.compile(r"[^\n]")
 _COVERS_RE = re.compile(r"\bcovers\s+`?([0-9a-f]{7,40})\b`?", re.IGNORECASE)
 _IDENTICAL_RE = re.compile(r"^identical\s+(\S+?)\.\.(\S+)\s+--\s+(.+)$")
 _COLLECTED_RE = re.compile(r"^collected\s+(\d+)\s+--\s+(.+)$")
@@ -394,18 +399,28 @@ def parse_claims(text: str, path: str) -> tuple[Claim, ...]:
         offsets = [0]
         for text_line in lines[:-1]:
             offsets.append(offsets[-1] + len(text_line) + 1)
-        spans = [(m.start(), m.end()) for m in _CODE_SPAN_RE.finditer(paragraph)]
-        tags = [
-            m.start()
-            for m in re.finditer(re.escape(TAG), paragraph)
-            if not any(a <= m.start() < b for a, b in spans)
-        ]
+        tags = _outside(
+            [m.start() for m in re.finditer(re.escape(TAG), paragraph)], code_spans(paragraph)
+        )
         for index, start in enumerate(tags):
             end = tags[index + 1] if index + 1 < len(tags) else len(paragraph)
             line = _line_at(offsets, first_line, start)
             segment = paragraph[start + len(TAG) : end]
             claims.append(_parse_claim(path, line, segment, definitions))
     return tuple(claims)
+
+
+def _outside(positions: list[int], spans: Sequence[CodeSpan]) -> list[int]:
+    """The ``positions`` (in order) that no span (in order, not overlapping) holds: one walk
+    over both, so that many tags and many spans take linear time."""
+    kept: list[int] = []
+    index = 0
+    for position in positions:
+        while index < len(spans) and spans[index].end <= position:
+            index += 1
+        if index == len(spans) or position < spans[index].start:
+            kept.append(position)
+    return kept
 
 
 def _cited(target: str) -> str | None:
@@ -436,37 +451,39 @@ def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, s
         cited = _cited(match.group("target").strip("<>"))
         if cited is not None:
             citations.append(Citation(cited, True, line_of(match.start())))
-    unlinked = _blank(_blank(segment, _CODE_SPAN_RE), _LINK_RE)
+    code = code_spans(segment)
+    unlinked = _blank(segment, code)
+    unlinked = _blank(unlinked, _matched(_LINK_RE, unlinked))
     for match in _REFERENCE_RE.finditer(unlinked):
         target = definitions.get(_label(_reference_label(match)))
         cited = None if target is None else _cited(target)
         if cited is not None:
             citations.append(Citation(cited, True, line_of(match.start())))
-    for match in _CODE_SPAN_RE.finditer(segment):
-        code = match.group(2).strip()
-        if " " not in code and code.lower().endswith(".json"):
-            citations.append(Citation(code, False, line_of(match.start())))
+    for span in code:
+        content = segment[span.content_start : span.content_end].strip()
+        if " " not in content and content.lower().endswith(".json"):
+            citations.append(Citation(content, False, line_of(span.start)))
             continue
-        marker = _IDENTICAL_RE.match(code)
+        marker = _IDENTICAL_RE.match(content)
         if marker:
             identical.append(
                 IdenticalMarker(
                     marker.group(1),
                     marker.group(2),
                     tuple(marker.group(3).split()),
-                    line_of(match.start()),
+                    line_of(span.start),
                 )
             )
             continue
-        marker = _COLLECTED_RE.match(code)
+        marker = _COLLECTED_RE.match(content)
         if marker:
             counts.append(
                 CountMarker(
-                    int(marker.group(1)), tuple(marker.group(2).split()), line_of(match.start())
+                    int(marker.group(1)), tuple(marker.group(2).split()), line_of(span.start)
                 )
             )
     covers = tuple(m.group(1).lower() for m in _COVERS_RE.finditer(segment))
-    numbers, versions = _numbers(segment, line, definitions)
+    numbers, versions = _numbers(segment, code, line, definitions)
     return Claim(
         path=path,
         line=line,
@@ -480,17 +497,21 @@ def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, s
     )
 
 
-def _blank(text: str, pattern: re.Pattern[str], group: int = 0) -> str:
-    """``text`` with every match of ``pattern`` (or of one group) replaced by spaces."""
+def _matched(pattern: re.Pattern[str], text: str, group: int | str = 0) -> list[tuple[int, int]]:
+    """Where each match of ``pattern`` in ``text`` (or one group of it) lies."""
+    return [match.span(group) for match in pattern.finditer(text)]
 
-    def repl(match: re.Match[str]) -> str:
-        if group == 0:
-            return re.sub(r"[^\n]", " ", match.group(0))
-        whole = match.group(0)
-        start, end = match.start(group) - match.start(), match.end(group) - match.start()
-        return whole[:start] + re.sub(r"[^\n]", " ", whole[start:end]) + whole[end:]
 
-    return pattern.sub(repl, text)
+def _blank(text: str, spans: Iterable[tuple[int, ...]]) -> str:
+    """``text`` with each span (``start, end, ...``; in order, not overlapping) replaced by
+    spaces, its line breaks kept."""
+    parts: list[str] = []
+    last = 0
+    for start, end, *_ in spans:
+        parts.extend((text[last:start], _NOT_A_LINE_BREAK_RE.sub(" ", text[start:end])))
+        last = end
+    parts.append(text[last:])
+    return "".join(parts)
 
 
 def _in_a_name(text: str, start: int, end: int) -> bool:
@@ -561,20 +582,24 @@ def _tokens(text: str) -> Iterator[_Token]:
 
 
 def _numbers(
-    segment: str, line: int, definitions: Mapping[str, str]
+    segment: str, code: Sequence[CodeSpan], line: int, definitions: Mapping[str, str]
 ) -> tuple[tuple[Number, ...], tuple[Number, ...]]:
-    """The numbers and the dotted versions written in a claim's prose."""
-    prose = _blank(segment, _CODE_SPAN_RE)
-    prose = _blank(prose, _LINK_RE, group=2)
+    """The numbers and the dotted versions written in a claim's prose (``code``: its spans)."""
+    prose = _blank(segment, code)
+    prose = _blank(prose, _matched(_LINK_RE, prose, "target"))
     # A definition's line and a full reference's label (``[text][label]``, the label not shown)
     # name a link; they are not measurements.
-    prose = _blank(prose, _DEFINITION_RE)
-    for match in _REFERENCE_RE.finditer(prose):
-        if match.group("label") and _label(match.group("label")) in definitions:
-            start, end = match.span("label")
-            prose = prose[:start] + " " * (end - start) + prose[end:]
-    prose = _blank(prose, _COVERS_RE)
-    prose = _blank(prose, _DATE_RE)
+    prose = _blank(prose, _matched(_DEFINITION_RE, prose))
+    prose = _blank(
+        prose,
+        [
+            match.span("label")
+            for match in _REFERENCE_RE.finditer(prose)
+            if match.group("label") and _label(match.group("label")) in definitions
+        ],
+    )
+    prose = _blank(prose, _matched(_COVERS_RE, prose))
+    prose = _blank(prose, _matched(_DATE_RE, prose))
     numbers: list[Number] = []
     versions: list[Number] = []
     for token in _tokens(prose):

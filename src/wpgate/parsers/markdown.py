@@ -1,4 +1,4 @@
-"""GitHub-flavoured Markdown tables and headings, with 1-based line numbers.
+"""GitHub-flavoured Markdown tables, headings and code spans, with 1-based line numbers.
 
 A table (GFM spec, "Tables (extension)") is a header row, a delimiter row (``| --- | :-: |``)
 and the body rows that follow until a blank line or a line that is not a row. Cells are split
@@ -6,6 +6,7 @@ on unescaped ``|``; ``\\|`` stands for a literal pipe. Each table remembers the 
 above it, so a document's tables are found by their headings. Fenced code blocks are skipped.
 Everything here is pure: text in, records out. A row whose cell count differs from the header's
 is kept (GFM pads or drops cells) and reported, because in a governance table it is a typo.
+Code spans (:func:`code_spans`) are found in one pass, in time linear in the text's length.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from wpgate._model import Finding
 
@@ -20,6 +22,7 @@ _HEADING_RE = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)[ \t]*#*[ \t]*$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _DELIMITER_CELL_RE = re.compile(r"^:?-+:?$")
 _ROW_RE = re.compile(r"^ {0,3}\|")
+_BACKTICKS_RE = re.compile(r"`+")
 
 
 @dataclass(frozen=True)
@@ -416,3 +419,48 @@ def list_interruptions(text: str) -> tuple[int, ...]:
         else:
             state = "paragraph"
     return tuple(found)
+
+
+class CodeSpan(NamedTuple):
+    """An inline code span: ``text[start:end]`` with its backticks, ``text[content_start:
+    content_end]`` between them (not stripped)."""
+
+    start: int
+    end: int
+    content_start: int
+    content_end: int
+
+
+def code_spans(text: str) -> tuple[CodeSpan, ...]:
+    """The code spans of ``text``, in order (CommonMark 0.31 §6.1): a run of n backticks opens
+    a span that the next run of exactly n backticks closes; a run of another length inside does
+    not close it, and an opener that nothing closes is literal backticks (the next run may open
+    a span). Spans may cross line breaks. Backslash escapes are not read: a backtick after a
+    backslash still opens a span.
+
+    One pass over the runs: each length keeps the queue of its runs' indexes and a cursor that
+    only moves forward, so the time is linear in the text's length (a regular expression such as
+    ``(`+)(.+?)\\1`` backtracks into cubic time on a line of backticks).
+    """
+    runs = [match.span() for match in _BACKTICKS_RE.finditer(text)]
+    queues: dict[int, list[int]] = {}
+    for index, (start, end) in enumerate(runs):
+        queues.setdefault(end - start, []).append(index)
+    cursors = dict.fromkeys(queues, 0)
+    spans: list[CodeSpan] = []
+    index = 0
+    while index < len(runs):
+        start, end = runs[index]
+        length = end - start
+        queue, cursor = queues[length], cursors[length]
+        while cursor < len(queue) and queue[cursor] <= index:
+            cursor += 1
+        cursors[length] = cursor
+        if cursor == len(queue):  # no closer: literal backticks
+            index += 1
+            continue
+        closer = queue[cursor]
+        close_start, close_end = runs[closer]
+        spans.append(CodeSpan(start, close_end, end, close_start))
+        index = closer + 1
+    return tuple(spans)

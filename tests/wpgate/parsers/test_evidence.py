@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from linear_time import assert_linear, needs_clocks
 
 from wpgate.parsers.evidence import evidence_numbers, parse_claims, parse_evidence
 
@@ -174,3 +176,47 @@ def test_a_reference_without_a_definition_cites_nothing() -> None:
     (claim,) = parse_claims("[MEASURED] 5 ms ([runs][ev]) and [run 2].\n", "x.md")
     assert claim.citations == ()
     assert [n.text for n in claim.numbers] == ["5", "2"]
+
+
+def _numbers(text: str) -> list[str]:
+    (claim,) = parse_claims(text, "x.md")
+    return [number.text for number in claim.numbers]
+
+
+def test_code_spans_of_a_claim_follow_the_commonmark_rule() -> None:
+    # A run of another length closes nothing: `12 ms`` is no code span, so 12 is a measurement.
+    assert _numbers("[MEASURED] took `12 ms`` on x\n") == ["12"]
+    # A span may cross a line break of its paragraph and hold shorter runs of backticks.
+    assert _numbers("[MEASURED] `a\n12` and ``x `14` y`` 13 ms\n") == ["13"]
+    # An opener that nothing closes is literal: the span after it still cites its file.
+    (claim,) = parse_claims("[MEASURED] ``x 12 ms and `y.json`\n", "x.md")
+    assert [(c.target, c.page_relative) for c in claim.citations] == [("y.json", False)]
+    assert [n.text for n in claim.numbers] == ["12"]
+    # A tag inside a code span opens no claim; one after a literal opener does.
+    assert len(parse_claims("[MEASURED] `[MEASURED]` 1\n", "x.md")) == 1
+    assert len(parse_claims("[MEASURED] `` `x` [MEASURED] 1\n", "x.md")) == 2
+
+
+def test_links_beside_unclosed_brackets_still_cite() -> None:
+    page = (
+        "[MEASURED] [[[ see [runs](a.json), [b][ref], [ref][] and [ref] [[ and [x [c](c.json)\n"
+        "\n"
+        "[ref]: b.json\n"
+    )
+    (claim,) = parse_claims(page, "x.md")
+    assert [c.target for c in claim.citations] == ["a.json", "c.json", "b.json", "b.json", "b.json"]
+
+
+def _claim_of(body: str) -> str:
+    return "# Page\n\n[MEASURED] " + body + "\n"
+
+
+@needs_clocks
+@pytest.mark.parametrize("unit", ["`", "[", "!["])
+def test_claims_take_linear_time_on_runs_of_backticks_and_brackets(unit: str) -> None:
+    # 20,000 backticks took minutes, 20,000 `[` seconds, before the parser was linear.
+    assert_linear(
+        lambda text: parse_claims(text, "x.md"),
+        lambda size: _claim_of(unit * (size // len(unit))),
+        20_000,
+    )

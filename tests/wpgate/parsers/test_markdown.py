@@ -1,13 +1,18 @@
-"""Tests for the GFM table parser and the finder of lists that interrupt a paragraph."""
+"""Tests for the GFM table parser, the finder of lists that interrupt a paragraph and the code
+span scanner."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from linear_time import assert_linear, needs_clocks
 
 from wpgate._model import Finding
 from wpgate.parsers.markdown import (
+    code_spans,
     find_table,
     html_block_ends,
     html_block_kind,
@@ -218,3 +223,50 @@ def test_list_interruptions_name_list_lines_after_prose(lines: list[str]) -> Non
     for number in list_interruptions(text):
         assert lines[number - 1] in ("- item", "1. x")
         assert lines[number - 2] in ("Prose.", "  more")
+
+
+def _contents(text: str) -> list[str]:
+    return [text[span.content_start : span.content_end] for span in code_spans(text)]
+
+
+@pytest.mark.parametrize(
+    ("text", "contents"),
+    [
+        ("`a` and ``b`` and ```c```", ["a", "b", "c"]),  # runs of equal length pair up
+        ("`a``b`", ["a``b"]),  # a run of another length does not close a span
+        ("``a`", []),  # an opener that nothing closes is literal backticks...
+        ("``a`b`", ["b"]),  # ...and the run after it may open a span
+        ("`a``", []),
+        ("````", []),  # one run is no span
+        ("`` a`b ``", [" a`b "]),  # a double-backtick span holds single backticks
+        ("`a\nb` c", ["a\nb"]),  # a span may cross a line break (within a paragraph)
+        ("x`a`y`b`", ["a", "b"]),
+        ("no code", []),
+    ],
+)
+def test_code_spans_follow_the_commonmark_rule(text: str, contents: list[str]) -> None:
+    assert _contents(text) == contents
+
+
+def test_a_code_span_records_its_backticks_and_its_content() -> None:
+    ((start, end, content_start, content_end),) = code_spans("see ``a`b`` here")
+    assert (start, end, content_start, content_end) == (4, 11, 6, 9)
+
+
+# CommonMark's rule as one regular expression (backtick strings are runs no backtick touches):
+# right on small texts, but it backtracks into super-linear time on long ones.
+_COMMONMARK_SPAN_RE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
+
+
+@given(st.text(alphabet="`a \n", max_size=80))
+def test_code_spans_are_the_spans_of_the_commonmark_expression(text: str) -> None:
+    expected = [
+        (m.start(), m.end(), m.start(2), m.end(2)) for m in _COMMONMARK_SPAN_RE.finditer(text)
+    ]
+    assert [tuple(span) for span in code_spans(text)] == expected
+
+
+@needs_clocks
+@pytest.mark.parametrize("unit", ["`a", "``a`", "`a``a```a"])
+def test_code_spans_take_linear_time(unit: str) -> None:
+    assert_linear(code_spans, lambda size: unit * (size // len(unit)), 50_000)
