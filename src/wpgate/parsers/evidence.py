@@ -37,9 +37,10 @@ paragraph. Inside a claim:
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -75,7 +76,9 @@ _REFERENCE_RE = re.compile(
 )
 _NOT_A_LINE_BREAK_RE = re.compile(r"[^\n]")
 _COVERS_RE = re.compile(r"\bcovers\s+`?([0-9a-f]{7,40})\b`?", re.IGNORECASE)
-_IDENTICAL_RE = re.compile(r"^identical\s+(\S+?)\.\.(\S+)\s+--\s+(.+)$")
+# The range ``A..B`` is one word, split at its first ``..`` (:func:`_commit_range`): a lazy
+# ``(\S+?)\.\.(\S+)`` would take quadratic time on a word of many ``..``.
+_IDENTICAL_RE = re.compile(r"^identical\s+(\S+)\s+--\s+(.+)$")
 _COLLECTED_RE = re.compile(r"^collected\s+(\d+)\s+--\s+(.+)$")
 _DATE_RE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ][\d:.]+Z?)?\b")
 _NUMBER_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)*")
@@ -361,14 +364,12 @@ def _paragraphs(text: str) -> Iterator[tuple[int, list[str]]]:
         yield start, current
 
 
-def _line_at(offsets: list[int], first_line: int, position: int) -> int:
-    """The file line holding character ``position`` of a paragraph."""
-    line = first_line
-    for offset in offsets[1:]:
-        if offset > position:
-            break
-        line += 1
-    return line
+def _line_finder(text: str, first_line: int) -> Callable[[int], int]:
+    """The file line of a character of ``text``, whose first line is ``first_line``: a binary
+    search over its line breaks, so that a lookup for each of many tags, links or numbers does
+    not count the breaks before it again."""
+    breaks = [match.start() for match in re.finditer("\n", text)]
+    return lambda position: first_line + bisect.bisect_left(breaks, position)
 
 
 def _label(text: str) -> str:
@@ -396,17 +397,14 @@ def parse_claims(text: str, path: str) -> tuple[Claim, ...]:
         paragraph = "\n".join(lines)
         if TAG not in paragraph:
             continue
-        offsets = [0]
-        for text_line in lines[:-1]:
-            offsets.append(offsets[-1] + len(text_line) + 1)
+        line_of = _line_finder(paragraph, first_line)
         tags = _outside(
             [m.start() for m in re.finditer(re.escape(TAG), paragraph)], code_spans(paragraph)
         )
         for index, start in enumerate(tags):
             end = tags[index + 1] if index + 1 < len(tags) else len(paragraph)
-            line = _line_at(offsets, first_line, start)
             segment = paragraph[start + len(TAG) : end]
-            claims.append(_parse_claim(path, line, segment, definitions))
+            claims.append(_parse_claim(path, line_of(start), segment, definitions))
     return tuple(claims)
 
 
@@ -421,6 +419,15 @@ def _outside(positions: list[int], spans: Sequence[CodeSpan]) -> list[int]:
         if index == len(spans) or position < spans[index].start:
             kept.append(position)
     return kept
+
+
+def _commit_range(text: str) -> tuple[str, str] | None:
+    """``A..B`` as ``(A, B)``, split at the first ``..`` after A's first character; None where
+    either side would be empty."""
+    split = text.find("..", 1)
+    if split < 0 or split + 2 == len(text):
+        return None
+    return text[:split], text[split + 2 :]
 
 
 def _cited(target: str) -> str | None:
@@ -444,9 +451,7 @@ def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, s
     identical: list[IdenticalMarker] = []
     counts: list[CountMarker] = []
 
-    def line_of(position: int) -> int:
-        return line + segment.count("\n", 0, position)
-
+    line_of = _line_finder(segment, line)
     for match in _LINK_RE.finditer(segment):
         cited = _cited(match.group("target").strip("<>"))
         if cited is not None:
@@ -465,14 +470,10 @@ def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, s
             citations.append(Citation(content, False, line_of(span.start)))
             continue
         marker = _IDENTICAL_RE.match(content)
-        if marker:
+        commits = None if marker is None else _commit_range(marker.group(1))
+        if marker and commits:
             identical.append(
-                IdenticalMarker(
-                    marker.group(1),
-                    marker.group(2),
-                    tuple(marker.group(3).split()),
-                    line_of(span.start),
-                )
+                IdenticalMarker(*commits, tuple(marker.group(2).split()), line_of(span.start))
             )
             continue
         marker = _COLLECTED_RE.match(content)
@@ -483,7 +484,7 @@ def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, s
                 )
             )
     covers = tuple(m.group(1).lower() for m in _COVERS_RE.finditer(segment))
-    numbers, versions = _numbers(segment, code, line, definitions)
+    numbers, versions = _numbers(segment, code, line_of, definitions)
     return Claim(
         path=path,
         line=line,
@@ -582,9 +583,13 @@ def _tokens(text: str) -> Iterator[_Token]:
 
 
 def _numbers(
-    segment: str, code: Sequence[CodeSpan], line: int, definitions: Mapping[str, str]
+    segment: str,
+    code: Sequence[CodeSpan],
+    line_of: Callable[[int], int],
+    definitions: Mapping[str, str],
 ) -> tuple[tuple[Number, ...], tuple[Number, ...]]:
-    """The numbers and the dotted versions written in a claim's prose (``code``: its spans)."""
+    """The numbers and the dotted versions written in a claim's prose (``code``: its spans;
+    ``line_of``: the file line of a position)."""
     prose = _blank(segment, code)
     prose = _blank(prose, _matched(_LINK_RE, prose, "target"))
     # A definition's line and a full reference's label (``[text][label]``, the label not shown)
@@ -603,7 +608,7 @@ def _numbers(
     numbers: list[Number] = []
     versions: list[Number] = []
     for token in _tokens(prose):
-        where = line + segment.count("\n", 0, token.end)
+        where = line_of(token.end)
         if token.value is None:
             versions.append(Number(token.text, Decimal(0), 0, False, where))
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
@@ -220,3 +221,27 @@ def test_claims_take_linear_time_on_runs_of_backticks_and_brackets(unit: str) ->
         lambda size: _claim_of(unit * (size // len(unit))),
         20_000,
     )
+
+
+@needs_clocks
+@pytest.mark.parametrize(
+    ("hostile", "size"),
+    [
+        (lambda size: _claim_of("1\n" * (size // 2)), 80_000),
+        (lambda size: _claim_of("[MEASURED] x\n" * (size // 13)), 120_000),
+        (lambda size: _claim_of("`identical " + "a.." * (size // 3) + "`"), 20_000),
+    ],
+    ids=["numbers-on-many-lines", "claims-on-many-lines", "identical-marker-of-many-dots"],
+)
+def test_claims_take_linear_time_on_many_lines_numbers_and_markers(
+    hostile: Callable[[int], str], size: int
+) -> None:
+    # Each number's and each claim's line was found by counting the line breaks before it, and
+    # the `identical` marker's range was matched lazily: each quadratic, seconds at these sizes.
+    assert_linear(lambda text: parse_claims(text, "x.md"), hostile, size)
+
+
+def test_a_marker_range_is_split_at_its_first_two_dots() -> None:
+    text = "[MEASURED] `identical a...b -- x` `identical ..b -- x` `identical a.. -- x`\n"
+    (claim,) = parse_claims(text, "x.md")
+    assert [(m.base, m.head, m.paths) for m in claim.identical] == [("a", ".b", ("x",))]
