@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 import re
 
+from wpgate.parsers.markdown import code_spans
+
 # Left as they are: they can start neither Markdown syntax nor HTML markup.
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ,:;-.?/=%@'")
 
@@ -51,15 +53,12 @@ def escape_html(text: str) -> str:
     return html.escape(" ".join(text.split()), quote=True)
 
 
-_CODE_SPAN_RE = re.compile(r"(`+)(.+?)\1")
-
-
 def escape_markdown_keep_code(text: str) -> str:
     """Like :func:`escape_markdown`, but inline code spans stay code (Markdown escapes them)."""
     flat = " ".join(text.split())
     out, last = [], 0
-    for match in _CODE_SPAN_RE.finditer(flat):
-        out.extend([_escape_chars(flat[last : match.start()]), match.group(0)])
-        last = match.end()
+    for span in code_spans(flat):  # linear time, CommonMark's pairing of backtick runs
+        out.extend([_escape_chars(flat[last : span.start]), flat[span.start : span.end]])
+        last = span.end
     out.append(_escape_chars(flat[last:]))
     return _escape_block_start("".join(out))
