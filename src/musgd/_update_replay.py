@@ -1,8 +1,9 @@
-"""Replay of a param group's update preparation (spec §1 steps 1-4; ``capture_updates``).
+"""Replay of the param groups' update preparation (spec §1 steps 1-4; ``capture_updates``).
 
-One recording per group layout runs momentum, Nesterov, Newton-Schulz (recorded inside the same
-recording, so a group costs one replay per step) and the mix into static update tensors; the
-learning-rate read and the write (step 5) stay outside as one foreach call.
+One recording per step's set of group layouts (or, where the groups cannot share one, per
+group) runs momentum, Nesterov, Newton-Schulz (recorded inside the same recording, so a step
+costs one replay) and the mix into static update tensors; the learning-rate read and the write
+(step 5) stay outside as one foreach call per group.
 
 Hyperparameters that schedules change every step (``momentum``, ``weight_decay``, ``w_muon``,
 ``w_sgd``) are held in float32 0-d device tensors that the recording reads, refilled outside it
@@ -155,7 +156,8 @@ def _in_place_fallback(t: Tensor, device: torch.device) -> str | None:
 
 
 class UpdateReplayer:
-    """Runs a group's update preparation from a recording when it can, eagerly otherwise.
+    """Runs the groups' update preparation from a recording when it can (a step's groups
+    together where they can share one), eagerly otherwise.
 
     Parameters and momentum buffers are read and written in place by address, so their
     addresses are part of the key; gradients are copied into owned static inputs.
@@ -176,10 +178,11 @@ class UpdateReplayer:
         results, bit for bit, as ``body(record)`` for each.
 
         Where every group can be recorded, all of them run from one recording (one replay,
-        one copy of the gradients, where each group on its own would cost one of each: about
-        0.1 ms of host time per group on an H100 host); else, or where :data:`STEP_RECORDINGS`
-        such recordings exist already (groups whose settings keep changing), group by group
-        (:meth:`prepare`, which says why a group runs eagerly).
+        one copy of the gradients, where each group on its own costs one of each: six of each
+        per YOLO26 iteration in the Ultralytics trainer, WP-024); else, or where
+        :data:`~musgd._replay.STEP_RECORDINGS` such recordings exist already (groups whose
+        settings keep changing), group by group (:meth:`prepare`, which says why a group runs
+        eagerly).
         """
         if self.together and len(items) > 1:
             together = self._prepare_together(items, body)
