@@ -54,9 +54,15 @@ def _provenance(root: Path, rel: str, read: tuple[str | None, Problem | None]) -
 
 def load_assumption_ids(root: Path, config: Config | None = None) -> frozenset[str]:
     """The ids (``A<n>``) in the first column of the assumptions document's ID tables."""
-    text, _ = read_text(root, DocsLayout.from_config(config).assumptions)
+    return _assumptions(root, DocsLayout.from_config(config).assumptions)[0]
+
+
+def _assumptions(root: Path, rel: str) -> tuple[frozenset[str], str | None]:
+    """The assumption ids of ``rel``, and why it could not be read (None when it was), from
+    one read: a file's existence is not probed apart from its reading."""
+    text, problem = read_text(root, rel)
     if text is None:
-        return frozenset()
+        return frozenset(), None if problem is None else problem.message
     from wpgate.parsers.markdown import parse_markdown
 
     ids: set[str] = set()
@@ -68,7 +74,7 @@ def load_assumption_ids(root: Path, config: Config | None = None) -> frozenset[s
             cell = row.cells[column].strip("` ") if column < len(row.cells) else ""
             if _ASSUMPTION_ID_RE.match(cell):
                 ids.add(cell)
-    return frozenset(ids)
+    return frozenset(ids), None
 
 
 def load_wp_ids(root: Path, config: Config | None = None) -> frozenset[str]:
@@ -128,14 +134,15 @@ def load_references(root: Path, config: Config | None = None) -> References:
         sources, placeholders = provenance.source_ids, provenance.placeholder_ids
     wp_ids, wp_refused = _registry(root, config)
     assumptions = DocsLayout.from_config(config).assumptions
+    assumption_ids, assumptions_unread = _assumptions(root, assumptions)
     return References(
         wp_ids=wp_ids,
         wp_refused=wp_refused,
         provenance_ids=sources,
         placeholder_ids=placeholders,
-        assumption_ids=load_assumption_ids(root, config),
+        assumption_ids=assumption_ids,
         assumptions_path=assumptions,
-        assumptions_found=(root / assumptions).is_file(),
+        assumptions_unread=assumptions_unread,
         provenance_path=rel,
         provenance_unread=None if read[1] is None else read[1].message,
     )

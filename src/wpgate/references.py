@@ -62,10 +62,11 @@ class References:
     provenance_ids: frozenset[str] = field(default_factory=frozenset)
     placeholder_ids: frozenset[str] = field(default_factory=frozenset)
     assumption_ids: frozenset[str] = field(default_factory=frozenset)
-    #: Where the assumptions are read from (``[tool.wpgate.docs] assumptions``), and whether
-    #: that file exists: the findings name it, and say when it is missing.
+    #: Where the assumptions are read from (``[tool.wpgate.docs] assumptions``), and why that
+    #: file could not be read (None when it was: missing, not UTF-8): the findings name it,
+    #: and say why a cited id cannot be looked up.
     assumptions_path: str = "docs/ASSUMPTIONS.md"
-    assumptions_found: bool = False
+    assumptions_unread: str | None = None
     #: Where the provenance table is read from (``[tool.wpgate.docs] provenance``), and why it
     #: could not be read (None when it was): a cited id is then not looked up in vain.
     provenance_path: str = "docs/PROVENANCE.md"

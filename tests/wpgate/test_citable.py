@@ -28,6 +28,25 @@ def test_a_repository_without_governance_documents_cites_nothing(tmp_path: Path)
         frozenset(),
     )
     assert refs.placeholder_ids == frozenset()
+    assert refs.assumptions_unread == (
+        "docs/ASSUMPTIONS.md does not exist; create it or fix the path"
+    )
+
+
+def test_an_assumptions_file_that_cannot_be_read_says_why(tmp_path: Path) -> None:
+    """A cited assumption is not looked up in a file that cannot be read: the references say
+    why (here, not UTF-8) rather than that the file lacks the id."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "ASSUMPTIONS.md").write_bytes(b"| ID | Assumption |\n|---|---|\n| A1 | caf\xe9 |\n")
+    refs = load_references(tmp_path, load_config(tmp_path))
+    assert refs.assumption_ids == frozenset()
+    assert refs.assumptions_unread == (
+        "docs/ASSUMPTIONS.md is not valid UTF-8 (byte 40); re-save it as UTF-8"
+    )
+    (docs / "ASSUMPTIONS.md").write_text("| ID | Assumption |\n|---|---|\n| A1 | x |\n")
+    refs = load_references(tmp_path, load_config(tmp_path))
+    assert (refs.assumption_ids, refs.assumptions_unread) == (frozenset({"A1"}), None)
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")

@@ -433,15 +433,16 @@ def assumption_problems(value: str, references: References) -> tuple[str, ...]:
             problems.append(
                 f"`{item}` is not an assumption id; write `none` or ids such as `A1, A2`"
             )
-        elif item not in references.assumption_ids:
-            where = references.assumptions_path
+        elif references.assumptions_unread is not None:
             problems.append(
-                f"{item} is not in {where}; add the assumption to its table (a row `| {item} "
-                "| ... |`) or fix the id"
-                if references.assumptions_found
-                else f"{item} cannot be found: {where} does not exist; create it with a table "
-                f"whose first column is `ID` (`wpgate init` writes one), add {item}, or write "
+                f"{item} cannot be looked up: {references.assumptions_unread} (the assumptions, "
+                f"a table whose first column is `ID`: `wpgate init` writes one), or write "
                 "`Assumptions: none`"
+            )
+        elif item not in references.assumption_ids:
+            problems.append(
+                f"{item} is not in {references.assumptions_path}; add the assumption to its "
+                f"table (a row `| {item} | ... |`) or fix the id"
             )
     return tuple(problems)
 

@@ -35,7 +35,6 @@ REFS = References(
     provenance_ids=frozenset({"R1", "R12", "R40"}),
     placeholder_ids=frozenset({"R9"}),
     assumption_ids=frozenset({"A1", "A2"}),
-    assumptions_found=True,
 )
 KNOWN_GATES = {"tests/wpgate/test_cli.py::test_trailers", "tests/wpgate/test_cli.py"}
 OPTIONS = TrailerOptions()
@@ -314,15 +313,20 @@ def test_assumptions() -> None:
         ),
         (6, "WPG106", "`maybe` is not an assumption id; write `none` or ids such as `A1, A2`"),
     ]
-    # Where the file is missing (an adopter who never made it), the finding says so.
-    missing = References(assumption_ids=frozenset({"A2"}), assumptions_path="notes/assumed.md")
+    # Where the file cannot be read (an adopter who never made it, a file not in UTF-8), the
+    # finding says why, not that the id is missing from it.
+    missing = References(
+        assumption_ids=frozenset({"A2"}),
+        assumptions_path="notes/assumed.md",
+        assumptions_unread="notes/assumed.md does not exist; create it or fix the path",
+    )
     assert _run(check_assumptions, base + "Assumptions: A1\n", references=missing) == [
         (
             6,
             "WPG106",
-            "A1 cannot be found: notes/assumed.md does not exist; create it with a table whose "
-            "first column is `ID` (`wpgate init` writes one), add A1, or write `Assumptions: "
-            "none`",
+            "A1 cannot be looked up: notes/assumed.md does not exist; create it or fix the path "
+            "(the assumptions, a table whose first column is `ID`: `wpgate init` writes one), "
+            "or write `Assumptions: none`",
         )
     ]
     required = TrailerOptions(required=("Assumptions",))
