@@ -435,8 +435,10 @@ def code_spans(text: str) -> tuple[CodeSpan, ...]:
     """The code spans of ``text``, in order (CommonMark 0.31 §6.1): a run of n backticks opens
     a span that the next run of exactly n backticks closes; a run of another length inside does
     not close it, and an opener that nothing closes is literal backticks (the next run may open
-    a span). Spans may cross line breaks. Backslash escapes are not read: a backtick after a
-    backslash still opens a span.
+    a span). Spans may cross line breaks. Outside a span a backslash escapes the backtick after
+    it (an odd number of backslashes before a run: its first backtick is literal, and the rest
+    of the run, if any, is the opener); inside one a backslash is literal, so it never stops a
+    run from closing the span.
 
     One pass over the runs: each length keeps the queue of its runs' indexes and a cursor that
     only moves forward, so the time is linear in the text's length (a regular expression such as
@@ -451,7 +453,11 @@ def code_spans(text: str) -> tuple[CodeSpan, ...]:
     index = 0
     while index < len(runs):
         start, end = runs[index]
+        start += _escaped(text, start)
         length = end - start
+        if length not in queues:  # no run of this length: nothing can close it
+            index += 1
+            continue
         queue, cursor = queues[length], cursors[length]
         while cursor < len(queue) and queue[cursor] <= index:
             cursor += 1
@@ -464,3 +470,12 @@ def code_spans(text: str) -> tuple[CodeSpan, ...]:
         spans.append(CodeSpan(start, close_end, end, close_start))
         index = closer + 1
     return tuple(spans)
+
+
+def _escaped(text: str, at: int) -> int:
+    """1 where the character at ``at`` follows an odd number of backslashes (it is escaped),
+    else 0. Each run of backslashes is counted for the one backtick run after it."""
+    before = at
+    while before > 0 and text[before - 1] == "\\":
+        before -= 1
+    return (at - before) % 2

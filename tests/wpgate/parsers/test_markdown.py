@@ -242,6 +242,10 @@ def _contents(text: str) -> list[str]:
         ("`a\nb` c", ["a\nb"]),  # a span may cross a line break (within a paragraph)
         ("x`a`y`b`", ["a", "b"]),
         ("no code", []),
+        ("\\`not code`", []),  # an escaped backtick opens nothing
+        ("\\``code`", ["code"]),  # ...and the rest of its run is the opener
+        ("\\\\`code`", ["code"]),  # an escaped backslash escapes nothing after it
+        ("`a\\`b", ["a\\"]),  # inside a span a backslash is literal: the run closes it
     ],
 )
 def test_code_spans_follow_the_commonmark_rule(text: str, contents: list[str]) -> None:
@@ -266,7 +270,36 @@ def test_code_spans_are_the_spans_of_the_commonmark_expression(text: str) -> Non
     assert [tuple(span) for span in code_spans(text)] == expected
 
 
+def _reference_spans(text: str) -> list[tuple[int, int, int, int]]:
+    """CommonMark's code spans with backslash escapes, read as its spec words them, left to
+    right: outside a span a backslash escapes a backslash or backtick after it; a run of n
+    backticks opens a span that the next run of exactly n closes (quadratic, for small texts)."""
+    runs = [m.span() for m in re.finditer("`+", text)]
+    spans = []
+    at = 0
+    while at < len(text):
+        if text[at] == "\\" and at + 1 < len(text) and text[at + 1] in "\\`":
+            at += 2
+            continue
+        if text[at] != "`":
+            at += 1
+            continue
+        end = next(e for s, e in runs if s <= at < e)
+        closer = next(((s, e) for s, e in runs if s >= end and e - s == end - at), None)
+        if closer is None:
+            at = end
+            continue
+        spans.append((at, closer[1], end, closer[0]))
+        at = closer[1]
+    return spans
+
+
+@given(st.text(alphabet="`a\\ \n", max_size=80))
+def test_code_spans_read_backslash_escapes_as_commonmark_does(text: str) -> None:
+    assert [tuple(span) for span in code_spans(text)] == _reference_spans(text)
+
+
 @needs_clocks
-@pytest.mark.parametrize("unit", ["`a", "``a`", "`a``a```a"])
+@pytest.mark.parametrize("unit", ["`a", "``a`", "`a``a```a", "\\`a", "\\\\``a\\"])
 def test_code_spans_take_linear_time(unit: str) -> None:
     assert_linear(code_spans, lambda size: unit * (size // len(unit)), 50_000)
