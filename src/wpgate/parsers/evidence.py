@@ -47,7 +47,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from wpgate._model import Finding
-from wpgate.parsers.markdown import CodeSpan, code_spans
+from wpgate.parsers.markdown import CodeSpan, code_spans, inline_links
 
 SCHEMA = "wpgate-evidence/1"
 TAG = "[MEASURED]"
@@ -56,12 +56,6 @@ TAG = "[MEASURED]"
 _HEX40_RE = re.compile(r"^[0-9a-f]{40}$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-# A Markdown link: its destination in angle brackets (which may hold spaces) or bare, then an
-# optional title. Its text holds no bracket (CommonMark's nested brackets are not read): a
-# text that stops at the next `[` as well as at `]` keeps a run of unclosed `[` linear.
-_LINK_RE = re.compile(
-    r"!?\[(?P<text>[^\[\]]*)\]\((?P<target><[^<>\n]*>|[^)\s]*)(?:\s+\"[^\"]*\")?\)"
-)
 # A reference-style link's definition, on a line of its own: ``[label]: target "title"``.
 _DEFINITION_RE = re.compile(
     r"^ {0,3}\[(?P<label>[^\]\n]+)\]:[ \t]*(?P<target><[^<>\n]*>|\S+)"
@@ -70,7 +64,7 @@ _DEFINITION_RE = re.compile(
 )
 # A reference-style link: ``[text][label]``, ``[label][]`` (the text is the label), or a bare
 # ``[label]`` (not an inline link's text, nor a definition's label). Texts and labels hold no
-# bracket, as in :data:`_LINK_RE`.
+# bracket: one that stops at the next `[` as well as at `]` keeps a run of unclosed `[` linear.
 _REFERENCE_RE = re.compile(
     r"!?\[(?P<text>[^\[\]]*)\]\[(?P<label>[^\[\]]*)\]|\[(?P<bare>[^\[\]]+)\](?![(\[:])"
 )
@@ -452,13 +446,13 @@ def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, s
     counts: list[CountMarker] = []
 
     line_of = _line_finder(segment, line)
-    for match in _LINK_RE.finditer(segment):
-        cited = _cited(match.group("target").strip("<>"))
-        if cited is not None:
-            citations.append(Citation(cited, True, line_of(match.start())))
     code = code_spans(segment)
-    unlinked = _blank(segment, code)
-    unlinked = _blank(unlinked, _matched(_LINK_RE, unlinked))
+    links = inline_links(segment, code)
+    for link in links:
+        cited = _cited(segment[link.target_start : link.target_end].strip("<>"))
+        if cited is not None:
+            citations.append(Citation(cited, True, line_of(link.start)))
+    unlinked = _blank(_blank(segment, code), links)
     for match in _REFERENCE_RE.finditer(unlinked):
         target = definitions.get(_label(_reference_label(match)))
         cited = None if target is None else _cited(target)
@@ -591,7 +585,7 @@ def _numbers(
     """The numbers and the dotted versions written in a claim's prose (``code``: its spans;
     ``line_of``: the file line of a position)."""
     prose = _blank(segment, code)
-    prose = _blank(prose, _matched(_LINK_RE, prose, "target"))
+    prose = _blank(prose, [(link.target_start, link.target_end) for link in inline_links(prose)])
     # A definition's line and a full reference's label (``[text][label]``, the label not shown)
     # name a link; they are not measurements.
     prose = _blank(prose, _matched(_DEFINITION_RE, prose))

@@ -16,6 +16,7 @@ from wpgate.parsers.markdown import (
     find_table,
     html_block_ends,
     html_block_kind,
+    inline_links,
     list_interruptions,
     parse_markdown,
     split_row,
@@ -297,6 +298,49 @@ def _reference_spans(text: str) -> list[tuple[int, int, int, int]]:
 @given(st.text(alphabet="`a\\ \n", max_size=80))
 def test_code_spans_read_backslash_escapes_as_commonmark_does(text: str) -> None:
     assert [tuple(span) for span in code_spans(text)] == _reference_spans(text)
+
+
+def _links(text: str) -> list[tuple[str, str, str]]:
+    return [
+        (
+            text[link.start : link.end],
+            text[link.text_start : link.text_end],
+            text[link.target_start : link.target_end],
+        )
+        for link in inline_links(text, code_spans(text))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "links"),
+    [
+        ("[a](b.json)", [("[a](b.json)", "a", "b.json")]),
+        ("![a](b.png)", [("![a](b.png)", "a", "b.png")]),
+        ('[a](<b c.json> "t")', [('[a](<b c.json> "t")', "a", "<b c.json>")]),
+        ("[a]( b )", [("[a]( b )", "a", "b")]),  # white space around the destination
+        ('[a](b "t" )', [('[a](b "t" )', "a", "b")]),
+        ("[a [b] c](d)", [("[a [b] c](d)", "a [b] c", "d")]),  # balanced brackets in the text
+        ("[[a](b)", [("[a](b)", "a", "b")]),  # the nearest open bracket pairs
+        ("[a [b](c) d](e)", [("[b](c)", "b", "c")]),  # a link holds no link
+        ("[`]`](b)", [("[`]`](b)", "`]`", "b")]),  # a code span's bracket does not count
+        ("`[a](b)`", []),  # a link inside a code span is code
+        ("\\[a](b) [c\\](d)", []),  # escaped brackets do not count
+        ("[a](b c)", []),  # a bare destination holds no space
+        ('[a](b "t)', []),  # an unclosed title
+        ("[a](<b)", []),  # a bare destination does not start with `<`
+        ("[a](<b>c)", []),
+        ("[a] (b)", []),
+        ("[a](b(c)", [("[a](b(c)", "a", "b(c")]),  # a `(` needs no partner (as before)
+    ],
+)
+def test_inline_links(text: str, links: list[tuple[str, str, str]]) -> None:
+    assert _links(text) == links
+
+
+@needs_clocks
+@pytest.mark.parametrize("unit", ["[](", "[a [b] c](<d ", '[a](b "', "[[[a]]]("])
+def test_inline_links_take_linear_time(unit: str) -> None:
+    assert_linear(inline_links, lambda size: unit * (size // len(unit)), 50_000)
 
 
 @needs_clocks
