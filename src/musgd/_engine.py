@@ -291,7 +291,12 @@ class StepEngine:
         # Check every group's gradients before any group is written, so that an unsupported
         # gradient in a later group raises with no parameter or momentum changed.
         gathered = [self.gather(index, group) for index, group in enumerate(groups)]
-        plan = self.begin_guard(groups, gathered)
+        # Each group's buffers, looked up once for the guard and the step (made at the first).
+        bufs = [
+            self.group_buffers(group, params)
+            for group, (params, _) in zip(groups, gathered, strict=True)
+        ]
+        plan = self.begin_guard(groups, gathered, bufs)
         with self.replay.step_scope():
             # Groups that replay their preparation are prepared together (one recording for
             # all of them, where they can share one) and written after; the others are
@@ -299,7 +304,7 @@ class StepEngine:
             replayed: list[tuple[int, StepRecord, float | Tensor]] = []
             for index, (group, (params, grads)) in enumerate(zip(groups, gathered, strict=True)):
                 if params:
-                    made = self.step_group(index, group, params, grads)
+                    made = self.step_group(index, group, params, grads, bufs[index])
                     if made is not None:
                         replayed.append((index, *made))
             if replayed:
@@ -312,22 +317,30 @@ class StepEngine:
             self.guard.end(plan)
 
     def begin_guard(
-        self, groups: list[dict[str, Any]], gathered: list[tuple[list[Tensor], list[Tensor]]]
+        self,
+        groups: list[dict[str, Any]],
+        gathered: list[tuple[list[Tensor], list[Tensor]]],
+        bufs: list[list[Tensor]],
     ) -> GuardPlan | None:
-        """The guard's check and backups for the groups with ``skip_nonfinite`` (their buffers
-        made first, so that a skipped first step leaves them zero), or None where none asks."""
+        """The guard's check and backups for the groups with ``skip_nonfinite`` (``bufs``, their
+        buffers, made before, so that a skipped first step leaves them zero), or None where
+        none asks."""
         protected: list[Tensor] = []
         checked: list[Tensor] = []
-        for group, (params, grads) in zip(groups, gathered, strict=True):
+        for group, (params, grads), group_bufs in zip(groups, gathered, bufs, strict=True):
             if params and group.get("skip_nonfinite", False):
                 protected += params
-                for key in self.rule.buffers(group):
-                    protected += self.buffers(params, key)
+                protected += group_bufs
                 checked += grads
         return self.guard.begin(protected, checked) if protected else None
 
     def step_group(
-        self, index: int, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]
+        self,
+        index: int,
+        group: dict[str, Any],
+        params: list[Tensor],
+        grads: list[Tensor],
+        bufs: list[Tensor],
     ) -> tuple[StepRecord, float | Tensor] | None:
         """Steps 1-5 of one group: the rule's values and preparation, or the rule's shared
         step across ranks; then the write. A group that replays its preparation
@@ -336,7 +349,6 @@ class StepEngine:
         rule = self.rule
         if group.get("maximize", False):
             grads = multi_neg(grads)  # the step on -grad, as torch.optim's (an exact negation)
-        bufs = [b for key in rule.buffers(group) for b in self.buffers(params, key)]
         shares = rule.shares(group, params, self.sharded)
         device = params[0].device
         if shares and capturing(device):
@@ -413,6 +425,13 @@ class StepEngine:
                     f"(param_groups[{index}], params[{j}]); view them as real with "
                     "torch.view_as_real before optimizing"
                 )
+
+    def group_buffers(self, group: dict[str, Any], params: list[Tensor]) -> list[Tensor]:
+        """The buffers of ``params`` (a group's parameters with gradients), key by key in the
+        rule's order; none where no parameter has a gradient."""
+        if not params:
+            return []
+        return [b for key in self.rule.buffers(group) for b in self.buffers(params, key)]
 
     def buffers(self, params: list[Tensor], key: str = MOMENTUM_BUFFER) -> list[Tensor]:
         """The ``key`` buffers of ``params``, created (zeros) at a parameter's first step."""
