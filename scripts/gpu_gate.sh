@@ -90,9 +90,10 @@ for s in "${stages[@]}"; do
     ultralytics)  # YOLO26n in the Ultralytics trainer; needs the .whl wheels (docs/ultralytics.md)
       OUT="$OUT" LIMIT_S="$limit" bash scripts/gpu_ultralytics.sh ${quick:+--quick} 2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
-    tiles)  # the Triton table's tile configurations (WP-023): TILE_CONFIGS, by default the K-split
+    tiles)  # the Triton table's tile configurations (WP-023): TILE_CONFIGS, by default the fused
+      # small matrices (/f) beside the chain alone
       timeout "$limit" $PY -m musgd.bench triton-tiles "${commit[@]}" --out "$OUT/" \
-        --configs "${TILE_CONFIGS:-64/64/w4/s3,64/64/w4/s3/k2,64/64/w4/s3/k4,64/64/w4/s3/k8,128/64/w8/s4,128/64/w8/s4/k2,128/64/w8/s4/k4}" \
+        --configs "${TILE_CONFIGS:-64/64/w4/s3,64/64/w4/s3/f,128/64/w8/s4,128/64/w8/s4/f}" \
         2>&1 | tee -a "$OUT/gate.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1 ;;
     floor)  # the one-graph floor of a YOLO26 iteration (WP-024/025); needs the .whl wheels

@@ -320,22 +320,124 @@ def update(
     xij = tl.load(xb + rm[:, None] * np_ + rn[None, :])
     res = ca * xij.to(tl.float32) + acc
     if FINAL:
-        m = tl.load(row + 0).to(tl.int32)
-        n = tl.load(row + 1).to(tl.int32)
-        mask = (rm[:, None] < m) & (rn[None, :] < n)
-        # Round to the working dtype (as the torch backend's result is), then scale.
-        res = res.to(x.dtype.element_ty).to(tl.float32) * tl.load(scales + p)
-        # The unit stride is a literal in either orientation, so the stores are coalesced.
-        if tl.load(row + 5) != 0:
-            offs = tl.load(row + 4) + rn[None, :] * m + rm[:, None]
-        else:
-            offs = tl.load(row + 4) + rm[:, None] * n + rn[None, :]
-        if MIX:
-            g = tl.load(src + offs, mask=mask, other=0.0).to(tl.float32)
-            res = tl.load(w_sgd) * g + tl.load(w_muon) * res
-        tl.store(out + offs, res.to(out.dtype.element_ty), mask=mask)
+        _store_result(res, x, out, row, p, scales, src, w_sgd, w_muon, rm, rn, MIX)
     else:
         tl.store(out + x_off + rm[:, None] * np_ + rn[None, :], res.to(out.dtype.element_ty))
+
+
+@triton.jit
+def _store_result(res, x, out, row, p, scales, src, w_sgd, w_muon, rm, rn, MIX: tl.constexpr):
+    """The last iteration's tile ``res`` of matrix ``p`` written as the result ``O = scale·X'``
+    in the matrix's own orientation, extent and dtype, or with ``MIX`` as the update
+    ``w_sgd·G + w_muon·O`` of the packed source ``G``."""
+    m = tl.load(row + 0).to(tl.int32)
+    n = tl.load(row + 1).to(tl.int32)
+    mask = (rm[:, None] < m) & (rn[None, :] < n)
+    # Round to the working dtype (as the torch backend's result is), then scale.
+    res = res.to(x.dtype.element_ty).to(tl.float32) * tl.load(scales + p)
+    # The unit stride is a literal in either orientation, so the stores are coalesced.
+    if tl.load(row + 5) != 0:
+        offs = tl.load(row + 4) + rn[None, :] * m + rm[:, None]
+    else:
+        offs = tl.load(row + 4) + rm[:, None] * n + rn[None, :]
+    if MIX:
+        g = tl.load(src + offs, mask=mask, other=0.0).to(tl.float32)
+        res = tl.load(w_sgd) * g + tl.load(w_muon) * res
+    tl.store(out + offs, res.to(out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_small(
+    src,
+    x,
+    a,
+    b,
+    out,
+    problems,
+    small,
+    scales,
+    coeffs,
+    eps,
+    w_sgd,
+    w_muon,
+    STEPS: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    REDUCE: tl.constexpr,
+    MIX: tl.constexpr,
+    UPCAST: tl.constexpr,
+    COLS: tl.constexpr,
+):
+    """The whole Newton-Schulz of one matrix of at most ``BM`` working rows in one program:
+    the Frobenius normalization, ``STEPS`` iterations (``coeffs``: their ``(a, b, c)``, float32)
+    and the result, as the table's chain computes them tile by tile, with the same tiles, the
+    same block products in the same order and the same roundings, so the same bits; ``X`` is
+    updated in place in its workspace, column block by column block (each block of ``X'``
+    reads only its own block of ``X``). The program's threads meet at a barrier between the
+    phases, since each phase reads what the others wrote (global memory, visible across the
+    program's threads after the barrier).
+
+    ``small`` lists the problems this launch runs, one per program.
+    """
+    p = tl.load(small + tl.program_id(0))
+    row = problems + p * COLS
+    m = tl.load(row + 0).to(tl.int32)
+    n = tl.load(row + 1).to(tl.int32)
+    mp, np_, x_off, a_off = _padded(row, BM)
+    rm = tl.arange(0, BM)
+    # The norm: each BM x BN tile's sum of squares (the table's sumsq), added in the lanes of
+    # the normalization's sum in tile order, as its normalize adds the tile partials.
+    lanes = tl.arange(0, REDUCE)
+    acc = tl.zeros([REDUCE], dtype=tl.float32)
+    for c in range(0, np_, BN):
+        rn = c + tl.arange(0, BN)
+        mask = (rm[:, None] < m) & (rn[None, :] < n)
+        v = _source_tile(src, row, rm, rn, m, n, mask)
+        part = tl.sum(tl.sum(v * v, axis=1), axis=0)
+        acc = tl.where(lanes == (c // BN) % REDUCE, acc + part, acc)
+    inv = 1.0 / (tl.sqrt(tl.sum(acc, axis=0)) + eps)
+    xb = x + x_off
+    for c in range(0, np_, BN):
+        rn = c + tl.arange(0, BN)
+        mask = (rm[:, None] < m) & (rn[None, :] < n)
+        v = _source_tile(src, row, rm, rn, m, n, mask)
+        tl.store(xb + rm[:, None] * np_ + rn[None, :], (v * inv).to(x.dtype.element_ty))
+    ab = a + a_off
+    bb = b + a_off
+    rk = tl.arange(0, BK)
+    for step in range(STEPS):
+        tl.debug_barrier()
+        # A = X·Xᵀ (the table's gram on its one tile).
+        left = xb + rm[:, None] * np_ + rk[None, :]
+        gram_acc = tl.zeros((BM, BM), dtype=tl.float32)
+        for _k in range(0, np_, BK):
+            block = tl.load(left)
+            gram_acc = _mma(block, tl.trans(block), gram_acc, UPCAST)
+            left += BK
+        tl.store(ab + rm[:, None] * mp + rm[None, :], gram_acc.to(a.dtype.element_ty))
+        tl.debug_barrier()
+        # B = b·A + c·A·A (the table's poly).
+        ca = tl.load(coeffs + step * 3)
+        cb = tl.load(coeffs + step * 3 + 1)
+        cc = tl.load(coeffs + step * 3 + 2)
+        sq = _square_times(ab, mp, rm, ab, mp, rm, BM, BM, BK, UPCAST)
+        aij = tl.load(ab + rm[:, None] * mp + rm[None, :])
+        tl.store(
+            bb + rm[:, None] * mp + rm[None, :],
+            (cb * aij.to(tl.float32) + cc * sq).to(b.dtype.element_ty),
+        )
+        tl.debug_barrier()
+        # X' = a·X + B·X, block by block of columns (the table's update), in place.
+        for c in range(0, np_, BN):
+            rn = c + tl.arange(0, BN)
+            prod = _square_times(bb, mp, rm, xb, np_, rn, BM, BN, BK, UPCAST)
+            xij = tl.load(xb + rm[:, None] * np_ + rn[None, :])
+            res = ca * xij.to(tl.float32) + prod
+            if step == STEPS - 1:
+                _store_result(res, x, out, row, p, scales, src, w_sgd, w_muon, rm, rn, MIX)
+            else:
+                tl.store(xb + rm[:, None] * np_ + rn[None, :], res.to(x.dtype.element_ty))
 
 
 @triton.jit

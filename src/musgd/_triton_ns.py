@@ -107,7 +107,11 @@ class TileConfig:
     tile, each writing a float32 partial that a fold kernel adds in a fixed order into ``A``
     (one more launch per iteration); 1 (the default) is one program per tile. A long reduction
     (yolo26n's 256 x 2304 matrices take 36 slices) is then no longer one program's serial
-    loop; the sum, in another order, rounds differently.
+    loop; the sum, in another order, rounds differently. ``fuse_small``: every matrix of at
+    most ``block`` working rows (one row of tiles) runs its whole Newton-Schulz in one program
+    of one launch (``musgd._triton_kernels.fused_small``: the same tiles, products and
+    roundings as the chain, so the same bits), and the chain's launches cover only the others
+    (yolo26n's 82 matrices of at most 64 rows then wait on one launch, not fifteen).
     """
 
     block: int
@@ -118,6 +122,7 @@ class TileConfig:
     update_warps: int = 0
     pdl: bool = True
     split_k: int = 1
+    fuse_small: bool = False
 
     @property
     def columns(self) -> int:
@@ -151,6 +156,8 @@ class TablePlan:
     scales: Tensor
     square_tiles: Tensor
     rect_tiles: Tensor
+    #: The problems run whole by one program each (``TileConfig.fuse_small``), in plan order.
+    small: Tensor
     x_numel: int
     a_numel: int
     tiles: TileConfig
@@ -186,6 +193,7 @@ def build_plan(
     rows: list[list[int]] = []
     square: list[tuple[int, int, int]] = []
     rect: list[tuple[int, int, int]] = []
+    small: list[int] = []
     x_off = a_off = s_off = 0
     for p, ((r, c), (m, n)) in enumerate(zip(shapes, work, strict=True)):
         # Source layout is the matrix's (r, c) row-major view; X is it, or its transpose. The
@@ -193,8 +201,11 @@ def build_plan(
         tm, tn = _tile_count(m, tiles.block), _tile_count(n, tiles.columns)
         mp, np_ = tm * tiles.block, tn * tiles.columns
         rows.append([m, n, x_off, a_off, s_off, int(r > c), len(rect), tm * tn, mp, np_])
-        square.extend((p, i, j) for i in range(tm) for j in range(i + 1))
-        rect.extend((p, i, j) for i in range(tm) for j in range(tn))
+        if tiles.fuse_small and tm == 1:
+            small.append(p)
+        else:
+            square.extend((p, i, j) for i in range(tm) for j in range(i + 1))
+            rect.extend((p, i, j) for i in range(tm) for j in range(tn))
         x_off += mp * np_
         a_off += mp * mp
         s_off += r * c
@@ -204,8 +215,9 @@ def build_plan(
         sizes=tuple(r * c for r, c in shapes),
         problems=torch.tensor(rows, dtype=torch.int64, device=device),
         scales=torch.tensor(scales, dtype=torch.float32, device=device),
-        square_tiles=torch.tensor(square, dtype=torch.int32, device=device),
-        rect_tiles=torch.tensor(rect, dtype=torch.int32, device=device),
+        square_tiles=torch.tensor(square, dtype=torch.int32, device=device).view(-1, 3),
+        rect_tiles=torch.tensor(rect, dtype=torch.int32, device=device).view(-1, 3),
+        small=torch.tensor(small, dtype=torch.int32, device=device),
         x_numel=x_off,
         a_numel=a_off,
         tiles=tiles,
@@ -293,6 +305,25 @@ def scales_for(scales: tuple[float, ...], device: torch.device) -> Tensor:
     )
 
 
+_COEFFICIENTS: dict[tuple[tuple[str, ...], torch.device], Tensor] = {}
+
+
+def coefficients_for(
+    triples: tuple[tuple[float, float, float], ...], device: torch.device
+) -> Tensor:
+    """The cached float32 device tensor of the iterations' ``(a, b, c)``, one row each (the
+    fused small-matrix kernel reads them; the chain takes them as launch arguments, which
+    Triton rounds to float32 as this does), built on first use, outside any capture."""
+    key = tuple(float(v).hex() for triple in triples for v in triple)
+    return _cached(
+        _COEFFICIENTS,
+        (key, device),
+        device,
+        "Newton-Schulz coefficients",
+        lambda: torch.tensor(triples, dtype=torch.float32, device=device).view(-1, 3),
+    )
+
+
 def _kernels() -> Any:
     """The kernel module, imported on first use (it imports Triton)."""
     from musgd import _triton_kernels
@@ -348,8 +379,9 @@ def run_plan(
     ``w_sgd·src + w_muon·O`` instead, mixed in the last kernel.
 
     Returns ``out`` (a flat tensor like ``src``), or a fresh one when None. Launches ``2 +
-    3·len(triples)`` kernels (``2 + 4·len(triples)`` with a split Gram product); the caller
-    has checked that the backend applies.
+    3·len(triples)`` kernels (``2 + 4·len(triples)`` with a split Gram product), and one more
+    for the plan's small matrices where it fuses them (only that one where every matrix is
+    small); the caller has checked that the backend applies.
     """
     k = _kernels()
     cfg = plan.tiles
@@ -369,6 +401,33 @@ def run_plan(
         out = torch.empty_like(src)
     square = (plan.square_tiles.size(0),)
     rect = (plan.rect_tiles.size(0),)
+    if plan.small.numel():
+        # The small matrices, whole, one program each (the chain's bits; TileConfig.fuse_small).
+        k.fused_small[(plan.small.size(0),)](
+            src,
+            x,
+            a,
+            b,
+            out,
+            plan.problems,
+            plan.small,
+            plan.scales if scales is None else scales,
+            coefficients_for(tuple(triples), src.device),
+            eps,
+            *(mix or (src, src)),  # unread without MIX
+            STEPS=len(triples),
+            BM=cfg.block,
+            BN=cfg.columns,
+            BK=cfg.block_k,
+            REDUCE=NORMALIZE_REDUCE,
+            MIX=mix is not None,
+            UPCAST=interpreting(),
+            COLS=_COLUMNS,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
+    if not rect[0]:
+        return out
     gdc = cfg.pdl and pdl_applies(src.device)
     pdl: dict[str, Any] = {"GDC": gdc, **({"launch_pdl": True} if gdc else {})}
     launch = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,39 @@ def test_programmatic_dependent_launch_gives_the_same_bits_eager_and_replayed() 
         assert torch.equal(captured, plain)
     if torch.cuda.get_device_capability(DEVICE)[0] >= 9:
         assert T.pdl_applies(DEVICE), "a Hopper GPU should run the chain with PDL"
+
+
+@pytest.mark.parametrize("name", ["yolo26n", "yolo26s"])
+def test_fused_small_matrices_give_the_chains_bits_eager_and_replayed(name: str) -> None:
+    """A YOLO26 table with its matrices of at most 64 working rows run whole in one program
+    each (``TileConfig(fuse_small=True)``, X updated in place between barriers) against the
+    chain alone: equal bits, plain and mixed, eagerly, again and replayed from a CUDA graph
+    (a missing barrier would show as a race)."""
+    shapes = tuple((s[0], math.prod(s[1:])) for s in yolo_matrices(name))
+    gen = torch.Generator(device=DEVICE).manual_seed(6)
+    src = torch.randn(sum(r * c for r, c in shapes), generator=gen, device=DEVICE)
+    chain_plan = T.build_plan(shapes, DEVICE, T.SMALL_TILES)
+    fused_plan = T.build_plan(
+        shapes, DEVICE, T.TileConfig(**{**T.SMALL_TILES.__dict__, "fuse_small": True})
+    )
+    assert fused_plan.small.numel() > 0
+    mix = (torch.tensor(0.5, device=DEVICE), torch.tensor(0.25, device=DEVICE))
+    for weights in (None, mix):
+
+        def run(plan: T.TablePlan, weights: Any = weights) -> Tensor:
+            return T.run_plan(plan, src, TRIPLES, 1e-7, torch.bfloat16, mix=weights)
+
+        def fused(run: Callable[[T.TablePlan], Tensor] = run) -> Tensor:
+            return run(fused_plan)
+
+        chain = run(chain_plan)
+        for _ in range(3):
+            assert torch.equal(fused(), chain)
+        graph, captured = recorded(fused)
+        for _ in range(20):
+            captured.zero_()
+            graph.replay()
+            assert torch.equal(captured, chain)
 
 
 def _run(name: str, options: dict[str, Any], steps: int = 4) -> tuple[MuSGD, list[Tensor]]:

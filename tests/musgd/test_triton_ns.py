@@ -49,10 +49,14 @@ def scale(rows: int, cols: int) -> float:
     return 0.2 * math.sqrt(max(rows, cols))
 
 
-def table(members: list[Tensor], dtype: torch.dtype = torch.bfloat16) -> list[Tensor]:
+def table(
+    members: list[Tensor],
+    dtype: torch.dtype = torch.bfloat16,
+    mix: tuple[float | Tensor, float | Tensor] | None = None,
+) -> list[Tensor]:
     shapes = tuple((m.shape[0], m.numel() // m.shape[0]) for m in members)
     result = T.orthogonalize_table(
-        members, shapes, requested="triton", triples=TRIPLES, eps=1e-7, dtype=dtype
+        members, shapes, requested="triton", triples=TRIPLES, eps=1e-7, dtype=dtype, mix=mix
     )
     assert result is not None, "the Triton backend must apply here"
     return result[1]
@@ -109,23 +113,9 @@ def test_mixed_table_is_the_sgd_and_muon_mix_of_the_plain_one() -> None:
     """``mix=(w_sgd, w_muon)`` makes the last kernel write ``w_sgd*G + w_muon*O``; the weights
     as floats (eager) or as float32 0-d device tensors (a replay's slots) give the same bits."""
     members = inputs(seed=5)
-    shapes = tuple((m.shape[0], m.numel() // m.shape[0]) for m in members)
-
-    def run(mix: tuple[float | Tensor, float | Tensor] | None) -> list[Tensor]:
-        result = T.orthogonalize_table(
-            members,
-            shapes,
-            requested="triton",
-            triples=TRIPLES,
-            eps=1e-7,
-            dtype=torch.bfloat16,
-            mix=mix,
-        )
-        assert result is not None
-        return result[1]
-
     slots = (torch.tensor(0.5, device=DEVICE), torch.tensor(0.25, device=DEVICE))
-    for G, O, U, V in zip(members, run(None), run((0.5, 0.25)), run(slots), strict=True):
+    mixed = (table(members, mix=(0.5, 0.25)), table(members, mix=slots))
+    for G, O, U, V in zip(members, table(members), *mixed, strict=True):
         torch.testing.assert_close(U, 0.5 * G + 0.25 * O, rtol=1e-6, atol=1e-7)
         assert torch.equal(U, V)
 
@@ -235,6 +225,75 @@ def test_a_split_gram_product_is_deterministic_and_leaves_inputs_unchanged(
         assert torch.equal(a, b)
     for m, kept in zip(members, before, strict=True):
         assert torch.equal(m, kept)
+
+
+def _fused_table(
+    monkeypatch: pytest.MonkeyPatch,
+    members: list[Tensor],
+    fuse: bool,
+    mix: tuple[float, float] | None = None,
+    block_n: int = 0,
+) -> list[Tensor]:
+    """The table on 16-wide tiles (a fresh plan), its one-row-of-tiles matrices fused or not."""
+    tiles = T.TileConfig(16, 16, 4, 1, block_n=block_n, fuse_small=fuse)
+    monkeypatch.setattr(T, "SMALL_TILES", tiles)
+    monkeypatch.setattr(T, "_PLANS", {})
+    return table(members, mix=mix)
+
+
+@pytest.mark.parametrize("block_n", [0, 32])
+@pytest.mark.parametrize("mix", [None, (0.5, 0.25)])
+def test_fused_small_matrices_give_the_chains_bits(
+    monkeypatch: pytest.MonkeyPatch, block_n: int, mix: tuple[float, float] | None
+) -> None:
+    """Matrices of one row of 16-wide tiles (3x5, 16x27, 40x24 read transposed as 24x40 is
+    two) run whole in one program each, the others (70x130, 96x64) on the chain: every result
+    bit for bit the chain's alone, plain and mixed, square and wide column tiles."""
+    members = [*inputs(19), torch.randn(7, 200, device=DEVICE), torch.randn(130, 9, device=DEVICE)]
+    chain = _fused_table(monkeypatch, members, False, mix, block_n)
+    fused = _fused_table(monkeypatch, members, True, mix, block_n)
+    plan = next(iter(T._PLANS.values()))
+    assert plan.small.tolist() == [0, 3, 5, 6]  # 16x27, 3x5, 7x200 and 130x9 (9x130)
+    for a, b in zip(chain, fused, strict=True):
+        assert (b.dtype, b.shape) == (a.dtype, a.shape)
+        assert torch.equal(a, b)
+
+
+def test_a_plan_of_only_small_matrices_is_one_fused_launch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where every matrix fits one row of tiles the chain has no tile to run: its launches are
+    skipped, and the result is still the chain's."""
+    members = [torch.randn(5, 40, device=DEVICE), torch.randn(33, 12, device=DEVICE)]
+    chain = _fused_table(monkeypatch, members, False)
+    launched: list[str] = []
+    kernels = T._kernels()
+    for name in ("sumsq", "normalize", "gram", "poly", "update", "fused_small"):
+        kernel = getattr(kernels, name)
+
+        class Counted:
+            def __init__(self, kernel: Any, name: str) -> None:
+                self.kernel, self.name = kernel, name
+
+            def __getitem__(self, grid: Any) -> Any:
+                launched.append(self.name)
+                return self.kernel[grid]
+
+        monkeypatch.setattr(kernels, name, Counted(kernel, name))
+    fused = _fused_table(monkeypatch, members, True)
+    assert launched == ["fused_small"]
+    for a, b in zip(chain, fused, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_fused_plan_leaves_small_matrices_out_of_the_chains_tiles() -> None:
+    tiles = T.TileConfig(block=64, block_k=64, num_warps=4, num_stages=3, fuse_small=True)
+    plan = T.build_plan([(70, 130), (200, 10), (8, 27)], torch.device("cpu"), tiles)
+    assert plan.small.tolist() == [1, 2]
+    assert plan.square_tiles.tolist() == [[0, 0, 0], [0, 1, 0], [0, 1, 1]]
+    assert plan.rect_tiles.tolist() == [[0, i, j] for i in range(2) for j in range(3)]
+    # The workspaces still hold every matrix: the fused programs update X in place there.
+    assert plan.x_numel == 128 * 192 + 64 * 256 + 64 * 64
 
 
 def test_a_split_below_one_program_is_refused() -> None:

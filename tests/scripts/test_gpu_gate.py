@@ -96,9 +96,10 @@ def test_a_shard_count_that_is_not_a_whole_number_is_refused(tmp_path: Path) -> 
         assert done.stdout == "", "refused before anything ran"
 
 
-def test_the_tiles_stage_sweeps_known_configurations_with_and_without_the_split(
+def test_the_tiles_stage_sweeps_known_configurations_with_and_without_fusion(
     tmp_path: Path,
 ) -> None:
+    """The chain alone and with its small matrices fused, at both tile sizes."""
     done, calls = _gate(tmp_path, 1, fail="no-such-file", stage="tiles")
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(calls) == 1
@@ -106,7 +107,9 @@ def test_the_tiles_stage_sweeps_known_configurations_with_and_without_the_split(
     assert words[:3] == ["-m", "musgd.bench", "triton-tiles"]
     names = words[words.index("--configs") + 1].split(",")
     assert set(names) <= set(tb.CONFIGS), "every default name is a configuration"
-    assert {tb.CONFIGS[n].split_k for n in names} == {1, 2, 4, 8}
+    configs = [tb.CONFIGS[n] for n in names]
+    assert {c.fuse_small for c in configs} == {False, True}
+    assert {c.block for c in configs} == {64, 128}
 
 
 def test_the_targets_stage_measures_the_trained_models_floors_then_reads_them_together(
