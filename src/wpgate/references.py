@@ -181,7 +181,12 @@ def workflow_jobs(text: str) -> frozenset[str]:
 
 def _parts(node_id: str) -> list[str]:
     """The ``::`` parts of a gate; a quoted name is one part, whatever it holds
-    (``web/x.test.js::"sum::adds two"`` is the file and ``"sum::adds two"``)."""
+    (``web/x.test.js::"sum::adds two"`` is the file and ``"sum::adds two"``). A file part
+    may be quoted (``"tests/a b/test_x.py"::test_y``), and so may a whole gate, whose
+    ``::`` then still separate its parts (``"tests/a b/test_x.py::test_y"``): the file comes
+    without its quotes."""
+    if node_id.count('"') == 2 and node_id[0] == node_id[-1] == '"':
+        node_id = node_id[1:-1]  # a whole gate quoted for the spaces in it
     if '"' not in node_id:
         return node_id.split("::")
     parts: list[str] = []
@@ -191,6 +196,7 @@ def _parts(node_id: str) -> list[str]:
             parts.append(node_id[start : match.start()])
             start = match.end()
     parts.append(node_id[start:])
+    parts[0] = _unquoted(parts[0])
     return parts
 
 

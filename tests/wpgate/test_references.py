@@ -145,6 +145,26 @@ def test_each_file_is_parsed_once(root: Path) -> None:
     assert resolver.resolve("tests/test_x.py::TestThing") is None  # cached tree
 
 
+def test_a_file_path_with_spaces_is_quoted_alone_or_with_the_whole_gate(tmp_path: Path) -> None:
+    """A test file whose path holds a space: its quoted path, or the whole gate quoted, names
+    it (both split from the `Gate:` value as one gate); unquoted, its pieces are other gates."""
+    (tmp_path / "tests" / "with space").mkdir(parents=True)
+    (tmp_path / "tests" / "with space" / "test_s.py").write_text("def test_sp():\n    pass\n")
+    value = '"tests/with space/test_s.py"::test_sp "tests/with space/test_s.py::test_sp"'
+    gates = split_node_ids(value)
+    assert len(gates) == 2
+    resolver = GateResolver(tmp_path)
+    assert [resolver.resolve(gate) for gate in gates] == [None, None]
+    assert resolver.resolve('"tests/with space/test_s.py::test_nope"') == (
+        "`test_nope` is not defined in `tests/with space/test_s.py`; fix the node id or add "
+        "the test"
+    )
+    assert split_node_ids("tests/with space/test_s.py::test_sp") == [
+        "tests/with",
+        "space/test_s.py::test_sp",
+    ]
+
+
 def test_split_node_ids() -> None:
     assert split_node_ids("a.py::t[x, y]; b.py::c,d.py  e.py::f[1][2]") == [
         "a.py::t[x, y]",
