@@ -407,6 +407,10 @@ def load_config(root: Path) -> Config:
             _local(exc.key) or "(top level)", _local(exc.detail), source=source
         ) from exc
     config = replace(config, source=source, unread=others)
+    # A second file that configures wpgate is never read: said every run, since what it sets
+    # (a history_start, rules turned on) silently stops applying.
+    for line in config.describe_source()[1:]:
+        warn(line.removeprefix("configuration: "))
     where = config.table_in_file("rules")
     for rule_id in config.rule_switches:
         if RULES.get(rule_id) is None:  # `_rule_switches` registered every rule
