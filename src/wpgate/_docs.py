@@ -63,6 +63,9 @@ if TYPE_CHECKING:
     pass
 
 _PHASE_FILE_RE = re.compile(r"^phase-(\d+)(?:-[\w-]*)?\.md$")
+# A name meant for a work-package page but misspelled (`WP-006.md`, `wp_006.md`, `wp-6.md`): it
+# is read, and its name is reported (WPG303), rather than skipped as prose beside the registry.
+_LOOKS_LIKE_A_PAGE = re.compile(r"^wp(?:-|_| |\d)", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- work packages
@@ -163,7 +166,7 @@ def _read_registry(
         )
     for path in sorted(folder.glob("*.md")):
         rel = f"{layout.work_packages}/{path.name}"
-        if id_from_filename(path.name) is None and not path.name.startswith("wp-"):
+        if id_from_filename(path.name) is None and not _LOOKS_LIKE_A_PAGE.match(path.name):
             continue  # index pages and other prose live beside the registry
         text, problem = read_text(root, rel)
         if text is None:

@@ -96,6 +96,26 @@ def test_wpg303_id_matches_file_and_is_unique() -> None:
     ]
 
 
+def test_wpg303_a_misspelled_page_name_is_read_and_reported_not_skipped(tmp_path: Path) -> None:
+    """`WP-006.md`, `wp_007.md` and `wp-8.md` were meant as pages: each is read (its other
+    findings count too) and its name reported; an index page beside them is still prose."""
+    folder = tmp_path / D
+    folder.mkdir(parents=True)
+    for name, wp_id in (("WP-006.md", "006"), ("wp_007.md", "007"), ("wp-8.md", "008")):
+        (folder / name).write_text(format_work_package(wp_id, "t", 1), encoding="utf-8")
+    (folder / "index.md").write_text("not a package", encoding="utf-8")
+    (folder / "wpgate-notes.md").write_text("not a package either", encoding="utf-8")
+    registry = load_work_packages(tmp_path)
+    assert sorted(p.id for p in registry.packages) == ["006", "007", "008"]
+    assert sorted(
+        (f.path, f.message.split(";")[0]) for f in rules.check_ids(registry, WorkPackageOptions())
+    ) == [
+        (f"{D}/WP-006.md", "the id '006' does not match the file name WP-006.md"),
+        (f"{D}/wp-8.md", "the id '008' does not match the file name wp-8.md"),
+        (f"{D}/wp_007.md", "the id '007' does not match the file name wp_007.md"),
+    ]
+
+
 def test_wpg304_dependencies_exist() -> None:
     registry = _registry(_wp("001", depends_on=("001", "009")))
     assert [
