@@ -610,6 +610,15 @@ def is_work_tree(root: Path) -> bool:
     return done is not None and done.returncode == 0 and done.stdout.strip() == b"true"
 
 
+def work_tree_prefix(root: Path) -> str | None:
+    """Where ``root`` lies below the top of its git work tree (``services/api/``; ``""`` at
+    the top), or None outside a work tree. One git process."""
+    done = _ask(root, ["rev-parse", "--show-prefix"])
+    if done is None or done.returncode != 0:
+        return None
+    return done.stdout.decode("utf-8", "surrogateescape").strip("\n")
+
+
 def is_ancestor(root: Path, older: str, newer: str = "HEAD") -> bool | None:
     """Whether commit ``older`` is an ancestor of ``newer`` (or the same commit); None when git
     cannot tell (no repository, an unknown name: said elsewhere). One git process."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -416,6 +417,29 @@ def plan_scaffolds(
     ]
 
 
+def _top_level_advice(prefix: str, pull_request: str, layout: DocsLayout) -> str:
+    """What to add at the top of the work tree for a sub-project at ``prefix``
+    (``services/api/``): the hooks, each run with ``--root`` there and the docs hook's pattern
+    under it, and the pull-request template's statement."""
+    sub = prefix.rstrip("/")
+    docs = re.escape(prefix + _docs_dir(layout))
+    files = f"^({docs}/|{re.escape(prefix + layout.changelog)}$)".replace("'", "''")
+    hooks = _PRE_COMMIT.format(files=f"'{files}'")
+    for command in ("wpgate docs", "wpgate trailers --pushed", "wpgate trailers"):
+        hooks = hooks.replace(
+            f"entry: {command}\n", f"entry: {command} --root {shlex.quote(sub)}\n"
+        )
+    entries = hooks[hooks.index("  - repo: local") :]
+    statement = pull_request.split("-->", 1)[-1].strip()
+    return (
+        f"{sub} is below the top of the git work tree, where pre-commit reads "
+        ".pre-commit-config.yaml and GitHub reads .github/ (init writes only under --root). "
+        f"At the top, add under `repos:` of .pre-commit-config.yaml\n{entries}"
+        "then `pre-commit install -t pre-commit -t commit-msg -t pre-push`; and keep this "
+        f"statement in .github/pull_request_template.md:\n{statement}"
+    )
+
+
 _AGAIN = "then run `wpgate init` again"
 _HOOK_IDS = re.compile(r"^[ \t-]*id:[ \t]*[\"']?wpgate-(?:docs|trailers|history)\b", re.MULTILINE)
 
@@ -507,8 +531,18 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
             why = _kept_refusal(root, plan.path)
         if why:
             raise ValueError(why)
-    kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
-    advice = _hook_advice(root, plans[-1]) if plans[-1].path in kept else ""
+    from wpgate._git import work_tree_prefix
+
+    prefix = work_tree_prefix(root)
+    if prefix:
+        # A sub-project: pre-commit and GitHub read these two at the top of the work tree,
+        # outside the root init writes in; what to put there is said instead.
+        advice = _top_level_advice(prefix, plans[-2].text, layout)
+        plans = plans[:-2]
+        kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
+    else:
+        kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
+        advice = _hook_advice(root, plans[-1]) if plans[-1].path in kept else ""
     plans = [plan for plan in plans if plan.path not in kept]
     for plan in plans:
         if (root / plan.path).is_symlink() and not plan.append:

@@ -703,6 +703,36 @@ def test_init_says_nothing_of_a_pre_commit_config_that_has_wpgates_hooks(
     assert (tmp_path / ".pre-commit-config.yaml").read_text(encoding="utf-8") == text
 
 
+def test_init_in_a_sub_project_says_what_to_add_at_the_top_of_the_work_tree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pre-commit and GitHub read their files at the top of the work tree: init for a
+    sub-project writes neither under its root, and prints the hooks for the top, each run with
+    the sub-project's --root (quoted for its space) and the docs hook's pattern under it."""
+    git(tmp_path, "init", "-q")
+    sub = tmp_path / "services" / "my api"
+    sub.mkdir(parents=True)
+    assert main(["init", "--root", str(sub)]) == 0
+    out = capsys.readouterr().out
+    assert not (sub / ".pre-commit-config.yaml").exists()
+    assert not (sub / ".github").exists()
+    assert not (tmp_path / ".pre-commit-config.yaml").exists()  # nothing outside --root
+    assert "services/my api is below the top of the git work tree" in out
+    block = out[out.index("  - repo: local") : out.index("then `pre-commit install")]
+    import yaml
+
+    hooks = yaml.safe_load("repos:\n" + block)["repos"][0]["hooks"]
+    assert [(h["id"], h["entry"]) for h in hooks] == [
+        ("wpgate-docs", "wpgate docs --root 'services/my api'"),
+        ("wpgate-trailers", "wpgate trailers --root 'services/my api'"),
+        ("wpgate-history", "wpgate trailers --pushed --root 'services/my api'"),
+    ]
+    assert re.match(hooks[0]["files"], "services/my api/docs/PROVENANCE.md")
+    assert re.match(hooks[0]["files"], "services/my api/CHANGELOG.md")
+    assert not re.match(hooks[0]["files"], "docs/PROVENANCE.md")
+    assert "Clean-room acknowledged:" in out[out.index("pull_request_template.md") :]
+
+
 def test_init_refuses_a_blank_site_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["init", "--root", str(tmp_path), "--name", "   "]) == 2
     assert "'   ' is blank; pass --name with the site's name" in capsys.readouterr().err
