@@ -244,11 +244,19 @@ def _rule_switches(raw: Any) -> tuple[dict[str, bool], frozenset[str]]:
         raise ConfigError("tool.wpgate.rules", "must be a table of `RULE-ID = true|false`")
     switches: dict[str, bool] = {}
     warnings: set[str] = set()
+    named: dict[str, str] = {}  # rule id -> the key that set it
     for key, value in raw.items():
         where = f"tool.wpgate.rules.{key}"
         if not isinstance(value, bool) and value not in SEVERITIES:
             raise ConfigError(where, f"must be {KINDS['rule'][1]}, not {shown(value)}")
         rule_id = _rule_key(str(key), where)
+        if rule_id in named:
+            # Its id and its kebab name both set: which one wins would depend on their order.
+            raise ConfigError(
+                where,
+                f"sets {rule_id} again, which `{named[rule_id]}` already sets; keep one of them",
+            )
+        named[rule_id] = str(key)
         switches[rule_id] = value is True or value in ("error", "warning")
         if value == "warning":
             warnings.add(rule_id)

@@ -71,6 +71,22 @@ def test_errors_name_the_key(tmp_path: Path, text: str, key: str) -> None:
     assert key in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "key", "first"),
+    [
+        ('subject-format = "warning"\nWPG101 = "error"\n', "WPG101", "subject-format"),
+        ('WPG101 = "error"\nsubject-format = false\n', "subject-format", "WPG101"),
+        ("WPG101 = true\nwpg101 = true\n", "wpg101", "WPG101"),
+    ],
+)
+def test_a_rule_set_twice_is_refused(tmp_path: Path, text: str, key: str, first: str) -> None:
+    """Its id and its name both set: which one won depended on their order, silently."""
+    with pytest.raises(ConfigError) as error:
+        load_config(_write(tmp_path, "[tool.wpgate.rules]\n" + text))
+    assert error.value.key == f"tool.wpgate.rules.{key}"
+    assert f"which `{first}` already sets; keep one of them" in str(error.value)
+
+
 def test_section_that_is_not_a_table(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_config(_write(tmp_path, "[tool.wpgate]\ntrailers = 3\n"))
