@@ -417,6 +417,28 @@ def plan_scaffolds(
     ]
 
 
+_PLUGIN_ENTRY = re.compile(r"^[ \t]*-[ \t]*[\"']?wpgate\b|^[ \t]+wpgate[ \t]*:", re.MULTILINE)
+
+
+def _plugin_advice(root: Path, kept: list[str]) -> str:
+    """How to add the site plugin to a kept ``mkdocs.yml`` that does not list it, or ``""``.
+    The user's file is never rewritten."""
+    if "mkdocs.yml" not in kept:
+        return ""
+    try:
+        text = read_bounded(root, "mkdocs.yml").decode("utf-8", "replace")
+    except OSError:
+        return ""
+    if _PLUGIN_ENTRY.search(text):
+        return ""
+    return (
+        "mkdocs.yml exists without the wpgate plugin (kept as it is). Add it under `plugins:` "
+        "(with `search`, which listing plugins turns off otherwise) and use the material "
+        "theme, so the site publishes the work packages and evidence:\n"
+        "theme:\n  name: material\nplugins:\n  - search\n  - wpgate"
+    )
+
+
 def _top_level_advice(prefix: str, pull_request: str, layout: DocsLayout) -> str:
     """What to add at the top of the work tree for a sub-project at ``prefix``
     (``services/api/``): the hooks, each run with ``--root`` there and the docs hook's pattern
@@ -543,6 +565,7 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
     else:
         kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
         advice = _hook_advice(root, plans[-1]) if plans[-1].path in kept else ""
+    advice = "\n".join(filter(None, (advice, _plugin_advice(root, kept))))
     plans = [plan for plan in plans if plan.path not in kept]
     for plan in plans:
         if (root / plan.path).is_symlink() and not plan.append:

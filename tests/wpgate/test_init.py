@@ -733,6 +733,34 @@ def test_init_in_a_sub_project_says_what_to_add_at_the_top_of_the_work_tree(
     assert "Clean-room acknowledged:" in out[out.index("pull_request_template.md") :]
 
 
+@pytest.mark.parametrize(
+    ("mkdocs", "advised"),
+    [
+        ("site_name: x\nplugins:\n  - search\n", True),
+        ("site_name: x\n", True),
+        ("site_name: x\nplugins:\n  - search\n  - wpgate\n", False),
+        ("site_name: x\nplugins:\n  - wpgate:\n      enabled: true\n", False),
+        ("site_name: x\nplugins:\n  search: {}\n  wpgate: {}\n", False),
+    ],
+)
+def test_init_says_how_to_add_the_plugin_to_a_kept_mkdocs_yml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mkdocs: str, advised: bool
+) -> None:
+    (tmp_path / "mkdocs.yml").write_text(mkdocs, encoding="utf-8")
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "mkdocs.yml").read_text(encoding="utf-8") == mkdocs
+    assert ("mkdocs.yml exists without the wpgate plugin" in out) is advised
+    if advised:
+        import yaml
+
+        block = out[out.index("theme:\n") : out.index("next:")]
+        assert yaml.safe_load(block) == {
+            "theme": {"name": "material"},
+            "plugins": ["search", "wpgate"],
+        }
+
+
 def test_init_refuses_a_blank_site_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["init", "--root", str(tmp_path), "--name", "   "]) == 2
     assert "'   ' is blank; pass --name with the site's name" in capsys.readouterr().err
