@@ -225,7 +225,11 @@ def _provenance(root: Path, config: Config | None, history: bool) -> tuple[list[
     parsed = load_provenance(root, config)
     # The git history serves provenance-first-use-history alone: read only when it runs.
     if history and rule_enabled(config, PROVENANCE_FIRST_USE_HISTORY) and is_work_tree(root):
-        require_full_history(root, "the first-use history check (wpgate provenance --history)")
+        require_full_history(
+            root,
+            "the first-use history check (on with history_start or [tool.wpgate.provenance] "
+            "history, or --history; `--no-history` skips it)",
+        )
         parsed = replace(parsed, citations=first_citing_commits(root))
     findings = run_checks(config, rules.CHECKS, parsed, ProvenanceOptions.from_config(config))
     return _keep(config, findings), len(parsed.sources)

@@ -127,9 +127,10 @@ def _configures_wpgate(folder: Path) -> bool:
 
 def shown_path(root: Path, path: str) -> str:
     """``path`` (relative to ``root``) as the shell reaches it from the current folder where
-    that lies inside ``root`` (a root found above it); else as it is, relative to the root."""
+    that lies inside ``root`` (a root found above it) or above it (a sub-project's
+    ``--root``); else as it is, relative to the root."""
     here = Path.cwd()
-    if here != root and root not in here.parents:
+    if here != root and root not in here.parents and here not in root.parents:
         return path
     return os.path.relpath(root / path, here)
 

@@ -474,12 +474,30 @@ def test_shallow_clone_history_checks_exit_2(repo: Path, tmp_path: Path) -> None
     status, out, err = run(clone, "provenance", "--history")
     assert (status, out) == (2, "")
     assert "clone is shallow" in err
+    # What turns the check on, and how to skip it, since a plain run may ask for it too.
+    assert "on with history_start or [tool.wpgate.provenance] history" in err
+    assert "`--no-history` skips it" in err
     assert "git fetch --unshallow" in err
     first = git(repo, "rev-list", "--max-parents=0", "HEAD")
     (clone / "pyproject.toml").write_text(f'[tool.wpgate]\nhistory_start = "{first}"\n')
     status, out, err = run(clone, "check")
     assert (status, out) == (2, "")
     assert "git fetch --unshallow" in err
+
+
+def test_paths_of_a_sub_project_are_shown_from_the_folder_above_it(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run from the top of the work tree with a sub-project's --root, new-wp names the pages
+    it wrote as the shell reaches them from there, not relative to the sub-project."""
+    sub = repo / "services" / "api"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(repo)
+    status, out, _ = run(sub, "new-wp", "001", "--title", "T", "--phase", "1")
+    assert status == 0
+    assert out.splitlines()
+    assert all(line.startswith("services/api/docs/") for line in out.splitlines()), out
+    assert (repo / out.splitlines()[-1]).is_file()
 
 
 def test_a_four_digit_work_package_is_one_grammar(repo: Path) -> None:
