@@ -29,6 +29,7 @@ import contextlib
 import importlib
 import io
 import logging
+import math
 import os
 from typing import Any
 
@@ -779,6 +780,31 @@ def _scalar(value: str, load: Any) -> Any:
     return load(value)
 
 
+# Keys whose empty value (``data=``) would reach Ultralytics as None, which it cannot take
+# (a traceback from inside its dataset check for data=): refused, with what each takes.
+_NEEDS_A_VALUE = {
+    "model": "a model to build or load, e.g. model=yolo26n.yaml",
+    "data": "a dataset's YAML, e.g. data=coco8.yaml",
+    "task": "one of " + ", ".join(TASKS),
+    "imgsz": "the image size in pixels, e.g. imgsz=640",
+}
+
+
+def _check_imgsz(value: object) -> None:
+    """``imgsz=``: a positive number of pixels, or ``[height, width]``; anything else is a
+    usage error here, where Ultralytics' own check raises only once the model is built."""
+    if value is None:
+        return
+    items = value if isinstance(value, list) else [value]
+    if not 1 <= len(items) <= 2 or any(
+        isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf for v in items
+    ):
+        raise ValueError(
+            f"imgsz={value!r}: takes the image size in pixels, a positive number (imgsz=640) "
+            "or [height, width] (imgsz=[480,640])"
+        )
+
+
 def parse_train_args(argv: list[str]) -> tuple[str, dict[str, Any]]:
     """``model`` and the ``model.train`` keyword arguments of ``key=value`` command-line pairs.
 
@@ -803,6 +829,11 @@ def parse_train_args(argv: list[str]) -> tuple[str, dict[str, Any]]:
             raise ValueError(
                 f"{key}= is fixed by musgd-yolo (it trains with UltralyticsMuSGD): leave {key}= "
                 f"out{other}"
+            )
+        if not value.strip() and (key in _NEEDS_A_VALUE or key.startswith("ns_")):
+            raise ValueError(
+                f"{key}= needs a value ({_NEEDS_A_VALUE.get(key, 'see musgd.NSConfig')}); "
+                f"leave {key}= out for its default"
             )
         parsed = _scalar(value, yaml.safe_load)
         if key == "model":
@@ -904,6 +935,7 @@ def main(argv: list[str] | None = None) -> int:
         model_given = any(a.partition("=")[0] == "model" for a in args)
         task, task_model = _task_of(kwargs.pop("task", None), model_given)
         _check_device(kwargs.get("device"))
+        _check_imgsz(kwargs.get("imgsz"))
         require_ultralytics()
         _check_train_arguments(kwargs)
     except (ValueError, ImportError) as exc:

@@ -451,6 +451,19 @@ def test_command_line_errors_exit_2_with_a_message(
     for device in ("cuda", "0", "cuda:0", "0,1"):
         assert main([f"device={device}"]) == 2
         assert f"device={device}: no CUDA GPU is visible here" in capsys.readouterr().err
+    # Values Ultralytics would take only to fail with a traceback once the model is built.
+    for arg, said in (
+        ("data=", "data= needs a value (a dataset's YAML, e.g. data=coco8.yaml); leave data= out"),
+        ("model=", "model= needs a value (a model to build or load"),
+        ("task=", "task= needs a value (one of detect, "),
+        ("ns_steps=", "ns_steps= needs a value (see musgd.NSConfig)"),
+        ("imgsz=abc", "imgsz='abc': takes the image size in pixels"),
+        ("imgsz=0", "imgsz=0: takes the image size in pixels"),
+        ("imgsz=[1,2,3]", "imgsz=[1, 2, 3]: takes the image size in pixels"),
+        ("imgsz=true", "imgsz=True: takes the image size in pixels"),
+    ):
+        assert main([arg]) == 2, arg
+        assert said in capsys.readouterr().err, arg
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert main(["device=0,1"]) == 2
