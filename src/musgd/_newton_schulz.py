@@ -62,11 +62,25 @@ NORMALIZATIONS: tuple[Normalize, ...] = ("frobenius", "aol")
 
 def schedule_steps(coefficients: Coefficients, steps: int | None = None) -> int:
     """The iterations a schedule runs: ``steps`` where given, else a named schedule's own
-    (:data:`SCHEDULES`), else :data:`DEFAULT_STEPS`."""
+    (:data:`SCHEDULES`), else an explicit sequence's length where it is longer than
+    :data:`DEFAULT_STEPS` (its last triples had been dropped), else :data:`DEFAULT_STEPS` (a
+    shorter sequence repeats its last triple). Given ``steps`` shorter than a sequence run its
+    first ``steps`` triples."""
     if steps is not None:
         return steps
-    named = SCHEDULES.get(coefficients) if isinstance(coefficients, str) else None
-    return DEFAULT_STEPS if named is None else named.steps
+    if isinstance(coefficients, str):
+        named = SCHEDULES.get(coefficients)
+        return DEFAULT_STEPS if named is None else named.steps
+    if _explicit_sequence(coefficients) and len(coefficients) <= MAX_STEPS:
+        return max(DEFAULT_STEPS, len(coefficients))
+    return DEFAULT_STEPS  # (a longer sequence is refused where its triples are validated)
+
+
+def _explicit_sequence(coefficients: object) -> bool:
+    """Whether ``coefficients`` is a sequence of triples (not one triple, not a name)."""
+    if not isinstance(coefficients, Sequence) or isinstance(coefficients, str | bytes | bytearray):
+        return False
+    return not (len(coefficients) == 3 and all(_is_number(v) for v in coefficients))
 
 
 def schedule_normalization(coefficients: Coefficients, normalize: str | None = None) -> str:

@@ -103,9 +103,10 @@ class NSConfig:
     """The Newton-Schulz settings of one optimizer: keyword-only, validated at construction.
 
     Args:
-        steps: iterations, 1..100. None (default): the schedule's own, 4 for ``"aol4"`` and 5
-            for every other (an explicit schedule shorter than ``steps`` repeats its last
-            triple). Read back as the resolved value.
+        steps: iterations, 1..100. None (default): the schedule's own, 4 for ``"aol4"``, the
+            length of an explicit sequence of more than 5 triples, and 5 for every other (an
+            explicit schedule shorter than ``steps`` repeats its last triple; a longer one runs
+            its first ``steps`` triples). Read back as the resolved value.
         coefficients: a schedule name (``"quintic"``, the default, the Muon write-up's
             ``(3.4445, -4.7750, 2.0315)`` for every iteration; ``"polar_express"``, Polar
             Express's five per-iteration minimax quintics, arXiv 2505.16932) or an explicit

@@ -396,6 +396,24 @@ def test_an_explicit_ns_steps_of_five_is_kept_with_a_four_step_schedule() -> Non
         MuSGD([p], ns=NSConfig(coefficients="aol4"), ns_steps=5)
 
 
+def test_an_explicit_schedule_longer_than_five_runs_all_its_triples_by_default() -> None:
+    """Six triples and no ``ns_steps``: six steps (the sixth had been dropped, silently), in
+    ``NSConfig``, both flavours and a group's own schedule; shorter schedules keep five steps
+    (their last triple repeated), and an explicit ``ns_steps`` still takes the first triples."""
+    six = tuple((3.0 + i / 10, -4.0, 2.0) for i in range(6))
+    p = nn.Parameter(torch.zeros(4, 4))
+    assert NSConfig(coefficients=six).steps == 6
+    assert NSConfig(coefficients=six).triples == six
+    group = MuSGD([p], ns_coefficients=six).param_groups[0]
+    assert (group["ns_steps"], group["ns_coefficients"]) == (6, six)
+    ultralytics = UltralyticsMuSGD([p], **KW, ns=NSConfig(coefficients=six))
+    assert (ultralytics.ns.steps, ultralytics.ns.triples) == (6, six)
+    own = MuSGD([{"params": [p], "ns_coefficients": six}]).param_groups[0]
+    assert (own["ns_steps"], own["ns_coefficients"]) == (6, six)
+    assert NSConfig(coefficients=six[:3]).steps == 5
+    assert NSConfig(coefficients=six, steps=3).triples == six[:3]
+
+
 # Equal column counts, rows within 2x: one CPU stack, a tall, a wide and a square matrix.
 MIXED = [(12, 8), (6, 8), (8, 8), (12, 8)]
 
