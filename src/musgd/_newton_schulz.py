@@ -459,6 +459,24 @@ def _iterate_gram_in_float16(
     return iterate_gram(X.half(), triples).to(X.dtype)
 
 
+def _check_matrix_input(name: str, G: object, dims: int, form: str) -> None:
+    """``G`` is a real floating-point tensor of ``dims`` dimensions; else TypeError or
+    ValueError naming what it is (an integer matrix came back as zeros: the result rounded to
+    its dtype)."""
+    if not isinstance(G, Tensor):
+        raise TypeError(
+            f"{name} expects a {form} torch.Tensor, got {type(G).__name__}; wrap it with "
+            "torch.as_tensor(..., dtype=torch.float32)"
+        )
+    if not G.is_floating_point():
+        raise TypeError(
+            f"{name} expects a real floating-point tensor, got {G.dtype}; convert it first "
+            "(G.float())"
+        )
+    if G.dim() != dims:
+        raise ValueError(f"{name} expects a {form} tensor, got {tuple(G.shape)}")
+
+
 def orthogonalize_batched(
     G: Tensor,
     *,
@@ -478,10 +496,7 @@ def orthogonalize_batched(
     (:func:`iterate_gram`; in float16 where ``dtype`` is bf16). The result has ``G``'s shape
     and dtype; ``G`` is not modified.
     """
-    if G.dim() != 3:
-        raise ValueError(
-            f"orthogonalize_batched expects a (B, rows, cols) tensor, got {tuple(G.shape)}"
-        )
+    _check_matrix_input("orthogonalize_batched", G, 3, "(B, rows, cols)")
     check_settings(dtype, eps)
     if iteration not in ITERATIONS:
         raise ValueError(
@@ -508,8 +523,7 @@ def orthogonalize(
 
     The result has ``G``'s shape and dtype; ``G`` is not modified.
     """
-    if G.dim() != 2:
-        raise ValueError(f"orthogonalize expects a (rows, cols) tensor, got {tuple(G.shape)}")
+    _check_matrix_input("orthogonalize", G, 2, "(rows, cols)")
     return orthogonalize_batched(
         G.unsqueeze(0),
         steps=steps,

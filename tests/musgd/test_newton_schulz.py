@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -103,6 +104,28 @@ def test_one_triple_in_a_sequence_equals_the_bare_triple() -> None:
     bare = orthogonalize(G, coefficients=DEFAULT_COEFFICIENTS)
     assert torch.equal(orthogonalize(G, coefficients=[DEFAULT_COEFFICIENTS]), bare)
     assert torch.equal(orthogonalize(G, coefficients=[DEFAULT_COEFFICIENTS] * 5), bare)
+
+
+@pytest.mark.parametrize(
+    ("G", "error", "said"),
+    [
+        (
+            torch.ones(3, 3, dtype=torch.long),
+            TypeError,
+            "real floating-point tensor, got torch.int64",
+        ),
+        (torch.ones(3, 3, dtype=torch.complex64), TypeError, "got torch.complex64"),
+        ([[1.0, 2.0], [3.0, 4.0]], TypeError, "torch.Tensor, got list; wrap it"),
+        (torch.ones(3), ValueError, "expects a (rows, cols) tensor, got (3,)"),
+    ],
+)
+def test_orthogonalize_refuses_what_is_not_a_real_matrix(
+    G: object, error: type[Exception], said: str
+) -> None:
+    """An integer matrix came back as zeros (the result rounded to its dtype), a list raised
+    an AttributeError: each is now refused, naming what it got."""
+    with pytest.raises(error, match=re.escape(said)):
+        orthogonalize(G)  # type: ignore[arg-type]
 
 
 def test_resolve_coefficients_expands_to_exactly_steps_triples() -> None:
