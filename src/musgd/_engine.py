@@ -128,9 +128,10 @@ class UpdateRule(Protocol):
 
 def settings_view(group: Mapping[str, Any], *, where: str) -> dict[str, Any]:
     """``group``'s settings as a rule's check reads them without a host synchronization: each
-    one-element floating-point tensor (a tensor ``lr``) stands as 0.0, its value unread (any
-    other tensor is refused), and ``params`` is empty (their shapes were checked when the
-    group was added)."""
+    one-element floating-point tensor (a tensor ``lr``) on a device stands as 0.0, its value
+    unread (any other tensor is refused); one on the CPU, whose reading waits for nothing,
+    stands as its value, checked as a number is. ``params`` is empty (their shapes were
+    checked when the group was added)."""
     view: dict[str, Any] = {}
     for key, value in group.items():
         if isinstance(value, Tensor) and (value.numel() != 1 or not value.is_floating_point()):
@@ -138,20 +139,37 @@ def settings_view(group: Mapping[str, Any], *, where: str) -> dict[str, Any]:
                 f"{where}: {key} must be a number or a one-element floating-point tensor, "
                 f"got a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
             )
-        view[key] = 0.0 if isinstance(value, Tensor) else value
+        view[key] = _unread(value) if isinstance(value, Tensor) else value
     view["params"] = []
     return view
 
 
+def _unread(value: Tensor) -> float:
+    """A one-element tensor setting as a check reads it: its value where it lies on the CPU
+    (no synchronization), else 0.0 (a device's value is read there, at the step, never on the
+    host)."""
+    return value.item() if value.device.type == "cpu" else 0.0
+
+
 def _settings_mark(group: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a group's check depends on, compared by value (a tensor by identity): a group whose
-    mark is unchanged since its last check needs none (NaN never equals itself, so a NaN
+    """What a group's check depends on, compared by value (a device tensor by identity, a CPU
+    tensor by identity and value, so that a value written in place is checked too): a group
+    whose mark is unchanged since its last check needs none (NaN never equals itself, so a NaN
     setting is checked, and refused, every time)."""
     return tuple(
-        (key, id(value) if isinstance(value, Tensor) else value)
+        (key, _tensor_mark(value) if isinstance(value, Tensor) else value)
         for key, value in group.items()
         if key != "params"
     )
+
+
+def _tensor_mark(value: Tensor) -> tuple[int, float]:
+    """A tensor setting's part of the mark: its identity, and its value where reading it costs
+    no synchronization (a one-element CPU tensor; else 0.0, so that a device tensor's identity
+    alone decides)."""
+    if value.device.type == "cpu" and value.numel() == 1:
+        return id(value), value.item()
+    return id(value), 0.0
 
 
 # Group settings that only other optimizers have, each with one that has it: a state dict
@@ -171,6 +189,36 @@ _OTHER_OPTIMIZERS_SETTINGS: dict[str, str] = {
     "t0": "ASGD",
     "max_iter": "LBFGS",
 }
+
+
+def without_foreign_settings(group: Mapping[str, Any]) -> dict[str, Any]:
+    """``group`` without the settings only other optimizers have (an SGD-derived optimizer's
+    ``dampening``), which mean nothing to these optimizers and would make their checkpoints
+    read as another optimizer's."""
+    return {k: v for k, v in group.items() if k not in _OTHER_OPTIMIZERS_SETTINGS}
+
+
+# Group settings of musgd.MuSGD that the Ultralytics flavour's groups never hold: a state dict
+# of MuSGD's loaded into that flavour is named as MuSGD's, not refused for a setting it lacks.
+_MUSGD_SETTINGS = ("w_muon", "w_sgd", "ns_steps", "ns_coefficients", "ns_dtype", "ns_backend")
+
+
+def _refuse_foreign(
+    group: Mapping[str, Any],
+    name: str,
+    *,
+    where: str,
+    fix: str,
+    others: Mapping[str, str] = _OTHER_OPTIMIZERS_SETTINGS,
+) -> None:
+    """ValueError where ``group`` holds a setting only another optimizer has (``others``:
+    setting -> who has it; ``dampening``: SGD's), saying ``fix``."""
+    foreign = sorted(set(group) & others.keys())
+    if foreign:
+        raise ValueError(
+            f"{where} has {', '.join(map(repr, foreign))}, a setting of another optimizer "
+            f"({others[foreign[0]]}) that {name} has none of: {fix}"
+        )
 
 
 def _warn_misspelt(group: Mapping[str, Any], defaults: Mapping[str, Any], *, where: str) -> None:
@@ -536,8 +584,15 @@ class EngineOptimizer(Optimizer):
         listed twice in one group is refused (``torch.optim`` only warns, and its step would
         then move it twice)."""
         where = f"param_groups[{len(self.param_groups)}]"
-        if isinstance(param_group, dict):
-            _warn_misspelt(param_group, self.defaults, where=f"{self._rule.name}: {where}")
+        name = self._rule.name
+        if not isinstance(param_group, dict):
+            raise TypeError(
+                f"{name}.add_param_group takes one group, a dict ({{'params': [...], 'lr': "
+                f"...}}), got {type(param_group).__name__}; add several groups one by one"
+            )
+        # A checkpoint with such a setting would read as another optimizer's (load_state_dict).
+        _refuse_foreign(param_group, name, where=f"{name}: {where}", fix="remove it from the group")
+        _warn_misspelt(param_group, self.defaults, where=f"{name}: {where}")
         params = param_group.get("params") if isinstance(param_group, dict) else None
         if not isinstance(params, Tensor) and params is not None:
             # A generator is read once, here: the rule's check and the stored group see one list.
@@ -610,14 +665,17 @@ class EngineOptimizer(Optimizer):
         owner: dict[Any, tuple[Tensor, dict[str, Any]]] = {}
         for index, (group, mine) in enumerate(zip(saved, self.param_groups, strict=True)):
             where = f"{name}: param_groups[{index}]"
-            foreign = sorted(set(group) & _OTHER_OPTIMIZERS_SETTINGS.keys())
-            if foreign:
-                raise ValueError(
-                    f"{where} has {', '.join(map(repr, foreign))}, a setting of another optimizer "
-                    f"({_OTHER_OPTIMIZERS_SETTINGS[foreign[0]]}) that {self._rule.name} has "
-                    "none of: the state dict is another optimizer's; load it into the one that "
-                    "saved it"
-                )
+            others = {
+                **_OTHER_OPTIMIZERS_SETTINGS,
+                **{key: "musgd.MuSGD" for key in _MUSGD_SETTINGS if key not in self.defaults},
+            }
+            _refuse_foreign(
+                group,
+                self._rule.name,
+                where=where,
+                fix="the state dict is another optimizer's; load it into the one that saved it",
+                others=others,
+            )
             self._rule.check_settings(settings_view(group, where=where), where=where)
             for key, param in zip(group["params"], mine["params"], strict=True):
                 if key in owner:

@@ -112,7 +112,10 @@ class MuSGD(EngineOptimizer):
     fills a tensor ``lr``) keeps reaching the captured step. Numbers, and tensors of another
     dtype or device, are read on the host at each step (frozen into a capture). With a tensor
     ``lr`` the write is ``W - (lr*U)`` (the product rounded first); a tensor ``weight_decay`` or
-    ``w_muon`` always runs its term (adding exact zeros at zero). To capture a whole step: run
+    ``w_muon`` always runs its term (adding exact zeros at zero). A tensor on the CPU is
+    checked as a number is whenever it or its value changes (reading it waits for nothing); a
+    GPU tensor's value is never read on the host, so a value written into it later is not
+    checked (a NaN ``lr`` there is not refused). To capture a whole step: run
     one step first (it makes the momentum buffers, which a capture cannot), give the graph
     gradients at fixed addresses (copy each step's gradients into the tensors it was captured
     with; ``zero_grad(set_to_none=False)`` works too but makes backward add into them), then

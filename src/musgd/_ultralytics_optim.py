@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -208,22 +209,36 @@ def _fail(where: str, name: str, rule: str, value: object) -> None:
 
 
 def _finite(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real number (NumPy's scalars too), not a bool."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def _host_number(value: object) -> float | None:
+    """A setting as the flavour's step reads it, on the host: a real number, or a one-element
+    floating-point tensor's value; None for anything else."""
+    if isinstance(value, Tensor):
+        return float(value) if value.numel() == 1 and value.is_floating_point() else None
+    return float(value) if _finite(value) else None  # type: ignore[arg-type]
+
+
+_OR_TENSOR = " (or a one-element floating-point tensor, read on the host)"
 
 
 def validate_flavour_group(group: dict[str, Any], *, where: str) -> None:
     """Raise ValueError naming the argument when a group's setting is out of range."""
-    lr = group["lr"]
-    if isinstance(lr, Tensor) and lr.numel() == 1:
-        lr = float(lr)
-    if not _finite(lr) or lr < 0:
-        _fail(where, "lr", "a finite number >= 0", group["lr"])
-    mu = group["momentum"]
-    if not _finite(mu) or not 0.0 <= mu < 1.0:
-        _fail(where, "momentum", "a number in [0, 1)", mu)
-    wd = group["weight_decay"]
-    if not _finite(wd) or wd < 0:
-        _fail(where, "weight_decay", "a finite number >= 0", wd)
+    lr = _host_number(group["lr"])
+    if lr is None or not math.isfinite(lr) or lr < 0:
+        _fail(where, "lr", "a finite number >= 0" + _OR_TENSOR, group["lr"])
+    mu = _host_number(group["momentum"])
+    if mu is None or not 0.0 <= mu < 1.0:
+        _fail(where, "momentum", "a number in [0, 1)" + _OR_TENSOR, group["momentum"])
+    wd = _host_number(group["weight_decay"])
+    if wd is None or not math.isfinite(wd) or wd < 0:
+        _fail(where, "weight_decay", "a finite number >= 0" + _OR_TENSOR, group["weight_decay"])
     for name in (
         "nesterov",
         "use_muon",

@@ -41,7 +41,7 @@ from musgd._compile_cache import cache_path as compile_cache_path
 from musgd._compile_cache import load as load_compile_cache
 from musgd._compile_cache import save as save_compile_cache
 from musgd._ema import FusedEMA
-from musgd._engine import StepEngine
+from musgd._engine import StepEngine, without_foreign_settings
 from musgd._flat import adopt_flat, laid_flat
 from musgd._loss_capture import LossCapture
 from musgd._network_capture import NetworkCapture, compiled_predict
@@ -140,7 +140,8 @@ def from_stock(
 ) -> UltralyticsMuSGD:
     """An :class:`UltralyticsMuSGD` over the same param groups as an Ultralytics ``MuSGD``.
 
-    Every key of every group (``param_group`` names, ``lr``, ``momentum``, ...) is kept, and
+    Every key of every group (``param_group`` names, ``lr``, ``momentum``, ...) is kept but
+    the settings only other optimizers have (an SGD-derived optimizer's ``dampening``), and
     ``muon``/``sgd`` are read from the stock optimizer. The stock optimizer must not have
     stepped yet: its state is not carried over (load a checkpoint's state dict instead).
     ``ns`` (a :class:`musgd.NSConfig`) sets the Newton-Schulz settings, as in
@@ -160,7 +161,8 @@ def from_stock(
     defaults = {k: stock.defaults.get(k, v) for k, v in ULTRALYTICS_DEFAULTS.items()}
     muon = getattr(stock, "muon", ULTRALYTICS_DEFAULTS["muon"])
     sgd = getattr(stock, "sgd", ULTRALYTICS_DEFAULTS["sgd"])
-    groups = [dict(group) for group in stock.param_groups]
+    # Settings of other optimizers (an SGD-derived stock's `dampening`) mean nothing here.
+    groups = [without_foreign_settings(group) for group in stock.param_groups]
     return UltralyticsMuSGD(
         groups,
         lr=defaults["lr"],

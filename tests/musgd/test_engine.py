@@ -18,6 +18,7 @@ from replay_fakes import FakeRecorder, fake_graph_pools
 from torch import Tensor, nn
 
 from musgd import MuSGD
+from musgd import _engine as engine_module
 from musgd import _optimizer as musgd_optimizer
 from musgd._distributed import ShardedStep
 from musgd._engine import EngineOptimizer, StepEngine, StepValues
@@ -252,9 +253,12 @@ def test_a_setting_changed_after_the_group_was_added_is_refused_before_any_write
     assert all(torch.equal(x, y) for x, y in zip(before, _snapshot(opt), strict=True))
 
 
-def test_an_unchanged_group_is_not_checked_again_and_a_tensor_lr_is_not_read(
+def test_an_unchanged_group_is_not_checked_again_and_a_cpu_tensor_lr_is_checked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A group is checked again only when a setting changed: a number, a tensor replaced, or
+    a CPU tensor's value written in place (reading it waits for nothing); a refused value
+    leaves every parameter as it was."""
     _, _, opt = _two_groups()
     calls: list[str] = []
     original = musgd_optimizer._validate_group
@@ -272,9 +276,46 @@ def test_an_unchanged_group_is_not_checked_again_and_a_tensor_lr_is_not_read(
     lr = torch.tensor(0.03)
     opt.param_groups[1]["lr"] = lr
     opt.step()
-    lr.fill_(-1.0)  # the tensor's value is the user's business: reading it would synchronize
-    opt.step()
     assert calls == ["param_groups[0]", "param_groups[1]"]
+    opt.step()
+    assert calls == ["param_groups[0]", "param_groups[1]"]  # the same tensor, the same value
+    before = [p.detach().clone() for g in opt.param_groups for p in g["params"]]
+    for bad in (-1.0, float("nan")):
+        lr.fill_(bad)  # written in place: checked, as a number would be
+        with pytest.raises(ValueError, match=r"param_groups\[1\]: lr must be a finite number"):
+            opt.step()
+    after = [p.detach() for g in opt.param_groups for p in g["params"]]
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    opt.param_groups[1]["lr"] = torch.tensor(float("nan"))  # a new tensor: checked too
+    with pytest.raises(ValueError, match="lr must be a finite number"):
+        opt.step()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "owner"), [("dampening", 0.0, "SGD"), ("betas", (0.9, 0.99), "Adam")]
+)
+def test_a_group_with_another_optimizers_setting_is_refused_when_added(
+    key: str, value: object, owner: str
+) -> None:
+    """Such a group was taken, and its own checkpoint then refused as another optimizer's."""
+    layer = nn.Linear(4, 3)
+    with pytest.raises(ValueError, match=f"has '{key}', a setting of another optimizer \\({owner}"):
+        MuSGD([{"params": list(layer.parameters()), key: value}])
+    opt = MuSGD([layer.weight])
+    with pytest.raises(ValueError, match="remove it from the group"):
+        opt.add_param_group({"params": [layer.bias], key: value})
+    assert len(opt.param_groups) == 1
+    with pytest.raises(TypeError, match=r"add_param_group takes one group, a dict .* got list"):
+        opt.add_param_group([{"params": [layer.bias]}])  # type: ignore[arg-type]
+
+
+def test_a_device_tensor_setting_is_not_read_on_the_host() -> None:
+    """Reading a device tensor's value would synchronize the host with the device: a check
+    lets it stand as 0.0, and its identity alone marks it (a meta tensor has no value)."""
+    lr = torch.tensor(0.5, device="meta")
+    view = engine_module.settings_view({"lr": lr, "params": [1]}, where="g")
+    assert view == {"lr": 0.0, "params": []}
+    assert engine_module._settings_mark({"lr": lr}) == (("lr", (id(lr), 0.0)),)
 
 
 def _damaged(change: str) -> object:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import musgd.ultralytics as trainer_module
-from musgd import GradClipReplay, _functional
+from musgd import GradClipReplay, MuSGD, _functional
 from musgd import _ultralytics_optim as flavour
 from musgd.ultralytics import (
     UltralyticsMuSGD,
@@ -349,6 +349,48 @@ def test_from_stock_keeps_every_group_key_and_the_weights() -> None:
     stock.step()
     with pytest.raises(ValueError, match="has not stepped yet"):
         from_stock(stock)
+
+
+def test_from_stock_drops_other_optimizers_settings_so_its_checkpoint_loads() -> None:
+    """An SGD-derived stock optimizer's groups carry `dampening`: kept, it made the converted
+    optimizer's own checkpoint read as another optimizer's at load."""
+    params = make_params()
+    ours = from_stock(_StockLike(stock_groups(params), **KW), capture_updates=False)
+    assert all("dampening" not in group for group in ours.param_groups)
+    set_grads(params, 0)
+    ours.step()
+    again = from_stock(_StockLike(stock_groups(params), **KW), capture_updates=False)
+    again.load_state_dict(ours.state_dict())
+    assert again.state_dict()["state"].keys() == ours.state_dict()["state"].keys()
+
+
+def test_the_flavour_takes_what_musgd_takes_and_names_a_musgd_state_dict() -> None:
+    """NumPy scalars and one-element float tensors (read on the host) were refused with a
+    message their values met; an integer tensor lr passed the constructor and failed the
+    step; a MuSGD state dict was refused for a setting it lacked."""
+    import numpy as np
+
+    def made(**kw: Any) -> UltralyticsMuSGD:
+        return UltralyticsMuSGD([nn.Parameter(torch.ones(3, 3))], **{**KW, **kw})
+
+    for kw in (
+        {"momentum": torch.tensor(0.9)},
+        {"lr": np.float32(0.01)},
+        {"muon": np.float64(0.2)},
+    ):
+        opt = made(**kw)
+        opt.param_groups[0]["params"][0].grad = torch.ones(3, 3)
+        opt.step()
+    with pytest.raises(ValueError, match=r"lr must be .* one-element floating-point tensor"):
+        made(lr=torch.tensor(1))
+    with pytest.raises(ValueError, match=r"momentum must be a number in \[0, 1\)"):
+        made(momentum=1.0)
+    layer = nn.Linear(4, 3)
+    theirs = MuSGD(layer.parameters())
+    layer(torch.randn(2, 4)).sum().backward()
+    theirs.step()
+    with pytest.raises(ValueError, match=r"a setting of another optimizer \(musgd.MuSGD\)"):
+        UltralyticsMuSGD(layer.parameters(), **KW).load_state_dict(theirs.state_dict())
 
 
 def test_musgd_trainer_builds_ours_from_the_stock_musgd_groups() -> None:
