@@ -15,6 +15,7 @@ private method of the other, and neither skips a constructor.
 from __future__ import annotations
 
 import difflib
+import numbers
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -142,6 +143,17 @@ def settings_view(group: Mapping[str, Any], *, where: str) -> dict[str, Any]:
         view[key] = _unread(value) if isinstance(value, Tensor) else value
     view["params"] = []
     return view
+
+
+def host_number(value: object) -> float | None:
+    """A setting's value read on the host, as both flavours check it: a real number (NumPy's
+    scalars too, not a bool) or a one-element floating-point tensor's value; None for anything
+    else."""
+    if isinstance(value, Tensor):
+        return float(value) if value.numel() == 1 and value.is_floating_point() else None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 def _unread(value: Tensor) -> float:

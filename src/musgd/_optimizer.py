@@ -22,6 +22,7 @@ from musgd._engine import (
     ParamsT,
     StepEngine,
     StepValues,
+    host_number,
     refuse_generic_flags,
 )
 from musgd._functional import (
@@ -487,14 +488,11 @@ def _validate_group(group: dict[str, Any], *, where: str) -> None:
 
     def number(name: str) -> float:
         """The value of a hyperparameter that may be a one-element tensor (read once here)."""
-        value = group[name]
-        if isinstance(value, Tensor):
-            if value.numel() != 1 or not value.is_floating_point():
-                fail(name, "a number or a one-element floating-point tensor")
-            return float(value)
-        if not _real(value):
+        value = host_number(group[name])
+        if value is None:
             fail(name, "a number or a one-element floating-point tensor")
-        return float(value)
+        assert value is not None  # fail raised
+        return value
 
     lr = number("lr")
     if not math.isfinite(lr) or lr < 0:

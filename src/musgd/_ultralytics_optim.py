@@ -46,6 +46,7 @@ from musgd._engine import (
     ParamsT,
     StepEngine,
     StepValues,
+    host_number,
     refuse_generic_flags,
 )
 from musgd._functional import (
@@ -217,26 +218,18 @@ def _finite(value: object) -> bool:
     )
 
 
-def _host_number(value: object) -> float | None:
-    """A setting as the flavour's step reads it, on the host: a real number, or a one-element
-    floating-point tensor's value; None for anything else."""
-    if isinstance(value, Tensor):
-        return float(value) if value.numel() == 1 and value.is_floating_point() else None
-    return float(value) if _finite(value) else None  # type: ignore[arg-type]
-
-
 _OR_TENSOR = " (or a one-element floating-point tensor, read on the host)"
 
 
 def validate_flavour_group(group: dict[str, Any], *, where: str) -> None:
     """Raise ValueError naming the argument when a group's setting is out of range."""
-    lr = _host_number(group["lr"])
+    lr = host_number(group["lr"])
     if lr is None or not math.isfinite(lr) or lr < 0:
         _fail(where, "lr", "a finite number >= 0" + _OR_TENSOR, group["lr"])
-    mu = _host_number(group["momentum"])
+    mu = host_number(group["momentum"])
     if mu is None or not 0.0 <= mu < 1.0:
         _fail(where, "momentum", "a number in [0, 1)" + _OR_TENSOR, group["momentum"])
-    wd = _host_number(group["weight_decay"])
+    wd = host_number(group["weight_decay"])
     if wd is None or not math.isfinite(wd) or wd < 0:
         _fail(where, "weight_decay", "a finite number >= 0" + _OR_TENSOR, group["weight_decay"])
     for name in (
