@@ -512,7 +512,7 @@ def _validate_group(group: dict[str, Any], *, where: str) -> None:
     ns_dtype = group["ns_dtype"]
     if not (ns_dtype == AUTO_NS_DTYPE or ns_dtype in SUPPORTED_NS_DTYPES):
         fail("ns_dtype", '"auto", torch.bfloat16, torch.float16 or torch.float32')
-    if group["use_muon"] not in (None, True, False):
+    if not (group["use_muon"] is None or isinstance(group["use_muon"], bool)):
         fail("use_muon", "None, True or False")
     for name in ("capture_orthogonalization", "capture_updates", "maximize", "skip_nonfinite"):
         if not isinstance(group[name], bool):

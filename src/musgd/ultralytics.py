@@ -880,10 +880,18 @@ def _check_device(value: object) -> None:
     """``device=``: a CUDA device where none is visible (or an index past the last) is a
     usage error here, not Ultralytics' traceback from inside its trainer; ``cpu``, ``mps``
     and what Ultralytics picks itself (no value, ``-1``) are left to it."""
+    if isinstance(value, (list, tuple)):  # device=[0,1], as YAML reads it
+        value = ",".join(map(str, value))
     text = "" if value is None else str(value).strip().lower()
     if text in ("", "cpu", "mps", "none") or text.startswith("-"):
         return
-    ids = [part.strip() for part in text.removeprefix("cuda").lstrip(":").split(",")]
+    named = text.removeprefix("cuda").lstrip(":")  # "cuda" alone: the current device
+    ids = [part.strip() for part in named.split(",")] if named else []
+    if not all(part.isdigit() for part in ids):
+        raise ValueError(
+            f"device={value}: name cpu, mps, a CUDA device by its index (device=0 or "
+            "device=cuda:0) or several by a comma list (device=0,1)"
+        )
     if not torch.cuda.is_available():
         raise ValueError(
             f"device={value}: no CUDA GPU is visible here (torch.cuda.is_available() is False); "
@@ -906,7 +914,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in args):
+    if any(a in ("-h", "--help") for a in args) or args[:1] == ["help"]:
         print(
             "usage: musgd-yolo [model=yolo26n.yaml] [task=detect|segment|pose|obb|classify] "
             "[capture_network=true] [compile_network=true [compile_cache=FILE]] "

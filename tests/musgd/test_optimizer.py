@@ -195,6 +195,8 @@ NAN, INF = float("nan"), float("inf")
         ("ns_dtype", torch.int8),
         ("ns_dtype", "bf16"),
         ("use_muon", "yes"),
+        ("use_muon", 1),
+        ("use_muon", 0.0),
         ("ns_coefficients", []),
         ("ns_coefficients", (1.0, 2.0)),
         ("ns_coefficients", [(1.0, 2.0, NAN)]),

@@ -482,17 +482,24 @@ def test_command_line_errors_exit_2_with_a_message(
     monkeypatch.setitem(sys.modules, "ultralytics", None)
     assert main(["epochs=1"]) == 2
     assert 'pip install "wpgate[ultralytics]"' in capsys.readouterr().err
-    assert main(["--help"]) == 0
-    assert "usage: musgd-yolo" in capsys.readouterr().out
+    for ask in ("--help", "help"):  # `yolo help`'s word works here too
+        assert main([ask]) == 0
+        assert "usage: musgd-yolo" in capsys.readouterr().out
     assert main(["capture_network=maybe"]) == 2
     assert "capture_network= takes true or false, got 'maybe'" in capsys.readouterr().err
     assert main(["channels_last=auto"]) == 2
     assert "channels_last= takes true or false, got 'auto'" in capsys.readouterr().err
     # A GPU asked for where none is: one line, before Ultralytics' own traceback could come.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for device in ("cuda", "0", "cuda:0", "0,1"):
+    for device in ("cuda", "0", "cuda:0", "0,1", "[0,1]"):
         assert main([f"device={device}"]) == 2
-        assert f"device={device}: no CUDA GPU is visible here" in capsys.readouterr().err
+        assert "no CUDA GPU is visible here" in capsys.readouterr().err
+    # A device that is no device's name is said to be that, GPU or none.
+    for device in ("bogus", "cuda:x", "0,gpu"):
+        assert main([f"device={device}"]) == 2
+        assert f"device={device}: name cpu, mps, a CUDA device by its index" in (
+            capsys.readouterr().err
+        )
     # Values Ultralytics would take only to fail with a traceback once the model is built.
     for arg, said in (
         ("data=", "data= needs a value (a dataset's YAML, e.g. data=coco8.yaml); leave data= out"),
