@@ -420,16 +420,20 @@ def plan_scaffolds(
 _PLUGIN_ENTRY = re.compile(r"^[ \t]*-[ \t]*[\"']?wpgate\b|^[ \t]+wpgate[ \t]*:", re.MULTILINE)
 
 
+def _kept_text_without(root: Path, path: str, entry: re.Pattern[str]) -> str | None:
+    """The text of the kept file ``path`` when ``entry`` is not in it; None when it is, or
+    when the file cannot be read (no advice is better than a wrong one)."""
+    try:
+        text = read_bounded(root, path).decode("utf-8", "replace")
+    except OSError:
+        return None
+    return None if entry.search(text) else text
+
+
 def _plugin_advice(root: Path, kept: list[str]) -> str:
     """How to add the site plugin to a kept ``mkdocs.yml`` that does not list it, or ``""``.
     The user's file is never rewritten."""
-    if "mkdocs.yml" not in kept:
-        return ""
-    try:
-        text = read_bounded(root, "mkdocs.yml").decode("utf-8", "replace")
-    except OSError:
-        return ""
-    if _PLUGIN_ENTRY.search(text):
+    if "mkdocs.yml" not in kept or _kept_text_without(root, "mkdocs.yml", _PLUGIN_ENTRY) is None:
         return ""
     return (
         "mkdocs.yml exists without the wpgate plugin (kept as it is). Add it under `plugins:` "
@@ -502,11 +506,8 @@ def _kept_refusal(root: Path, rel: str) -> str:
 def _hook_advice(root: Path, hooks: Scaffold) -> str:
     """The hook entries to add to an existing ``.pre-commit-config.yaml`` that has none of
     wpgate's, or ``""``. The user's file is never rewritten."""
-    try:
-        text = read_bounded(root, hooks.path).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    if _HOOK_IDS.search(text):
+    text = _kept_text_without(root, hooks.path, _HOOK_IDS)
+    if text is None:
         return ""
     entries = hooks.text[hooks.text.index("  - repo: local") :]
     install = (
