@@ -314,12 +314,20 @@ def _verify(root: Path, revisions: Sequence[str], shallow: bool) -> None:
     names = [r.removesuffix("^@") for r in revisions if r != _REMOTES]
     if not names:
         return
-    request = "".join(f"{name}^{{commit}}\n" for name in names).encode()
-    done = _run(root, ["cat-file", "--batch-check=%(objectname)"], request)
+    # Each name asked twice: as a commit, and as whatever object it names (for the message).
+    request = "".join(f"{name}^{{commit}}\n{name}\n" for name in names).encode()
+    done = _run(root, ["cat-file", "--batch-check=%(objectname) %(objecttype)"], request)
     answers = done.stdout.decode("utf-8", "replace").splitlines()
-    for name, answer in zip(names, answers + [""] * len(names), strict=False):
-        if answer.strip() and not answer.endswith("missing") and "ambiguous" not in answer:
+    answers += [""] * (2 * len(names) - len(answers))
+    for name, answer, named in zip(names, answers[::2], answers[1::2], strict=False):
+        if _found(answer):
             continue
+        kind = named.rpartition(" ")[2] if _found(named) else ""
+        if kind in ("tree", "blob", "tag"):
+            raise GitError(
+                f"`{_shown(name)}` names a {kind}, not a commit; name a commit (a branch, a tag "
+                "of a commit, a commit's hash)"
+            )
         if shallow:
             raise GitError(
                 f"revision `{_shown(name)}` is not in this shallow clone; fetch the history first "
@@ -334,6 +342,12 @@ def _verify(root: Path, revisions: Sequence[str], shallow: bool) -> None:
             f"unknown revision `{_shown(name)}`; check the name (`git log --oneline`), or fetch it "
             "(`git fetch origin`)"
         )
+
+
+def _found(answer: str) -> bool:
+    """Whether a ``cat-file --batch-check`` answer names an object (not missing, not
+    ambiguous)."""
+    return bool(answer.strip()) and not answer.endswith("missing") and "ambiguous" not in answer
 
 
 def _has_commits(root: Path) -> bool:

@@ -157,6 +157,18 @@ def test_unknown_revision_is_an_error(repo: Path) -> None:
         list(read_commits(repo, parse_range("nope..HEAD")))
 
 
+def test_a_tree_or_a_file_is_not_called_an_unknown_revision(repo: Path) -> None:
+    """An audit's finding: `HEAD^{tree}..HEAD` was called an unknown revision."""
+    with pytest.raises(GitError, match=r"`HEAD\^\{tree\}` names a tree, not a commit; name a"):
+        list(read_commits(repo, parse_range("HEAD^{tree}..HEAD")))
+    blob = git(repo, "hash-object", "-w", "--stdin", data=b"a file\n")
+    with pytest.raises(GitError, match=rf"`{blob}` names a blob, not a commit"):
+        list(read_commits(repo, parse_range(f"HEAD..{blob}")))
+    # An unknown name among them is still said to be unknown, in its turn.
+    with pytest.raises(GitError, match=r"unknown revision `nope`"):
+        list(read_commits(repo, parse_range("nope..HEAD")))
+
+
 def test_an_unknown_revision_of_any_length_is_quoted_short(repo: Path) -> None:
     """A 100,000-character name is not echoed whole into the message."""
     with pytest.raises(GitError) as caught:
