@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 from torch.amp.grad_scaler import GradScaler, OptState
 
+from musgd._identity import SameTensors
 from musgd._replay import (
     CudaGraphRecorder,
     Recorder,
@@ -144,6 +145,12 @@ def _grad_fallback(grads: list[Tensor]) -> str | None:
     return None
 
 
+def _describe(grads: list[Tensor]) -> tuple[str | None, Hashable]:
+    """Why these gradients must be clipped eagerly (None where a recording can serve), and
+    their layouts, the recording's key."""
+    return _grad_fallback(grads), tuple((g.shape, g.stride(), g.dtype) for g in grads)
+
+
 class GradClipReplay:
     """``torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type)``, replayed.
 
@@ -172,6 +179,7 @@ class GradClipReplay:
         self._in_place: RecordingCache[_InPlaceEntry] = RecordingCache(lambda: RECORDINGS_BOUND)
         self._seen: Hashable | None = None
         self._seen_in_place: Hashable | None = None
+        self._described: SameTensors[tuple[str | None, Hashable]] = SameTensors()
 
     def clear(self) -> None:
         """Drop every recording: each layout's next call runs eagerly, the one after records."""
@@ -187,18 +195,16 @@ class GradClipReplay:
         params = _tensors(parameters)
         with_grad = [p for p in params if p.grad is not None]
         grads = [p.grad for p in with_grad if p.grad is not None]
-        reason = _grad_fallback(grads)
+        # The same gradient objects as the last call's (a captured network's): their check
+        # and layouts are the last call's (musgd._identity).
+        reason, layouts = self._described.get(grads, lambda: _describe(grads))
         device = grads[0].device if grads else None
         if reason is None and device is not None:
             reason = context_fallback(self.recorder, device)
         if reason is not None or device is None:
             self.stats.fallbacks[reason or "no-gradients"] += 1
             return self._eager(params)
-        key = (
-            tuple((g.shape, g.stride(), g.dtype) for g in grads),
-            device,
-            environment_key(self.recorder, device),
-        )
+        key = (layouts, device, environment_key(self.recorder, device))
         entry = self._cache.get(key)
         if entry is None:
             entry = self._record(key, with_grad, grads, device)

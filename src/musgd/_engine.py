@@ -15,11 +15,13 @@ private method of the other, and neither skips a constructor.
 from __future__ import annotations
 
 import difflib
+import itertools
 import numbers
+import operator
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import Tensor
@@ -44,6 +46,7 @@ from musgd._functional import (
     pad_bound,
 )
 from musgd._guard import GuardPlan, NonFiniteGuard
+from musgd._identity import SameTensors
 from musgd._replay import (
     CudaGraphRecorder,
     GraphPool,
@@ -303,6 +306,10 @@ class StepEngine:
         self.pad_buckets = True
         # Each group's settings as last checked (check_groups): a step checks only a changed one.
         self._checked: list[tuple[Any, ...] | None] = []
+        # What a step derives from a group's gradient objects (musgd._identity): their kinds
+        # checked, and the layout, derived again only when the gradients are other objects.
+        self._kinds_checked: dict[int, SameTensors[bool]] = {}
+        self._layouts: dict[tuple[Any, ...], SameTensors[Layout]] = {}
 
     def share_pool(self, pool: GraphPool) -> bool:
         """Make every later recording in ``pool``, shared with recordings that never replay
@@ -423,8 +430,10 @@ class StepEngine:
             params=params,
             grads=grads,
             bufs=bufs,
-            layout=self.layout(
+            layout=self.group_layout(
+                index,
                 params,
+                grads,
                 group["use_muon"],
                 sharded=shares,
                 orient=values.structure.ns.normalize == "aol",
@@ -451,6 +460,24 @@ class StepEngine:
         pad = pad_bound(params[0].device) if self.pad_buckets and not sharded else None
         return build_layout(params, use_muon, pad=pad, orient=orient)
 
+    def group_layout(
+        self,
+        index: int,
+        params: list[Tensor],
+        grads: list[Tensor],
+        use_muon: bool | None,
+        *,
+        sharded: bool,
+        orient: bool,
+    ) -> Layout:
+        """:meth:`layout` of group ``index``, planned again only when its gradients are other
+        objects than at the last step (or the arguments differ): a gradient has its parameter's
+        shape, dtype and device, which do not change while the gradient object lives."""
+        memo = self._layouts.setdefault((index, use_muon, sharded, orient), SameTensors())
+        return memo.get(
+            grads, lambda: self.layout(params, use_muon, sharded=sharded, orient=orient)
+        )
+
     def gather(self, index: int, group: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
         """Parameters with gradients and their gradients; unsupported gradients raise.
 
@@ -459,10 +486,15 @@ class StepEngine:
         H200 at 4b62f17), and only a bad kind needs the per-tensor search for the message. A
         gradient always has its parameter's dtype, so a complex parameter shows in the kinds.
         """
-        params = [p for p in group["params"] if p.grad is not None]
-        grads: list[Tensor] = [g for p in params if (g := p.grad) is not None]
-        kinds = {(g.layout, g.dtype) for g in grads}
-        if any(layout != torch.strided or dtype.is_complex for layout, dtype in kinds):
+        members = group["params"]
+        found = [p.grad for p in members]  # each .grad read once: a read costs host time
+        if all(map(operator.is_not, found, itertools.repeat(None))):
+            params, grads = list(members), cast("list[Tensor]", found)
+        else:
+            params = [p for p, g in zip(members, found, strict=True) if g is not None]
+            grads = [g for g in found if g is not None]
+        memo = self._kinds_checked.setdefault(index, SameTensors())
+        if not memo.get(grads, lambda: _supported_kinds(grads)):
             self._raise_unsupported(index, group)
         return params, grads
 
@@ -512,6 +544,12 @@ class StepEngine:
         for p, buf in zip(missing, flat_zeros([p.detach() for p in missing]), strict=True):
             state[p][key] = buf
         return [state[p][key] for p in params]
+
+
+def _supported_kinds(grads: list[Tensor]) -> bool:
+    """Whether every gradient is dense (strided) and real."""
+    kinds = {(g.layout, g.dtype) for g in grads}
+    return not any(layout != torch.strided or dtype.is_complex for layout, dtype in kinds)
 
 
 # The generic torch.optim flags these optimizers do not take, and what serves instead.

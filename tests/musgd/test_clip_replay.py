@@ -306,3 +306,37 @@ def test_unscale_and_clip_leaves_to_the_scaler_what_a_recording_cannot_stand_for
         for s in scalers:
             s.update()
     assert recorder.records - records <= 1  # the copying clip's own recording, no in-place one
+
+
+def test_the_same_gradient_objects_are_described_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A captured network hands the same gradient tensors every iteration: their check and key
+    are derived at the first call only, and every call still gives the eager bits."""
+    import musgd._clip_replay as clip_replay
+
+    described = []
+    original = clip_replay._describe
+
+    def spy(grads: list[Tensor]) -> object:
+        described.append(len(grads))
+        return original(grads)
+
+    monkeypatch.setattr(clip_replay, "_describe", spy)
+    clip = GradClipReplay(10.0, recorder=FakeRecorder())
+    ours, stock = _params(), _params()
+    _set(ours, list(_grads(0)))
+    held = [p.grad for p in ours]
+    for step in range(5):
+        for g, new in zip(held, _grads(step, 30.0), strict=True):
+            assert g is not None
+            g.copy_(new)  # new values in the same objects
+        _set(stock, [g.clone() if g is not None else None for g in held])
+        total = clip(ours)
+        expected = torch.nn.utils.clip_grad_norm_(stock, clip.max_norm)
+        assert _same(total, expected), step
+        assert all(_same(p.grad, q.grad) for p, q in zip(ours, stock, strict=True))  # type: ignore[arg-type]
+    assert described == [len(SHAPES)]
+    assert clip.stats.replays == 4
+    # Other objects (a new backward's) are described anew.
+    _set(ours, list(_grads(9)))
+    clip(ours)
+    assert described == [len(SHAPES)] * 2

@@ -404,3 +404,56 @@ def test_a_misspelt_setting_is_warned_of_and_a_key_of_ones_own_is_not() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         MuSGD([{"params": net.parameters(), "initial_lr": 0.5, "name": "head"}])
+
+
+def test_the_same_gradient_objects_are_laid_out_once_and_other_ones_anew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A captured network's gradients are the same objects every step: the group's layout is
+    planned at the first step only; new gradient objects (a new backward), another gradient
+    set or a changed ``use_muon`` plan anew, and every step gives the bits of a plain one."""
+    planned: list[int] = []
+    original = StepEngine.layout
+
+    def spy(self: StepEngine, params: list[Tensor], *args: Any, **kwargs: Any) -> Any:
+        planned.append(len(params))
+        return original(self, params, *args, **kwargs)
+
+    monkeypatch.setattr(StepEngine, "layout", spy)
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(8, 4), (6, 4, 3, 3), (5,), (3, 7)]
+    ours = [nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+    plain = [nn.Parameter(p.detach().clone()) for p in ours]
+    opt = MuSGD(ours, lr=0.05, momentum=0.9, weight_decay=0.01)
+    reference = MuSGD(plain, lr=0.05, momentum=0.9, weight_decay=0.01)
+    for p in ours:
+        p.grad = torch.zeros_like(p)
+    held = [p.grad for p in ours]
+    for _ in range(4):
+        for g, q in zip(held, plain, strict=True):
+            assert g is not None
+            g.copy_(torch.randn(g.shape, generator=gen))
+            q.grad = g.clone()  # new objects every step: the plain path
+        opt.step()
+        reference.step()
+    assert planned == [4] * 5  # ours once; the reference at each of its four steps
+    assert all(torch.equal(p, q) for p, q in zip(ours, plain, strict=True))
+    ours[2].grad = None  # another gradient set
+    opt.step()
+    assert planned == [4] * 5 + [3]
+    opt.step()
+    assert planned == [4] * 5 + [3]
+    opt.param_groups[0]["use_muon"] = False
+    opt.step()
+    assert planned == [4] * 5 + [3, 3]
+
+
+def test_a_sparse_gradient_in_place_of_a_dense_one_is_still_refused() -> None:
+    p = nn.Parameter(torch.zeros(4, 3))
+    opt = MuSGD([p], lr=0.1)
+    p.grad = torch.ones(4, 3)
+    opt.step()
+    p.grad = torch.ones(4, 3).to_sparse()
+    with pytest.raises(RuntimeError, match="does not support sparse gradients"):
+        opt.step()
+    assert torch.equal(opt.state[p]["momentum_buffer"], torch.ones(4, 3))
