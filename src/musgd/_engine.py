@@ -178,13 +178,15 @@ def _settings_mark(group: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _tensor_mark(value: Tensor) -> tuple[int, float]:
-    """A tensor setting's part of the mark: its identity, and its value where reading it costs
-    no synchronization (a one-element CPU tensor; else 0.0, so that a device tensor's identity
-    alone decides)."""
+def _tensor_mark(value: Tensor) -> tuple[Any, ...]:
+    """A tensor setting's part of the mark: its identity, what the check reads of any tensor
+    (its dtype and size: a freed tensor's id may be given to another of another kind), and its
+    value where reading it costs no synchronization (a one-element CPU tensor; else 0.0, so
+    that a device tensor's identity and kind alone decide)."""
+    kind = (id(value), value.dtype, value.numel())
     if value.device.type == "cpu" and value.numel() == 1:
-        return id(value), value.item()
-    return id(value), 0.0
+        return *kind, value.item()
+    return *kind, 0.0
 
 
 # Group settings that only other optimizers have, each with one that has it: a state dict

@@ -291,6 +291,28 @@ def test_an_unchanged_group_is_not_checked_again_and_a_cpu_tensor_lr_is_checked(
         opt.step()
 
 
+def test_a_tensor_setting_of_another_kind_at_a_reused_id_is_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A freed tensor's id may be given to the next tensor: a setting replaced by one of
+    another dtype or size that got the old one's id (and has the same value) is still checked."""
+    _, _, opt = _two_groups()
+    old = torch.tensor(1.0)
+    opt.param_groups[0]["lr"] = old
+    opt.step()
+    reused, real_id = id(old), id
+    for bad in (torch.tensor(1), torch.tensor([1.0, 1.0])):  # an integer; two elements
+        monkeypatch.setattr(
+            engine_module,
+            "id",
+            lambda t, b=bad, r=real_id: reused if t is b else r(t),
+            raising=False,
+        )
+        opt.param_groups[0]["lr"] = bad
+        with pytest.raises(ValueError, match="one-element floating-point tensor"):
+            opt.step()
+
+
 @pytest.mark.parametrize(
     ("key", "value", "owner"), [("dampening", 0.0, "SGD"), ("betas", (0.9, 0.99), "Adam")]
 )
@@ -315,7 +337,7 @@ def test_a_device_tensor_setting_is_not_read_on_the_host() -> None:
     lr = torch.tensor(0.5, device="meta")
     view = engine_module.settings_view({"lr": lr, "params": [1]}, where="g")
     assert view == {"lr": 0.0, "params": []}
-    assert engine_module._settings_mark({"lr": lr}) == (("lr", (id(lr), 0.0)),)
+    assert engine_module._settings_mark({"lr": lr}) == (("lr", (id(lr), lr.dtype, 1, 0.0)),)
 
 
 def _damaged(change: str) -> object:
