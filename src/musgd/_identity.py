@@ -5,7 +5,7 @@ each parameter its recording's own gradient) makes the step derive the same thin
 same tensors every iteration: which parameters have gradients, the gradients' kinds, the
 padded stacks' layout, a recording's key. Each derivation walks every tensor in Python (a
 YOLO26 model has 366 parameters); the profile of a YOLO26n iteration on the H100 host put those
-walks at about 1 ms of its host time (WP-024). :class:`SameTensors` remembers the last list by
+walks at about 0.8 ms of its host time (WP-024). :class:`SameTensors` remembers the last list by
 its objects' ids and derives again only when the list changes.
 
 Ids alone are not identity: a freed tensor's id may be given to the next. So the remembered
@@ -65,7 +65,3 @@ class SameTensors(Generic[T]):
         value = derive()
         self._ids, self._value, self._watch = ids, value, _Watch(tensors)
         return value
-
-    def forget(self) -> None:
-        """Derive anew at the next call (e.g. after a state dict was loaded)."""
-        self._ids, self._value, self._watch = [], None, None
