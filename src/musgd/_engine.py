@@ -183,10 +183,8 @@ def _tensor_mark(value: Tensor) -> tuple[Any, ...]:
     (its dtype and size: a freed tensor's id may be given to another of another kind), and its
     value where reading it costs no synchronization (a one-element CPU tensor; else 0.0, so
     that a device tensor's identity and kind alone decide)."""
-    kind = (id(value), value.dtype, value.numel())
-    if value.device.type == "cpu" and value.numel() == 1:
-        return *kind, value.item()
-    return *kind, 0.0
+    size = value.numel()
+    return id(value), value.dtype, size, _unread(value) if size == 1 else 0.0
 
 
 # Group settings that only other optimizers have, each with one that has it: a state dict
@@ -645,7 +643,7 @@ class EngineOptimizer(Optimizer):
         # A checkpoint with such a setting would read as another optimizer's (load_state_dict).
         _refuse_foreign(param_group, name, where=f"{name}: {where}", fix="remove it from the group")
         _warn_misspelt(param_group, self.defaults, where=f"{name}: {where}")
-        params = param_group.get("params") if isinstance(param_group, dict) else None
+        params = param_group.get("params")
         if not isinstance(params, Tensor) and params is not None:
             # A generator is read once, here: the rule's check and the stored group see one list.
             param_group = {**param_group, "params": list(params)}
@@ -715,12 +713,12 @@ class EngineOptimizer(Optimizer):
         ):
             return
         owner: dict[Any, tuple[Tensor, dict[str, Any]]] = {}
+        others = {
+            **_OTHER_OPTIMIZERS_SETTINGS,
+            **{key: "musgd.MuSGD" for key in _MUSGD_SETTINGS if key not in self.defaults},
+        }
         for index, (group, mine) in enumerate(zip(saved, self.param_groups, strict=True)):
             where = f"{name}: param_groups[{index}]"
-            others = {
-                **_OTHER_OPTIMIZERS_SETTINGS,
-                **{key: "musgd.MuSGD" for key in _MUSGD_SETTINGS if key not in self.defaults},
-            }
             _refuse_foreign(
                 group,
                 self._rule.name,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wpgate._documents import ReadRefusedError, read_bounded, resolve_inside
+from wpgate._git import work_tree_prefix
 from wpgate.options import GATE_LANGUAGES, ConfigError, DocsLayout, TrailerOptions, toml_string
 
 __all__ = [
@@ -554,18 +555,16 @@ def init_repository(root: Path, name: str | None = None) -> InitResult:
             why = _kept_refusal(root, plan.path)
         if why:
             raise ValueError(why)
-    from wpgate._git import work_tree_prefix
-
     prefix = work_tree_prefix(root)
+    advice = ""
     if prefix:
         # A sub-project: pre-commit and GitHub read these two at the top of the work tree,
         # outside the root init writes in; what to put there is said instead.
         advice = _top_level_advice(prefix, plans[-2].text, layout)
         plans = plans[:-2]
-        kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
-    else:
-        kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
-        advice = _hook_advice(root, plans[-1]) if plans[-1].path in kept else ""
+    kept = [p.path for p in plans if p.present or (not p.append and (root / p.path).exists())]
+    if not prefix and plans[-1].path in kept:
+        advice = _hook_advice(root, plans[-1])
     advice = "\n".join(filter(None, (advice, _plugin_advice(root, kept))))
     plans = [plan for plan in plans if plan.path not in kept]
     for plan in plans:
