@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import chain
+from itertools import chain, pairwise
 from pathlib import Path
 from typing import IO, NamedTuple
 
@@ -345,7 +345,7 @@ def _requested_format(args: Sequence[str]) -> str:
     """The ``--format`` the command line asks for (the last one, as click reads it), read from
     the arguments themselves: a usage error can come before click has parsed any option."""
     fmt = "text"
-    for arg, following in zip(args, [*args[1:], ""], strict=True):
+    for arg, following in pairwise([*args, ""]):
         if arg == "--":
             break
         if arg == "--format":

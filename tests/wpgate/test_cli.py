@@ -77,6 +77,14 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"wpgate, version {__version__}\n"
 
 
+def test_no_arguments_print_the_usage_with_no_traceback() -> None:
+    status, out, err = _run_bytes([], b"")
+    assert status == 2
+    assert b"Usage: wpgate" in out + err
+    assert b"Traceback" not in out + err
+    assert b"Error" not in out + err
+
+
 def test_the_cli_reads_package_metadata_only_for_version() -> None:
     # The commit-msg hook imports the CLI on every commit; importlib.metadata costs tens of ms.
     code = "import sys, wpgate.cli; print('importlib.metadata' in sys.modules)"
