@@ -345,6 +345,13 @@ def as_measurement(value: Any, unit: str | None = None) -> Measurement | None:
             _number(value.get(f"{name}{suffix}")) for name in ("median", "min", "max")
         )
         if median is not None and low is not None and high is not None:
+            if not low <= median <= high:
+                # A table would print it and a chart's whiskers would point backwards.
+                raise _DisorderedError(
+                    f"a measurement's median{suffix} ({median:g}) is not between its "
+                    f"min{suffix} ({low:g}) and max{suffix} ({high:g}); fix the evidence file "
+                    "(rerun the benchmark that writes it)"
+                )
             found = _UNIT_NAMES.get(suffix.lstrip("_").lower(), suffix.lstrip("_"))
             return Measurement(median, low, high, unit or found)
     return None
@@ -438,8 +445,19 @@ def _lookup(node: Any, path: str, keys: Sequence[str]) -> Any:
         return None
 
 
+class _DisorderedError(EvidenceBlockError):
+    """A measurement whose median is not between its min and max (its file is named above)."""
+
+
 def build_table(document: Mapping[str, Any], block: EvidenceBlock) -> EvidenceTable:
     """The table a block asks for, from a loaded evidence document."""
+    try:
+        return _build_table(document, block)
+    except _DisorderedError as exc:
+        raise EvidenceBlockError(f"{block.path}: {exc}") from None
+
+
+def _build_table(document: Mapping[str, Any], block: EvidenceBlock) -> EvidenceTable:
     keys = LABEL_KEYS if block.label is None else (block.label,)
     entries = _entries(document, block)
     if block.columns:

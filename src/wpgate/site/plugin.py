@@ -101,7 +101,12 @@ class WpgatePlugin(BasePlugin[WpgateConfig]):  # type: ignore[no-untyped-call]  
     # -- events -----------------------------------------------------------------------------
 
     def on_config(self, config: MkDocsConfig) -> MkDocsConfig | None:
-        """Remember where the repository and the docs are."""
+        """Remember where the repository and the docs are; refuse a negative ``nav_limit``."""
+        if self.config.nav_limit < 0:
+            raise PluginError(
+                f"wpgate: nav_limit must be 0 or more work packages, got {self.config.nav_limit};"
+                " fix the wpgate options in mkdocs.yml (0 lists none)"
+            )
         config_file = config.config_file_path
         self._root = Path(config_file).resolve().parent if config_file else Path.cwd()
         self._docs_dir = Path(config.docs_dir).resolve()

@@ -85,6 +85,26 @@ def test_measurement_from_suffixed_keys_and_samples() -> None:
     assert _evidence.as_measurement("fast") is None
 
 
+@pytest.mark.parametrize(
+    "measurement",
+    [
+        {"median": 2, "min": 3, "max": 1},  # the range reversed
+        {"median_ms": -5, "min_ms": 16, "max_ms": 20},  # the median below the range
+    ],
+)
+def test_a_median_outside_its_range_is_refused_naming_the_file(
+    measurement: dict[str, float],
+) -> None:
+    document = {"results": {"a": measurement, "b": {"median": 1, "min": 1, "max": 2}}}
+    for block in (
+        EvidenceBlock(path="docs/evidence/x.json", select="results"),
+        EvidenceBlock(path="docs/evidence/x.json", select="results", columns=(Pick("a", "a"),)),
+    ):
+        with pytest.raises(EvidenceBlockError, match=r"^docs/evidence/x\.json: a measurement's"):
+            build_table({"results": {"row": document["results"]}}, block)
+    assert _evidence.as_measurement({"median": -5, "min": -6, "max": -4}) is not None
+
+
 def test_flat_table_with_baseline_reports_time_saved() -> None:
     table = build_table(DOC, EvidenceBlock(path="x", select="results.arms", baseline="eager"))
     assert [(r.label, r.saved_percent) for r in table.rows] == [("eager", None), ("replay", 20.0)]

@@ -537,3 +537,26 @@ def test_above_nav_limit_work_packages_leave_the_navigation(
         assert re.findall(r'<link rel="(?:prev|next)" href="[^"]*work_packages/', head) == []
     default_head = default[: default.index("</head>")]
     assert re.findall(r'<link rel="(?:prev|next)" href="[^"]*"', default_head)
+
+
+def test_a_negative_nav_limit_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = _write_tree(tmp_path)
+    text = config.read_text(encoding="utf-8")
+    config.write_text(text.replace("  - wpgate:\n", "  - wpgate:\n      nav_limit: -1\n"))
+    with pytest.raises(Abort):
+        _build(config, monkeypatch)
+    assert "nav_limit must be 0 or more work packages, got -1" in caplog.text
+
+
+def test_a_median_outside_its_range_fails_the_strict_build_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = "\n```wpgate-evidence\npath: docs/evidence/bad.json\nchart: true\n```\n"
+    config = _write_tree(tmp_path, extra_wp2_body=bad)
+    document = {**EVIDENCE, "results": {"a": {"median": 2, "min": 3, "max": 1}}}
+    (tmp_path / "docs" / "evidence" / "bad.json").write_text(json.dumps(document))
+    with pytest.raises(Abort):
+        _build(config, monkeypatch)
+    assert "docs/evidence/bad.json: a measurement's median (2) is not between" in caplog.text
