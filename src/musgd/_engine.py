@@ -98,6 +98,11 @@ class UpdateRule(Protocol):
         """
         ...
 
+    def check_params(self, group: Mapping[str, Any], *, where: str) -> None:
+        """Raise ValueError where a stored group's parameters do not suit its route (called
+        when its parameter list or its ``use_muon`` changed since the last check)."""
+        ...
+
     def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
         """The state keys each parameter of ``group`` holds, in the order the rule's
         :meth:`prepare` reads them (``record.bufs`` holds them key by key)."""
@@ -172,10 +177,16 @@ def _settings_mark(group: Mapping[str, Any]) -> tuple[Any, ...]:
     whose mark is unchanged since its last check needs none (NaN never equals itself, so a NaN
     setting is checked, and refused, every time)."""
     return tuple(
-        (key, _tensor_mark(value) if isinstance(value, Tensor) else value)
+        (key, _tensor_mark(value) if isinstance(value, Tensor) else (type(value), value))
         for key, value in group.items()
         if key != "params"
     )
+
+
+def _same_route(known: tuple[Any, ...], route: tuple[Any, ...]) -> bool:
+    """Whether a group's parameter list (the same object, of the same length) and route are
+    those last checked."""
+    return known[0] is route[0] and known[1:] == route[1:]
 
 
 def _tensor_mark(value: Tensor) -> tuple[Any, ...]:
@@ -304,8 +315,10 @@ class StepEngine:
         # Single-process groups stack matrices of equal column count, zero-padding rows
         # (`build_layout`); the sharded plan slices same-shape buckets, so it never pads.
         self.pad_buckets = True
-        # Each group's settings as last checked (check_groups): a step checks only a changed one.
+        # Each group's settings as last checked (check_groups): a step checks only a changed one;
+        # and its parameter list and route, whose check walks the parameters.
         self._checked: list[tuple[Any, ...] | None] = []
+        self._routes: list[tuple[Any, ...] | None] = []
         # What a step derives from a group's gradient objects (musgd._identity): their kinds
         # checked, and the layout, derived again only when the gradients are other objects.
         self._kinds_checked: dict[int, SameTensors[bool]] = {}
@@ -338,18 +351,24 @@ class StepEngine:
         leaves every parameter and buffer as it was. No tensor's value is read."""
         if len(self._checked) != len(groups):
             self._checked = [None] * len(groups)
+            self._routes = [None] * len(groups)
         for index, group in enumerate(groups):
             mark = _settings_mark(group)
-            if mark == self._checked[index]:
+            params = group["params"]
+            # The list object itself, not its id: a freed list's id may name the next one.
+            route = (params, len(params), type(group.get("use_muon")), group.get("use_muon"))
+            known = self._routes[index]
+            if mark == self._checked[index] and known is not None and _same_route(known, route):
                 continue
             where = f"param_groups[{index}]"
             try:
                 self.rule.check_settings(settings_view(group, where=where), where=where)
+                self.rule.check_params(group, where=where)
             except ValueError as exc:
                 raise ValueError(
                     f"{exc} (set after the group was added; no group was stepped)"
                 ) from None
-            self._checked[index] = mark
+            self._checked[index], self._routes[index] = mark, route
 
     def step(self) -> None:
         """One step of every param group; the groups with ``skip_nonfinite`` guarded."""
@@ -517,6 +536,12 @@ class StepEngine:
                     f"(param_groups[{index}], params[{j}]); view them as real with "
                     "torch.view_as_real before optimizing"
                 )
+            if g.dtype not in _FLOATING:
+                raise RuntimeError(
+                    f"{name} steps float16, bfloat16, float32 and float64 parameters, but "
+                    f"param_groups[{index}], params[{j}] has a {g.dtype} gradient; keep such "
+                    "tensors out of the optimizer (or train a floating-point copy)"
+                )
 
     def group_buffers(self, group: dict[str, Any], params: list[Tensor]) -> list[Tensor]:
         """The buffers of ``params`` (a group's parameters with gradients), key by key in the
@@ -546,10 +571,15 @@ class StepEngine:
         return [state[p][key] for p in params]
 
 
+# The dtypes a step computes in (a gradient has its parameter's dtype): integer, bool and
+# float8 tensors have no momentum arithmetic, and their step failed half-way in torch.
+_FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
 def _supported_kinds(grads: list[Tensor]) -> bool:
-    """Whether every gradient is dense (strided) and real."""
+    """Whether every gradient is dense (strided) and of a floating-point dtype a step runs in."""
     kinds = {(g.layout, g.dtype) for g in grads}
-    return not any(layout != torch.strided or dtype.is_complex for layout, dtype in kinds)
+    return not any(layout != torch.strided or dtype not in _FLOATING for layout, dtype in kinds)
 
 
 # The generic torch.optim flags these optimizers do not take, and what serves instead.
@@ -687,6 +717,16 @@ class EngineOptimizer(Optimizer):
                 f"{self._rule.name}.load_state_dict takes what optimizer.state_dict() returns, a "
                 f"dict with 'state' and 'param_groups', got {got} without {lacking}{hint}"
             )
+        # MuSGD's own settings, which every group it saves holds (none for the other flavour).
+        own = self.defaults.keys() & set(_MUSGD_SETTINGS)
+        for index, group in enumerate(state_dict["param_groups"]):
+            if own and isinstance(group, dict) and not own & group.keys():
+                raise ValueError(
+                    f"{self._rule.name}.load_state_dict: param_groups[{index}] holds none of "
+                    f"{self._rule.name}'s settings ({', '.join(sorted(own))}): the state dict "
+                    "is another optimizer's (an UltralyticsMuSGD's or Ultralytics' MuSGD's, "
+                    "whose updates differ); load it into the one that saved it"
+                )
         state_dict = dict(state_dict)
         state_dict["param_groups"] = [
             {**{k: v for k, v in self.defaults.items() if k not in g}, **g}
@@ -727,6 +767,7 @@ class EngineOptimizer(Optimizer):
                 others=others,
             )
             self._rule.check_settings(settings_view(group, where=where), where=where)
+            self._rule.check_params({**group, "params": mine["params"]}, where=where)
             for key, param in zip(group["params"], mine["params"], strict=True):
                 if key in owner:
                     raise ValueError(

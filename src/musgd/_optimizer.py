@@ -312,6 +312,10 @@ class DefaultRule:
     foreach: bool = True
     name: str = "MuSGD"
 
+    def check_params(self, group: Mapping[str, Any], *, where: str) -> None:
+        """Nothing to refuse: any parameter takes either route (``use_muon=True`` views a
+        vector of n entries as an n x 1 matrix)."""
+
     def check_settings(self, group: Mapping[str, Any], *, where: str) -> None:
         _validate_group(dict(group), where=where)
         normalize = group.get("ns_normalize", "frobenius")  # an older state dict's: the default

@@ -242,6 +242,11 @@ def validate_flavour_group(group: dict[str, Any], *, where: str) -> None:
     ):
         if not isinstance(group[name], bool):
             _fail(where, name, "True or False", group[name])
+    check_routes(group, where=where)
+
+
+def check_routes(group: Mapping[str, Any], *, where: str) -> None:
+    """Raise ValueError where a ``use_muon=True`` group holds a parameter that is no matrix."""
     if group["use_muon"]:
         for j, p in enumerate(group["params"]):
             if p.ndim < 2:
@@ -272,6 +277,9 @@ class UltralyticsRule:
 
     def check_settings(self, group: Mapping[str, Any], *, where: str) -> None:
         validate_flavour_group(dict(group), where=where)
+
+    def check_params(self, group: Mapping[str, Any], *, where: str) -> None:
+        check_routes(group, where=where)
 
     def admit_group(
         self, group: dict[str, Any], defaults: Mapping[str, Any], *, where: str

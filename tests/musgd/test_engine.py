@@ -51,6 +51,9 @@ class ToyRule:
         if not 0.0 <= group["momentum"] < 1.0:
             raise ValueError(f"{where}: momentum must be in [0, 1)")
 
+    def check_params(self, group: Mapping[str, Any], *, where: str) -> None:
+        pass  # any parameter takes the one route
+
     def buffers(self, group: Mapping[str, Any]) -> tuple[str, ...]:
         return ("toy_buffer",)
 
@@ -236,6 +239,8 @@ def _snapshot(opt: MuSGD) -> list[Tensor]:
         ("ns_coefficients", "polar_express", "holds the schedule's (a, b, c) triples"),
         ("lr", torch.zeros(2), "a tensor of shape (2,)"),
         ("ns_normalize", None, "ns_normalize must be one of 'frobenius', 'aol', got None"),
+        # 1 == True: the check's memory of the settings tells them apart by type.
+        ("nesterov", 1, "nesterov must be True or False, got 1"),
     ],
 )
 def test_a_setting_changed_after_the_group_was_added_is_refused_before_any_write(
@@ -479,3 +484,70 @@ def test_a_sparse_gradient_in_place_of_a_dense_one_is_still_refused() -> None:
     with pytest.raises(RuntimeError, match="does not support sparse gradients"):
         opt.step()
     assert torch.equal(opt.state[p]["momentum_buffer"], torch.ones(4, 3))
+
+
+def _ultralytics_two_groups() -> tuple[nn.Parameter, nn.Parameter, UltralyticsMuSGD]:
+    torch.manual_seed(0)
+    matrix, vector = nn.Parameter(torch.randn(4, 4)), nn.Parameter(torch.randn(4))
+    opt = UltralyticsMuSGD(
+        [{"params": [matrix], "use_muon": True}, {"params": [vector], "use_muon": False}],
+        lr=0.1,
+        momentum=0.9,
+    )
+    for p in (matrix, vector):
+        p.grad = torch.randn_like(p)
+    opt.step()
+    return matrix, vector, opt
+
+
+def _ultralytics_snapshot(opt: UltralyticsMuSGD) -> list[Tensor]:
+    params = [p.detach().clone() for g in opt.param_groups for p in g["params"]]
+    return params + [b.clone() for s in opt.state.values() for b in s.values()]
+
+
+@pytest.mark.parametrize("edit", ["route", "appended", "int"])
+def test_an_ultralytics_group_routed_to_newton_schulz_with_a_vector_is_refused_before_any_write(
+    edit: str,
+) -> None:
+    """An audit set ``use_muon=True`` on the vectors' group after the first step: the matrix
+    group was written, the vector's buffers changed and a second buffer made before an
+    IndexError. The route is checked again whenever it or the group's parameter list changes."""
+    _, _, opt = _ultralytics_two_groups()
+    if edit == "route":
+        opt.param_groups[1]["use_muon"] = True
+    elif edit == "appended":
+        extra = nn.Parameter(torch.randn(3))
+        extra.grad = torch.randn(3)
+        opt.param_groups[0]["params"].append(extra)
+    else:
+        opt.param_groups[1]["use_muon"] = 1  # equal to True, but not a bool
+    before, keys = _ultralytics_snapshot(opt), [sorted(s) for s in opt.state.values()]
+    message = "True or False, got 1" if edit == "int" else r"use_muon=True needs matrices"
+    with pytest.raises(ValueError, match=message):
+        opt.step()
+    assert all(torch.equal(x, y) for x, y in zip(before, _ultralytics_snapshot(opt), strict=True))
+    assert [sorted(s) for s in opt.state.values()] == keys
+    opt.param_groups[1]["use_muon"] = False
+    if edit == "appended":
+        opt.param_groups[0]["params"].pop()
+    opt.step()  # put back, the optimizer steps again
+
+
+def test_a_state_dict_routing_a_vector_to_newton_schulz_is_refused_at_load() -> None:
+    _, _, opt = _ultralytics_two_groups()
+    saved = opt.state_dict()
+    saved["param_groups"][1]["use_muon"] = True
+    with pytest.raises(ValueError, match=r"param_groups\[1\]: use_muon=True needs matrices"):
+        opt.load_state_dict(saved)
+    assert opt.param_groups[1]["use_muon"] is False
+
+
+def test_an_ultralytics_flavour_state_dict_is_refused_by_musgd() -> None:
+    """Its groups hold none of MuSGD's settings; loaded, MuSGD took its use_muon, lr and
+    momentum (whose buffer means another thing there) without a word."""
+    matrix, vector, flavour = _ultralytics_two_groups()
+    opt = MuSGD([{"params": [matrix]}, {"params": [vector]}])
+    with pytest.raises(ValueError, match=r"param_groups\[0\] holds none of MuSGD's settings"):
+        opt.load_state_dict(flavour.state_dict())
+    assert opt.param_groups[0]["use_muon"] is None
+    assert len(opt.state) == 0

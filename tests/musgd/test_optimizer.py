@@ -337,6 +337,23 @@ def test_complex_parameter_raises_runtime_error_with_group_and_index() -> None:
         MuSGD([p], lr=0.1).step()
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float8_e4m3fn])
+def test_a_parameter_of_no_stepping_dtype_is_refused_before_any_write(dtype: torch.dtype) -> None:
+    """An audit's integer tensor failed in torch's arithmetic after the group before it was
+    written (and with foreach=False, after its own buffers were)."""
+    dense = nn.Parameter(torch.zeros(4, 4))
+    dense.grad = torch.ones(4, 4)
+    odd = torch.zeros(3, 3, dtype=dtype)
+    odd.grad = torch.ones(3, 3, dtype=dtype)
+    groups: list[dict[str, Any]] = [{"params": [dense]}, {"params": [odd]}]
+    for foreach in (None, False):
+        opt = MuSGD(groups, lr=0.1, foreach=foreach)
+        with pytest.raises(RuntimeError, match=rf"param_groups\[1\], params\[0\] has a {dtype}"):
+            opt.step()
+        assert torch.equal(dense.detach(), torch.zeros(4, 4))
+        assert len(opt.state) == 0
+
+
 def test_parameter_without_gradient_gets_no_state_and_is_not_moved() -> None:
     with_grad, without = make_params(shapes=[(6, 6), (6, 6)])
     before = without.detach().clone()
