@@ -837,7 +837,14 @@ def parse_train_args(argv: list[str]) -> tuple[str, dict[str, Any]]:
                 f"{key}= needs a value ({_NEEDS_A_VALUE.get(key, 'see musgd.NSConfig')}); "
                 f"leave {key}= out for its default"
             )
-        parsed = _scalar(value, yaml.safe_load)
+        try:
+            parsed = _scalar(value, yaml.safe_load)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or type(exc).__name__
+            raise ValueError(
+                f"{key}={value} does not read as a value ({problem}); give a number, a word, "
+                f'a list such as [640, 480], or quote text that holds YAML\'s signs: {key}="..."'
+            ) from None
         if key == "model":
             model = str(parsed)
         else:

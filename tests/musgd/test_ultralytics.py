@@ -510,6 +510,10 @@ def test_command_line_errors_exit_2_with_a_message(
         ("imgsz=0", "imgsz=0: takes the image size in pixels"),
         ("imgsz=[1,2,3]", "imgsz=[1, 2, 3]: takes the image size in pixels"),
         ("imgsz=true", "imgsz=True: takes the image size in pixels"),
+        # Not YAML at all: its parser's error was a traceback.
+        ("name=a: b: c", "name=a: b: c does not read as a value (mapping values"),
+        ("epochs=[1", "epochs=[1 does not read as a value ("),
+        ("epochs=*x", "epochs=*x does not read as a value (found undefined alias"),
     ):
         assert main([arg]) == 2, arg
         assert said in capsys.readouterr().err, arg
