@@ -183,6 +183,21 @@ def _settings_mark(group: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def _plain_numbers(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with NumPy's (or another library's) scalars as Python ints and floats: the
+    checks take them as numbers, and so must a checkpoint, which ``torch.load(...,
+    weights_only=True)`` refuses to unpickle with a NumPy scalar in it."""
+    plain = dict(settings)
+    for key, value in settings.items():
+        if type(value) in (int, float, bool) or isinstance(value, Tensor):
+            continue
+        if isinstance(value, numbers.Integral):
+            plain[key] = int(value)
+        elif isinstance(value, numbers.Real):
+            plain[key] = float(value)
+    return plain
+
+
 def _same_route(known: tuple[Any, ...], route: tuple[Any, ...]) -> bool:
     """Whether a group's parameter list (the same object, of the same length) and route are
     those last checked."""
@@ -634,7 +649,7 @@ class EngineOptimizer(Optimizer):
         recorder: Recorder | None = None,
     ) -> None:
         self._rule = rule  # Optimizer.__init__ admits the groups through it
-        super().__init__(params, defaults)
+        super().__init__(params, _plain_numbers(defaults))
         self._shard_balance = shard_balance
         self._engine = StepEngine(
             self, rule, process_group=process_group, shard_balance=shard_balance, recorder=recorder
@@ -677,7 +692,7 @@ class EngineOptimizer(Optimizer):
         if not isinstance(params, Tensor) and params is not None:
             # A generator is read once, here: the rule's check and the stored group see one list.
             param_group = {**param_group, "params": list(params)}
-        group = self._rule.admit_group(param_group, self.defaults, where=where)
+        group = self._rule.admit_group(_plain_numbers(param_group), self.defaults, where=where)
         params = group.get("params")
         if not isinstance(params, Tensor) and params is not None:
             seen: set[int] = set()

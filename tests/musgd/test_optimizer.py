@@ -772,3 +772,14 @@ def test_numpy_scalars_are_numbers_and_step_as_their_floats() -> None:
     assert torch.equal(p, q)
     with pytest.raises(ValueError, match="lr must be a number"):
         MuSGD([p], lr=np.bool_(True))
+    # Stored as Python numbers: the schedule reads them, and a weights_only load (which
+    # refuses NumPy's scalars) takes the checkpoint.
+    c = MuSGD([p], lr=np.float64(0.01), ns_steps=np.int64(3), eps=np.float64(1e-7))
+    c.add_param_group({"params": [q], "momentum": np.float32(0.5)})
+    assert c.ns_config().steps == 3
+    assert all(
+        type(group[key]) in (int, float)
+        for group in c.param_groups
+        for key in ("lr", "momentum", "ns_steps", "eps")
+    )
+    assert roundtrip(c.state_dict())["param_groups"] == c.state_dict()["param_groups"]
