@@ -10,6 +10,7 @@ import contextlib
 import functools
 import math
 import numbers
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -480,7 +481,7 @@ def _check_matrix_input(name: str, G: object, dims: int, form: str) -> None:
 def orthogonalize_batched(
     G: Tensor,
     *,
-    steps: int = DEFAULT_STEPS,
+    steps: int | None = None,
     coefficients: Coefficients = DEFAULT_COEFFICIENTS,
     eps: float = DEFAULT_EPS,
     dtype: torch.dtype = DEFAULT_NS_DTYPE,
@@ -491,26 +492,35 @@ def orthogonalize_batched(
 
     Each matrix is normalized by its own Frobenius norm (or, with ``normalize="aol"`` or the
     ``"aol4"`` schedule, by the AOL row rescaling of its wide orientation), then ``steps``
-    quintic Newton–Schulz iterations run in ``dtype``: on the matrices themselves, or with
+    quintic Newton–Schulz iterations (None: the schedule's own, as :class:`musgd.NSConfig`
+    counts them; 4 for ``"aol4"``) run in ``dtype``: on the matrices themselves, or with
     ``iteration="gram"`` on their Gram matrices where that takes fewer operations
     (:func:`iterate_gram`; in float16 where ``dtype`` is bf16). The result has ``G``'s shape
     and dtype; ``G`` is not modified.
     """
     _check_matrix_input("orthogonalize_batched", G, 3, "(B, rows, cols)")
-    check_settings(dtype, eps)
     if iteration not in ITERATIONS:
         raise ValueError(
             f"iteration must be one of {', '.join(map(repr, ITERATIONS))}, got {iteration!r}"
         )
-    triples = resolve_coefficients(coefficients, steps)
-    how = schedule_normalization(coefficients, normalize)
+    try:
+        check_settings(dtype, eps)
+        triples = resolve_coefficients(coefficients, schedule_steps(coefficients, steps))
+        how = schedule_normalization(coefficients, normalize)
+    except ValueError as exc:
+        # The checks are the optimizer's, whose settings are ns_steps, ...: here they are
+        # this function's arguments.
+        raise ValueError(_ARGUMENT_NAMES.sub(r"\1", str(exc))) from None
     return _newton_schulz(to_working_dtype(G, dtype, eps), triples, eps, how, iteration).to(G.dtype)
+
+
+_ARGUMENT_NAMES = re.compile(r"\bns_(steps|coefficients|dtype)\b")
 
 
 def orthogonalize(
     G: Tensor,
     *,
-    steps: int = DEFAULT_STEPS,
+    steps: int | None = None,
     coefficients: Coefficients = DEFAULT_COEFFICIENTS,
     eps: float = DEFAULT_EPS,
     dtype: torch.dtype = DEFAULT_NS_DTYPE,

@@ -55,11 +55,11 @@ def _names(options: Sequence[str] | Mapping[str, object]) -> str:
 
 def _triples(value: object) -> tuple[Triple, ...]:
     """An explicit schedule as float triples (1..MAX_STEPS of them, finite); else ValueError."""
-    if isinstance(value, bytes | bytearray):
-        value = None  # a sequence of ints, not a name or triples (b"quintic" is refused)
-    if isinstance(value, Sequence) and len(value) == 3 and all(_real(v) for v in value):
+    # bytes are a sequence of ints, not a name or triples (b"quintic" is refused as given).
+    text = isinstance(value, bytes | bytearray)
+    if not text and isinstance(value, Sequence) and len(value) == 3 and all(map(_real, value)):
         value = (value,)  # one triple, for every iteration
-    if not isinstance(value, Sequence) or not 1 <= len(value) <= MAX_STEPS:
+    if text or not isinstance(value, Sequence) or not 1 <= len(value) <= MAX_STEPS:
         _fail(
             "coefficients",
             f"a schedule name ({_names(SCHEDULES)}) or a sequence of 1..{MAX_STEPS} "

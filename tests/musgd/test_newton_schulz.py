@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -187,26 +188,26 @@ def test_zero_matrix_gives_zero_not_nan() -> None:
         (lambda: orthogonalize(torch.randn(4)), r"\(rows, cols\)"),
         (lambda: orthogonalize(torch.randn(2, 4, 4)), r"\(rows, cols\)"),
         (lambda: orthogonalize_batched(torch.randn(4, 4)), r"\(B, rows, cols\)"),
-        (lambda: orthogonalize(torch.randn(4, 4), dtype=torch.float64), "ns_dtype"),
-        (lambda: orthogonalize(torch.randn(4, 4), dtype=torch.int32), "ns_dtype"),
-        (lambda: orthogonalize(torch.randn(4, 4), steps=0), "ns_steps"),
-        (lambda: orthogonalize(torch.randn(4, 4), steps=101), "ns_steps"),
-        (lambda: orthogonalize(torch.randn(4, 4), steps=2.0), "ns_steps"),  # type: ignore[arg-type]
-        (lambda: orthogonalize(torch.randn(4, 4), steps=True), "ns_steps"),
+        (lambda: orthogonalize(torch.randn(4, 4), dtype=torch.float64), "^dtype"),
+        (lambda: orthogonalize(torch.randn(4, 4), dtype=torch.int32), "^dtype"),
+        (lambda: orthogonalize(torch.randn(4, 4), steps=0), "^steps"),
+        (lambda: orthogonalize(torch.randn(4, 4), steps=101), "^steps"),
+        (lambda: orthogonalize(torch.randn(4, 4), steps=2.0), "^steps"),  # type: ignore[arg-type]
+        (lambda: orthogonalize(torch.randn(4, 4), steps=True), "^steps"),
         (lambda: orthogonalize(torch.randn(4, 4), eps=0.0), "eps"),
         (lambda: orthogonalize(torch.randn(4, 4), eps=-1e-7), "eps"),
-        (lambda: orthogonalize(torch.randn(4, 4), coefficients=[]), "ns_coefficients"),
-        (lambda: orthogonalize(torch.randn(4, 4), coefficients=(1.0, 2.0)), "ns_coefficients"),  # type: ignore[arg-type]
+        (lambda: orthogonalize(torch.randn(4, 4), coefficients=[]), "^coefficients"),
+        (lambda: orthogonalize(torch.randn(4, 4), coefficients=(1.0, 2.0)), "^coefficients"),  # type: ignore[arg-type]
         (
             lambda: orthogonalize(torch.randn(4, 4), coefficients=[(1.0, 2.0, float("nan"))]),
-            "ns_coefficients",
+            "^coefficients",
         ),
         (
             lambda: orthogonalize(torch.randn(4, 4), coefficients=[(1.0, 2.0, True)]),
-            "ns_coefficients",
+            "^coefficients",
         ),
-        (lambda: orthogonalize(torch.randn(4, 4), coefficients=5), "ns_coefficients"),  # type: ignore[arg-type]
-        (lambda: orthogonalize(torch.randn(4, 4), coefficients="abc"), "ns_coefficients"),
+        (lambda: orthogonalize(torch.randn(4, 4), coefficients=5), "^coefficients"),  # type: ignore[arg-type]
+        (lambda: orthogonalize(torch.randn(4, 4), coefficients="abc"), "^coefficients"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_them(call: object, match: str) -> None:
@@ -508,3 +509,40 @@ def test_float16_normalizes_before_it_rounds_a_small_momentum() -> None:
     assert rel_err(orthogonalize(G, dtype=torch.float16), reference) < ITERATION_RTOL[torch.float16]
     # bf16 and float32 take the matrix as it is: their bits are unchanged.
     assert torch.equal(to_working_dtype(G, torch.bfloat16), G.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"dtype": torch.float64}, "^dtype must be one of"),
+        ({"steps": 0}, r"^steps must be an int in 1\.\.100, got 0"),
+        ({"coefficients": "bogus"}, "^coefficients names no known schedule"),
+        ({"coefficients": [(1.0, 2.0)]}, r"^coefficients\[0\] must be"),
+    ],
+)
+def test_the_functions_errors_name_their_own_arguments(
+    arguments: dict[str, Any], message: str
+) -> None:
+    """An audit: `orthogonalize(G, dtype=torch.float64)` was told of `ns_dtype`, which is the
+    optimizer's setting, not this function's argument."""
+    for function, G in (
+        (orthogonalize, torch.randn(4, 6)),
+        (orthogonalize_batched, torch.randn(2, 4, 6)),
+    ):
+        with pytest.raises(ValueError, match=message):
+            function(G, **arguments)
+
+
+def test_a_named_schedule_runs_its_own_steps_unless_told_otherwise() -> None:
+    """`orthogonalize(G, coefficients="aol4")` ran five iterations where the optimizer runs the
+    schedule's four."""
+    G = torch.randn(8, 16, dtype=torch.float64)
+    for name, steps in (("aol4", 4), ("quintic", 5)):
+        own = orthogonalize(G, coefficients=name, dtype=torch.float32)
+        assert torch.equal(
+            own, orthogonalize(G, coefficients=name, steps=steps, dtype=torch.float32)
+        )
+    assert not torch.equal(
+        orthogonalize(G, coefficients="aol4", dtype=torch.float32),
+        orthogonalize(G, coefficients="aol4", steps=5, dtype=torch.float32),
+    )
