@@ -133,7 +133,11 @@ _int_list = _profile.positive_int_list
 
 
 def _name_list(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        # An empty list ran nothing and wrote an empty evidence file (exit 0).
+        raise argparse.ArgumentTypeError("names none: give one name or more, comma-separated")
+    return names
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -65,7 +65,7 @@ class QualityRow:
 
 def as_matrix(t: Tensor) -> Tensor | None:
     """``t`` viewed as (rows, numel/rows) in float32 when both sides are >= 2 (spec §1)."""
-    if t.dim() < 2:
+    if t.dim() < 2 or t.numel() == 0:
         return None
     rows = t.shape[0]
     cols = t.numel() // rows
@@ -225,6 +225,22 @@ def load_momenta(path: Path) -> dict[str, Tensor]:
     bad = [k for k, v in data.items() if not isinstance(k, str) or not isinstance(v, Tensor)]
     if bad:
         raise ValueError(f"--momenta {path}: entry {bad[0]!r} is not a str -> tensor pair")
+    for name, tensor in data.items():
+        if not tensor.is_floating_point():
+            raise ValueError(
+                f"--momenta {path}: entry {name!r} is a {tensor.dtype} tensor; momenta are real "
+                "floating-point tensors (record them with --record-from-yolo)"
+            )
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError(
+                f"--momenta {path}: entry {name!r} holds non-finite values; a momentum that "
+                "is not finite has no polar factor to measure against (drop it)"
+            )
+    if all(as_matrix(t) is None for t in data.values()):
+        raise ValueError(
+            f"--momenta {path}: no entry is a matrix (at least 2 x 2; vectors and empty "
+            "tensors are not orthogonalized), so there is nothing to measure"
+        )
     return data
 
 

@@ -100,6 +100,9 @@ def test_no_evidence_flag(tmp_path: Path) -> None:
         (["demo", "--image-size", "100"], "multiple of 32"),
         (["optimizer", "--sets", "huge", "--device", "cpu"], "unknown parameter set 'huge'"),
         (["optimizer", "--variants", "fast", "--device", "cpu"], "unknown or unavailable variant"),
+        # An empty list ran nothing and wrote an empty evidence file (an audit's finding).
+        (["optimizer", "--variants", ",", "--device", "cpu"], "--variants: names none"),
+        (["optimizer", "--sets", "", "--device", "cpu"], "--sets: names none"),
         (["train", "--arms", "torch.optim.Muon", "--device", "cpu"], "unknown or unavailable"),
         (["train", "--device", "cpu", "--batch-sizes", "1", "--image-size", "32"], "BatchNorm"),
         (["demo", "--commit", "not-a-sha"], "hex git sha"),

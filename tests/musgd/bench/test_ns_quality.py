@@ -154,6 +154,20 @@ def test_a_file_that_is_not_momenta_is_refused(tmp_path: Path) -> None:
     torch.save({}, tmp_path / "empty.pt")
     with pytest.raises(ValueError, match="non-empty dict"):
         load_momenta(tmp_path / "empty.pt")
+    # Tensors with nothing to measure: a traceback (ZeroDivisionError), an empty table with
+    # exit 0, or a silent cast to real before (an audit's finding).
+    for tensors, said in (
+        ({"e": torch.zeros(0, 4)}, "no entry is a matrix"),
+        ({"v": torch.zeros(4)}, "no entry is a matrix"),
+        ({"n": torch.full((3, 3), float("nan"))}, "'n' holds non-finite values"),
+        ({"c": torch.ones(3, 3, dtype=torch.complex64)}, "'c' is a torch.complex64 tensor"),
+        ({"i": torch.ones(3, 3, dtype=torch.int64)}, "'i' is a torch.int64 tensor"),
+    ):
+        torch.save(tensors, tmp_path / "odd.pt")
+        with pytest.raises(ValueError, match=said):
+            load_momenta(tmp_path / "odd.pt")
+    torch.save({"w": torch.randn(3, 3), "b": torch.zeros(3)}, tmp_path / "mixed.pt")
+    assert set(load_momenta(tmp_path / "mixed.pt")) == {"w", "b"}  # a vector beside a matrix
 
 
 def test_recording_without_ultralytics_says_how_to_install_it(
