@@ -156,9 +156,10 @@ def settings_view(group: Mapping[str, Any], *, where: str) -> dict[str, Any]:
 def host_number(value: object) -> float | None:
     """A setting's value read on the host, as both flavours check it: a real number (NumPy's
     scalars too, not a bool) or a one-element floating-point tensor's value; None for anything
-    else."""
+    else (a meta tensor too: it holds no value)."""
     if isinstance(value, Tensor):
-        return float(value) if value.numel() == 1 and value.is_floating_point() else None
+        usable = value.numel() == 1 and value.is_floating_point() and not value.is_meta
+        return float(value) if usable else None
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return float(value)
     return None
@@ -684,6 +685,11 @@ class EngineOptimizer(Optimizer):
             raise TypeError(
                 f"{name}.add_param_group takes one group, a dict ({{'params': [...], 'lr': "
                 f"...}}), got {type(param_group).__name__}; add several groups one by one"
+            )
+        if "params" not in param_group:
+            raise ValueError(
+                f"{name}: {where} has no 'params'; a group is a dict such as {{'params': "
+                "[...], 'lr': ...}"
             )
         # A checkpoint with such a setting would read as another optimizer's (load_state_dict).
         _refuse_foreign(param_group, name, where=f"{name}: {where}", fix="remove it from the group")

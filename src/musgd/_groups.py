@@ -7,6 +7,8 @@ Matrices go through Newton–Schulz with weight decay; embeddings, the output he
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +36,17 @@ def output_head(model: nn.Module) -> nn.Linear | None:
         if any(True for _ in module.parameters(recurse=False)):
             last = module
     return last if isinstance(last, nn.Linear) else None
+
+
+def _excluded(exclude: ExcludeFn, name: str, p: nn.Parameter) -> bool:
+    """``exclude(name, p)``, which must say True or False (a truthy ``"no"`` would exclude)."""
+    verdict = exclude(name, p)
+    if not isinstance(verdict, bool):
+        raise TypeError(
+            f"param_groups: exclude({name!r}, param) returned {verdict!r}; it must return True "
+            "(the SGD route) or False (Newton-Schulz)"
+        )
+    return verdict
 
 
 def param_groups(
@@ -69,6 +82,16 @@ def param_groups(
             "param_groups: exclude must be a callable (name, param) -> bool, "
             f"got {type(exclude).__name__}; e.g. exclude=lambda name, p: name.startswith('head.')"
         )
+    if (
+        isinstance(weight_decay, bool)
+        or not isinstance(weight_decay, numbers.Real)
+        or not math.isfinite(weight_decay)
+        or weight_decay < 0
+    ):
+        # Checked here, before the count of where the parameters went is logged with it.
+        raise ValueError(
+            f"param_groups: weight_decay must be a finite number >= 0, got {weight_decay!r}"
+        )
     embeddings = {
         id(p) for m in model.modules() if isinstance(m, EMBEDDING_TYPES) for p in m.parameters()
     }
@@ -90,7 +113,7 @@ def param_groups(
             else "head"
             if id(p) == head_weight
             else "exclude"
-            if exclude is not None and exclude(name, p)
+            if exclude is not None and _excluded(exclude, name, p)
             else None
         )
         if reason is None:

@@ -187,6 +187,34 @@ def test_exclude_must_be_callable() -> None:
         param_groups(TinyLM(), weight_decay=0.0, exclude="lm_head")  # type: ignore[arg-type]
 
 
+def test_exclude_must_answer_true_or_false() -> None:
+    """A truthy answer such as "no" excluded the matrix (an audit's finding)."""
+    with pytest.raises(TypeError, match=r"exclude\('.*', param\) returned 'no'; it must return"):
+        param_groups(TinyLM(), weight_decay=0.0, exclude=lambda name, p: "no")  # type: ignore[arg-type,return-value]
+
+
+@pytest.mark.parametrize("weight_decay", [-1.0, float("nan"), "a", True])
+def test_a_bad_weight_decay_is_refused_before_anything_is_logged(
+    weight_decay: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(ValueError, match="weight_decay must be a finite number >= 0"):
+        param_groups(TinyLM(), weight_decay=weight_decay)  # type: ignore[arg-type]
+    assert caplog.records == []
+
+
+def test_a_group_without_params_says_what_a_group_is() -> None:
+    with pytest.raises(ValueError, match=r"param_groups\[0\] has no 'params'; a group is a dict"):
+        MuSGD([{"lr": 0.1}])
+    opt = MuSGD([nn.Parameter(torch.zeros(2, 2))])
+    with pytest.raises(ValueError, match=r"param_groups\[1\] has no 'params'"):
+        opt.add_param_group({"lr": 0.1})
+
+
+def test_a_meta_tensor_setting_is_refused_as_holding_no_value() -> None:
+    with pytest.raises(ValueError, match="lr must be a number or a one-element floating-point"):
+        MuSGD([nn.Parameter(torch.zeros(2, 2))], lr=torch.tensor(0.1, device="meta"))  # type: ignore[arg-type]
+
+
 def test_param_groups_of_a_list_says_it_takes_the_model() -> None:
     with pytest.raises(TypeError, match=r"param_groups takes the model \(an nn.Module\), got list"):
         param_groups([torch.zeros(2)], weight_decay=0.0)  # type: ignore[arg-type]
