@@ -16,6 +16,7 @@ from replay_fakes import FakeRecorder
 from torch import Tensor
 
 from musgd import GradClipReplay
+from musgd._clip_replay import EagerUnscale
 from musgd.bench import same_bits
 
 # Mixed shapes; conv kernels' gradients are channels-last, as the Ultralytics trainer makes them.
@@ -340,3 +341,98 @@ def test_the_same_gradient_objects_are_described_once(monkeypatch: pytest.Monkey
     _set(ours, list(_grads(9)))
     clip(ours)
     assert described == [len(SHAPES)] * 2
+
+
+def _stepped_alike(
+    unscale: Callable[[torch.amp.GradScaler, torch.optim.Optimizer], None],
+    grads_for: Callable[[int], list[Tensor]],
+    steps: int,
+    *,
+    same_objects: bool,
+) -> list[float]:
+    """Step two SGD twins through GradScalers, the first unscaled by ``unscale``, the second by
+    the scaler's own ``unscale_``, asserting the same gradients, parameters and scale at every
+    step; ``same_objects`` hands the first its gradients in the same tensor objects each step
+    (a captured network's). Returns the scale after each step."""
+    kept = [g.clone(memory_format=torch.preserve_format) for g in grads_for(0)]
+    ours, stock = (
+        [torch.nn.Parameter(p.detach().to(k.dtype)) for p, k in zip(_params(), kept, strict=True)]
+        for _ in range(2)
+    )
+    optimizers = [torch.optim.SGD(ps, lr=0.01) for ps in (ours, stock)]
+    scalers = [_scaler(), _scaler()]
+    scales = []
+    for step in range(steps):
+        grads = grads_for(step)
+        for k, g in zip(kept, grads, strict=True):
+            k.copy_(g)
+        for p, q, k, g in zip(ours, stock, kept, grads, strict=True):
+            p.grad = k if same_objects else g.clone(memory_format=torch.preserve_format)
+            q.grad = g.clone(memory_format=torch.preserve_format)
+        for scaler in scalers:
+            scaler.scale(torch.ones(()))
+        unscale(scalers[0], optimizers[0])
+        scalers[1].unscale_(optimizers[1])
+        assert all(_same(p.grad, q.grad) for p, q in zip(ours, stock, strict=True)), step  # type: ignore[arg-type]
+        for scaler, optimizer in zip(scalers, optimizers, strict=True):
+            scaler.step(optimizer)
+            scaler.update()
+        assert scalers[0].get_scale() == scalers[1].get_scale(), step
+        assert all(_same(p, q) for p, q in zip(ours, stock, strict=True)), step
+        scales.append(scalers[0].get_scale())
+    return scales
+
+
+@pytest.mark.parametrize("same_objects", [True, False])
+def test_the_eager_unscale_is_the_scalers_bit_for_bit_and_skips_with_it(
+    same_objects: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One multi-tensor call over a list kept while the gradients are the same objects: the
+    scaler's step still skips the non-finite step and its update halves the scale, from the
+    flag this call left; and the scaler's own walk over the parameters does not run."""
+    unscale = EagerUnscale()
+    stock_unscale = torch.amp.GradScaler.unscale_
+    calls: list[int] = []
+
+    def counted(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> None:
+        calls.append(1)
+        stock_unscale(scaler, optimizer)
+
+    scales = _stepped_alike(
+        unscale, lambda step: _scaled_grads(step, poisoned=3), 6, same_objects=same_objects
+    )
+    assert scales[2] > scales[0]  # it grew
+    assert scales[3] < scales[2]  # and halved at the inf
+    monkeypatch.setattr(torch.amp.GradScaler, "unscale_", counted)
+    _stepped_alike(unscale, _scaled_grads, 2, same_objects=same_objects)
+    assert len(calls) == 2  # the stock twin's calls only
+
+
+def test_the_eager_unscale_leaves_to_the_scaler_what_one_list_cannot_stand_for() -> None:
+    """Off, already unscaled, or gradients of other kinds: the scaler's own call, its checks
+    and its messages."""
+    unscale = EagerUnscale()
+    params = _params()
+    optimizer = torch.optim.SGD(params, lr=0.01)
+    _set(params, list(_grads(0, 30.0)))
+    before = [p.grad.clone() for p in params]  # type: ignore[union-attr]
+    unscale(torch.amp.GradScaler("cpu", enabled=False), optimizer)  # unscales nothing
+    assert all(_same(p.grad, b) for p, b in zip(params, before, strict=True))  # type: ignore[arg-type]
+    scaler = _scaler()
+    scaler.scale(torch.ones(()))
+    unscale(scaler, optimizer)
+    with pytest.raises(RuntimeError, match="already been called"):
+        unscale(scaler, optimizer)
+    # A half gradient: the scaler's own refusal. A bfloat16 one: its own two lists, same bits.
+    half = [torch.nn.Parameter(p.detach().half()) for p in _params()]
+    _set(half, [g.half() for g in _grads(0)])
+    scaler = _scaler()
+    scaler.scale(torch.ones(()))
+    with pytest.raises(ValueError, match="FP16"):
+        unscale(scaler, torch.optim.SGD(half, lr=0.01))
+
+    def mixed(step: int) -> list[Tensor]:
+        grads = _scaled_grads(step)
+        return [grads[0].bfloat16(), *grads[1:]]
+
+    _stepped_alike(unscale, mixed, 3, same_objects=True)

@@ -272,8 +272,11 @@ def instrument_trainer_objects(trainer: Any, clock: PhaseClock) -> None:
     if callable(getattr(trainer, "musgd_update_ema", None)):  # skip_nonfinite's fused EMA
         _wrap(trainer, "musgd_update_ema", clock, "ema_start", "ema_end")
     scaler = getattr(trainer, "scaler", None)
-    if scaler is not None:
+    if callable(getattr(trainer, "musgd_unscale", None)):  # the scaler's unscale_, eagerly
+        _wrap(trainer, "musgd_unscale", clock, "unscale_start", "unscale_end")
+    elif scaler is not None:
         _wrap(scaler, "unscale_", clock, "unscale_start", "unscale_end")
+    if scaler is not None:
         _wrap(scaler, "step", clock, "scaler_step_start", "scaler_step_end")
         _wrap(scaler, "update", clock, "update_start", "update_end")
         _wrap_scale(scaler, clock)
