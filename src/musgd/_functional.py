@@ -35,8 +35,7 @@ from musgd._device import capturing
 from musgd._newton_schulz import (
     Triple,
     muon_rms_scale,
-    orthogonalize,
-    orthogonalize_batched,
+    newton_schulz_stack,
 )
 
 if TYPE_CHECKING:
@@ -229,10 +228,10 @@ class EagerOrthogonalizer(Orthogonalizer):
     run_buckets = staticmethod(run_in_order)
 
     def single(self, G: Tensor, ns: NSSettings) -> Tensor:
-        return orthogonalize(G, **_ns_arguments(ns))
+        return newton_schulz_stack(G.unsqueeze(0), **_ns_arguments(ns)).squeeze(0)
 
     def batched(self, G: Tensor, ns: NSSettings) -> Tensor:
-        return orthogonalize_batched(G, **_ns_arguments(ns))
+        return newton_schulz_stack(G, **_ns_arguments(ns))
 
 
 def _ns_arguments(ns: NSSettings) -> dict[str, Any]:

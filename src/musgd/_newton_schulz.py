@@ -499,22 +499,45 @@ def orthogonalize_batched(
     and dtype; ``G`` is not modified.
     """
     _check_matrix_input("orthogonalize_batched", G, 3, "(B, rows, cols)")
-    if iteration not in ITERATIONS:
-        raise ValueError(
-            f"iteration must be one of {', '.join(map(repr, ITERATIONS))}, got {iteration!r}"
-        )
     try:
-        check_settings(dtype, eps)
-        triples = resolve_coefficients(coefficients, schedule_steps(coefficients, steps))
-        how = schedule_normalization(coefficients, normalize)
+        return newton_schulz_stack(
+            G,
+            steps=schedule_steps(coefficients, steps),
+            coefficients=coefficients,
+            eps=eps,
+            dtype=dtype,
+            normalize=normalize,
+            iteration=iteration,
+        )
     except ValueError as exc:
         # The checks are the optimizer's, whose settings are ns_steps, ...: here they are
         # this function's arguments.
         raise ValueError(_ARGUMENT_NAMES.sub(r"\1", str(exc))) from None
-    return _newton_schulz(to_working_dtype(G, dtype, eps), triples, eps, how, iteration).to(G.dtype)
 
 
 _ARGUMENT_NAMES = re.compile(r"\bns_(steps|coefficients|dtype)\b")
+
+
+def newton_schulz_stack(
+    G: Tensor,
+    *,
+    steps: int,
+    coefficients: Coefficients,
+    eps: float,
+    dtype: torch.dtype,
+    normalize: str | None,
+    iteration: str,
+) -> Tensor:
+    """:func:`orthogonalize_batched` for the optimizer: a ``(B, rows, cols)`` stack it made, its
+    settings' names (``ns_steps``, ...) in the errors."""
+    if iteration not in ITERATIONS:
+        raise ValueError(
+            f"iteration must be one of {', '.join(map(repr, ITERATIONS))}, got {iteration!r}"
+        )
+    check_settings(dtype, eps)
+    triples = resolve_coefficients(coefficients, steps)
+    how = schedule_normalization(coefficients, normalize)
+    return _newton_schulz(to_working_dtype(G, dtype, eps), triples, eps, how, iteration).to(G.dtype)
 
 
 def orthogonalize(

@@ -369,8 +369,7 @@ def _forbid_newton_schulz(monkeypatch: pytest.MonkeyPatch) -> None:
     def forbidden(*args: object, **kwargs: object) -> Tensor:
         raise AssertionError("Newton–Schulz must not run")
 
-    monkeypatch.setattr(functional, "orthogonalize", forbidden)
-    monkeypatch.setattr(functional, "orthogonalize_batched", forbidden)
+    monkeypatch.setattr(functional, "newton_schulz_stack", forbidden)
 
 
 @pytest.mark.parametrize("foreach", [None, False])
