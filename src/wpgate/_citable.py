@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["load_assumption_ids", "load_provenance", "load_references", "load_wp_ids"]
 
-_ASSUMPTION_ID_RE = re.compile(r"^A\d+$")
+_ASSUMPTION_ID_RE = re.compile(r"^A[0-9]+$")
 
 
 def load_provenance(root: Path, config: Config | None = None) -> Provenance:

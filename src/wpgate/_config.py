@@ -72,7 +72,7 @@ __all__ = [
     "unknown_history_start",
 ]
 
-_RULE_ID = re.compile(r"^WPG\d{3}$", re.IGNORECASE)
+_RULE_ID = re.compile(r"^WPG[0-9]{3}$", re.IGNORECASE)
 # A revision's name up to its first suffix (`~2`, `^`, `@{1}`): what it is relative to.
 _SUFFIX = re.compile(r"[~^]|@\{")
 # An abbreviated or full commit id: a fixed commit, as a tag is.

@@ -62,10 +62,10 @@ from wpgate.rules import (
 if TYPE_CHECKING:
     pass
 
-_PHASE_FILE_RE = re.compile(r"^phase-(\d+)(?:-[\w-]*)?\.md$")
+_PHASE_FILE_RE = re.compile(r"^phase-([0-9]+)(?:-[\w-]*)?\.md$")
 # A name meant for a work-package page but misspelled (`WP-006.md`, `wp_006.md`, `wp-6.md`): it
 # is read, and its name is reported (WPG303), rather than skipped as prose beside the registry.
-_LOOKS_LIKE_A_PAGE = re.compile(r"^wp(?:-|_| |\d)", re.IGNORECASE)
+_LOOKS_LIKE_A_PAGE = re.compile(r"^wp(?:-|_| |[0-9])", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- work packages

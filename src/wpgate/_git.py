@@ -780,7 +780,7 @@ def first_citing_commits(
         if len(fields) != 3:
             continue
         sha, date, value = fields
-        for part in re.findall(r"R\d+(?:\s*[\u2013\u2014-]\s*R?\d+)?", value):
+        for part in re.findall(r"R[0-9]+(?:\s*[\u2013\u2014-]\s*R?[0-9]+)?", value):
             for source_id in expand_ids(part)[0]:
                 out.setdefault(source_id, (sha, date))
     return out

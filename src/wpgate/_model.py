@@ -9,7 +9,7 @@ from wpgate._record import field, frozen
 
 #: A work-package id, the one grammar of page names, front matter and the `WP:` trailer:
 #: three or more digits and an optional lower-case letter (``004``, ``197b``, ``1000``).
-WP_ID_PATTERN = r"\d{3,}[a-z]?"
+WP_ID_PATTERN = r"[0-9]{3,}[a-z]?"
 
 #: The longest finding message (characters); longer ones are cut where they are made.
 MAX_MESSAGE = 1000

@@ -262,7 +262,7 @@ class MarkdownPages:
 
 
 # Python-Markdown's list markers: `*`, `+`, `-` and `N.` (it has no `N)` lists).
-_LIST_ITEM_RE = re.compile(r"^ {0,3}(?:[*+-]|(\d{1,9})\.)(?=[ \t]|$)")
+_LIST_ITEM_RE = re.compile(r"^ {0,3}(?:[*+-]|([0-9]{1,9})\.)(?=[ \t]|$)")
 _BREAK_RE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _SETEXT_RE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
 _NOT_PARAGRAPH_RE = re.compile(r"^ {0,3}(?:[>|]|\[\^?[^\]]*\]:|!!!|\?\?\?|:::)")

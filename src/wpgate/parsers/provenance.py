@@ -32,8 +32,8 @@ PLACEHOLDERS_COLUMNS = ("ID", "Status")
 FIRST_USE_COLUMNS = ("Date", "Source", "Used for")
 
 
-_ID_RE = re.compile(r"^R(\d+)$")
-_RANGE_RE = re.compile(r"^R(\d+)\s*(?:\u2013|\u2014|-|\.\.)\s*R?(\d+)$")
+_ID_RE = re.compile(r"^R([0-9]+)$")
+_RANGE_RE = re.compile(r"^R([0-9]+)\s*(?:\u2013|\u2014|-|\.\.)\s*R?([0-9]+)$")
 # A single cell expanding to more ids than this is a typo (``R1-R100000``), not a range.
 _MAX_RANGE = 10_000
 

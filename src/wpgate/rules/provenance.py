@@ -31,7 +31,7 @@ from wpgate.rules import (
 
 DEFAULT_LICENCES = ProvenanceOptions.licences
 DEFAULT_CODE_ROLES = ProvenanceOptions.code_roles
-_ISO_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_ISO_DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 # How alike (difflib's ratio) a role must be to a code role to be taken for a typo of it:
 # `libary`, `sofware`, `codes` and `source-code` are; `tool`, `data` and `book` are not.
 _TYPO_RATIO = 0.8

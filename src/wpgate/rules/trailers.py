@@ -47,9 +47,11 @@ __all__ = [
 
 _SUBJECT = re.compile(r"^(?P<type>[A-Za-z][\w-]*)(?:\((?P<scope>[^()]*)\))?!?: (?P<text>\S.*)$")
 _WP_ID = re.compile(rf"^(?:{WP_ID_PATTERN}|none)$")
-_SOURCE_ITEM = re.compile(r"^(?P<id>R\d+)(?:\s+(?P<locator>\S.*))?$")
+_SOURCE_ITEM = re.compile(r"^(?P<id>R[0-9]+)(?:\s+(?P<locator>\S.*))?$")
+# A source id written inside another's locator (`R1 R99`, `R1 and R3`): checked as cited.
+_ID_IN_LOCATOR = re.compile(r"(?<![\w-])R[0-9]+(?![\w-])")
 _NONE_WITH_REASON = re.compile(r"^none\s*\((?P<reason>.*)\)$", re.IGNORECASE)
-_ASSUMPTION_ID = re.compile(r"^A\d+$")
+_ASSUMPTION_ID = re.compile(r"^A[0-9]+$")
 _SIGN_OFF = re.compile(r"^[^<>]*\S[^<>]* <[^<>\s@]+@[^<>\s]+>$")
 _FIXUP_PREFIXES = ("fixup!", "squash!", "amend!")
 # What `git revert` writes: `Revert "<subject>"`, a blank line, `This reverts commit <sha>.`
@@ -370,22 +372,34 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
                 f"`{item}` is not a source id; cite ids from {table} such as `R12` "
                 "(a locator may follow: `R12 §3.2`), or write `none (reason)`"
             )
-        elif references.provenance_unread is not None:
-            problems.append(
-                f"{source['id']} cannot be looked up: {references.provenance_unread} (the "
-                "provenance table, `wpgate init` writes one)"
-            )
-        elif source["id"] in references.placeholder_ids:
-            problems.append(
-                f"{source['id']} is a withdrawn placeholder id; cite the source's real id from "
-                "the Sources table"
-            )
-        elif source["id"] not in references.provenance_ids:
-            problems.append(
-                f"{source['id']} is not in the Sources table of {table}; add the source (with "
-                "its first-use row) or fix the id"
-            )
+            continue
+        # Every id the item names is cited, the locator's too (`R1 and R3`, `R1 (R99)`).
+        for source_id in (source["id"], *_ID_IN_LOCATOR.findall(source["locator"] or "")):
+            problem = _source_problem(source_id, references)
+            if problem is not None and problem not in problems:
+                problems.append(problem)
     return tuple(problems)
+
+
+def _source_problem(source_id: str, references: References) -> str | None:
+    """What is wrong with citing ``source_id``, or None."""
+    table = references.provenance_path
+    if references.provenance_unread is not None:
+        return (
+            f"{source_id} cannot be looked up: {references.provenance_unread} (the provenance "
+            "table, `wpgate init` writes one)"
+        )
+    if source_id in references.placeholder_ids:
+        return (
+            f"{source_id} is a withdrawn placeholder id; cite the source's real id from the "
+            "Sources table"
+        )
+    if source_id not in references.provenance_ids:
+        return (
+            f"{source_id} is not in the Sources table of {table}; add the source (with its "
+            "first-use row) or fix the id"
+        )
+    return None
 
 
 # No example id: a newcomer's provenance table is empty, and `R12` would be refused.

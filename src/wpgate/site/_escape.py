@@ -30,7 +30,7 @@ _REFERENCES = {code: f"&#{code};" for code in range(128) if chr(code) not in _SA
 
 # A list item or a rule where a line begins: "- x", "---", "- - -" and "12. x" (hyphen and full
 # stop are safe elsewhere; the text is one line, so only its start can open a block).
-_BLOCK_START_RE = re.compile(r"-|(\d+)\.")
+_BLOCK_START_RE = re.compile(r"-|([0-9]+)\.")
 
 
 def _escape_chars(text: str) -> str:

@@ -60,6 +60,13 @@ def test_wpg202_bad_id() -> None:
     assert (finding.line, finding.rule_id) == (7, "WPG202")
 
 
+def test_wpg202_an_id_of_other_scripts_digits_is_no_id() -> None:
+    """Python's \\d matched a full-width one (U+FF11) after the R: ids are ASCII digits."""
+    text = GOOD.replace("| R1 | paper", "| R\uff11 | paper")
+    (finding,) = _run(rules.check_id_format, text)
+    assert (finding.line, finding.rule_id) == (7, "WPG202")
+
+
 def test_wpg203_duplicate_ids_across_tables_and_ranges() -> None:
     text = GOOD.replace("| R9 | withdrawn |", "| R3 | withdrawn |").replace(
         "| R1 | paper", "| R1–R2 | paper"

@@ -299,6 +299,22 @@ def test_provenance() -> None:
     assert [f[:2] for f in _run(check_provenance, base)] == [(5, "WPG105")]
 
 
+@pytest.mark.parametrize("value", ["R12 R77", "R12 and R9", "R12 §2 R77", "R12 (R9)"])
+def test_an_id_inside_a_locator_is_cited_too(value: str) -> None:
+    """An audit: the text after the first id was taken as its locator unchecked, so unknown and
+    withdrawn ids passed where a comma would have made them fail."""
+    found = _run(check_provenance, f"fix: x\n\nBody.\n\nWP: 004\nProvenance: {value}\n")
+    assert [f[1] for f in found] == ["WPG105"]
+    assert "R77 is not in the Sources table" in found[0][2] or "R9 is a withdrawn" in found[0][2]
+    for fine in ("R12 §3.2", "R12 p. 7", "R12 table R-3", "R12 FR12"):
+        assert _run(check_provenance, f"fix: x\n\nWP: 004\nProvenance: {fine}\n") == [], fine
+
+
+def test_a_source_id_is_ascii_digits() -> None:
+    text = "fix: x\n\nWP: 004\nProvenance: R\uff11\uff12\n"  # full-width digits
+    assert [f[1] for f in _run(check_provenance, text)] == ["WPG105"]
+
+
 def test_assumptions() -> None:
     base = "fix: x\n\nBody.\n\nWP: 004\n"
     assert _run(check_assumptions, base) == []  # optional by default
