@@ -22,7 +22,8 @@ Other keys (``kind``, ``created``, ``command``, ...) are allowed and ignored.
 A claim is the text from a ``[MEASURED]`` tag (outside code) to the next tag or the end of its
 paragraph. Inside a claim:
 
-- a Markdown link ``[text](target)`` or an inline-code path ending in ``.json`` cites a file;
+- a Markdown link ``[text](target)`` to a ``.json`` file or an inline-code path ending in
+  ``.json`` cites a file (a link to anything else is an ordinary link);
   links are relative to the page, inline-code paths to the repository root; a reference-style
   link (``[text][label]``, ``[label][]`` or ``[label]``) cites its label's definition
   (``[label]: target``, anywhere on the page outside fenced code);
@@ -425,11 +426,13 @@ def _commit_range(text: str) -> tuple[str, str] | None:
 
 
 def _cited(target: str) -> str | None:
-    """The file a link's target cites on this site, or None for an empty or external one."""
+    """The evidence file a link's target cites on this site, or None for an empty or external
+    one, or a link to anything but a ``.json`` file (a page the claim points the reader to)."""
     if not target or target.lower().startswith(_URL_PREFIXES):
         return None
     # A browser and the site read `%20` as a space: so does the citation.
-    return unquote(target.split("#", 1)[0])
+    path = unquote(target.split("#", 1)[0])
+    return path if path.lower().endswith(".json") else None
 
 
 def _reference_label(match: re.Match[str]) -> str:

@@ -99,7 +99,7 @@ Intro with 99 numbers that are not claims and `[MEASURED]` in code.
 WP-197b R12 623edc0 on 2026-11-29 are not numbers; see [evidence](../evidence/a.json) and
 `docs/evidence/b.json`. `identical abc1234..def5678 -- src/m.py src/n.py` and
 `collected 228 -- tests/x`; covers 623edc0. [MEASURED] Second: 1,834 images
-[link](../../etc/passwd).
+[link](../../etc/secret.json).
 
 ```
 [MEASURED] inside a fence is not a claim
@@ -132,7 +132,7 @@ def test_claims_with_citations_numbers_and_markers() -> None:
     (count,) = first.counts
     assert (count.count, count.paths, count.line) == (228, ("tests/x",), 8)
     assert [n.value for n in second.numbers] == [Decimal(1834)]
-    assert [c.target for c in second.citations] == ["../../etc/passwd"]
+    assert [c.target for c in second.citations] == ["../../etc/secret.json"]
 
 
 def test_text_without_tag_has_no_claims() -> None:

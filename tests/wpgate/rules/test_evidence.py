@@ -75,6 +75,16 @@ def test_clean_claim(repo: tuple[Path, str]) -> None:
     assert lint_evidence(root) == []
 
 
+def test_a_link_to_a_page_in_a_claim_is_no_citation(repo: tuple[Path, str]) -> None:
+    """An audit: `see [the roadmap](ROADMAP.md)` beside the evidence link was taken as a
+    citation of a missing evidence file (WPG403). Only a link to a .json file cites."""
+    root, _ = repo
+    _page(root, CLAIM.replace("))", "); see [the roadmap](ROADMAP.md#phase-1) and [x](y.md))"))
+    assert lint_evidence(root) == []
+    _page(root, "[MEASURED] 188.1 ms, see [the roadmap](ROADMAP.md).")  # and no evidence at all
+    assert [f.rule_id for f in lint_evidence(root)] == ["WPG401"]
+
+
 def test_wpg401_claim_without_evidence_and_json_outside_the_folder(repo: tuple[Path, str]) -> None:
     root, _ = repo
     (root / "other.json").write_text("{}", encoding="utf-8")
@@ -119,7 +129,7 @@ def test_wpg402_hostile_citations_are_refused(
     (root / "docs/evidence/link.json").symlink_to(outside)
     _page(
         root,
-        "[MEASURED] 1 [a](../../etc/passwd)\n[b](/etc/passwd)\n[c](evidence/link.json)\n"
+        "[MEASURED] 1 [a](../../etc/secret.json)\n[b](/etc/secret.json)\n[c](evidence/link.json)\n"
         "`docs/../../x.json`",
     )
     findings = lint_evidence(root)
@@ -127,12 +137,12 @@ def test_wpg402_hostile_citations_are_refused(
     assert refused == [
         (
             5,
-            "citation refused: `../../etc/passwd` leads out of the repository; cite a file "
+            "citation refused: `../../etc/secret.json` leads out of the repository; cite a file "
             "inside it",
         ),
         (
             6,
-            "citation refused: `/etc/passwd` is an absolute path; cite a path inside the "
+            "citation refused: `/etc/secret.json` is an absolute path; cite a path inside the "
             "repository",
         ),
         (
