@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from wpgate._model import WP_ID_PATTERN, Finding
@@ -69,14 +70,18 @@ class WorkPackageParse:
     findings: tuple[Finding, ...]
 
 
-def _id_problem(value: Any, key: str) -> str | None:
-    """Why ``value`` is not a work-package id, or None when it is one."""
+def _id_problem(value: Any, key: str, written: str | None = None) -> str | None:
+    """Why ``value`` is not a work-package id, or None when it is one (``written``: the id the
+    value should be, where known: the page's file name's)."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return f'`{key}` must be a work-package id such as "006" or "197b", not {value!r}'
     if isinstance(value, int):
+        # YAML drops the leading zeros of an unquoted 006, and reads 010 as the octal 8: the
+        # number cannot say what was written.
+        quoted = f'"{written}"' if written else 'the id as written, e.g. "006"'
         return (
-            f'`{key}` is the number {value}; quote ids (`"{value:03d}"`) so YAML keeps the '
-            "leading zeros"
+            f"`{key}` was read as the number {value} (YAML drops an unquoted id's leading zeros "
+            f"and reads 010 as octal); quote it: {quoted}"
         )
     if not ID_RE.match(value):
         return f"`{key}` {value!r} is not NNN or NNNx (three or more digits, one optional letter)"
@@ -85,12 +90,14 @@ def _id_problem(value: Any, key: str) -> str | None:
 
 def _string_list(value: Any, key: str, *, ids: bool) -> tuple[tuple[str, ...], list[str]]:
     """``value`` as a tuple of strings and the problems with it."""
-    if value is None:
-        return (), []
+    kind = "ids" if ids else "pytest node ids"
+    if value is None:  # `gate:` with nothing after it
+        return (), [f"`{key}` is empty; write the list of {kind}, or `[]` for none"]
     if isinstance(value, str) and not ids:
+        if not value.strip():
+            return (), [f"`{key}` is an empty string; write the list of {kind}, or `[]` for none"]
         return (value,), []
     if not isinstance(value, list):
-        kind = "ids" if ids else "pytest node ids"
         return (), [f"`{key}` must be a list of {kind} (`[]` for none), not {value!r}"]
     items: list[str] = []
     problems: list[str] = []
@@ -136,7 +143,8 @@ def parse_work_package(
             report(key, f"unknown front-matter key `{key}`; the keys are {known}")
 
     wp_id = data.get("id")
-    problem = _id_problem(wp_id, "id") if "id" in data else None
+    written = id_from_filename(PurePosixPath(path).name)
+    problem = _id_problem(wp_id, "id", written) if "id" in data else None
     if problem:
         report("id", problem)
     title = data.get("title")
@@ -148,12 +156,14 @@ def parse_work_package(
     status = data.get("status")
     if "status" in data and status not in STATUSES:
         report("status", f"`status` {status!r} is not one of {', '.join(STATUSES)}")
-    depends_on, problems = _string_list(data.get("depends_on"), "depends_on", ids=True)
-    for message in problems:
-        report("depends_on", message)
-    gate, problems = _string_list(data.get("gate"), "gate", ids=False)
-    for message in problems:
-        report("gate", message)
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in ("depends_on", "gate"):  # a missing one is reported above
+        lists[key], problems = (
+            _string_list(data[key], key, ids=key == "depends_on") if key in data else ((), [])
+        )
+        for message in problems:
+            report(key, message)
+    depends_on, gate = lists["depends_on"], lists["gate"]
     reason = data.get("reason")
     if reason is not None and (not isinstance(reason, str) or not reason.strip()):
         report("reason", f"`reason` must be a non-empty sentence, not {reason!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -59,8 +60,39 @@ def test_schema_findings_name_the_key_line() -> None:
     ]
     messages = " ".join(f.message for f in parsed.findings)
     assert "unknown front-matter key `colour`" in messages
-    assert 'quote ids (`"006"`)' in messages
+    assert 'quote it: the id as written, e.g. "006"' in messages  # "p.md" names no id
     assert "'finished' is not one of" in messages
+
+
+def test_an_unquoted_id_is_told_to_be_quoted_as_its_file_names_it() -> None:
+    """YAML reads an unquoted 010 as the octal 8: the message had said to quote `"008"`."""
+    text = PAGE.replace('id: "006"', "id: 010")
+    parsed = parse_work_package(
+        text, "docs/work_packages/wp-010.md", syntax_rule="WPG301", schema_rule="WPG302"
+    )
+    assert [f.message for f in parsed.findings] == [
+        "`id` was read as the number 8 (YAML drops an unquoted id's leading zeros and reads 010 "
+        'as octal); quote it: "010"'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("depends_on:", "`depends_on` is empty; write the list of ids, or `[]` for none"),
+        ("gate:", "`gate` is empty; write the list of pytest node ids, or `[]` for none"),
+        (
+            'gate: ""',
+            "`gate` is an empty string; write the list of pytest node ids, or `[]` for none",
+        ),
+    ],
+)
+def test_a_required_list_left_empty_is_a_finding(line: str, said: str) -> None:
+    """`gate: null` and `gate: ""` passed with no finding where the spec asks for a list."""
+    key = line.split(":", 1)[0]
+    text = "\n".join(line if ln.startswith(f"{key}:") else ln for ln in PAGE.split("\n"))
+    parsed = parse_work_package(text, "p.md", syntax_rule="WPG301", schema_rule="WPG302")
+    assert [f.message for f in parsed.findings] == [said]
 
 
 def test_missing_keys_and_extra_keys_option() -> None:
