@@ -74,6 +74,11 @@ def count_collected(root: Path, paths: Sequence[str]) -> int | str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"pytest could not run ({exc})"
     if done.returncode not in (0, 5):
+        if "No module named pytest" in done.stderr:
+            return (
+                f"pytest is not installed for {sys.executable}, so the count cannot be checked; "
+                "install pytest there, or run `wpgate evidence --no-collect`"
+            )
         lines = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
         # The summary line, and the first line naming the error behind it (an import's).
         cause = next((x.strip() for x in lines if _CAUSE_RE.search(x) and x != lines[-1]), "")
@@ -103,13 +108,18 @@ class _EvidenceFiles:
             self.parsed[rel] = parse_evidence(text, rel, rule_id=EVIDENCE_FILE_VALID)
 
     def load_folder(self, evidence_dir: str) -> None:
-        """Every ``*.json`` under the evidence folder that resolves inside the repository."""
+        """Every ``*.json`` under the evidence folder; one that leads out of the repository (a
+        symbolic link) is a finding, never read."""
         folder = self.root / evidence_dir
         if folder.is_dir():
             for found in sorted(folder.rglob("*.json")):
                 name = found.relative_to(self.root).as_posix()
-                if resolve_inside(self.root, "", name)[1] is None:
+                why = resolve_inside(self.root, "", name)[1]
+                if why is None:
                     self.load(name)
+                elif name not in self.parsed:
+                    refused = Finding(name, 1, EVIDENCE_FILE_VALID, f"not read: {why}")
+                    self.parsed[name] = EvidenceParse(name, None, (refused,))
 
 
 def _resolve_claims(

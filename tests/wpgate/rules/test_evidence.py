@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from git_helpers import isolated_git
@@ -157,7 +158,21 @@ def test_wpg402_hostile_citations_are_refused(
         ),
     ]
     tree = load_evidence(root)
-    assert "docs/evidence/link.json" not in tree.files  # never read through the link
+    assert tree.files["docs/evidence/link.json"].evidence is None  # never read through the link
+
+
+def test_an_evidence_file_that_links_out_of_the_repository_is_a_finding(
+    repo: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """An audit: an uncited link under docs/evidence/ to a file outside was skipped in silence,
+    while a linked page was flagged."""
+    root, _ = repo
+    outside = tmp_path_factory.mktemp("outside") / "secret.json"
+    outside.write_text("{}", encoding="utf-8")
+    (root / "docs/evidence/away.json").symlink_to(outside)
+    assert [(f.path, f.rule_id) for f in lint_evidence(root)] == [
+        ("docs/evidence/away.json", "WPG404")
+    ]
 
 
 def test_wpg403_missing_file(repo: tuple[Path, str]) -> None:
@@ -442,6 +457,27 @@ def test_wpg409_a_marker_hands_pytest_paths_only_and_says_why_collection_failed(
         messages = [f.message for f in lint_evidence(root) if f.rule_id == "WPG409"]
         assert len(messages) == 1, (marker, messages)
         assert why in messages[0], (marker, messages)
+
+
+def test_wpg409_without_pytest_says_to_install_it_or_skip_collecting(
+    repo: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An audit: the finding quoted Python's `No module named pytest` as a collection failure."""
+    import subprocess
+
+    root, _ = repo
+    run = subprocess.run
+
+    def no_pytest(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if args[1:3] != ["-m", "pytest"]:
+            return run(args, **kwargs)  # git
+        return subprocess.CompletedProcess(args, 1, "", f"{args[0]}: No module named pytest\n")
+
+    monkeypatch.setattr(subprocess, "run", no_pytest)
+    _page(root, CLAIM + "\n`collected 1 -- tests`.")
+    (finding,) = [f for f in lint_evidence(root) if f.rule_id == "WPG409"]
+    assert "pytest is not installed for " in finding.message
+    assert finding.message.endswith("install pytest there, or run `wpgate evidence --no-collect`")
 
 
 def test_switched_off_marker_rules_never_run_git_diff_or_pytest(
