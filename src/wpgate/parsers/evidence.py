@@ -74,7 +74,9 @@ _COVERS_RE = re.compile(r"\bcovers\s+`?([0-9a-f]{7,40})\b`?", re.IGNORECASE)
 # The range ``A..B`` is one word, split at its first ``..`` (:func:`_commit_range`): a lazy
 # ``(\S+?)\.\.(\S+)`` would take quadratic time on a word of many ``..``.
 _IDENTICAL_RE = re.compile(r"^identical\s+(\S+)\s+--\s+(.+)$")
-_COLLECTED_RE = re.compile(r"^collected\s+(\d+)\s+--\s+(.+)$")
+_COLLECTED_RE = re.compile(r"^collected\s+([0-9]+)\s+--\s+(.+)$")
+# Inline code that opens as a marker: one that does not parse is a finding, not prose.
+_MARKER_START_RE = re.compile(r"^(identical|collected)\s")
 _DATE_RE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ][\d:.]+Z?)?\b")
 _NUMBER_RE = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)*")
 _HEXISH_RE = re.compile(r"^[0-9a-f]{7,40}$")
@@ -153,6 +155,16 @@ class CountMarker:
 
 
 @dataclass(frozen=True)
+class MalformedMarker:
+    """Inline code that starts as a marker (``identical`` or ``collected`` and a space) but is
+    not one in form: a typo there would leave the claim unchecked."""
+
+    kind: str
+    text: str
+    line: int
+
+
+@dataclass(frozen=True)
 class Claim:
     """One ``[MEASURED]`` claim: where it is, what it cites, its numbers and its markers."""
 
@@ -165,6 +177,7 @@ class Claim:
     covers: tuple[str, ...]
     identical: tuple[IdenticalMarker, ...]
     counts: tuple[CountMarker, ...]
+    malformed: tuple[MalformedMarker, ...] = ()
 
 
 #: The most characters a JSON number of an evidence file may have (a 40-digit count is already
@@ -447,6 +460,7 @@ def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, s
     citations: list[Citation] = []
     identical: list[IdenticalMarker] = []
     counts: list[CountMarker] = []
+    malformed: list[MalformedMarker] = []
 
     line_of = _line_finder(segment, line)
     code = code_spans(segment)
@@ -480,6 +494,10 @@ def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, s
                     int(marker.group(1)), tuple(marker.group(2).split()), line_of(span.start)
                 )
             )
+            continue
+        started = _MARKER_START_RE.match(content)
+        if started:
+            malformed.append(MalformedMarker(started.group(1), content, line_of(span.start)))
     covers = tuple(m.group(1).lower() for m in _COVERS_RE.finditer(segment))
     numbers, versions = _numbers(segment, code, line_of, definitions)
     return Claim(
@@ -492,6 +510,7 @@ def _parse_claim(path: str, line: int, segment: str, definitions: Mapping[str, s
         covers=covers,
         identical=tuple(identical),
         counts=tuple(counts),
+        malformed=tuple(malformed),
     )
 
 

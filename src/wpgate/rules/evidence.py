@@ -383,8 +383,36 @@ def _covers(tree: EvidenceTree, evidence: Evidence, sha: str) -> bool:
     return all(tree.hashes_at.get((full, s)) == d for s, d in evidence.sources.items())
 
 
+_MARKER_FORMS = {
+    "identical": (
+        EVIDENCE_IDENTICAL_MARKER,
+        "`identical A..B -- path ...` (two commits, then the paths after ` -- `)",
+    ),
+    "collected": (
+        EVIDENCE_COUNT_MARKER,
+        "`collected N -- path ...` (a whole number, then the paths after ` -- `)",
+    ),
+}
+
+
+def _malformed(tree: EvidenceTree, kind: str) -> Iterator[Finding]:
+    """A finding for each inline code of the claims that opens as a ``kind`` marker but is not
+    one in form (it would otherwise be left unchecked)."""
+    rule_id, form = _MARKER_FORMS[kind]
+    for context in tree.claims:
+        for marker in context.claim.malformed:
+            if marker.kind == kind:
+                yield Finding(
+                    context.claim.path,
+                    marker.line,
+                    rule_id,
+                    f"`{marker.text}` is not a marker: write it as {form}, or reword the code span",
+                )
+
+
 def check_identical(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """``identical A..B -- paths`` holds: git sees no difference in those paths."""
+    yield from _malformed(tree, "identical")
     if not tree.git:
         return
     for context in tree.claims:
@@ -416,6 +444,7 @@ def check_identical(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Fi
 
 def check_counts(tree: EvidenceTree, options: EvidenceOptions) -> Iterator[Finding]:
     """``collected N -- paths`` holds: pytest collects exactly N tests there."""
+    yield from _malformed(tree, "collected")
     for context in tree.claims:
         for marker in context.claim.counts:
             result = tree.counts.get(marker)

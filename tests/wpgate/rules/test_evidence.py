@@ -480,6 +480,27 @@ def test_wpg409_without_pytest_says_to_install_it_or_skip_collecting(
     assert finding.message.endswith("install pytest there, or run `wpgate evidence --no-collect`")
 
 
+@pytest.mark.parametrize(
+    ("marker", "rule"),
+    [
+        ("identical abc1234..HEAD", "WPG408"),  # no paths
+        ("identical abc1234 -- src/m.py", "WPG408"),  # no range
+        ("collected x -- tests", "WPG409"),  # no number
+        ("collected 3 tests", "WPG409"),  # no paths
+    ],
+)
+def test_a_marker_that_is_not_one_in_form_is_a_finding(
+    repo: tuple[Path, str], marker: str, rule: str
+) -> None:
+    """An audit: such code spans were taken as prose, leaving the claim unchecked."""
+    root, _ = repo
+    _page(root, CLAIM + f"\n`{marker}`.")
+    findings = [f for f in lint_evidence(root, collect=False) if f.rule_id == rule]
+    assert [f.message.split(":")[0] for f in findings] == [f"`{marker}` is not a marker"]
+    _page(root, CLAIM + "\n`identically` and `collected_tests` are names, not markers.")
+    assert lint_evidence(root) == []
+
+
 def test_switched_off_marker_rules_never_run_git_diff_or_pytest(
     repo: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
