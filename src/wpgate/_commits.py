@@ -35,6 +35,7 @@ from wpgate._git import (
     read_commit_fields,
     read_commits,
     reading_settings,
+    require_full_history,
     resolve_commits,
     trailer_syntax,
 )
@@ -138,7 +139,14 @@ def _reverts_a_known_commit(root: Path, parsed: CommitMessage) -> bool:
     from wpgate.rules.trailers import reverted_commit
 
     named = reverted_commit(parsed.message)
-    return named is not None and is_commit(root, named)
+    if named is None:
+        return False
+    if is_commit(root, named):
+        return True
+    # A shallow clone may lack a commit that exists: the revert cannot be told from a made-up
+    # one here, and checking it as any commit would be a wrong answer, not a partial one.
+    require_full_history(root, f"the revert {parsed.path} (of {named[:12]})")
+    return False
 
 
 class OwnTreeGates:

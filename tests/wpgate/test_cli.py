@@ -543,6 +543,27 @@ def test_git_revert_messages_are_exempt_like_merges(repo: Path) -> None:
     }
 
 
+def test_a_revert_of_a_commit_past_a_shallow_clones_edge_exits_2(
+    repo: Path, tmp_path: Path
+) -> None:
+    """An audit: in a clone too shallow to hold the reverted commit, a real revert was linted
+    as any commit (WPG101...) where the full clone exempts it: a wrong answer, not a partial
+    one. It is refused with the fetch hint, as other shallow answers are."""
+    (repo / "f.txt").write_text("x\n")
+    git(repo, "add", "f.txt")
+    git(repo, "commit", "-q", "-F", "-", data=GOOD)
+    git(repo, "commit", "-q", "--allow-empty", "-F", "-", data=GOOD)
+    git(repo, "revert", "--no-edit", "HEAD~1")
+    clone = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "2", f"file://{repo}", str(clone))
+    status, out, err = run(clone, "trailers", "--range", "HEAD~1..HEAD")
+    assert (status, out) == (2, "")
+    assert "needs the whole history, but this clone is shallow" in err
+    assert "git fetch --unshallow" in err
+    status, out, _ = run(repo, "trailers", "--range", "HEAD~1..HEAD")
+    assert (status, out) == (0, "trailers: 0 commits checked, 1 exempt (revert 1); 0 findings\n")
+
+
 def test_a_fixup_that_landed_is_checked_unless_the_history_exempts_it(repo: Path) -> None:
     """Found by an outside audit: a `fixup!` subject skipped every rule in --range, --pushed
     and check, so any change could land with it. The commit-msg hook still lets one through."""
