@@ -675,11 +675,12 @@ def _optimizer_step(self: Any) -> None:
 
 
 def _eager_unscale(self: Any, optimizer: torch.optim.Optimizer) -> None:
-    """``self.scaler.unscale_(optimizer)``, the same bits, as :class:`musgd._clip_replay.
-    EagerUnscale` runs it: one multi-tensor call over the gradients, listed again only when they
-    are other objects (a captured network's are the same every iteration), instead of the
-    scaler's walk over the optimizer's parameters (about 1 ms of host time for YOLO26 on a CPU
-    host, WP-024). The trainer's ``musgd_unscale`` (a method, so that benchmarks can mark it)."""
+    """``self.scaler.unscale_(optimizer)``, the same bits, as
+    :class:`musgd._clip_replay.EagerUnscale` runs it: one multi-tensor call over the gradients,
+    listed again only when they are other objects (a captured network's are the same every
+    iteration), instead of the scaler's walk over the optimizer's parameters (about 1 ms of host
+    time for YOLO26 on a CPU host, WP-024). The trainer's ``musgd_unscale`` (a method, so that
+    benchmarks can mark it)."""
     unscale = self.__dict__.get("musgd_unscaler")
     if unscale is None:
         unscale = self.musgd_unscaler = EagerUnscale()
