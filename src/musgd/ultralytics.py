@@ -859,6 +859,13 @@ def parse_train_args(argv: list[str]) -> tuple[str, dict[str, Any]]:
                 f"{key}={value} does not read as a value ({problem}); give a number, a word, "
                 f'a list such as [640, 480], or quote text that holds YAML\'s signs: {key}="..."'
             ) from None
+        if isinstance(parsed, dict):
+            # No train argument takes a mapping: `name=a: b` reached Ultralytics as a dict and
+            # failed inside training with a TypeError.
+            raise ValueError(
+                f"{key}={value} reads as a mapping, which no train argument takes; quote text "
+                f'that holds ": ": {key}="..."'
+            )
         if key == "model":
             model = str(parsed)
         else:

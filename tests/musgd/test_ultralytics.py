@@ -514,6 +514,8 @@ def test_command_line_errors_exit_2_with_a_message(
         ("name=a: b: c", "name=a: b: c does not read as a value (mapping values"),
         ("epochs=[1", "epochs=[1 does not read as a value ("),
         ("epochs=*x", "epochs=*x does not read as a value (found undefined alias"),
+        ("name=a: b", "name=a: b reads as a mapping, which no train argument takes"),
+        ("data={a: 1}", "data={a: 1} reads as a mapping"),
     ):
         assert main([arg]) == 2, arg
         assert said in capsys.readouterr().err, arg
