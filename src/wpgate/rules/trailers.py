@@ -48,8 +48,11 @@ __all__ = [
 _SUBJECT = re.compile(r"^(?P<type>[A-Za-z][\w-]*)(?:\((?P<scope>[^()]*)\))?!?: (?P<text>\S.*)$")
 _WP_ID = re.compile(rf"^(?:{WP_ID_PATTERN}|none)$")
 _SOURCE_ITEM = re.compile(r"^(?P<id>R[0-9]+)(?:\s+(?P<locator>\S.*))?$")
-# A source id written inside another's locator (`R1 R99`, `R1 and R3`): checked as cited.
-_ID_IN_LOCATOR = re.compile(r"(?<![\w-])R[0-9]+(?![\w-])")
+# A source id written inside another's locator (`R1 R99`, `R1 and R3`, `R1 (R2-R9)`): checked
+# as cited. A dash is no part of a word here, and \d takes any script's digits so that an id
+# written in other digits is refused, not skipped (`R1 §2-R3`, `R1 R\uff13`).
+_ID_IN_LOCATOR = re.compile(r"(?<!\w)R\d+(?!\w)")
+_ASCII_SOURCE_ID = re.compile(r"^R[0-9]+$")
 _NONE_WITH_REASON = re.compile(r"^none\s*\((?P<reason>.*)\)$", re.IGNORECASE)
 _ASSUMPTION_ID = re.compile(r"^A[0-9]+$")
 _SIGN_OFF = re.compile(r"^[^<>]*\S[^<>]* <[^<>\s@]+@[^<>\s]+>$")
@@ -375,7 +378,11 @@ def provenance_problems(value: str, references: References) -> tuple[str, ...]:
             continue
         # Every id the item names is cited, the locator's too (`R1 and R3`, `R1 (R99)`).
         for source_id in (source["id"], *_ID_IN_LOCATOR.findall(source["locator"] or "")):
-            problem = _source_problem(source_id, references)
+            problem = (
+                _source_problem(source_id, references)
+                if _ASCII_SOURCE_ID.match(source_id)
+                else f"`{source_id}` is not a source id: write its digits as 0-9 (`R12`)"
+            )
             if problem is not None and problem not in problems:
                 problems.append(problem)
     return tuple(problems)

@@ -310,6 +310,23 @@ def test_an_id_inside_a_locator_is_cited_too(value: str) -> None:
         assert _run(check_provenance, f"fix: x\n\nWP: 004\nProvenance: {fine}\n") == [], fine
 
 
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("R12 R40-R77", "R77"),
+        ("R12 (R77-R40)", "R77"),
+        ("R12 \u00a72-R9", "R9"),
+        ("R12 (R\uff17\uff17)", "R\uff17\uff17"),
+    ],
+)
+def test_an_id_beside_a_dash_in_a_locator_is_cited_too(value: str, named: str) -> None:
+    """An audit: `R1 R99-R100` passed where `R1 R99` failed (a dash beside an id hid it), and
+    an id in another script's digits passed in a locator, where it fails as the first id."""
+    found = _run(check_provenance, f"fix: x\n\nWP: 004\nProvenance: {value}\n")
+    assert [f[1] for f in found] == ["WPG105"]
+    assert found[0][2].startswith((f"{named} is", f"`{named}` is")), found[0][2]
+
+
 def test_a_source_id_is_ascii_digits() -> None:
     text = "fix: x\n\nWP: 004\nProvenance: R\uff11\uff12\n"  # full-width digits
     assert [f[1] for f in _run(check_provenance, text)] == ["WPG105"]
