@@ -175,6 +175,31 @@ def test_an_evidence_file_that_links_out_of_the_repository_is_a_finding(
     ]
 
 
+def test_an_evidence_file_that_links_out_is_told_as_a_linked_page_is(
+    repo: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """An audit: the finding for a link under docs/evidence/ to a file outside said "cite a real
+    file", a citation's advice, for a file no claim cites; a linked page's finding names where
+    the link leads and says to replace it with the file itself, and so does this one now."""
+    root, _ = repo
+    outside = (tmp_path_factory.mktemp("outside") / "secret.json").resolve()
+    outside.write_text("{}", encoding="utf-8")
+    (root / "docs/evidence/away.json").symlink_to(outside)
+    page = outside.with_name("page.md")
+    page.write_text("# Page\n", encoding="utf-8")
+    (root / "docs/linked.md").symlink_to(page)
+    found = {f.path: (f.rule_id, f.message) for f in lint_evidence(root)}
+    assert found["docs/evidence/away.json"] == (
+        "WPG404",
+        f"docs/evidence/away.json is a symbolic link that leads out of the repository (to "
+        f"{outside}); replace it with the file itself",
+    )
+    assert found["docs/linked.md"][1] == (
+        f"docs/linked.md is a symbolic link that leads out of the repository (to {page}); "
+        "replace it with the file itself"
+    )
+
+
 def test_wpg403_missing_file(repo: tuple[Path, str]) -> None:
     root, _ = repo
     _page(root, "[MEASURED] See [ok](../docs/evidence/a.json)\nand [it](evidence/gone.json).")
