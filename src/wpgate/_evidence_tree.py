@@ -77,7 +77,9 @@ def count_collected(root: Path, paths: Sequence[str]) -> int | str:
         if "No module named pytest" in done.stderr:
             return (
                 f"pytest is not installed for {sys.executable}, so the count cannot be checked; "
-                "install pytest there, or run `wpgate evidence --no-collect`"
+                "install pytest there, or run `wpgate evidence --no-collect` (for `wpgate "
+                "check`, `wpgate docs` and the hooks: `collect = false` in "
+                "[tool.wpgate.evidence])"
             )
         lines = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
         # The summary line, and the first line naming the error behind it (an import's).

@@ -502,7 +502,31 @@ def test_wpg409_without_pytest_says_to_install_it_or_skip_collecting(
     _page(root, CLAIM + "\n`collected 1 -- tests`.")
     (finding,) = [f for f in lint_evidence(root) if f.rule_id == "WPG409"]
     assert "pytest is not installed for " in finding.message
-    assert finding.message.endswith("install pytest there, or run `wpgate evidence --no-collect`")
+    assert "install pytest there, or run `wpgate evidence --no-collect`" in finding.message
+
+
+def test_wpg409_without_pytest_names_the_setting_that_check_and_the_hooks_read(
+    repo: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An audit: `wpgate check`, `wpgate docs` and the docs hook take no `--no-collect`, so the
+    finding names the setting that turns collecting off for them too."""
+    import subprocess
+
+    root, _ = repo
+    run = subprocess.run
+
+    def no_pytest(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if args[1:3] != ["-m", "pytest"]:
+            return run(args, **kwargs)  # git
+        return subprocess.CompletedProcess(args, 1, "", f"{args[0]}: No module named pytest\n")
+
+    monkeypatch.setattr(subprocess, "run", no_pytest)
+    _page(root, CLAIM + "\n`collected 1 -- tests`.")
+    (finding,) = [f for f in lint_evidence(root) if f.rule_id == "WPG409"]
+    assert finding.message.endswith(
+        "or run `wpgate evidence --no-collect` (for `wpgate check`, `wpgate docs` and the "
+        "hooks: `collect = false` in [tool.wpgate.evidence])"
+    )
 
 
 @pytest.mark.parametrize(
