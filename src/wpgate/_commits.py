@@ -40,6 +40,7 @@ from wpgate._git import (
     trailer_syntax,
 )
 from wpgate._output import LinterRun, Summary
+from wpgate._record import replace
 from wpgate.errors import InvocationError
 from wpgate.options import GateOptions, TrailerOptions
 from wpgate.trailers import TrailerSyntax, decode_message, parse_message
@@ -89,7 +90,7 @@ def lint_message(
     """
     from wpgate._citable import load_references
     from wpgate.references import GateResolver
-    from wpgate.rules.trailers import CommitMessage
+    from wpgate.rules.trailers import CommitMessage, is_revert
 
     root = config.root
     decoded = decode_message(data)
@@ -112,6 +113,9 @@ def lint_message(
         pr_mode=pr_mode,
     )
     options = TrailerOptions.from_config(config)
+    if options.revert_exempt and is_revert(message) and not _reverts_a_known_commit(root, parsed):
+        # As in a range: a made-up `This reverts commit ...` would otherwise skip every rule.
+        options = replace(options, revert_exempt=False)
     return _run([parsed], options, config, "pull request" if pr_mode else "message")
 
 

@@ -543,6 +543,18 @@ def test_git_revert_messages_are_exempt_like_merges(repo: Path) -> None:
     }
 
 
+def test_a_made_up_revert_message_is_checked_in_the_hook_too(repo: Path) -> None:
+    """A helper's finding: from stdin or the commit-msg hook a revert was exempt without asking
+    git for the commit it names, so `This reverts commit 000...` skipped every rule there."""
+    made_up = b'Revert "x"\n\nThis reverts commit ' + b"0" * 40 + b".\n"
+    status, out, _ = run(repo, "trailers", message_file(repo, made_up))
+    assert status == 1
+    assert out.splitlines()[-1] == "trailers: 1 message checked; 4 findings"
+    real = f'Revert "x"\n\nThis reverts commit {git(repo, "rev-parse", "HEAD")}.\n'.encode()
+    status, out, _ = run(repo, "trailers", message_file(repo, real))
+    assert (status, out) == (0, "trailers: 0 messages checked, 1 exempt (revert 1); 0 findings\n")
+
+
 def test_a_revert_of_a_commit_past_a_shallow_clones_edge_exits_2(
     repo: Path, tmp_path: Path
 ) -> None:
