@@ -346,6 +346,12 @@ def musgd_trainer(
             )
             return base.build_optimizer(self, model, name, *args, **kwargs)
         stock = base.build_optimizer(self, model, _STOCK_NAME, *args, **kwargs)
+        train_args = getattr(self, "args", None)
+        if getattr(train_args, "optimizer", None) == "auto":
+            # Recorded as built: a checkpoint's train arguments saying `auto` made the stock
+            # trainer resume it with the optimizer its own `auto` picks (AdamW on a short
+            # run), whose groups the saved MuSGD state does not fit.
+            train_args.optimizer = _STOCK_NAME  # type: ignore[union-attr]
         if skip_nonfinite:  # the last count, read once when training ends
             self.add_callback("on_train_end", report_skips)
         return from_stock(stock, **options)

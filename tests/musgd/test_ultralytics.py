@@ -1270,3 +1270,21 @@ def test_every_recording_is_released_when_training_ends() -> None:
     assert (pool._handles, pool._joined) == ({}, set()), "a later recording starts a fresh pool"
     assert trainer.musgd_network.stats is stats, "the counts stay for the run's report"
     release_recordings(types.SimpleNamespace())  # a trainer that made none: nothing to do
+
+
+def test_the_train_arguments_record_the_optimizer_built_for_auto() -> None:
+    """A stranger's audit: a checkpoint's train arguments said `optimizer=auto`, so the stock
+    trainer resumed it with the optimizer its own `auto` picks (AdamW on a short run) and
+    failed on the saved MuSGD state's groups. They now say MuSGD, what was built."""
+
+    class FakeTrainer:
+        def build_optimizer(self, model: Any, name: str = "auto", **kw: Any) -> Any:
+            return _StockLike(stock_groups(list(model.parameters())), **KW)
+
+    trainer = musgd_trainer(FakeTrainer)()
+    trainer.args = types.SimpleNamespace(optimizer="auto")
+    trainer.build_optimizer(torch.nn.ParameterList(make_params()), "auto")
+    assert trainer.args.optimizer == "MuSGD"
+    trainer.args = types.SimpleNamespace(optimizer="MuSGD")
+    trainer.build_optimizer(torch.nn.ParameterList(make_params()), "MuSGD")
+    assert trainer.args.optimizer == "MuSGD"
