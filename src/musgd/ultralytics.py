@@ -305,6 +305,9 @@ def musgd_trainer(
         ("channels_last", channels_last),
         ("compile_network", compile_network),
         ("device_loss", device_loss),
+        # The optimizer's own: checked here too, not after the run's set-up (an audit's).
+        ("capture_orthogonalization", capture_orthogonalization),
+        ("capture_updates", capture_updates),
     )
     for flag, value in (*flags, *more):
         if not isinstance(value, bool):

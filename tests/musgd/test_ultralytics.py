@@ -747,6 +747,11 @@ def test_trainer_clip_replay_can_be_turned_off_and_a_custom_step_is_kept() -> No
     assert kept().optimizer_step() == "custom"
     with pytest.raises(ValueError, match="capture_clip must be True or False"):
         musgd_trainer(FakeTrainer, capture_clip="yes")  # type: ignore[arg-type]
+    # The optimizer's flags too, when the trainer is made, not after the run's set-up.
+    with pytest.raises(ValueError, match="capture_orthogonalization must be True or False"):
+        musgd_trainer(FakeTrainer, capture_orthogonalization="no")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="capture_updates must be True or False, got 0"):
+        musgd_trainer(FakeTrainer, capture_updates=0)  # type: ignore[arg-type]
 
 
 def test_trainer_network_capture_installs_at_the_first_batch_and_leaves_at_the_end() -> None:
