@@ -484,10 +484,10 @@ def test_wpg409_a_marker_hands_pytest_paths_only_and_says_why_collection_failed(
         assert why in messages[0], (marker, messages)
 
 
-def test_wpg409_without_pytest_says_to_install_it_or_skip_collecting(
+def _count_finding_without_pytest(
     repo: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An audit: the finding quoted Python's `No module named pytest` as a collection failure."""
+) -> Finding:
+    """The WPG409 finding of a `collected` marker where Python has no pytest (git still runs)."""
     import subprocess
 
     root, _ = repo
@@ -501,6 +501,14 @@ def test_wpg409_without_pytest_says_to_install_it_or_skip_collecting(
     monkeypatch.setattr(subprocess, "run", no_pytest)
     _page(root, CLAIM + "\n`collected 1 -- tests`.")
     (finding,) = [f for f in lint_evidence(root) if f.rule_id == "WPG409"]
+    return finding
+
+
+def test_wpg409_without_pytest_says_to_install_it_or_skip_collecting(
+    repo: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An audit: the finding quoted Python's `No module named pytest` as a collection failure."""
+    finding = _count_finding_without_pytest(repo, monkeypatch)
     assert "pytest is not installed for " in finding.message
     assert "install pytest there, or run `wpgate evidence --no-collect`" in finding.message
 
@@ -510,19 +518,7 @@ def test_wpg409_without_pytest_names_the_setting_that_check_and_the_hooks_read(
 ) -> None:
     """An audit: `wpgate check`, `wpgate docs` and the docs hook take no `--no-collect`, so the
     finding names the setting that turns collecting off for them too."""
-    import subprocess
-
-    root, _ = repo
-    run = subprocess.run
-
-    def no_pytest(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        if args[1:3] != ["-m", "pytest"]:
-            return run(args, **kwargs)  # git
-        return subprocess.CompletedProcess(args, 1, "", f"{args[0]}: No module named pytest\n")
-
-    monkeypatch.setattr(subprocess, "run", no_pytest)
-    _page(root, CLAIM + "\n`collected 1 -- tests`.")
-    (finding,) = [f for f in lint_evidence(root) if f.rule_id == "WPG409"]
+    finding = _count_finding_without_pytest(repo, monkeypatch)
     assert finding.message.endswith(
         "or run `wpgate evidence --no-collect` (for `wpgate check`, `wpgate docs` and the "
         "hooks: `collect = false` in [tool.wpgate.evidence])"
